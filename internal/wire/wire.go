@@ -1,0 +1,465 @@
+// Package wire is the frame codec of the Ticketing wire protocol, version 1
+// (docs/protocol.md). It knows nothing of sockets, sessions or locks: it turns
+// frames into structs and back, and checks that every frame has exactly the
+// length its type and its length fields say.
+//
+// # Frames
+//
+// Every frame is a u32 big-endian length followed by that many body bytes,
+// 1 <= length <= MaxBody. The body starts with a one-letter type and a u32
+// big-endian req_id. Decoding is allocation-free: the byte-slice fields of a
+// decoded Request or Response alias the body they were decoded from and are
+// valid only until that buffer is reused.
+//
+// # Errors
+//
+// Every decoding error matches ErrMalformed with errors.Is, except a HELLO
+// with a version other than 1, which matches ErrUnsupportedVersion (the server
+// answers it with E(2) rather than E(1)). The decoders never panic, whatever
+// the input; they are fuzzed (see testdata/fuzz).
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Protocol constants.
+const (
+	// Version is the protocol version carried in HELLO and HELLO_OK.
+	Version = 1
+	// HeaderLen is the size of the length prefix of every frame.
+	HeaderLen = 4
+	// MaxBody is the largest body a frame may carry.
+	MaxBody = 1024
+	// MaxFrame is the largest whole frame, length prefix included.
+	MaxFrame = HeaderLen + MaxBody
+	// OwnerLen is the size of the owner field of ACQUIRE.
+	OwnerLen = 16
+	// DefaultPort is the TCP port a Ticketing server listens on by default.
+	DefaultPort = 5225
+)
+
+// Client-to-server frame types.
+const (
+	TypeHello   byte = 'H'
+	TypeAcquire byte = 'A'
+	TypeRelease byte = 'U'
+	TypePing    byte = 'P'
+)
+
+// Server-to-client frame types. TypePong is the same letter as TypePing.
+const (
+	TypeHelloOK   byte = 'O'
+	TypeGranted   byte = 'G'
+	TypeTimedOut  byte = 'T'
+	TypeBusy      byte = 'B'
+	TypeReleased  byte = 'R'
+	TypeNotHeld   byte = 'N'
+	TypeNotActive byte = 'M'
+	TypeError     byte = 'E'
+	TypePong      byte = 'P'
+)
+
+// Roles carried in HELLO_OK.
+const (
+	RoleStandalone = 1
+	RoleActive     = 2
+	RoleLeader     = 3
+)
+
+// Error codes carried in an E frame.
+const (
+	CodeMalformed      uint16 = 1
+	CodeVersion        uint16 = 2
+	CodeUnauthorized   uint16 = 3
+	CodeInvalidArg     uint16 = 4
+	CodeShuttingDown   uint16 = 5
+	CodeInternal       uint16 = 6
+	CodeTooManySession uint16 = 7
+)
+
+// CodeName returns a short name for an E code, such as "unauthorized".
+func CodeName(code uint16) string {
+	switch code {
+	case CodeMalformed:
+		return "malformed frame or protocol violation"
+	case CodeVersion:
+		return "unsupported version"
+	case CodeUnauthorized:
+		return "unauthorized"
+	case CodeInvalidArg:
+		return "invalid argument"
+	case CodeShuttingDown:
+		return "shutting down"
+	case CodeInternal:
+		return "internal error"
+	case CodeTooManySession:
+		return "too many sessions"
+	}
+	return fmt.Sprintf("error code %d", code)
+}
+
+// Errors returned by the codec.
+var (
+	// ErrMalformed is matched by every structural decoding or framing error.
+	ErrMalformed = errors.New("wire: malformed frame")
+	// ErrFrameSize is returned for a length prefix of 0 or above MaxBody; it
+	// also matches ErrMalformed.
+	ErrFrameSize = &codecError{msg: "wire: frame length out of range (1..1024)", malformed: true}
+	// ErrUnknownType is returned for a frame type this direction does not
+	// have; it also matches ErrMalformed.
+	ErrUnknownType = &codecError{msg: "wire: unknown frame type", malformed: true}
+	// ErrUnsupportedVersion is returned for a HELLO whose version byte is not
+	// Version. It does not match ErrMalformed.
+	ErrUnsupportedVersion = errors.New("wire: unsupported protocol version")
+	// ErrFieldTooLong is returned by the encoders for a variable-length field
+	// longer than its length prefix can express, or a frame above MaxBody.
+	ErrFieldTooLong = errors.New("wire: field too long to encode")
+)
+
+type codecError struct {
+	msg       string
+	malformed bool
+}
+
+func (e *codecError) Error() string { return e.msg }
+
+func (e *codecError) Is(target error) bool { return e.malformed && target == ErrMalformed }
+
+// Preallocated errors for the decoders, so that rejecting hostile input does
+// not allocate either.
+var (
+	errShort    = &codecError{msg: "wire: frame body shorter than its type requires", malformed: true}
+	errLong     = &codecError{msg: "wire: frame body longer than its type allows", malformed: true}
+	errPastEnd  = &codecError{msg: "wire: length field points past the end of the frame", malformed: true}
+	errNoHeader = &codecError{msg: "wire: frame body shorter than type and req_id", malformed: true}
+)
+
+// Request is a client-to-server frame. Only the fields of its Type are used.
+type Request struct {
+	Type  byte
+	ReqID uint32
+
+	// HELLO
+	Version   uint8
+	AuthToken []byte // client token
+	Name      []byte // client name, informational
+
+	// ACQUIRE
+	Owner  [OwnerLen]byte
+	WaitS  uint8
+	LeaseS uint8
+
+	// ACQUIRE and RELEASE
+	Key []byte
+
+	// RELEASE: the fencing token to release.
+	Token uint64
+}
+
+// Response is a server-to-client frame. Only the fields of its Type are used.
+type Response struct {
+	Type  byte
+	ReqID uint32
+
+	// HELLO_OK
+	Version uint8
+	Role    uint8
+	Node    []byte
+
+	// GRANTED
+	Token    uint64
+	WaitedMS uint32
+
+	// NOT_ACTIVE
+	Hint []byte
+
+	// ERROR
+	Code uint16
+	Msg  []byte
+}
+
+// ReqID returns the req_id of a frame body, and false when the body is
+// shorter than type plus req_id. It is what a server echoes in an E frame
+// that answers a broken request.
+func ReqID(body []byte) (uint32, bool) {
+	if len(body) < 5 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(body[1:5]), true
+}
+
+// DecodeRequest decodes one client-to-server frame body (without its length
+// prefix) into r. Slices in r alias body.
+func DecodeRequest(body []byte, r *Request) error {
+	if len(body) < 5 {
+		return errNoHeader
+	}
+	r.Type = body[0]
+	r.ReqID = binary.BigEndian.Uint32(body[1:5])
+	p := body[5:]
+	switch r.Type {
+	case TypeHello:
+		// Version first: a later version may change the layout.
+		if len(p) < 1 {
+			return errShort
+		}
+		r.Version = p[0]
+		if r.Version != Version {
+			return ErrUnsupportedVersion
+		}
+		p = p[1:]
+		var err error
+		if r.AuthToken, p, err = lenPrefixed(p); err != nil {
+			return err
+		}
+		if r.Name, p, err = lenPrefixed(p); err != nil {
+			return err
+		}
+		return exhausted(p)
+	case TypeAcquire:
+		if len(p) < OwnerLen+3 {
+			return errShort
+		}
+		copy(r.Owner[:], p[:OwnerLen])
+		r.WaitS = p[OwnerLen]
+		r.LeaseS = p[OwnerLen+1]
+		var err error
+		if r.Key, p, err = lenPrefixed(p[OwnerLen+2:]); err != nil {
+			return err
+		}
+		return exhausted(p)
+	case TypeRelease:
+		if len(p) < 9 {
+			return errShort
+		}
+		r.Token = binary.BigEndian.Uint64(p[:8])
+		var err error
+		if r.Key, p, err = lenPrefixed(p[8:]); err != nil {
+			return err
+		}
+		return exhausted(p)
+	case TypePing:
+		return exhausted(p)
+	}
+	return ErrUnknownType
+}
+
+// DecodeResponse decodes one server-to-client frame body (without its length
+// prefix) into r. Slices in r alias body.
+func DecodeResponse(body []byte, r *Response) error {
+	if len(body) < 5 {
+		return errNoHeader
+	}
+	r.Type = body[0]
+	r.ReqID = binary.BigEndian.Uint32(body[1:5])
+	p := body[5:]
+	switch r.Type {
+	case TypeHelloOK:
+		if len(p) < 2 {
+			return errShort
+		}
+		r.Version = p[0]
+		r.Role = p[1]
+		var err error
+		if r.Node, p, err = lenPrefixed(p[2:]); err != nil {
+			return err
+		}
+		return exhausted(p)
+	case TypeGranted:
+		if len(p) < 12 {
+			return errShort
+		}
+		r.Token = binary.BigEndian.Uint64(p[:8])
+		r.WaitedMS = binary.BigEndian.Uint32(p[8:12])
+		return exhausted(p[12:])
+	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong:
+		return exhausted(p)
+	case TypeNotActive:
+		var err error
+		if r.Hint, p, err = lenPrefixed(p); err != nil {
+			return err
+		}
+		return exhausted(p)
+	case TypeError:
+		if len(p) < 4 {
+			return errShort
+		}
+		r.Code = binary.BigEndian.Uint16(p[:2])
+		n := int(binary.BigEndian.Uint16(p[2:4]))
+		p = p[4:]
+		if n > len(p) {
+			return errPastEnd
+		}
+		r.Msg = p[:n]
+		return exhausted(p[n:])
+	}
+	return ErrUnknownType
+}
+
+func lenPrefixed(p []byte) (field, rest []byte, err error) {
+	if len(p) < 1 {
+		return nil, nil, errShort
+	}
+	n := int(p[0])
+	if n > len(p)-1 {
+		return nil, nil, errPastEnd
+	}
+	return p[1 : 1+n], p[1+n:], nil
+}
+
+func exhausted(p []byte) error {
+	if len(p) != 0 {
+		return errLong
+	}
+	return nil
+}
+
+// AppendRequest appends r as a whole frame, length prefix included, to dst.
+// It checks only what the encoding itself needs (field lengths that fit their
+// prefixes, a known type, a body of at most MaxBody); range rules such as
+// "lease 1..250" belong to the caller, so that tests can send them broken.
+func AppendRequest(dst []byte, r *Request) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, r.Type)
+	dst = binary.BigEndian.AppendUint32(dst, r.ReqID)
+	switch r.Type {
+	case TypeHello:
+		if len(r.AuthToken) > 255 || len(r.Name) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = append(dst, r.Version, byte(len(r.AuthToken)))
+		dst = append(dst, r.AuthToken...)
+		dst = append(dst, byte(len(r.Name)))
+		dst = append(dst, r.Name...)
+	case TypeAcquire:
+		if len(r.Key) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = append(dst, r.Owner[:]...)
+		dst = append(dst, r.WaitS, r.LeaseS, byte(len(r.Key)))
+		dst = append(dst, r.Key...)
+	case TypeRelease:
+		if len(r.Key) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = binary.BigEndian.AppendUint64(dst, r.Token)
+		dst = append(dst, byte(len(r.Key)))
+		dst = append(dst, r.Key...)
+	case TypePing:
+	default:
+		return dst[:start], ErrUnknownType
+	}
+	return finish(dst, start)
+}
+
+// AppendResponse appends r as a whole frame, length prefix included, to dst.
+func AppendResponse(dst []byte, r *Response) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, r.Type)
+	dst = binary.BigEndian.AppendUint32(dst, r.ReqID)
+	switch r.Type {
+	case TypeHelloOK:
+		if len(r.Node) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = append(dst, r.Version, r.Role, byte(len(r.Node)))
+		dst = append(dst, r.Node...)
+	case TypeGranted:
+		dst = binary.BigEndian.AppendUint64(dst, r.Token)
+		dst = binary.BigEndian.AppendUint32(dst, r.WaitedMS)
+	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong:
+	case TypeNotActive:
+		if len(r.Hint) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = append(dst, byte(len(r.Hint)))
+		dst = append(dst, r.Hint...)
+	case TypeError:
+		if len(r.Msg) > MaxBody-9 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = binary.BigEndian.AppendUint16(dst, r.Code)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(r.Msg)))
+		dst = append(dst, r.Msg...)
+	default:
+		return dst[:start], ErrUnknownType
+	}
+	return finish(dst, start)
+}
+
+func finish(dst []byte, start int) ([]byte, error) {
+	n := len(dst) - start - HeaderLen
+	if n > MaxBody {
+		return dst[:start], ErrFieldTooLong
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(n))
+	return dst, nil
+}
+
+// Simple frame builders for the fixed-size replies, used on hot paths.
+
+// AppendSimple appends a reply frame with no fields after req_id (T, B, R, N,
+// P). It does not check typ.
+func AppendSimple(dst []byte, typ byte, reqID uint32) []byte {
+	dst = append(dst, 0, 0, 0, 5, typ)
+	return binary.BigEndian.AppendUint32(dst, reqID)
+}
+
+// AppendGranted appends a GRANTED frame.
+func AppendGranted(dst []byte, reqID uint32, token uint64, waitedMS uint32) []byte {
+	dst = append(dst, 0, 0, 0, 17, TypeGranted)
+	dst = binary.BigEndian.AppendUint32(dst, reqID)
+	dst = binary.BigEndian.AppendUint64(dst, token)
+	return binary.BigEndian.AppendUint32(dst, waitedMS)
+}
+
+// AppendError appends an ERROR frame; a message that would not fit is cut.
+func AppendError(dst []byte, reqID uint32, code uint16, msg string) []byte {
+	if len(msg) > MaxBody-9 {
+		msg = msg[:MaxBody-9]
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(9+len(msg)))
+	dst = append(dst, TypeError)
+	dst = binary.BigEndian.AppendUint32(dst, reqID)
+	dst = binary.BigEndian.AppendUint16(dst, code)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(msg)))
+	return append(dst, msg...)
+}
+
+// Reader reads frames from a byte stream. It owns one MaxBody buffer and
+// allocates nothing per frame. It is not safe for concurrent use.
+type Reader struct {
+	r   io.Reader
+	buf [MaxBody]byte
+}
+
+// NewReader returns a Reader over r. Wrap r in a bufio.Reader to read many
+// small frames with few system calls.
+func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
+
+// Next reads one frame and returns its body, valid until the next call. A
+// length prefix of 0 or above MaxBody returns ErrFrameSize without reading
+// the body. A stream that ends between frames returns io.EOF; one that ends
+// inside a frame returns io.ErrUnexpectedEOF.
+func (fr *Reader) Next() ([]byte, error) {
+	hdr := fr.buf[:HeaderLen]
+	if _, err := io.ReadFull(fr.r, hdr); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if n == 0 || n > MaxBody {
+		return nil, ErrFrameSize
+	}
+	body := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}

@@ -1,0 +1,391 @@
+package wire_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+func owner0f() (o [16]byte) {
+	for i := range o {
+		o[i] = byte(i)
+	}
+	return o
+}
+
+// The test vectors of PROTOCOL.md, byte for byte.
+var requestVectors = []struct {
+	name string
+	hex  string
+	req  wire.Request
+}{
+	{"hello token name", "000000114800000001010673336372657403617070",
+		wire.Request{Type: 'H', ReqID: 1, Version: 1, AuthToken: []byte("s3cret"), Name: []byte("app")}},
+	{"hello empty", "000000084800000001010000",
+		wire.Request{Type: 'H', ReqID: 1, Version: 1, AuthToken: []byte{}, Name: []byte{}}},
+	{"acquire", "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432",
+		wire.Request{Type: 'A', ReqID: 2, Owner: owner0f(), WaitS: 5, LeaseS: 30, Key: []byte("order-42")}},
+	{"release", "000000165500000003000000000000002a086f726465722d3432",
+		wire.Request{Type: 'U', ReqID: 3, Token: 42, Key: []byte("order-42")}},
+	{"ping", "000000055000000004", wire.Request{Type: 'P', ReqID: 4}},
+}
+
+var responseVectors = []struct {
+	name string
+	hex  string
+	resp wire.Response
+}{
+	{"hello_ok", "0000000a4f000000010101026e31", wire.Response{Type: 'O', ReqID: 1, Version: 1, Role: 1, Node: []byte("n1")}},
+	{"granted", "000000114700000002000000000000002a000005dc", wire.Response{Type: 'G', ReqID: 2, Token: 42, WaitedMS: 1500}},
+	{"timed_out", "000000055400000002", wire.Response{Type: 'T', ReqID: 2}},
+	{"busy", "000000054200000002", wire.Response{Type: 'B', ReqID: 2}},
+	{"released", "000000055200000003", wire.Response{Type: 'R', ReqID: 3}},
+	{"not_held", "000000054e00000003", wire.Response{Type: 'N', ReqID: 3}},
+	{"not_active", "000000114d000000000b6e6f64652d623a35323235", wire.Response{Type: 'M', ReqID: 0, Hint: []byte("node-b:5225")}},
+	{"error", "0000001545000000010003000c756e617574686f72697a6564", wire.Response{Type: 'E', ReqID: 1, Code: 3, Msg: []byte("unauthorized")}},
+	{"pong", "000000055000000004", wire.Response{Type: 'P', ReqID: 4}},
+}
+
+func mustHex(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestRequestVectors(t *testing.T) {
+	for _, tc := range requestVectors {
+		t.Run(tc.name, func(t *testing.T) {
+			want := mustHex(t, tc.hex)
+			got, err := wire.AppendRequest(nil, &tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encode = %x, want %x", got, want)
+			}
+			var r wire.Request
+			if err := wire.DecodeRequest(want[4:], &r); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r, tc.req) {
+				t.Fatalf("decode = %+v, want %+v", r, tc.req)
+			}
+		})
+	}
+}
+
+func TestResponseVectors(t *testing.T) {
+	for _, tc := range responseVectors {
+		t.Run(tc.name, func(t *testing.T) {
+			want := mustHex(t, tc.hex)
+			got, err := wire.AppendResponse(nil, &tc.resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encode = %x, want %x", got, want)
+			}
+			var r wire.Response
+			if err := wire.DecodeResponse(want[4:], &r); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r, tc.resp) {
+				t.Fatalf("decode = %+v, want %+v", r, tc.resp)
+			}
+		})
+	}
+}
+
+func TestFastBuilders(t *testing.T) {
+	if got := wire.AppendGranted(nil, 2, 42, 1500); hex.EncodeToString(got) != "000000114700000002000000000000002a000005dc" {
+		t.Fatalf("AppendGranted = %x", got)
+	}
+	if got := wire.AppendSimple(nil, 'T', 2); hex.EncodeToString(got) != "000000055400000002" {
+		t.Fatalf("AppendSimple = %x", got)
+	}
+	if got := wire.AppendError(nil, 1, 3, "unauthorized"); hex.EncodeToString(got) != "0000001545000000010003000c756e617574686f72697a6564" {
+		t.Fatalf("AppendError = %x", got)
+	}
+	long := wire.AppendError(nil, 1, 1, strings.Repeat("x", 5000))
+	if len(long) != wire.MaxFrame {
+		t.Fatalf("AppendError long frame = %d bytes, want %d", len(long), wire.MaxFrame)
+	}
+	var r wire.Response
+	if err := wire.DecodeResponse(long[4:], &r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every malformed shape of every type, in both directions.
+func TestDecodeRequestMalformed(t *testing.T) {
+	cases := []struct {
+		name string
+		hex  string // body, without length prefix
+		want error
+	}{
+		{"empty", "", wire.ErrMalformed},
+		{"type only", "48", wire.ErrMalformed},
+		{"no full req_id", "50000000", wire.ErrMalformed},
+		{"unknown type", "5a00000001", wire.ErrUnknownType},
+		{"server type from client", "4700000001000000000000002a000005dc", wire.ErrUnknownType},
+		{"lowercase type", "7000000004", wire.ErrUnknownType},
+		{"ping with payload", "500000000400", wire.ErrMalformed},
+		{"hello no version", "4800000001", wire.ErrMalformed},
+		{"hello version 2 short", "480000000102", wire.ErrUnsupportedVersion},
+		{"hello version 0", "4800000001000000", wire.ErrUnsupportedVersion},
+		{"hello no token len", "480000000101", wire.ErrMalformed},
+		{"hello token past end", "48000000010105616263", wire.ErrMalformed},
+		{"hello no name len", "4800000001010161", wire.ErrMalformed},
+		{"hello name past end", "480000000101016102", wire.ErrMalformed},
+		{"hello trailing", "48000000010100000000", wire.ErrMalformed},
+		{"acquire short owner", "4100000002000102", wire.ErrMalformed},
+		{"acquire no key len", "4100000002000102030405060708090a0b0c0d0e0f051e", wire.ErrMalformed},
+		{"acquire key past end", "4100000002000102030405060708090a0b0c0d0e0f051e096f726465722d3432", wire.ErrMalformed},
+		{"acquire trailing", "4100000002000102030405060708090a0b0c0d0e0f051e076f726465722d3432", wire.ErrMalformed},
+		{"release short token", "55000000030000002a", wire.ErrMalformed},
+		{"release no key len", "5500000003000000000000002a", wire.ErrMalformed},
+		{"release key past end", "5500000003000000000000002a096f726465722d3432", wire.ErrMalformed},
+		{"release trailing", "5500000003000000000000002a016f726465722d3432", wire.ErrMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var r wire.Request
+			err := wire.DecodeRequest(mustHex(t, tc.hex), &r)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.want == wire.ErrUnsupportedVersion && errors.Is(err, wire.ErrMalformed) {
+				t.Fatal("a version error must not match ErrMalformed (it is E(2), not E(1))")
+			}
+		})
+	}
+}
+
+func TestDecodeResponseMalformed(t *testing.T) {
+	cases := []struct {
+		name string
+		hex  string
+		want error
+	}{
+		{"empty", "", wire.ErrMalformed},
+		{"no full req_id", "4f000000", wire.ErrMalformed},
+		{"unknown type", "5800000001", wire.ErrUnknownType},
+		{"client type from server", "4100000002", wire.ErrUnknownType},
+		{"hello_ok short", "4f0000000101", wire.ErrMalformed},
+		{"hello_ok no node len", "4f000000010101", wire.ErrMalformed},
+		{"hello_ok node past end", "4f000000010101036e31", wire.ErrMalformed},
+		{"hello_ok trailing", "4f000000010101016e31", wire.ErrMalformed},
+		{"granted short", "4700000002000000000000002a0000", wire.ErrMalformed},
+		{"granted long", "4700000002000000000000002a000005dc00", wire.ErrMalformed},
+		{"timed_out payload", "540000000200", wire.ErrMalformed},
+		{"busy payload", "420000000200", wire.ErrMalformed},
+		{"released payload", "520000000300", wire.ErrMalformed},
+		{"not_held payload", "4e0000000300", wire.ErrMalformed},
+		{"pong payload", "500000000400", wire.ErrMalformed},
+		{"not_active no hint len", "4d00000000", wire.ErrMalformed},
+		{"not_active hint past end", "4d00000000026e", wire.ErrMalformed},
+		{"not_active trailing", "4d00000000016e6e", wire.ErrMalformed},
+		{"error short", "4500000001000300", wire.ErrMalformed},
+		{"error msg past end", "450000000100030002ff", wire.ErrMalformed},
+		{"error trailing", "450000000100030001ffff", wire.ErrMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var r wire.Response
+			if err := wire.DecodeResponse(mustHex(t, tc.hex), &r); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReaderFraming(t *testing.T) {
+	cases := []struct {
+		name string
+		hex  string
+		want error
+	}{
+		{"zero length", "00000000", wire.ErrFrameSize},
+		{"1025", "00000401", wire.ErrFrameSize},
+		{"huge", "ffffffff", wire.ErrFrameSize},
+		{"eof between frames", "", io.EOF},
+		{"cut header", "0000", io.ErrUnexpectedEOF},
+		{"cut body", "0000000550000000", io.ErrUnexpectedEOF},
+		{"header only", "00000005", io.ErrUnexpectedEOF},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := wire.NewReader(bytes.NewReader(mustHex(t, tc.hex)))
+			if _, err := fr.Next(); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if !errors.Is(wire.ErrFrameSize, wire.ErrMalformed) {
+		t.Fatal("ErrFrameSize must match ErrMalformed")
+	}
+	// 1024 is the largest legal body; several frames back to back.
+	var stream []byte
+	big := wire.AppendError(nil, 9, 1, strings.Repeat("m", 2000))
+	stream = append(stream, big...)
+	stream = append(stream, mustHex(t, "000000055000000004")...)
+	fr := wire.NewReader(bufio.NewReader(bytes.NewReader(stream)))
+	b, err := fr.Next()
+	if err != nil || len(b) != wire.MaxBody {
+		t.Fatalf("first frame: len %d err %v", len(b), err)
+	}
+	b, err = fr.Next()
+	if err != nil || hex.EncodeToString(b) != "5000000004" {
+		t.Fatalf("second frame: %x err %v", b, err)
+	}
+	if _, err := fr.Next(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+}
+
+func TestEncodeRefusesWhatCannotBeEncoded(t *testing.T) {
+	long := bytes.Repeat([]byte("k"), 256)
+	for _, r := range []wire.Request{
+		{Type: 'A', Key: long},
+		{Type: 'U', Key: long},
+		{Type: 'H', Version: 1, AuthToken: long},
+		{Type: 'H', Version: 1, Name: long},
+	} {
+		dst := []byte("keep")
+		out, err := wire.AppendRequest(dst, &r)
+		if !errors.Is(err, wire.ErrFieldTooLong) || string(out) != "keep" {
+			t.Errorf("%c: err %v out %q", r.Type, err, out)
+		}
+	}
+	if _, err := wire.AppendRequest(nil, &wire.Request{Type: 'Q'}); !errors.Is(err, wire.ErrUnknownType) {
+		t.Errorf("unknown request type: %v", err)
+	}
+	if _, err := wire.AppendResponse(nil, &wire.Response{Type: 'Q'}); !errors.Is(err, wire.ErrUnknownType) {
+		t.Errorf("unknown response type: %v", err)
+	}
+	if _, err := wire.AppendResponse(nil, &wire.Response{Type: 'M', Hint: long}); !errors.Is(err, wire.ErrFieldTooLong) {
+		t.Errorf("long hint: %v", err)
+	}
+	if _, err := wire.AppendResponse(nil, &wire.Response{Type: 'E', Msg: make([]byte, 1016)}); !errors.Is(err, wire.ErrFieldTooLong) {
+		t.Errorf("long msg: %v", err)
+	}
+}
+
+func randBytes(rng *rand.Rand, max int) []byte {
+	b := make([]byte, rng.IntN(max+1))
+	for i := range b {
+		b[i] = byte(rng.UintN(256))
+	}
+	return b
+}
+
+// Property: any encodable request or response decodes to itself, and the
+// decoded frame re-encodes to the same bytes.
+func TestRoundTripProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	reqTypes := []byte{'H', 'A', 'U', 'P'}
+	respTypes := []byte{'O', 'G', 'T', 'B', 'R', 'N', 'M', 'E', 'P'}
+	for i := 0; i < 20000; i++ {
+		q := wire.Request{Type: reqTypes[rng.IntN(len(reqTypes))], ReqID: rng.Uint32()}
+		switch q.Type {
+		case 'H':
+			q.Version, q.AuthToken, q.Name = 1, randBytes(rng, 255), randBytes(rng, 255)
+		case 'A':
+			for j := range q.Owner {
+				q.Owner[j] = byte(rng.UintN(256))
+			}
+			q.WaitS, q.LeaseS, q.Key = byte(rng.UintN(256)), byte(rng.UintN(256)), randBytes(rng, 255)
+		case 'U':
+			q.Token, q.Key = rng.Uint64(), randBytes(rng, 255)
+		}
+		frame, err := wire.AppendRequest(nil, &q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got wire.Request
+		if err := wire.DecodeRequest(frame[4:], &got); err != nil {
+			t.Fatalf("%+v: %v", q, err)
+		}
+		again, _ := wire.AppendRequest(nil, &got)
+		if !bytes.Equal(frame, again) {
+			t.Fatalf("request round trip differs: %x vs %x", frame, again)
+		}
+
+		p := wire.Response{Type: respTypes[rng.IntN(len(respTypes))], ReqID: rng.Uint32()}
+		switch p.Type {
+		case 'O':
+			p.Version, p.Role, p.Node = byte(rng.UintN(256)), byte(rng.UintN(256)), randBytes(rng, 255)
+		case 'G':
+			p.Token, p.WaitedMS = rng.Uint64(), rng.Uint32()
+		case 'M':
+			p.Hint = randBytes(rng, 255)
+		case 'E':
+			p.Code, p.Msg = uint16(rng.UintN(65536)), randBytes(rng, wire.MaxBody-9)
+		}
+		frame, err = wire.AppendResponse(nil, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotp wire.Response
+		if err := wire.DecodeResponse(frame[4:], &gotp); err != nil {
+			t.Fatalf("%+v: %v", p, err)
+		}
+		again, _ = wire.AppendResponse(nil, &gotp)
+		if !bytes.Equal(frame, again) {
+			t.Fatalf("response round trip differs: %x vs %x", frame, again)
+		}
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	acq := mustHex(t, requestVectors[2].hex)
+	stream := bytes.Repeat(acq, 1000)
+	fr := wire.NewReader(bytes.NewReader(stream))
+	var r wire.Request
+	buf := make([]byte, 0, wire.MaxFrame)
+	allocs := testing.AllocsPerRun(500, func() {
+		body, err := fr.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wire.DecodeRequest(body, &r); err != nil {
+			t.Fatal(err)
+		}
+		buf = wire.AppendGranted(buf[:0], r.ReqID, 1, 0)
+		buf, _ = wire.AppendRequest(buf[:0], &r)
+	})
+	if allocs != 0 {
+		t.Fatalf("read+decode+encode allocates %.1f times per frame, want 0", allocs)
+	}
+	var resp wire.Response
+	g := mustHex(t, responseVectors[1].hex)[4:]
+	if a := testing.AllocsPerRun(500, func() { _ = wire.DecodeResponse(g, &resp) }); a != 0 {
+		t.Fatalf("DecodeResponse allocates %.1f", a)
+	}
+	bad := mustHex(t, "4100000002000102")
+	if a := testing.AllocsPerRun(500, func() { _ = wire.DecodeRequest(bad, &r) }); a != 0 {
+		t.Fatalf("rejecting a malformed frame allocates %.1f", a)
+	}
+}
+
+func BenchmarkDecodeAcquire(b *testing.B) {
+	body := mustHex(b, requestVectors[2].hex)[4:]
+	var r wire.Request
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := wire.DecodeRequest(body, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultNodeName      = "ticketingd"
+	DefaultMaxLocks      = 2_000_000
+	DefaultMaxWaiters    = 1_000_000
+	DefaultMaxKeyWaiters = 10_000
+	DefaultMaxSessions   = 10_000
+	DefaultHelloTimeout  = 5 * time.Second
+	DefaultTokenBlock    = 10_000
+)
+
+// Config configures a Server. The zero value of every field except DataDir is
+// usable and means the documented default. A Config must not be modified after
+// it has been passed to New.
+type Config struct {
+	// DataDir holds the durable token store (the file "tokens.ceiling").
+	// Required: New fails without it. It is created (mode 0700) if missing.
+	DataDir string
+
+	// ClientTokens, if non-empty, makes HELLO carry one of these tokens
+	// (compared in constant time); any other token gets E(3). Empty means no
+	// client authentication.
+	ClientTokens []string
+
+	// NodeName is sent in HELLO_OK. Default DefaultNodeName. At most 255 bytes.
+	NodeName string
+
+	// Standby makes the node answer every HELLO (and any later frame) with
+	// NOT_ACTIVE (M) carrying StandbyHint (at most 255 bytes), then close.
+	Standby     bool
+	StandbyHint string
+
+	// MaxLocks limits held (unexpired) locks; default DefaultMaxLocks.
+	// MaxWaiters limits queued ACQUIREs over all keys; default DefaultMaxWaiters.
+	// MaxKeyWaiters limits queued ACQUIREs for one key; default DefaultMaxKeyWaiters.
+	// MaxSessions limits open sessions (enforced at HELLO with E(7));
+	// default DefaultMaxSessions. A negative value is an error in New.
+	MaxLocks, MaxWaiters, MaxKeyWaiters, MaxSessions int
+
+	// HelloTimeout is how long a connection may take to complete HELLO
+	// (including the TLS handshake); default DefaultHelloTimeout.
+	HelloTimeout time.Duration
+
+	// TLS, if non-nil, makes Serve wrap every accepted connection with
+	// tls.Server(conn, TLS). Client-certificate verification is whatever
+	// this config says.
+	TLS *tls.Config
+
+	// Logger receives the server's logs; nil discards them. Client tokens
+	// are never logged.
+	Logger *slog.Logger
+
+	// Registerer, if non-nil, gets the server's Prometheus collectors
+	// (see the Metrics section of the package documentation).
+	Registerer prometheus.Registerer
+
+	// TokenBlock is how many tokens are reserved per fsync of the token
+	// ceiling; default DefaultTokenBlock.
+	TokenBlock uint64
+
+	// OutputBuffer bounds the bytes of replies queued for one session that
+	// its peer has not read yet; a session that exceeds it is dropped.
+	// Default 1 MiB. (Addition to the agreed contract.)
+	OutputBuffer int
+}
+
+const defaultOutputBuffer = 1 << 20
+
+func (c *Config) normalize() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("server: Config.DataDir is required")
+	}
+	for _, v := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxLocks", &c.MaxLocks, DefaultMaxLocks},
+		{"MaxWaiters", &c.MaxWaiters, DefaultMaxWaiters},
+		{"MaxKeyWaiters", &c.MaxKeyWaiters, DefaultMaxKeyWaiters},
+		{"MaxSessions", &c.MaxSessions, DefaultMaxSessions},
+		{"OutputBuffer", &c.OutputBuffer, defaultOutputBuffer},
+	} {
+		if *v.v < 0 {
+			return fmt.Errorf("server: Config.%s is negative (%d)", v.name, *v.v)
+		}
+		if *v.v == 0 {
+			*v.v = v.def
+		}
+	}
+	if c.HelloTimeout < 0 {
+		return fmt.Errorf("server: Config.HelloTimeout is negative (%v)", c.HelloTimeout)
+	}
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = DefaultHelloTimeout
+	}
+	if c.NodeName == "" {
+		c.NodeName = DefaultNodeName
+	}
+	if len(c.NodeName) > 255 {
+		return fmt.Errorf("server: Config.NodeName longer than 255 bytes")
+	}
+	if len(c.StandbyHint) > 255 {
+		return fmt.Errorf("server: Config.StandbyHint longer than 255 bytes")
+	}
+	for i, t := range c.ClientTokens {
+		if len(t) > 255 {
+			return fmt.Errorf("server: Config.ClientTokens[%d] longer than 255 bytes", i)
+		}
+	}
+	if c.TokenBlock == 0 {
+		c.TokenBlock = DefaultTokenBlock
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

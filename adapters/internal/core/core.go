@@ -1,0 +1,108 @@
+// Package core is the transaction flow shared by the fence adapters:
+// begin, check-and-bump, business function, lease check, commit, release.
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ticketing-dev/ticketing/fence"
+)
+
+// Tx is what the flow needs from a driver transaction.
+type Tx interface {
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Driver adapts one driver family to the flow. T is the transaction type
+// handed to the business function (pgx.Tx, *sql.Tx).
+type Driver[T any] struct {
+	// Pkg prefixes error messages ("pgxfence").
+	Pkg string
+	// Check, if not nil, validates the driver's own settings before begin;
+	// its error is returned as is.
+	Check func() error
+	// Begin starts a transaction.
+	Begin func(ctx context.Context) (T, Tx, error)
+	// Guard performs the check-and-bump for plan inside tx.
+	Guard func(ctx context.Context, tx T, plan fence.Plan) error
+	// Definite reports whether a failed commit's error is a definite answer
+	// from the database (the transaction did not commit). Everything else
+	// is reported as fence.ErrCommitUnknown.
+	Definite func(err error) bool
+}
+
+// Run executes the fenced flow and always releases the ticket exactly once
+// (when ticket is not nil), also when fn panics.
+func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T) error, opts []fence.Option) (err error) {
+	if ticket == nil {
+		return fence.ErrNilTicket
+	}
+	// Release exactly once, whatever happens, after the outcome is settled.
+	released := false
+	release := func(primary error) error {
+		released = true
+		if rerr := ticket.Release(context.WithoutCancel(ctx)); rerr != nil {
+			return &fence.ReleaseError{Primary: primary, Err: rerr}
+		}
+		return primary
+	}
+	plan, err := fence.NewPlan(ticket, opts...)
+	if err != nil {
+		return release(err)
+	}
+	if d.Check != nil {
+		if err := d.Check(); err != nil {
+			return release(err)
+		}
+	}
+	if fn == nil {
+		return release(fmt.Errorf("%s: nil function", d.Pkg))
+	}
+	tx, raw, err := d.Begin(ctx)
+	if err != nil {
+		return release(fmt.Errorf("%s: begin: %w", d.Pkg, err))
+	}
+	finished := false
+	defer func() {
+		// Reached without finished only while fn panics (or calls
+		// runtime.Goexit): roll back, release, and let the panic go on.
+		if !finished {
+			_ = raw.Rollback(context.WithoutCancel(ctx))
+			if !released {
+				_ = release(nil)
+			}
+		}
+	}()
+	rollback := func(primary error) error {
+		finished = true
+		// A rollback error is not reported: an unfinished transaction is
+		// rolled back by the server when its connection goes away.
+		_ = raw.Rollback(context.WithoutCancel(ctx))
+		return release(primary)
+	}
+
+	if err := d.Guard(ctx, tx, plan); err != nil {
+		return rollback(err)
+	}
+	if err := fn(tx); err != nil {
+		return rollback(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return rollback(fmt.Errorf("%s: before commit: %w", d.Pkg, err))
+	}
+	if err := fence.CheckLease(ticket, fence.WithCommitMargin(plan.CommitMargin)); err != nil {
+		return rollback(err)
+	}
+	finished = true
+	if err := raw.Commit(ctx); err != nil {
+		if d.Definite(err) {
+			// The database answered: the transaction did not commit.
+			_ = raw.Rollback(context.WithoutCancel(ctx))
+			return release(fmt.Errorf("%s: commit: %w", d.Pkg, err))
+		}
+		return release(fmt.Errorf("%s: %w: %w", d.Pkg, fence.ErrCommitUnknown, err))
+	}
+	return release(nil)
+}

@@ -1,0 +1,141 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ticketing-dev/ticketing/adapters/internal/core"
+	"github.com/ticketing-dev/ticketing/fence"
+)
+
+// Beginner starts a transaction. *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// (a nested transaction, that is a savepoint) satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Run fences fn with ticket in one transaction of db: begin, check-and-bump
+// of the high-water of every resource (default: the ticket's key), fn,
+// lease check, commit; then it releases the ticket, on every path (also
+// when fn fails or panics), exactly once.
+//
+// Run returns nil if the transaction committed and the ticket was released.
+// Otherwise, with the transaction rolled back unless noted:
+//   - a *fence.StaleError (errors.Is(err, fence.ErrStale)) if the token was
+//     not above a stored high-water;
+//   - fn's error, as is;
+//   - an error matching fence.ErrLeaseExpired if the lease ran out before
+//     commit;
+//   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
+//     if COMMIT got no definite answer (the write may be durable);
+//   - validation errors of fence.NewPlan, before anything is sent;
+//   - a *fence.ReleaseError if the release failed: it carries the outcome
+//     above as Primary (nil if committed; see fence.Committed).
+//
+// If fn panics, Run rolls back, releases the ticket and re-panics.
+// The ticket is released with a context that ignores ctx's cancellation.
+// Run is safe for concurrent use if db is.
+func Run(ctx context.Context, db Beginner, ticket fence.Ticket, fn func(pgx.Tx) error, opts ...fence.Option) error {
+	return core.Run(ctx, driver(db), ticket, fn, opts)
+}
+
+// Guard performs only the check-and-bump, inside tx, a transaction the
+// caller manages. It returns a *fence.StaleError if the token is not above
+// the high-water of every resource; then the caller must roll back. After
+// a nil return, the high-water rows stay locked until tx ends, and the
+// caller must: do the protected write in tx, call fence.CheckLease right
+// before commit (roll back if it fails), commit, and only then release the
+// ticket. Guard never releases the ticket. After any error the transaction
+// must be rolled back (Postgres has aborted it anyway).
+func Guard(ctx context.Context, tx pgx.Tx, ticket fence.Ticket, opts ...fence.Option) error {
+	if tx == nil {
+		return errors.New("pgxfence: nil transaction")
+	}
+	plan, err := fence.NewPlan(ticket, opts...)
+	if err != nil {
+		return err
+	}
+	return guard(ctx, tx, plan)
+}
+
+type txAdapter struct{ tx pgx.Tx }
+
+func (t txAdapter) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t txAdapter) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+func driver(db Beginner) core.Driver[pgx.Tx] {
+	return core.Driver[pgx.Tx]{
+		Pkg: "pgxfence",
+		Begin: func(ctx context.Context) (pgx.Tx, core.Tx, error) {
+			if db == nil {
+				return nil, nil, errors.New("nil db")
+			}
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			return tx, txAdapter{tx}, nil
+		},
+		Guard:    guard,
+		Definite: definite,
+	}
+}
+
+func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
+	upsert := upsertSQL(plan.Table)
+	for _, r := range plan.Resources {
+		var hw int64
+		err := tx.QueryRow(ctx, upsert, []byte(r), plan.Token).Scan(&hw)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("pgxfence: check-and-bump %q: %w", r, err)
+		}
+		// Rejected. The row is locked by the upsert; read its value (a new
+		// snapshot under READ COMMITTED sees what the upsert compared with).
+		if err := tx.QueryRow(ctx, selectSQL(plan.Table), []byte(r)).Scan(&hw); err != nil {
+			return fmt.Errorf("pgxfence: read high-water of %q: %w", r, err)
+		}
+		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}
+	}
+	return nil
+}
+
+// upsertSQL is the check-and-bump statement for table ($1 resource bytea,
+// $2 token bigint). It returns a row only when the token was accepted; it
+// locks the resource's row until the transaction ends either way.
+func upsertSQL(table string) string {
+	return "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES ($1, $2, now()) " +
+		"ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at " +
+		"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water"
+}
+
+func selectSQL(table string) string {
+	return "SELECT high_water FROM " + table + " WHERE resource = $1"
+}
+
+// definite reports whether a commit error is an answer from the server
+// that means "not committed".
+func definite(err error) bool {
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	// Class 08 (connection exception) and 57P0x (the server is going away,
+	// e.g. pg_terminate_backend) say nothing certain about the commit.
+	switch {
+	case len(pgErr.Code) >= 2 && pgErr.Code[:2] == "08":
+		return false
+	case len(pgErr.Code) == 5 && pgErr.Code[:4] == "57P0":
+		return false
+	}
+	return true
+}

@@ -1,0 +1,237 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ticketing-dev/ticketing/adapters/internal/core"
+	"github.com/ticketing-dev/ticketing/fence"
+)
+
+// Dialect selects the SQL of the check-and-bump. The zero value is invalid.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL through pgx's database/sql driver
+	// (github.com/jackc/pgx/v5/stdlib, driver name "pgx").
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 8 or MariaDB 10.5+ through github.com/go-sql-driver/mysql.
+	MySQL
+	// SQLite is SQLite through modernc.org/sqlite (driver name "sqlite").
+	// Use _txlock=immediate in the DSN (see the package documentation).
+	SQLite
+)
+
+// String returns the dialect's name.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// ErrDialect is returned for a Dialect that is not Postgres, MySQL or SQLite.
+var ErrDialect = errors.New("sqlfence: unknown dialect")
+
+// Beginner starts a transaction. *sql.DB and *sql.Conn satisfy it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Run fences fn with ticket in one transaction of db, for dialect d: begin,
+// check-and-bump of the high-water of every resource (default: the
+// ticket's key), fn, lease check, commit; then it releases the ticket, on
+// every path (also when fn fails or panics), exactly once.
+//
+// Run returns nil if the transaction committed and the ticket was released.
+// Otherwise, with the transaction rolled back unless noted:
+//   - a *fence.StaleError (errors.Is(err, fence.ErrStale)) if the token was
+//     not above a stored high-water;
+//   - fn's error, as is;
+//   - an error matching fence.ErrLeaseExpired if the lease ran out before
+//     commit;
+//   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
+//     if COMMIT got no definite answer (the write may be durable);
+//   - ErrDialect or a validation error of fence.NewPlan, before anything
+//     is sent;
+//   - a *fence.ReleaseError if the release failed: it carries the outcome
+//     above as Primary (nil if committed; see fence.Committed).
+//
+// If fn panics, Run rolls back, releases the ticket and re-panics.
+// The transaction uses the driver's default isolation level (see the
+// package documentation). The ticket is released with a context that
+// ignores ctx's cancellation. Run is safe for concurrent use if db is.
+func Run(ctx context.Context, db Beginner, d Dialect, ticket fence.Ticket, fn func(*sql.Tx) error, opts ...fence.Option) error {
+	return core.Run(ctx, driver(db, d), ticket, fn, opts)
+}
+
+// Guard performs only the check-and-bump, inside tx, a transaction the
+// caller manages, for dialect d. It returns a *fence.StaleError if the
+// token is not above the high-water of every resource; then the caller
+// must roll back. After a nil return, the high-water rows stay locked until
+// tx ends, and the caller must: do the protected write in tx, call
+// fence.CheckLease right before commit (roll back if it fails), commit, and
+// only then release the ticket. Guard never releases the ticket. After any
+// error the transaction must be rolled back.
+func Guard(ctx context.Context, tx *sql.Tx, d Dialect, ticket fence.Ticket, opts ...fence.Option) error {
+	if tx == nil {
+		return errors.New("sqlfence: nil transaction")
+	}
+	if _, err := statements(d, fence.DefaultTable); err != nil {
+		return err
+	}
+	plan, err := fence.NewPlan(ticket, opts...)
+	if err != nil {
+		return err
+	}
+	return guard(ctx, tx, d, plan)
+}
+
+type txAdapter struct{ tx *sql.Tx }
+
+func (t txAdapter) Commit(context.Context) error   { return t.tx.Commit() }
+func (t txAdapter) Rollback(context.Context) error { return t.tx.Rollback() }
+
+func driver(db Beginner, d Dialect) core.Driver[*sql.Tx] {
+	return core.Driver[*sql.Tx]{
+		Pkg: "sqlfence",
+		Check: func() error {
+			_, err := statements(d, fence.DefaultTable)
+			return err
+		},
+		Begin: func(ctx context.Context) (*sql.Tx, core.Tx, error) {
+			if db == nil {
+				return nil, nil, errors.New("nil db")
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			return tx, txAdapter{tx}, nil
+		},
+		Guard: func(ctx context.Context, tx *sql.Tx, plan fence.Plan) error {
+			return guard(ctx, tx, d, plan)
+		},
+		Definite: definite,
+	}
+}
+
+type stmts struct {
+	upsert string // check-and-bump
+	read   string // locking read of the high-water, after a rejection
+}
+
+func statements(d Dialect, table string) (stmts, error) {
+	switch d {
+	case Postgres:
+		return stmts{
+			upsert: "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES ($1, $2, now()) " +
+				"ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at " +
+				"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water",
+			read: "SELECT high_water FROM " + table + " WHERE resource = $1",
+		}, nil
+	case MySQL:
+		// The assignments run left to right, so updated_at must come first:
+		// it compares with the old high_water. In the rejected case the
+		// row is left unchanged (0 affected rows) and LAST_INSERT_ID(1)
+		// flags the statement's insert id, which does not depend on the
+		// clientFoundRows setting.
+		return stmts{
+			upsert: "INSERT INTO " + table + " (resource, high_water, updated_at) VALUES (?, ?, CURRENT_TIMESTAMP(6)) " +
+				"ON DUPLICATE KEY UPDATE " +
+				"updated_at = IF(high_water < VALUES(high_water), VALUES(updated_at), updated_at), " +
+				"high_water = IF(high_water < VALUES(high_water), VALUES(high_water), high_water + 0 * LAST_INSERT_ID(1))",
+			// A locking read is a "current read" under REPEATABLE READ: it
+			// sees the latest committed value, not the snapshot.
+			read: "SELECT high_water FROM " + table + " WHERE resource = ? FOR UPDATE",
+		}, nil
+	case SQLite:
+		return stmts{
+			upsert: "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) " +
+				"ON CONFLICT (resource) DO UPDATE SET high_water = excluded.high_water, updated_at = excluded.updated_at " +
+				"WHERE f.high_water < excluded.high_water RETURNING high_water",
+			read: "SELECT high_water FROM " + table + " WHERE resource = ?",
+		}, nil
+	}
+	return stmts{}, fmt.Errorf("%w: %v", ErrDialect, d)
+}
+
+func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
+	st, err := statements(d, plan.Table)
+	if err != nil {
+		return err
+	}
+	for _, r := range plan.Resources {
+		accepted, err := bump(ctx, tx, d, st, r, plan.Token)
+		if err != nil {
+			return fmt.Errorf("sqlfence: check-and-bump %q: %w", r, err)
+		}
+		if accepted {
+			continue
+		}
+		var hw int64
+		if err := tx.QueryRowContext(ctx, st.read, []byte(r)).Scan(&hw); err != nil {
+			return fmt.Errorf("sqlfence: read high-water of %q: %w", r, err)
+		}
+		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}
+	}
+	return nil
+}
+
+func bump(ctx context.Context, tx *sql.Tx, d Dialect, st stmts, r string, token int64) (bool, error) {
+	if d != MySQL {
+		var hw int64
+		err := tx.QueryRowContext(ctx, st.upsert, []byte(r), token).Scan(&hw)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	res, err := tx.ExecContext(ctx, st.upsert, []byte(r), token)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return false, err
+	}
+	// 1 = inserted, 2 = updated; 0 = unchanged (rejected). With
+	// clientFoundRows=true an unchanged row also counts 1, hence the flag.
+	return (n == 1 || n == 2) && id != 1, nil
+}
+
+// definite reports whether a commit error is an answer from the database
+// that means "not committed".
+func definite(err error) bool {
+	// *pgconn.PgError (pgx stdlib).
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) {
+		c := pgErr.SQLState()
+		return !(len(c) >= 2 && c[:2] == "08") && !(len(c) == 5 && c[:4] == "57P0")
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case 1053, 1927, 2006, 2013: // server shutdown, connection killed, gone away, lost
+			return false
+		}
+		return true
+	}
+	// *sqlite.Error (modernc.org/sqlite): SQLite runs in-process, its
+	// answers are definite; a failed COMMIT is rolled back by Run.
+	var liteErr interface{ Code() int }
+	return errors.As(err, &liteErr)
+}

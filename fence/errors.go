@@ -1,0 +1,111 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrStale is matched (errors.Is) by every *StaleError: the ticket's
+	// token is not above the resource's stored high-water, so a newer holder
+	// has already written. Nothing was committed.
+	ErrStale = errors.New("fence: stale token")
+
+	// ErrLeaseExpired means the ticket's conservative remaining time ran out
+	// (or fell to the configured commit margin) before commit. The
+	// transaction was rolled back, not committed: the lock may already be
+	// someone else's.
+	ErrLeaseExpired = errors.New("fence: lease expired before commit")
+
+	// ErrCommitUnknown means COMMIT was sent but no answer from the database
+	// says what happened (the connection broke, the context was cancelled
+	// during commit, ...). The write may or may not be durable; the error
+	// wraps the driver's error. Treat it like an indeterminate outcome: check
+	// the data before retrying.
+	ErrCommitUnknown = errors.New("fence: commit outcome unknown")
+
+	// ErrRelease is matched by every *ReleaseError: releasing the ticket
+	// failed after the transaction's outcome was settled.
+	ErrRelease = errors.New("fence: releasing the ticket failed")
+
+	// ErrInvalidResource is returned for an empty resource name or one
+	// longer than MaxResourceLen bytes. Nothing is sent to the database.
+	ErrInvalidResource = errors.New("fence: invalid resource")
+
+	// ErrTokenRange is returned for a token above math.MaxInt64, which the
+	// signed BIGINT high-water column cannot hold. The token is never
+	// truncated. Nothing is sent to the database.
+	ErrTokenRange = errors.New("fence: token out of range")
+
+	// ErrInvalidTable is returned for a table name that is not a safe SQL
+	// identifier (optionally schema-qualified).
+	ErrInvalidTable = errors.New("fence: invalid table name")
+
+	// ErrNilTicket is returned when the ticket is nil.
+	ErrNilTicket = errors.New("fence: nil ticket")
+)
+
+// StaleError reports a rejected token: Token <= HighWater for Resource.
+// It matches ErrStale with errors.Is. When several resources are fenced,
+// it names the first stale one in sorted order.
+type StaleError struct {
+	// Resource is the fenced resource name (possibly not valid UTF-8).
+	Resource string
+	// Token is the rejected fencing token.
+	Token uint64
+	// HighWater is the stored high-water the token was compared with
+	// (read after the rejection; at least Token).
+	HighWater uint64
+}
+
+// Error implements error.
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
+}
+
+// Is makes errors.Is(err, ErrStale) true.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// ReleaseError reports that the ticket's Release failed after the
+// transaction was committed or rolled back. It never hides the primary
+// outcome: Primary is nil when the transaction committed (see Committed),
+// otherwise it is the error the caller would have received had the release
+// succeeded. errors.Is and errors.As see both Primary and Err, and
+// errors.Is(err, ErrRelease) is true.
+type ReleaseError struct {
+	// Primary is the outcome of the fenced transaction; nil means committed.
+	Primary error
+	// Err is the error returned by Ticket.Release.
+	Err error
+}
+
+// Error implements error.
+func (e *ReleaseError) Error() string {
+	if e.Primary == nil {
+		return fmt.Sprintf("fence: transaction committed, but releasing the ticket failed: %v", e.Err)
+	}
+	return fmt.Sprintf("%v (and releasing the ticket failed: %v)", e.Primary, e.Err)
+}
+
+// Is makes errors.Is(err, ErrRelease) true.
+func (e *ReleaseError) Is(target error) bool { return target == ErrRelease }
+
+// Unwrap returns Primary (if any) and Err.
+func (e *ReleaseError) Unwrap() []error {
+	if e.Primary == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Primary, e.Err}
+}
+
+// Committed reports whether err, as returned by an adapter's Run, still
+// means that the transaction committed: err is nil, or it is a
+// *ReleaseError with a nil Primary (the write is durable, only the ticket's
+// release failed, so the lock lingers until its lease ends).
+func Committed(err error) bool {
+	if err == nil {
+		return true
+	}
+	var re *ReleaseError
+	return errors.As(err, &re) && re.Primary == nil
+}

@@ -1,0 +1,150 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// DefaultTable is the high-water table created by package migrations.
+const DefaultTable = "ticketing_fence"
+
+// MaxResourceLen is the longest resource name, in bytes (the broker's key
+// limit). Resource names are stored as bytes, so any byte string works,
+// including non-UTF-8.
+const MaxResourceLen = 255
+
+// Ticket is what fencing needs from a lock ticket. *broker.Ticket satisfies
+// it; package fencetest has a fake for tests.
+type Ticket interface {
+	// Key is the locked key; the default resource name.
+	Key() string
+	// Token is the fencing token, increasing with every grant.
+	Token() uint64
+	// Remaining is the conservative time left on the lease.
+	Remaining() time.Duration
+	// Release gives the lock back.
+	Release(ctx context.Context) error
+}
+
+// Option configures a fenced transaction. Options are applied in order.
+type Option func(*settings)
+
+type settings struct {
+	resources []string
+	table     string
+	margin    time.Duration
+}
+
+// WithResource fences the named resource instead of the ticket's key.
+// It replaces earlier WithResource/WithResources options.
+func WithResource(name string) Option {
+	return func(s *settings) { s.resources = []string{name} }
+}
+
+// WithResources fences several resources in one transaction. They are
+// bumped in sorted (bytewise) order, duplicates removed, so two
+// transactions fencing overlapping sets never deadlock on the high-water
+// rows. Every resource must accept the token. It replaces earlier
+// WithResource/WithResources options.
+func WithResources(names ...string) Option {
+	return func(s *settings) { s.resources = slices.Clone(names) }
+}
+
+// WithTable uses a high-water table other than DefaultTable. The name must
+// be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes),
+// optionally schema-qualified ("schema.table"); it is not quoted. The user
+// creates such a table (same columns as the migrations create); package
+// migrations only manages DefaultTable.
+func WithTable(name string) Option {
+	return func(s *settings) { s.table = name }
+}
+
+// WithCommitMargin requires more than d of the ticket's conservative
+// remaining time right before commit (default 0: any positive remaining
+// time). Use it to leave room for the commit itself.
+func WithCommitMargin(d time.Duration) Option {
+	return func(s *settings) { s.margin = d }
+}
+
+// Plan is a validated fenced write: what an adapter needs to issue the
+// check-and-bump. Adapters build it with NewPlan; users rarely need it.
+type Plan struct {
+	// Resources are the resource names, validated, sorted and deduplicated.
+	Resources []string
+	// Table is the validated high-water table name.
+	Table string
+	// Token is the ticket's token as stored (a signed BIGINT).
+	Token int64
+	// CommitMargin is the remaining lease time required at commit.
+	CommitMargin time.Duration
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// NewPlan validates the ticket and options. It returns ErrNilTicket,
+// ErrInvalidResource, ErrTokenRange or ErrInvalidTable (wrapped with
+// details) and never touches a database.
+func NewPlan(t Ticket, opts ...Option) (Plan, error) {
+	if t == nil {
+		return Plan{}, ErrNilTicket
+	}
+	s := settings{table: DefaultTable}
+	for _, o := range opts {
+		if o != nil {
+			o(&s)
+		}
+	}
+	if s.resources == nil {
+		s.resources = []string{t.Key()}
+	}
+	if len(s.resources) == 0 {
+		return Plan{}, fmt.Errorf("%w: no resource given", ErrInvalidResource)
+	}
+	for _, r := range s.resources {
+		if r == "" {
+			return Plan{}, fmt.Errorf("%w: empty resource name", ErrInvalidResource)
+		}
+		if len(r) > MaxResourceLen {
+			return Plan{}, fmt.Errorf("%w: resource name is %d bytes, the limit is %d", ErrInvalidResource, len(r), MaxResourceLen)
+		}
+	}
+	if !identRE.MatchString(s.table) {
+		return Plan{}, fmt.Errorf("%w: %q", ErrInvalidTable, s.table)
+	}
+	tok := t.Token()
+	if tok > math.MaxInt64 {
+		return Plan{}, fmt.Errorf("%w: %d is above %d", ErrTokenRange, tok, int64(math.MaxInt64))
+	}
+	rs := slices.Clone(s.resources)
+	slices.Sort(rs)
+	return Plan{
+		Resources:    slices.Compact(rs),
+		Table:        s.table,
+		Token:        int64(tok),
+		CommitMargin: s.margin,
+	}, nil
+}
+
+// CheckLease returns an error matching ErrLeaseExpired if the ticket's
+// conservative remaining time is not above the commit margin (see
+// WithCommitMargin). Call it right before committing a transaction you
+// fenced with an adapter's Guard; Run calls it for you.
+func CheckLease(t Ticket, opts ...Option) error {
+	if t == nil {
+		return ErrNilTicket
+	}
+	var s settings
+	for _, o := range opts {
+		if o != nil {
+			o(&s)
+		}
+	}
+	if rem := t.Remaining(); rem <= s.margin {
+		return fmt.Errorf("%w: %v remaining, margin %v", ErrLeaseExpired, rem, s.margin)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/pressly/goose/v3"
+)
+
+// VersionTable is goose's version table for these migrations, separate
+// from the application's own goose_db_version.
+const VersionTable = "ticketing_goose_version"
+
+// Dialect selects the SQL files. The zero value is invalid.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL 11+ (files in postgres/).
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 8 or MariaDB 10.5+ (files in mysql/).
+	MySQL
+	// SQLite is SQLite 3.35+ (files in sqlite3/).
+	SQLite
+)
+
+// ErrDialect is returned for a Dialect that is not Postgres, MySQL or SQLite.
+var ErrDialect = errors.New("migrations: unknown dialect")
+
+// String returns the directory name of the dialect's files, which is also
+// goose's dialect name.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite3"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+//go:embed postgres/*.sql mysql/*.sql sqlite3/*.sql
+var files embed.FS
+
+// Files returns the goose SQL files of dialect d, for use with a goose
+// Provider of your own.
+func Files(d Dialect) (fs.FS, error) {
+	if _, err := gooseDialect(d); err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(files, d.String())
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return sub, nil
+}
+
+func gooseDialect(d Dialect) (goose.Dialect, error) {
+	switch d {
+	case Postgres:
+		return goose.DialectPostgres, nil
+	case MySQL:
+		return goose.DialectMySQL, nil
+	case SQLite:
+		return goose.DialectSQLite3, nil
+	}
+	return "", fmt.Errorf("%w: %v", ErrDialect, d)
+}
+
+func provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
+	if db == nil {
+		return nil, errors.New("migrations: nil db")
+	}
+	gd, err := gooseDialect(d)
+	if err != nil {
+		return nil, err
+	}
+	fsys, err := Files(d)
+	if err != nil {
+		return nil, err
+	}
+	p, err := goose.NewProvider(gd, db, fsys,
+		goose.WithTableName(VersionTable),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSessionLocker(newLocker(d)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+// Up applies every pending migration of dialect d to db and creates the
+// table fence.DefaultTable. Applied versions are recorded in VersionTable;
+// running Up again is a no-op. Concurrent Up/Down calls, from any number
+// of processes, are serialised by a database lock (see the package
+// documentation).
+func Up(ctx context.Context, db *sql.DB, d Dialect) error {
+	p, err := provider(db, d)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// Down rolls back every migration of dialect d, dropping the table
+// fence.DefaultTable and all its high-water marks. The version table and,
+// on SQLite, the lock table stay. Down is a no-op if nothing is applied.
+func Down(ctx context.Context, db *sql.DB, d Dialect) error {
+	p, err := provider(db, d)
+	if err != nil {
+		return err
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		return fmt.Errorf("migrations: down: %w", err)
+	}
+	return nil
+}

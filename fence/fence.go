@@ -51,7 +51,7 @@ func WithResource(name string) Option {
 // rows. Every resource must accept the token. It replaces earlier
 // WithResource/WithResources options.
 func WithResources(names ...string) Option {
-	return func(s *settings) { s.resources = slices.Clone(names) }
+	return func(s *settings) { s.resources = append(make([]string, 0, len(names)), names...) }
 }
 
 // WithTable uses a high-water table other than DefaultTable. The name must

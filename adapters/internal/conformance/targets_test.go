@@ -1,0 +1,283 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/ticketing-dev/ticketing/adapters/pgxfence"
+	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/fence"
+	"github.com/ticketing-dev/ticketing/internal/testdb"
+	"github.com/ticketing-dev/ticketing/migrations"
+)
+
+// querier is a transaction as the tests' business functions see it.
+type querier interface {
+	exec(ctx context.Context, query string, args ...any) error
+	queryInt(ctx context.Context, query string, args ...any) (int64, error)
+}
+
+// target is one adapter on one database, with a fresh database that has
+// the migrations applied plus the tables items and fence_log.
+type target struct {
+	name    string
+	dialect migrations.Dialect
+	// admin is a separate pool for set-up and assertions.
+	admin *sql.DB
+	// run is the adapter's Run.
+	run func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
+	// guarded runs fn in a transaction the test manages itself, fenced
+	// with the adapter's Guard; it commits when Guard, fn and
+	// fence.CheckLease succeed, and never releases the ticket.
+	guarded func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
+	// backendID returns the id of the transaction's server connection, and
+	// kill terminates it from outside; nil for SQLite.
+	backendID string
+	kill      string
+}
+
+// q rewrites ? placeholders for PostgreSQL.
+func (tg *target) q(query string) string {
+	if tg.dialect != migrations.Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (tg *target) mustExec(t testing.TB, query string, args ...any) {
+	t.Helper()
+	if _, err := tg.admin.ExecContext(context.Background(), tg.q(query), args...); err != nil {
+		t.Fatalf("%s: %s: %v", tg.name, query, err)
+	}
+}
+
+func (tg *target) queryInt(t testing.TB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := tg.admin.QueryRowContext(context.Background(), tg.q(query), args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %s: %v", tg.name, query, err)
+	}
+	return n
+}
+
+// highWater returns the stored high-water of resource, or -1 if no row.
+func (tg *target) highWater(t testing.TB, resource string) int64 {
+	t.Helper()
+	return tg.highWaterIn(t, fence.DefaultTable, resource)
+}
+
+func (tg *target) highWaterIn(t testing.TB, table, resource string) int64 {
+	t.Helper()
+	var n int64
+	err := tg.admin.QueryRowContext(context.Background(), tg.q("SELECT high_water FROM "+table+" WHERE resource = ?"), []byte(resource)).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1
+	}
+	if err != nil {
+		t.Fatalf("%s: read high-water: %v", tg.name, err)
+	}
+	return n
+}
+
+type sqlQ struct {
+	tg *target
+	tx *sql.Tx
+}
+
+func (s sqlQ) exec(ctx context.Context, query string, args ...any) error {
+	_, err := s.tx.ExecContext(ctx, s.tg.q(query), args...)
+	return err
+}
+
+func (s sqlQ) queryInt(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := s.tx.QueryRowContext(ctx, s.tg.q(query), args...).Scan(&n)
+	return n, err
+}
+
+type pgxQ struct {
+	tg *target
+	tx pgx.Tx
+}
+
+func (p pgxQ) exec(ctx context.Context, query string, args ...any) error {
+	_, err := p.tx.Exec(ctx, p.tg.q(query), args...)
+	return err
+}
+
+func (p pgxQ) queryInt(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := p.tx.QueryRow(ctx, p.tg.q(query), args...).Scan(&n)
+	return n, err
+}
+
+type kind struct {
+	name    string
+	dialect migrations.Dialect
+	open    func(t testing.TB) *target
+}
+
+var kinds = []kind{
+	{"pgx/postgres", migrations.Postgres, openPgx},
+	{"sql/postgres", migrations.Postgres, func(t testing.TB) *target {
+		return openSQL(t, "sql/postgres", "pgx", testdb.Postgres(t), sqlfence.Postgres, migrations.Postgres)
+	}},
+	{"sql/mysql", migrations.MySQL, func(t testing.TB) *target {
+		return openSQL(t, "sql/mysql", "mysql", testdb.MySQL(t), sqlfence.MySQL, migrations.MySQL)
+	}},
+	{"sql/sqlite", migrations.SQLite, func(t testing.TB) *target {
+		return openSQL(t, "sql/sqlite", "sqlite", testdb.SQLite(t), sqlfence.SQLite, migrations.SQLite)
+	}},
+}
+
+// forEach runs f as a subtest for every adapter and dialect.
+func forEach(t *testing.T, f func(t *testing.T, tg *target)) {
+	t.Helper()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { f(t, k.open(t)) })
+	}
+}
+
+func openAdmin(t testing.TB, driver, dsn string, d migrations.Dialect) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db, d); err != nil {
+		t.Fatalf("migrations: %v", err)
+	}
+	var stmts []string
+	switch d {
+	case migrations.Postgres:
+		stmts = []string{
+			"CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
+			"CREATE TABLE fence_log (id BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL)",
+		}
+	case migrations.MySQL:
+		stmts = []string{
+			"CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB",
+			"CREATE TABLE fence_log (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB",
+		}
+	case migrations.SQLite:
+		stmts = []string{
+			"CREATE TABLE items (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)",
+			"CREATE TABLE fence_log (id INTEGER PRIMARY KEY AUTOINCREMENT, token INTEGER NOT NULL)",
+		}
+	}
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return db
+}
+
+func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migrations.Dialect) *target {
+	t.Helper()
+	tg := &target{name: name, dialect: md, admin: openAdmin(t, driver, dsn, md)}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	t.Cleanup(func() { db.Close() })
+	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
+		return sqlfence.Run(ctx, db, d, tk, func(tx *sql.Tx) error { return fn(sqlQ{tg, tx}) }, opts...)
+	}
+	tg.guarded = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := sqlfence.Guard(ctx, tx, d, tk, opts...); err != nil {
+			return err
+		}
+		if err := fn(sqlQ{tg, tx}); err != nil {
+			return err
+		}
+		if err := fence.CheckLease(tk, opts...); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	switch md {
+	case migrations.Postgres:
+		tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
+	case migrations.MySQL:
+		tg.backendID, tg.kill = "SELECT CONNECTION_ID()", "KILL CONNECTION ?"
+	}
+	return tg
+}
+
+func openPgx(t testing.TB) *target {
+	t.Helper()
+	dsn := testdb.Postgres(t)
+	tg := &target{name: "pgx/postgres", dialect: migrations.Postgres, admin: openAdmin(t, "pgx", dsn, migrations.Postgres)}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
+		return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) }, opts...)
+	}
+	tg.guarded = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if err := pgxfence.Guard(ctx, tx, tk, opts...); err != nil {
+			return err
+		}
+		if err := fn(pgxQ{tg, tx}); err != nil {
+			return err
+		}
+		if err := fence.CheckLease(tk, opts...); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
+	return tg
+}
+
+// ctxTimeout is a test context with a deadline, so a lock wait that never
+// ends fails the test instead of hanging it.
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var _ = mysql.ErrInvalidConn

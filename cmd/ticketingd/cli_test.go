@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func runCapture(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(t.Context(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCapture(t, "version")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.HasPrefix(out, "ticketingd dev\n") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("version output:\n%s", out)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"init", "--help"}, {"version", "--help"}} {
+		code, out, _ := runCapture(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("%v: exit %d, output:\n%s", args, code, out)
+		}
+	}
+	_, out, _ := runCapture(t, "serve", "--help")
+	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
+		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--admin-listen",
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("serve --help lacks %s", flag)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, name, content string, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUsageErrors(t *testing.T) {
+	unknownKey := writeTemp(t, "unknown.yaml", "listen: 127.0.0.1:0\nmax-lockz: 3\n", 0o644)
+	badType := writeTemp(t, "badtype.yaml", "max-locks: lots\n", 0o644)
+	badDur := writeTemp(t, "baddur.yaml", "shutdown-timeout: soon\n", 0o644)
+	badLevel := writeTemp(t, "badlevel.yaml", "log-level: loud\n", 0o644)
+	badYAML := writeTemp(t, "bad.yaml", "listen: [\n", 0o644)
+	emptyTokens := writeTemp(t, "tokens", "# nothing here\n\n", 0o600)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string // substrings of stderr
+	}{
+		{"no command", nil, 2, []string{"missing command"}},
+		{"unknown command", []string{"serv"}, 2, []string{"unknown command"}},
+		{"unknown flag", []string{"serve", "--listne", "x"}, 2, []string{"--listne"}},
+		{"bad int flag", []string{"serve", "--max-locks", "many"}, 2, []string{"--max-locks"}},
+		{"negative limit", []string{"serve", "--max-waiters", "-1"}, 2, []string{"--max-waiters"}},
+		{"bad log level", []string{"serve", "--log-level", "loud"}, 2, []string{"--log-level", "loud"}},
+		{"bad log format", []string{"serve", "--log-format", "xml"}, 2, []string{"--log-format"}},
+		{"extra args", []string{"serve", "now"}, 2, []string{"no arguments"}},
+		{"cert without key", []string{"serve", "--tls-cert", "c.pem"}, 2, []string{"--tls-key"}},
+		{"client ca without cert", []string{"serve", "--tls-client-ca", "ca.pem"}, 2, []string{"--tls-client-ca"}},
+		{"bad shutdown timeout", []string{"serve", "--shutdown-timeout", "0s"}, 2, []string{"--shutdown-timeout"}},
+		{"config unknown key", []string{"serve", "--config", unknownKey}, 2, []string{unknownKey, `unknown key "max-lockz"`, "line 2"}},
+		{"config bad type", []string{"serve", "--config", badType}, 2, []string{badType, "lots"}},
+		{"config bad duration", []string{"serve", "--config", badDur}, 2, []string{badDur, "soon"}},
+		{"config bad level", []string{"serve", "--config", badLevel}, 2, []string{"log-level in config file " + badLevel}},
+		{"config bad yaml", []string{"serve", "--config", badYAML}, 2, []string{badYAML}},
+		{"config missing", []string{"serve", "--config", "/nonexistent/t.yaml"}, 1, []string{"/nonexistent/t.yaml"}},
+		{"tokens file missing", []string{"serve", "--client-tokens-file", "/nonexistent/tokens", "--listen", "127.0.0.1:0"}, 1, []string{"/nonexistent/tokens"}},
+		{"tokens file empty", []string{"serve", "--client-tokens-file", emptyTokens, "--listen", "127.0.0.1:0"}, 2, []string{emptyTokens, "no tokens"}},
+		{"tls files missing", []string{"serve", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, 1, []string{"/nonexistent/c.pem"}},
+		{"init without dir", []string{"init"}, 2, []string{"--dir"}},
+		{"version args", []string{"version", "x"}, 2, []string{"no arguments"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCapture(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+// parseServe resolves serve options the way 'ticketingd serve' does.
+func parseServe(t *testing.T, args ...string) (*serveOptions, error) {
+	t.Helper()
+	var o serveOptions
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return &o, o.finish(fs)
+}
+
+func TestConfigFileAndFlagOverride(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "t.yaml")
+	content := `# comment
+listen: "127.0.0.1:6000"
+data-dir: data
+client-token: [a, b]
+client-tokens-file: /etc/ticketing/tokens
+tls-cert: server.pem
+tls-key: /abs/server-key.pem
+tls-client-ca: ca.pem
+max-locks: 10
+max-waiters: 20
+max-key-waiters: 30
+max-sessions: 40
+admin-listen: 127.0.0.1:9225
+log-level: debug
+log-format: json
+node-name: n1
+standby: true
+standby-hint: other:5225
+shutdown-timeout: 3s
+`
+	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseServe(t, "--config", cfg, "--listen", "127.0.0.1:7000", "--max-locks", "11", "--client-token", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := serveOptions{
+		Config:           cfg,
+		Listen:           "127.0.0.1:7000", // flag wins
+		DataDir:          filepath.Join(dir, "data"),
+		ClientTokens:     []string{"c"}, // flag wins, replaces the list
+		ClientTokensFile: "/etc/ticketing/tokens",
+		TLSCert:          filepath.Join(dir, "server.pem"),
+		TLSKey:           "/abs/server-key.pem",
+		TLSClientCA:      filepath.Join(dir, "ca.pem"),
+		MaxLocks:         11,
+		MaxWaiters:       20,
+		MaxKeyWaiters:    30,
+		MaxSessions:      40,
+		AdminListen:      "127.0.0.1:9225",
+		LogLevel:         "debug",
+		LogFormat:        "json",
+		NodeName:         "n1",
+		Standby:          true,
+		StandbyHint:      "other:5225",
+		ShutdownTimeout:  3 * time.Second,
+	}
+	if !reflect.DeepEqual(*o, want) {
+		t.Errorf("got  %+v\nwant %+v", *o, want)
+	}
+
+	// Defaults without a config file.
+	o, err = parseServe(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Listen != "127.0.0.1:5225" || o.DataDir != "./ticketing-data" || o.ShutdownTimeout != 10*time.Second ||
+		o.LogLevel != "info" || o.LogFormat != "text" {
+		t.Errorf("defaults: %+v", *o)
+	}
+
+	// An empty config file is fine.
+	empty := writeTemp(t, "empty.yaml", "", 0o644)
+	if _, err := parseServe(t, "--config", empty); err != nil {
+		t.Errorf("empty config: %v", err)
+	}
+}
+
+// Every serve flag but --config is a config file key and vice versa.
+func TestConfigKeysMatchFlags(t *testing.T) {
+	var o serveOptions
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.register(fs)
+	var flags, keys []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "config" {
+			flags = append(flags, f.Name)
+		}
+	})
+	rt := reflect.TypeFor[fileConfig]()
+	for i := range rt.NumField() {
+		keys = append(keys, rt.Field(i).Tag.Get("yaml"))
+	}
+	slices.Sort(flags)
+	slices.Sort(keys)
+	if !slices.Equal(flags, keys) {
+		t.Errorf("flags %v\nkeys  %v", flags, keys)
+	}
+}
+
+func TestReadTokensFile(t *testing.T) {
+	p := writeTemp(t, "tokens", "# comment\n\n  tok-1  \n\t# indented comment\ntok#2\n", 0o644)
+	tokens, loose, err := readTokensFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tokens, []string{"tok-1", "tok#2"}) {
+		t.Errorf("tokens %q", tokens)
+	}
+	if loose != 0o044 {
+		t.Errorf("loose mode %#o, want 044", loose)
+	}
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, loose, _ = readTokensFile(p); loose != 0 {
+		t.Errorf("loose mode %#o for 0600", loose)
+	}
+	long := writeTemp(t, "long", strings.Repeat("x", 256)+"\n", 0o600)
+	if _, _, err := readTokensFile(long); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("long token: %v", err)
+	}
+}
+
+func TestInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "deploy")
+	code, out, stderr := runCapture(t, "init", "--dir", dir, "--tls", "--host", "127.0.0.1", "--host", "locks.example.test", "--host", "::1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for name, perm := range map[string]os.FileMode{
+		initConfigFile: 0o644, initTokensFile: 0o600, initCACert: 0o644, initCAKey: 0o600,
+		initServerCert: 0o644, initServerKey: 0o600, initDataDir: 0o700 | os.ModeDir,
+	} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != perm {
+			t.Errorf("%s: mode %v, want %v", name, st.Mode(), perm)
+		}
+	}
+	tokens, _, err := readTokensFile(filepath.Join(dir, initTokensFile))
+	if err != nil || len(tokens) != 1 || len(tokens[0]) != 43 {
+		t.Fatalf("tokens %q, %v", tokens, err)
+	}
+	if strings.Count(out, tokens[0]) != 1 {
+		t.Errorf("token should be printed exactly once:\n%s", out)
+	}
+	for _, w := range []string{"ticketingd serve --config " + filepath.Join(dir, initConfigFile), "broker.New(broker.Config{",
+		"broker.TLSCAFile", filepath.Join(dir, initCACert)} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+
+	// The server certificate verifies against the CA for every host.
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(filepath.Join(dir, initCACert))
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("bad CA PEM")
+	}
+	srvPEM, _ := os.ReadFile(filepath.Join(dir, initServerCert))
+	blk, _ := pem.Decode(srvPEM)
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"127.0.0.1", "locks.example.test", "::1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: h, Roots: pool}); err != nil {
+			t.Errorf("verify for %s: %v", h, err)
+		}
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "other.example.test", Roots: pool}); err == nil {
+		t.Error("certificate valid for a host it was not made for")
+	}
+
+	// The config file is valid for serve.
+	o, err := parseServe(t, "--config", filepath.Join(dir, initConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.DataDir != filepath.Join(dir, "data") || o.TLSCert != filepath.Join(dir, initServerCert) ||
+		o.ClientTokensFile != filepath.Join(dir, initTokensFile) {
+		t.Errorf("config from init: %+v", *o)
+	}
+
+	// No overwrite without --force.
+	code, _, stderr = runCapture(t, "init", "--dir", dir)
+	if code != 1 || !strings.Contains(stderr, "--force") {
+		t.Errorf("second init: exit %d, %s", code, stderr)
+	}
+	code, out2, stderr := runCapture(t, "init", "--dir", dir, "--force")
+	if code != 0 {
+		t.Fatalf("init --force: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(out2, tokens[0]) {
+		t.Error("init --force reused the old token")
+	}
+}

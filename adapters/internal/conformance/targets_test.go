@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -155,7 +155,10 @@ var kinds = []kind{
 func forEach(t *testing.T, f func(t *testing.T, tg *target)) {
 	t.Helper()
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { f(t, k.open(t)) })
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel() // separate databases
+			f(t, k.open(t))
+		})
 	}
 }
 
@@ -279,5 +282,3 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-var _ = mysql.ErrInvalidConn

@@ -1,0 +1,452 @@
+package server
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+const (
+	readBufSize       = 16 << 10
+	finalFlushTimeout = 2 * time.Second // for the last replies (and E) of a closing session
+	lingerTimeout     = time.Second     // reading and discarding after the last reply
+	maxSpare          = 64 << 10
+	flushEvery        = 32 << 10 // the reader wakes the writer at least this often
+)
+
+// conn is one client connection: a reader goroutine that handles requests
+// in order, and a writer goroutine that sends batched replies.
+//
+// Replies are appended to out under mu by whichever goroutine produces them
+// (the reader, a timer, another session's RELEASE); nothing ever blocks on
+// the socket except the writer. If out grows beyond Config.OutputBuffer the
+// session is dropped.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	remote string
+	br     *bufio.Reader
+	open   bool // HELLO done (reader only)
+
+	dead      atomic.Bool  // closing: its waiters are no longer live
+	nInflight atomic.Int32 // len(inflight), readable without mu
+
+	mu       sync.Mutex
+	out      []byte
+	spare    []byte
+	closing  bool // no more replies; the writer flushes what is queued and finishes
+	killed   bool // close at once, no flush
+	inflight map[uint32]*waiter
+
+	wake       chan struct{}
+	writerDone chan struct{}
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	return &conn{
+		s:          s,
+		nc:         nc,
+		remote:     nc.RemoteAddr().String(),
+		inflight:   make(map[uint32]*waiter),
+		wake:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// afterAppendLocked enforces the output bound and unlocks mu.
+func (c *conn) afterAppendLocked(wake bool) {
+	if len(c.out) > c.s.cfg.OutputBuffer {
+		c.closing, c.killed = true, true
+		c.dead.Store(true)
+		c.mu.Unlock()
+		c.s.log.Warn("session dropped: output buffer overflow (peer not reading)", "peer", c.remote, "limit", c.s.cfg.OutputBuffer)
+		c.s.m.overflows.Add(1)
+		c.nc.Close()
+		c.signal()
+		return
+	}
+	c.mu.Unlock()
+	if wake {
+		c.signal()
+	}
+}
+
+// replySimple and replyGranted are used by the reader for direct answers;
+// it wakes the writer itself once no further request is buffered.
+func (c *conn) replySimple(typ byte, reqID uint32) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendSimple(c.out, typ, reqID)
+	c.afterAppendLocked(false)
+}
+
+func (c *conn) replyGranted(reqID uint32, tok uint64, waited uint32) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendGranted(c.out, reqID, tok, waited)
+	c.afterAppendLocked(false)
+}
+
+// replySimpleQueued and replyGrantedQueued answer a queued ACQUIRE, from
+// any goroutine.
+func (c *conn) replySimpleQueued(typ byte, reqID uint32) {
+	c.mu.Lock()
+	c.dropInflightLocked(reqID)
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendSimple(c.out, typ, reqID)
+	c.afterAppendLocked(true)
+}
+
+func (c *conn) replyGrantedQueued(reqID uint32, tok uint64, waited uint32) {
+	c.mu.Lock()
+	c.dropInflightLocked(reqID)
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendGranted(c.out, reqID, tok, waited)
+	c.afterAppendLocked(true)
+}
+
+func (c *conn) dropInflightLocked(reqID uint32) {
+	if _, ok := c.inflight[reqID]; ok {
+		delete(c.inflight, reqID)
+		c.nInflight.Add(-1)
+	}
+}
+
+func (c *conn) addInflight(w *waiter) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.inflight[w.reqID] = w
+	c.nInflight.Add(1)
+	return true
+}
+
+func (c *conn) isInflight(reqID uint32) bool {
+	if c.nInflight.Load() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	_, ok := c.inflight[reqID]
+	c.mu.Unlock()
+	return ok
+}
+
+// closeWith queues a last frame (nil for none) and makes the session close
+// once it has been written.
+func (c *conn) closeWith(frame []byte) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = append(c.out, frame...)
+	c.closing = true
+	c.dead.Store(true)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// kill closes the connection at once.
+func (c *conn) kill() {
+	c.mu.Lock()
+	c.closing, c.killed = true, true
+	c.dead.Store(true)
+	c.mu.Unlock()
+	c.nc.Close()
+	c.signal()
+}
+
+func (c *conn) writeLoop() {
+	defer close(c.writerDone)
+	for range c.wake {
+		c.mu.Lock()
+		buf := c.out
+		c.out, c.spare = c.spare, nil
+		closing, killed := c.closing, c.killed
+		c.mu.Unlock()
+		if killed {
+			return
+		}
+		if closing {
+			c.nc.SetWriteDeadline(time.Now().Add(finalFlushTimeout))
+		}
+		if len(buf) > 0 {
+			if _, err := c.nc.Write(buf); err != nil {
+				c.kill()
+				return
+			}
+		}
+		if closing {
+			// Half-close and let the reader drain for a moment, so that the
+			// peer reads our last frame instead of a reset.
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+			c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+			return
+		}
+		if cap(buf) > maxSpare {
+			buf = nil
+		}
+		c.mu.Lock()
+		if c.spare == nil && buf != nil {
+			c.spare = buf[:0]
+		}
+		c.mu.Unlock()
+	}
+}
+
+// serve runs the session; it is the reader goroutine.
+func (c *conn) serve() {
+	s := c.s
+	defer s.wg.Done()
+	go c.writeLoop()
+	c.readLoop()
+
+	// Stop the writer (it flushes what is queued), then close.
+	c.mu.Lock()
+	if !c.closing {
+		c.closing = true
+		c.dead.Store(true)
+	}
+	c.mu.Unlock()
+	c.signal()
+	<-c.writerDone
+	c.nc.Close()
+
+	// Drop the session's queued ACQUIREs; its grants stay.
+	c.mu.Lock()
+	ws := make([]*waiter, 0, len(c.inflight))
+	for _, w := range c.inflight {
+		ws = append(ws, w)
+	}
+	clear(c.inflight)
+	c.nInflight.Store(0)
+	c.mu.Unlock()
+	for _, w := range ws {
+		s.dropWaiter(w)
+	}
+	if c.open {
+		s.sessions.Add(-1)
+	}
+	s.untrack(c)
+}
+
+// drain discards input until the peer closes or the linger deadline set by
+// the writer (or ours, as a bound) passes.
+func (c *conn) drain() {
+	c.nc.SetReadDeadline(time.Now().Add(finalFlushTimeout + lingerTimeout))
+	r := io.Reader(c.nc)
+	if c.br != nil {
+		r = c.br
+	}
+	io.Copy(io.Discard, r)
+}
+
+func reqIDOf(body []byte) uint32 {
+	id, _ := wire.ReqID(body)
+	return id
+}
+
+func (c *conn) readLoop() {
+	s := c.s
+	c.nc.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			s.log.Warn("TLS handshake failed", "peer", c.remote, "err", err)
+			return
+		}
+	}
+	c.nc.SetWriteDeadline(time.Time{})
+	c.br = bufio.NewReaderSize(c.nc, readBufSize)
+	fr := wire.NewReader(c.br)
+	var req wire.Request
+	for {
+		body, err := fr.Next()
+		if err != nil {
+			switch {
+			case errors.Is(err, wire.ErrFrameSize):
+				c.protoError(wire.CodeMalformed, 0, "frame length out of range")
+				c.drain()
+			case !c.open && isTimeout(err) && !c.dead.Load():
+				c.protoError(wire.CodeMalformed, 0, "HELLO timeout")
+			}
+			return
+		}
+		arrived := s.now()
+		if c.dead.Load() {
+			c.drain()
+			return
+		}
+		if !c.open {
+			if !c.hello(body, &req) {
+				c.drain()
+				return
+			}
+			continue
+		}
+		if body[0] == wire.TypeHello {
+			c.protoError(wire.CodeMalformed, reqIDOf(body), "second HELLO")
+			c.drain()
+			return
+		}
+		if err := wire.DecodeRequest(body, &req); err != nil {
+			c.protoError(wire.CodeMalformed, reqIDOf(body), err.Error())
+			c.drain()
+			return
+		}
+		if c.isInflight(req.ReqID) {
+			c.protoError(wire.CodeMalformed, req.ReqID, "req_id already in flight")
+			c.drain()
+			return
+		}
+		switch req.Type {
+		case wire.TypeAcquire:
+			if len(req.Key) == 0 || req.LeaseS == 0 || req.LeaseS > 250 {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255 and lease_s 1..250")
+				c.drain()
+				return
+			}
+			s.acquire(c, &req, arrived)
+		case wire.TypeRelease:
+			if len(req.Key) == 0 {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255")
+				c.drain()
+				return
+			}
+			s.release(c, &req)
+		case wire.TypePing:
+			c.replySimple(wire.TypePong, req.ReqID)
+		}
+		if !c.nextFrameBuffered() {
+			c.signal()
+		}
+	}
+}
+
+// nextFrameBuffered reports whether a whole next frame is already buffered
+// (so the writer need not be woken yet: one write will carry both replies).
+func (c *conn) nextFrameBuffered() bool {
+	n := c.br.Buffered()
+	if n < wire.HeaderLen {
+		return false
+	}
+	c.mu.Lock()
+	big := len(c.out) >= flushEvery
+	c.mu.Unlock()
+	if big {
+		return false
+	}
+	hdr, _ := c.br.Peek(wire.HeaderLen)
+	return n >= wire.HeaderLen+int(binary.BigEndian.Uint32(hdr))
+}
+
+// hello handles the first frame; it returns false if the session must close.
+func (c *conn) hello(body []byte, req *wire.Request) bool {
+	s := c.s
+	if body[0] != wire.TypeHello {
+		c.protoError(wire.CodeMalformed, reqIDOf(body), "first frame must be HELLO")
+		return false
+	}
+	if err := wire.DecodeRequest(body, req); err != nil {
+		if errors.Is(err, wire.ErrUnsupportedVersion) {
+			c.protoError(wire.CodeVersion, req.ReqID, "unsupported protocol version")
+		} else {
+			c.protoError(wire.CodeMalformed, reqIDOf(body), err.Error())
+		}
+		return false
+	}
+	if !s.checkToken(req.AuthToken) {
+		c.protoError(wire.CodeUnauthorized, req.ReqID, "unauthorized")
+		return false
+	}
+	if s.cfg.Standby {
+		f, _ := wire.AppendResponse(nil, &wire.Response{Type: wire.TypeNotActive, ReqID: req.ReqID, Hint: []byte(s.cfg.StandbyHint)})
+		c.closeWith(f)
+		return false
+	}
+	if s.sessions.Add(1) > int64(s.cfg.MaxSessions) {
+		s.sessions.Add(-1)
+		c.protoError(wire.CodeTooManySession, req.ReqID, "too many sessions")
+		return false
+	}
+	c.open = true
+	c.nc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.out = append(c.out, s.helloOK...)
+	binary.BigEndian.PutUint32(c.out[len(c.out)-len(s.helloOK)+5:], req.ReqID)
+	c.mu.Unlock()
+	c.signal()
+	return true
+}
+
+// checkToken compares the SHA-256 digest of tok with those of every
+// configured token in constant time, so that neither which token nor its
+// length leaks through timing.
+func (s *Server) checkToken(tok []byte) bool {
+	if len(s.tokenDigests) == 0 {
+		return true
+	}
+	d := sha256.Sum256(tok)
+	ok := 0
+	for i := range s.tokenDigests {
+		ok |= subtle.ConstantTimeCompare(d[:], s.tokenDigests[i][:])
+	}
+	return ok == 1
+}
+
+// protoError sends E(code) and closes the session.
+func (c *conn) protoError(code uint16, reqID uint32, msg string) {
+	c.s.m.protoErrs[code&7].Add(1)
+	c.s.log.Warn("protocol violation", "peer", c.remote, "code", code, "req_id", reqID, "reason", msg)
+	c.closeWith(wire.AppendError(nil, reqID, code, msg))
+}
+
+func (s *Server) internalError(c *conn, reqID uint32, err error) {
+	s.m.protoErrs[wire.CodeInternal].Add(1)
+	s.log.Error("internal error", "peer", c.remote, "req_id", reqID, "err", err)
+	c.closeWith(wire.AppendError(nil, reqID, wire.CodeInternal, "internal error"))
+}
+
+func (s *Server) internalErrorQueued(c *conn, reqID uint32, err error) {
+	c.mu.Lock()
+	c.dropInflightLocked(reqID)
+	c.mu.Unlock()
+	s.internalError(c, reqID, err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

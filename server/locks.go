@@ -1,0 +1,454 @@
+package server
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// Lock table layout.
+//
+// The table is split into numShards shards by a hash of the key; each shard
+// is a mutex and a map from key to *lockState. Everything about one key
+// (holder, lease, queue) is changed only under its shard's mutex.
+//
+// Expiry is exact without polling: every access (ACQUIRE, RELEASE) checks the
+// lease first, a key with waiters has a timer at its expiry instant that
+// grants the next waiter, and a sweeper frees expired keys nobody touches.
+// The sweeper is cheap because every shard keeps its entries on intrusive
+// lists, one per lease length (1..250 s): entries are appended at grant time
+// under the shard mutex with a monotonic clock, so each list is sorted by
+// expiry and the sweeper only looks at list heads. List 0 holds free
+// entries, kept idleTTL for reuse so that acquiring and releasing the same
+// key again allocates nothing.
+
+const (
+	numShards   = 256
+	numLists    = 251 // 0: idle entries; 1..250: held, by lease_s
+	idleTTL     = int64(2 * time.Second)
+	sweepPeriod = 100 * time.Millisecond
+	secondNs    = int64(time.Second)
+	msNs        = int64(time.Millisecond)
+)
+
+type lockState struct {
+	key        string
+	owner      [wire.OwnerLen]byte
+	token      uint64 // 0 = free (an idle entry)
+	expires    int64  // held: lease end; idle: when the entry may be deleted
+	prev, next *lockState
+	q          *waitQueue // non-nil only while the key has waiters (and so is held)
+	list       uint8
+	linked     bool
+}
+
+type waitQueue struct {
+	head, tail *waiter
+	n          int
+	byOwner    map[[wire.OwnerLen]byte]*waiter
+	timer      *time.Timer // fires at the holder's lease end
+}
+
+type waiter struct {
+	c          *conn
+	sh         *shard
+	ls         *lockState
+	reqID      uint32
+	owner      [wire.OwnerLen]byte
+	lease      uint8
+	arrived    int64
+	prev, next *waiter
+	timer      *time.Timer // wait_s deadline
+	done       bool        // granted, timed out or dropped (under sh.mu)
+}
+
+type expList struct{ head, tail *lockState }
+
+type shard struct {
+	mu       sync.Mutex
+	m        map[string]*lockState
+	lists    [numLists]expList
+	nonempty [4]uint64
+	_        [64]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+func (sh *shard) link(ls *lockState, list uint8) {
+	l := &sh.lists[list]
+	ls.list, ls.linked, ls.next = list, true, nil
+	ls.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = ls
+	} else {
+		l.head = ls
+		sh.nonempty[list>>6] |= 1 << (list & 63)
+	}
+	l.tail = ls
+}
+
+func (sh *shard) unlink(ls *lockState) {
+	if !ls.linked {
+		return
+	}
+	l := &sh.lists[ls.list]
+	if ls.prev != nil {
+		ls.prev.next = ls.next
+	} else {
+		l.head = ls.next
+	}
+	if ls.next != nil {
+		ls.next.prev = ls.prev
+	} else {
+		l.tail = ls.prev
+	}
+	if l.head == nil {
+		sh.nonempty[ls.list>>6] &^= 1 << (ls.list & 63)
+	}
+	ls.prev, ls.next, ls.linked = nil, nil, false
+}
+
+func (q *waitQueue) push(w *waiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+	q.n++
+	q.byOwner[w.owner] = w
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	q.n--
+	if q.byOwner[w.owner] == w {
+		delete(q.byOwner, w.owner)
+	}
+}
+
+// replace puts nw in old's place in the queue.
+func (q *waitQueue) replace(old, nw *waiter) {
+	nw.prev, nw.next = old.prev, old.next
+	if old.prev != nil {
+		old.prev.next = nw
+	} else {
+		q.head = nw
+	}
+	if old.next != nil {
+		old.next.prev = nw
+	} else {
+		q.tail = nw
+	}
+	old.prev, old.next = nil, nil
+	q.byOwner[nw.owner] = nw
+}
+
+func (s *Server) shardFor(key []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, key)%numShards]
+}
+
+// now is the server's monotonic clock in nanoseconds.
+func (s *Server) now() int64 { return int64(time.Since(s.epoch)) }
+
+func waitedMS(now, arrived int64) uint32 {
+	if now <= arrived {
+		return 0
+	}
+	return uint32((now - arrived) / msNs) // rounded down
+}
+
+// acquire handles a well-formed, in-range ACQUIRE from c's reader.
+func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
+	if s.held.Load() >= int64(s.cfg.MaxLocks) {
+		s.sweepForCapacity()
+	}
+	sh := s.shardFor(req.Key)
+	sh.mu.Lock()
+	now := s.now()
+	ls := sh.m[string(req.Key)]
+	if ls != nil && ls.token != 0 && now >= ls.expires {
+		s.expireLocked(sh, ls, now)
+	}
+	if ls == nil || ls.token == 0 {
+		// Free key: a new held lock.
+		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
+			s.held.Add(-1)
+			sh.mu.Unlock()
+			s.m.busy.Add(1)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
+		tok, err := s.tokens.next()
+		if err != nil {
+			s.held.Add(-1)
+			sh.mu.Unlock()
+			s.internalError(c, req.ReqID, err)
+			return
+		}
+		if ls == nil {
+			ls = &lockState{key: string(req.Key)}
+			sh.m[ls.key] = ls
+		} else {
+			sh.unlink(ls)
+		}
+		ls.token, ls.owner = tok, req.Owner
+		ls.expires = now + int64(req.LeaseS)*secondNs
+		sh.link(ls, req.LeaseS)
+		sh.mu.Unlock()
+		s.m.granted(now - arrived)
+		c.replyGranted(req.ReqID, tok, waitedMS(now, arrived))
+		return
+	}
+	if ls.owner == req.Owner {
+		// Idempotent retry by the holder: same token, lease not extended.
+		tok := ls.token
+		sh.mu.Unlock()
+		c.replyGranted(req.ReqID, tok, 0)
+		return
+	}
+	if req.WaitS == 0 {
+		sh.mu.Unlock()
+		s.m.timeouts.Add(1)
+		c.replySimple(wire.TypeTimedOut, req.ReqID)
+		return
+	}
+	q := ls.q
+	var old *waiter
+	if q != nil {
+		old = q.byOwner[req.Owner]
+	}
+	if old == nil {
+		if q != nil && q.n >= s.cfg.MaxKeyWaiters {
+			sh.mu.Unlock()
+			s.m.busy.Add(1)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
+		if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+			s.waiters.Add(-1)
+			sh.mu.Unlock()
+			s.m.busy.Add(1)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
+	}
+	w := &waiter{c: c, sh: sh, ls: ls, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived}
+	if !c.addInflight(w) {
+		// The session is closing; its waits are dropped anyway.
+		if old == nil {
+			s.waiters.Add(-1)
+		}
+		sh.mu.Unlock()
+		return
+	}
+	if q == nil {
+		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
+		ls.q = q
+		q.timer = time.AfterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
+	}
+	if old != nil {
+		// The owner is already waiting for this key (a deliberate retry,
+		// perhaps on another session): the new request takes the old one's
+		// place in the queue and the old one is answered T.
+		q.replace(old, w)
+		old.done = true
+		old.timer.Stop()
+		s.m.timeouts.Add(1)
+		old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
+	} else {
+		q.push(w)
+	}
+	w.timer = time.AfterFunc(time.Duration(req.WaitS)*time.Second, func() { s.waitTimeout(w) })
+	sh.mu.Unlock()
+}
+
+// release handles a well-formed, in-range RELEASE from c's reader.
+func (s *Server) release(c *conn, req *wire.Request) {
+	sh := s.shardFor(req.Key)
+	sh.mu.Lock()
+	now := s.now()
+	ls := sh.m[string(req.Key)]
+	ok := false
+	if ls != nil && ls.token != 0 {
+		if now >= ls.expires {
+			s.expireLocked(sh, ls, now) // the lease ended: N
+		} else if ls.token == req.Token {
+			s.freeLocked(sh, ls, now)
+			ok = true
+		}
+	}
+	sh.mu.Unlock()
+	if ok {
+		s.m.released.Add(1)
+		c.replySimple(wire.TypeReleased, req.ReqID)
+	} else {
+		s.m.notHeld.Add(1)
+		c.replySimple(wire.TypeNotHeld, req.ReqID)
+	}
+}
+
+func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {
+	s.m.expired.Add(1)
+	s.freeLocked(sh, ls, now)
+}
+
+// freeLocked ends the current holding of ls and grants the key to the
+// oldest live waiter, if any; otherwise ls becomes an idle entry.
+func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
+	ls.token = 0
+	sh.unlink(ls)
+	s.held.Add(-1)
+	if q := ls.q; q != nil {
+		for q.head != nil {
+			w := q.head
+			q.remove(w)
+			s.waiters.Add(-1)
+			w.done = true
+			w.timer.Stop()
+			if w.c.dead.Load() {
+				continue // not live: its session is closing
+			}
+			tok, err := s.tokens.next()
+			if err != nil {
+				s.internalErrorQueued(w.c, w.reqID, err)
+				continue
+			}
+			s.held.Add(1)
+			ls.token, ls.owner = tok, w.owner
+			ls.expires = now + int64(w.lease)*secondNs
+			sh.link(ls, w.lease)
+			if q.head == nil {
+				q.timer.Stop()
+				ls.q = nil
+			} else {
+				q.timer.Reset(time.Duration(ls.expires - now))
+			}
+			s.m.granted(now - w.arrived)
+			w.c.replyGrantedQueued(w.reqID, tok, waitedMS(now, w.arrived))
+			return
+		}
+		q.timer.Stop()
+		ls.q = nil
+	}
+	ls.expires = now + idleTTL
+	sh.link(ls, 0)
+}
+
+// keyTimer runs at the lease end of a key with waiters.
+func (s *Server) keyTimer(sh *shard, ls *lockState) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ls.q == nil || ls.token == 0 {
+		return // stale
+	}
+	now := s.now()
+	if now < ls.expires {
+		ls.q.timer.Reset(time.Duration(ls.expires - now))
+		return
+	}
+	s.expireLocked(sh, ls, now)
+}
+
+// waitTimeout runs when a waiter's wait_s has passed.
+func (s *Server) waitTimeout(w *waiter) {
+	sh := w.sh
+	sh.mu.Lock()
+	if w.done {
+		sh.mu.Unlock()
+		return
+	}
+	s.dropWaiterLocked(w)
+	sh.mu.Unlock()
+	s.m.timeouts.Add(1)
+	w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+}
+
+func (s *Server) dropWaiterLocked(w *waiter) {
+	ls := w.ls
+	q := ls.q
+	q.remove(w)
+	s.waiters.Add(-1)
+	w.done = true
+	w.timer.Stop()
+	if q.head == nil {
+		q.timer.Stop()
+		ls.q = nil
+	}
+}
+
+// dropWaiter removes w (of a closing session) from its queue, if it is
+// still there.
+func (s *Server) dropWaiter(w *waiter) {
+	w.sh.mu.Lock()
+	if !w.done {
+		s.dropWaiterLocked(w)
+	}
+	w.sh.mu.Unlock()
+}
+
+// sweepShard frees expired held entries and deletes idle ones past idleTTL.
+func (s *Server) sweepShard(sh *shard) {
+	sh.mu.Lock()
+	now := s.now()
+	for i := 0; i < numLists; i++ {
+		if sh.nonempty[i>>6]&(1<<(i&63)) == 0 {
+			if sh.nonempty[i>>6]>>(i&63) == 0 {
+				i |= 63 // no more bits in this word
+			}
+			continue
+		}
+		l := &sh.lists[i]
+		for ls := l.head; ls != nil && ls.expires <= now; ls = l.head {
+			if i == 0 {
+				sh.unlink(ls)
+				delete(sh.m, ls.key)
+			} else {
+				s.expireLocked(sh, ls, now)
+			}
+		}
+	}
+	sh.mu.Unlock()
+}
+
+func (s *Server) sweepAll() {
+	for i := range s.shards {
+		s.sweepShard(&s.shards[i])
+	}
+}
+
+// sweepForCapacity makes the held-lock count exact before a capacity
+// decision, at most once per millisecond.
+func (s *Server) sweepForCapacity() {
+	now := s.now()
+	last := s.lastCapSweep.Load()
+	if now-last < msNs || !s.lastCapSweep.CompareAndSwap(last, now) {
+		return
+	}
+	s.sweepAll()
+}
+
+func (s *Server) sweeper() {
+	defer s.bg.Done()
+	t := time.NewTicker(sweepPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopBg:
+			return
+		case <-t.C:
+			s.sweepAll()
+		}
+	}
+}

@@ -43,7 +43,7 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--admin-listen",
-		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout"} {
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -144,6 +144,7 @@ node-name: n1
 standby: true
 standby-hint: other:5225
 shutdown-timeout: 3s
+token-block: 500
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -172,6 +173,7 @@ shutdown-timeout: 3s
 		Standby:          true,
 		StandbyHint:      "other:5225",
 		ShutdownTimeout:  3 * time.Second,
+		TokenBlock:       500,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

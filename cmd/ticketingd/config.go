@@ -38,6 +38,7 @@ type serveOptions struct {
 	Standby          bool
 	StandbyHint      string
 	ShutdownTimeout  time.Duration
+	TokenBlock       uint64
 }
 
 const (
@@ -65,6 +66,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")")
 	fs.BoolVar(&o.Standby, "standby", false, "run as a standby: answer every session with NOT_ACTIVE and --standby-hint")
 	fs.StringVar(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby")
+	fs.Uint64Var(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling; 0 means the default (10000). A crash skips at most this many tokens")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them")
 }
 
@@ -100,6 +102,7 @@ type fileConfig struct {
 	Standby          *bool          `yaml:"standby"`
 	StandbyHint      *string        `yaml:"standby-hint"`
 	ShutdownTimeout  *time.Duration `yaml:"shutdown-timeout"`
+	TokenBlock       *uint64        `yaml:"token-block"`
 }
 
 // applyConfigFile reads o.Config and sets every option that is in the file
@@ -162,6 +165,9 @@ func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	setStr("standby-hint", &o.StandbyHint, fc.StandbyHint, false)
 	if fc.ShutdownTimeout != nil && !fs.Changed("shutdown-timeout") {
 		o.ShutdownTimeout = *fc.ShutdownTimeout
+	}
+	if fc.TokenBlock != nil && !fs.Changed("token-block") {
+		o.TokenBlock = *fc.TokenBlock
 	}
 	return nil
 }

@@ -108,6 +108,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		TLS:           tlsConf,
 		Logger:        log,
 		Registerer:    reg,
+		TokenBlock:    o.TokenBlock,
 	})
 	if err != nil {
 		return &runtimeError{err} // names the data dir or file itself

@@ -1,0 +1,527 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// Limits of the arguments of Acquire, after rounding up to whole seconds.
+const (
+	MaxWait   = 255 * time.Second
+	MaxLease  = 250 * time.Second
+	MinLease  = 1 * time.Second
+	MaxKeyLen = 255
+)
+
+// rho is the clock-rate drift allowance of the conservative deadline, as
+// a fraction 1/100.
+const rhoPercent = 1
+
+// Broker is a client of a Ticketing server or cluster. It holds background
+// sessions and spreads requests over them. Create one at application start
+// and share it: all its methods are safe for concurrent use by any number of
+// goroutines.
+type Broker struct {
+	set      *settings
+	log      *slog.Logger
+	sessions []*session
+	rr       atomic.Uint32
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // session managers
+	bg       sync.WaitGroup // background releases
+	closing  atomic.Bool
+	down     chan struct{} // closed when Close has torn everything down
+	once     sync.Once
+	reqs     sync.Pool
+	timers   sync.Pool
+	dropFn   func(*ticketState)
+
+	mu      sync.Mutex
+	tickets map[*ticketState]struct{}
+	readyC  chan struct{}
+	lastErr error
+}
+
+// New validates cfg and returns a Broker whose sessions open in the
+// background. It never dials synchronously and never fails because a server
+// is down; it fails only for an invalid configuration (matching
+// ErrInvalidConfig): no address, a bad address, an unreadable or invalid CA
+// file, a negative duration.
+func New(cfg Config) (*Broker, error) {
+	set, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		set:     set,
+		log:     cfg.Logger,
+		down:    make(chan struct{}),
+		tickets: make(map[*ticketState]struct{}),
+		readyC:  make(chan struct{}),
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1)} }
+	b.dropFn = b.dropped
+	for i, a := range set.addrs {
+		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, tls: set.tls[i]})
+	}
+	b.wg.Add(len(b.sessions))
+	for _, s := range b.sessions {
+		go s.run()
+	}
+	return b, nil
+}
+
+// Connect is New(Config{Addrs: addrs}).
+func Connect(addrs ...string) (*Broker, error) {
+	return New(Config{Addrs: addrs})
+}
+
+func (b *Broker) setLastErr(err error) {
+	if err == nil {
+		return
+	}
+	b.mu.Lock()
+	b.lastErr = err
+	b.mu.Unlock()
+}
+
+func (b *Broker) signalReady() {
+	b.mu.Lock()
+	close(b.readyC)
+	b.readyC = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// sleep waits d or until the broker closes; false means closed.
+func (b *Broker) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.ctx.Done():
+		return false
+	}
+}
+
+// pick returns the next ready conn in the rotation, or nil.
+func (b *Broker) pick() *conn {
+	n := uint32(len(b.sessions))
+	start := b.rr.Add(1)
+	for i := uint32(0); i < n; i++ {
+		if c := b.sessions[(start+i)%n].cur.Load(); c != nil && !c.isDead.Load() {
+			return c
+		}
+	}
+	return nil
+}
+
+// ReadySessions returns how many sessions are ready now (for health
+// checks and tests).
+func (b *Broker) ReadySessions() int {
+	n := 0
+	for _, s := range b.sessions {
+		if c := s.cur.Load(); c != nil && !c.isDead.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitReady waits until at least one session is ready, or ctx ends. It is
+// a start-up convenience, never required. When it gives up, its error
+// matches ctx's error and carries the last session error (so a refused client
+// token matches ErrUnauthorized). After Close it returns ErrClosed.
+func (b *Broker) WaitReady(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		ch := b.readyC
+		b.mu.Unlock()
+		if b.closing.Load() {
+			return ErrClosed
+		}
+		if b.pick() != nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			b.mu.Lock()
+			last := b.lastErr
+			b.mu.Unlock()
+			if last == nil {
+				return fmt.Errorf("broker: no ready session: %w", ctx.Err())
+			}
+			return fmt.Errorf("broker: no ready session: %w; last session error: %w", ctx.Err(), last)
+		}
+	}
+}
+
+func (b *Broker) noSession() error {
+	b.mu.Lock()
+	last := b.lastErr
+	b.mu.Unlock()
+	return newErr(ErrUnsent, "no ready session", last)
+}
+
+// roundUp converts d to whole seconds, rounding up; ok is false for d < 0.
+func roundUp(d time.Duration) (int64, bool) {
+	if d < 0 {
+		return 0, false
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s, true
+}
+
+func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS int64, err error) {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("key must be 1..255 bytes, got %d", len(key)), nil)
+	}
+	var ok bool
+	if waitS, ok = roundUp(wait); !ok || waitS > 255 {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("wait %v: must be 0..255s after rounding up", wait), nil)
+	}
+	if leaseS, ok = roundUp(lease); !ok || leaseS < 1 || leaseS > 250 {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("lease %v: must be 1..250s after rounding up", lease), nil)
+	}
+	if workS, ok = roundUp(work); !ok || workS > leaseS {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("work budget %v: must be 0..lease (%ds) after rounding up", work, leaseS), nil)
+	}
+	return waitS, leaseS, workS, nil
+}
+
+func (b *Broker) getReq() *request { return b.reqs.Get().(*request) }
+
+func (b *Broker) putReq(r *request) {
+	r.res = result{}
+	r.key = r.key[:0]
+	b.reqs.Put(r)
+}
+
+func (b *Broker) getTimer(d time.Duration) *time.Timer {
+	if t, ok := b.timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func (b *Broker) putTimer(t *time.Timer) {
+	t.Stop()
+	b.timers.Put(t)
+}
+
+// Acquire asks for the lock named key, letting the server queue the request
+// for up to wait (0: one immediate try), for a lease of lease, and returns a
+// Ticket only if the conservative remaining lease covers the work budget.
+// Durations are rounded up to whole seconds and never clamped: wait must be
+// 0..255 s, lease 1..250 s, work 0..lease, the key 1..255 bytes, or the call
+// fails with ErrInvalidArgument before anything is sent.
+//
+// Errors (see the package documentation for what to do with each):
+// ErrInvalidArgument, ErrTimedOut, ErrBusy, ErrIndeterminate, ErrUnsent,
+// ErrLeaseTooShort, ErrNotActive, *ServerError, ErrClosed. A cancelled call
+// also matches ctx's error. Cancelling after the request may have been sent
+// closes its session (the server then drops the queued wait); give ctx at
+// least wait plus a margin. Acquire never waits for a session: with none
+// ready it fails at once with ErrUnsent.
+func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time.Duration) (*Ticket, error) {
+	waitS, leaseS, workS, err := validate(key, wait, lease, work)
+	if err != nil {
+		return nil, err
+	}
+	if b.closing.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, newErr(ErrUnsent, "cancelled before sending", err)
+	}
+	r := b.getReq()
+	r.typ = wire.TypeAcquire
+	r.key = append(r.key[:0], key...)
+	r.waitS, r.leaseS = uint8(waitS), uint8(leaseS)
+	rand.Read(r.owner[:]) // a fresh owner for every acquire; never fails
+	var lastCause error
+	for range b.sessions {
+		c := b.pick()
+		if c == nil {
+			break
+		}
+		if !c.enqueue(r) {
+			continue
+		}
+		select {
+		case <-r.ch:
+		case <-ctx.Done():
+			switch c.withdraw(r, true, ctx.Err()) {
+			case withdrawnUnsent:
+				b.putReq(r)
+				return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
+			case withdrawnSent:
+				b.putReq(r)
+				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; session closed", ctx.Err())
+			}
+			<-r.ch
+			res := r.res
+			b.putReq(r)
+			return b.cancelledOutcome(ctx, key, res, leaseS, workS)
+		}
+		res := r.res
+		if res.typ == wire.TypeGranted && ctx.Err() != nil {
+			// Cancelled while the grant was being read: never a Ticket.
+			b.putReq(r)
+			return b.cancelledOutcome(ctx, key, res, leaseS, workS)
+		}
+		if res.typ == 0 && !res.sent {
+			// The session ended before our bytes were written: definitely
+			// unsent, so another session may carry it.
+			lastCause = res.cause
+			continue
+		}
+		b.putReq(r)
+		return b.outcome(key, res, leaseS, workS)
+	}
+	b.putReq(r)
+	if b.closing.Load() {
+		return nil, ErrClosed
+	}
+	if lastCause != nil {
+		return nil, newErr(ErrUnsent, "no ready session", lastCause)
+	}
+	return nil, b.noSession()
+}
+
+// cancelledOutcome: ctx ended, but a final reply had already been read.
+// T, B, M and E stand; a grant is released (bounded, in the background) and
+// the caller gets Indeterminate, never a Ticket.
+func (b *Broker) cancelledOutcome(ctx context.Context, key string, res result, leaseS, workS int64) (*Ticket, error) {
+	if res.typ == wire.TypeGranted {
+		b.compensate(key, res.token, "grant read concurrently with cancellation")
+		return nil, newErr(ErrIndeterminate, "cancelled; the concurrent grant is being released", ctx.Err())
+	}
+	if res.typ == 0 && res.sent {
+		return nil, newErr(ErrIndeterminate, "cancelled", joinCause(ctx.Err(), res.cause))
+	}
+	if res.typ == 0 {
+		return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
+	}
+	return b.outcome(key, res, leaseS, workS)
+}
+
+func joinCause(a, b error) error {
+	if b == nil {
+		return a
+	}
+	return fmt.Errorf("%w (%w)", a, b)
+}
+
+func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, error) {
+	switch res.typ {
+	case wire.TypeGranted:
+		total := time.Duration(uint64(res.waitedMS)+uint64(leaseS)*1000) * time.Millisecond
+		deadline := res.t0.Add(total * (100 - rhoPercent) / 100)
+		remaining := time.Until(deadline)
+		if remaining <= 0 || remaining < time.Duration(workS)*time.Second {
+			rerr := b.release(context.Background(), key, res.token, time.Now())
+			msg := fmt.Sprintf("remaining %v < work budget %ds; compensating release: ", remaining.Round(time.Millisecond), workS)
+			if rerr == nil {
+				msg += "confirmed"
+			} else {
+				msg += rerr.Error()
+			}
+			return nil, newErr(ErrLeaseTooShort, msg, nil)
+		}
+		return b.newTicket(key, res.token, deadline)
+	case wire.TypeTimedOut:
+		return nil, ErrTimedOut
+	case wire.TypeBusy:
+		return nil, ErrBusy
+	case wire.TypeNotActive:
+		return nil, &NotActiveError{Hint: res.msg}
+	case wire.TypeError:
+		return nil, &ServerError{Code: res.code, Message: res.msg}
+	}
+	return nil, newErr(ErrIndeterminate, "no final reply", res.cause)
+}
+
+func (b *Broker) newTicket(key string, token uint64, deadline time.Time) (*Ticket, error) {
+	st := &ticketState{key: key, token: token, deadline: deadline}
+	b.mu.Lock()
+	if b.closing.Load() {
+		b.mu.Unlock()
+		b.release(context.Background(), key, token, time.Now())
+		return nil, ErrClosed
+	}
+	b.tickets[st] = struct{}{}
+	b.mu.Unlock()
+	t := &Ticket{b: b, st: st}
+	t.cleanup = runtime.AddCleanup(t, b.dropFn, st)
+	return t, nil
+}
+
+// spawn runs f in a tracked background goroutine, unless Close has begun.
+func (b *Broker) spawn(f func()) bool {
+	b.mu.Lock()
+	if b.closing.Load() {
+		b.mu.Unlock()
+		return false
+	}
+	b.bg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// compensate releases a grant nobody will use, in the background, within
+// the release window.
+func (b *Broker) compensate(key string, token uint64, why string) {
+	start := time.Now()
+	if !b.spawn(func() {
+		err := b.release(context.Background(), key, token, start)
+		b.log.Warn("broker: compensating release", "why", why, "key", key, "token", token, "err", err)
+	}) {
+		b.log.Warn("broker: compensating release skipped: broker closing", "why", why, "key", key, "token", token)
+	}
+}
+
+// release sends RELEASE for the exact token, retrying on any ready session
+// until the window from start ends; it resends only after a session drop.
+func (b *Broker) release(ctx context.Context, key string, token uint64, start time.Time) error {
+	deadline := start.Add(b.set.Config.ReleaseWindow)
+	r := b.getReq()
+	r.typ = wire.TypeRelease
+	r.key = append(r.key[:0], key...)
+	r.token = token
+	timer := b.getTimer(time.Until(deadline))
+	defer b.putTimer(timer)
+	var last error
+	for {
+		if !time.Now().Before(deadline) {
+			b.putReq(r)
+			return newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
+		}
+		c := b.pick()
+		if c == nil {
+			select {
+			case <-b.down:
+				b.putReq(r)
+				return ErrClosed
+			default:
+			}
+			if last == nil {
+				last = b.noSession()
+			}
+			wait := min(20*time.Millisecond, time.Until(deadline))
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				b.putReq(r)
+				return newErr(ErrUnsent, "release cancelled before sending", ctx.Err())
+			}
+			continue
+		}
+		if !c.enqueue(r) {
+			continue
+		}
+		var stopErr error
+		select {
+		case <-r.ch:
+		case <-timer.C:
+			stopErr = newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
+		case <-ctx.Done():
+			stopErr = ctx.Err()
+		}
+		if stopErr != nil {
+			switch c.withdraw(r, false, nil) {
+			case withdrawnUnsent:
+				b.putReq(r)
+				if ctx.Err() != nil {
+					return newErr(ErrUnsent, "release cancelled before sending", ctx.Err())
+				}
+				return stopErr
+			case withdrawnSent: // r now belongs to the conn, which absorbs its reply
+				if ctx.Err() != nil {
+					return newErr(ErrReleaseUnconfirmed, "release cancelled after sending", ctx.Err())
+				}
+				return stopErr
+			}
+			<-r.ch // the reply raced with the stop: use it
+		}
+		res := r.res
+		switch res.typ {
+		case wire.TypeReleased:
+			b.putReq(r)
+			return nil
+		case wire.TypeNotHeld:
+			b.putReq(r)
+			return ErrNotHeld
+		case wire.TypeNotActive:
+			last = &NotActiveError{Hint: res.msg}
+		case wire.TypeError:
+			last = &ServerError{Code: res.code, Message: res.msg}
+		default:
+			last = res.cause
+		}
+		// The session ended (or refused): resending is now safe.
+	}
+}
+
+// Close makes a bounded, concurrent, best-effort release of every ticket
+// not yet released (within the 5 s release window), then closes every
+// session and waits for the broker's goroutines. It returns within the
+// release window plus teardown. Close is idempotent and always returns nil;
+// after it, Acquire, WaitReady and Release of an unreleased ticket return
+// ErrClosed at once.
+func (b *Broker) Close() error {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closing.Store(true)
+		sts := make([]*ticketState, 0, len(b.tickets))
+		for st := range b.tickets {
+			sts = append(sts, st)
+		}
+		b.mu.Unlock()
+		start := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 256)
+		for _, st := range sts {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				err := b.releaseState(context.Background(), st, start)
+				if err != nil {
+					b.log.Warn("broker: release at Close failed", "key", st.key, "token", st.token, "err", err)
+				}
+			}()
+		}
+		wg.Wait()
+		b.bg.Wait()
+		b.cancel()
+		b.wg.Wait()
+		close(b.down)
+	})
+	return nil
+}

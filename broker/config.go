@@ -1,0 +1,320 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultBackoffMin       = 100 * time.Millisecond
+	DefaultBackoffMax       = 5 * time.Second
+	DefaultKeepAlive        = 10 * time.Second
+	DefaultKeepAliveTimeout = 5 * time.Second
+	DefaultReplyGrace       = 5 * time.Second
+	// ReleaseWindow is the absolute window within which a RELEASE is
+	// retried (SEMANTICS.md rule 16).
+	ReleaseWindow = 5 * time.Second
+	// DefaultPort is used for an address given without a port.
+	DefaultPort = 5225
+)
+
+// TLSMode selects how the client verifies the server (SEMANTICS.md rule 21).
+type TLSMode int
+
+const (
+	// TLSOff (the zero value): plain TCP.
+	TLSOff TLSMode = iota
+	// TLSSystemRoots: TLS, verifying the server against the system trust
+	// store.
+	TLSSystemRoots
+	// TLSCAFile: TLS, verifying the server against the PEM certificates in
+	// TLSConfig.CAFile only. The file is read and parsed by New.
+	TLSCAFile
+	// TLSInsecureSkipVerify: TLS without any verification of the server.
+	// For tests only: it gives no protection against an active attacker.
+	TLSInsecureSkipVerify
+)
+
+func (m TLSMode) String() string {
+	switch m {
+	case TLSOff:
+		return "off"
+	case TLSSystemRoots:
+		return "system-roots"
+	case TLSCAFile:
+		return "ca-file"
+	case TLSInsecureSkipVerify:
+		return "insecure-skip-verify"
+	}
+	return "TLSMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// TLSConfig is the client's TLS configuration.
+type TLSConfig struct {
+	// Mode: default TLSOff.
+	Mode TLSMode
+	// CAFile is the PEM file of the CA certificates for TLSCAFile. Required
+	// in that mode, ignored in the others.
+	CAFile string
+	// ServerName is the name verified in the server's certificate (and sent
+	// as SNI). Default: the host part of each address.
+	ServerName string
+}
+
+// Config configures a Broker. Only Addrs is required; every other field's
+// zero value means the default given in its comment.
+type Config struct {
+	// Addrs are the server addresses, "host:port" (port default 5225). One
+	// address is one node, held with two sessions; two or more are a
+	// cluster, one session per address. Required.
+	Addrs []string
+	// Token is the client token sent in HELLO (default: none). It never
+	// appears in errors or logs.
+	Token string
+	// Name is the client name sent in HELLO, informational (default: none;
+	// at most 255 bytes).
+	Name string
+	// TLS selects TLS (default: off).
+	TLS TLSConfig
+	// Logger receives warnings and debug events (default: nil, discard).
+	Logger *slog.Logger
+
+	// DialTimeout bounds dialling plus the TLS handshake plus HELLO
+	// (default 5 s).
+	DialTimeout time.Duration
+	// BackoffMin and BackoffMax bound the reconnect backoff: the delay
+	// before attempt n (from 0) is min(BackoffMax, BackoffMin*2^n), of which
+	// a random half is jitter (defaults 100 ms and 5 s).
+	BackoffMin, BackoffMax time.Duration
+	// KeepAlive is the interval between PINGs on each session (default
+	// 10 s).
+	KeepAlive time.Duration
+	// KeepAliveTimeout: a PING not answered within it closes its session
+	// (default 5 s).
+	KeepAliveTimeout time.Duration
+	// ReplyGrace: an ACQUIRE whose reply has not come within its wait plus
+	// ReplyGrace closes its session and is Indeterminate (default 5 s).
+	ReplyGrace time.Duration
+	// ReleaseWindow shortens the absolute release window of SEMANTICS.md
+	// rule 16, for tests only (default and maximum: 5 s; above 5 s is an
+	// error).
+	ReleaseWindow time.Duration
+	// Dialer opens the TCP connections (default: a net.Dialer). Tests use
+	// it to inject faults. TLS, if configured, is layered on its result.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// settings is a validated Config with defaults applied.
+type settings struct {
+	Config
+	addrs []string      // normalised, one per session
+	tls   []*tls.Config // per session, nil for TLSOff
+}
+
+func (cfg Config) normalize() (*settings, error) {
+	s := &settings{Config: cfg}
+	if len(cfg.Addrs) == 0 {
+		return nil, newErr(ErrInvalidConfig, "no address", nil)
+	}
+	if len(cfg.Token) > 255 {
+		return nil, newErr(ErrInvalidConfig, "token longer than 255 bytes", nil)
+	}
+	if len(cfg.Name) > 255 {
+		return nil, newErr(ErrInvalidConfig, "name longer than 255 bytes", nil)
+	}
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d < 0 {
+			return newErr(ErrInvalidConfig, name+" is negative", nil)
+		}
+		if *d == 0 {
+			*d = v
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{
+		{&s.DialTimeout, DefaultDialTimeout, "DialTimeout"},
+		{&s.BackoffMin, DefaultBackoffMin, "BackoffMin"},
+		{&s.BackoffMax, DefaultBackoffMax, "BackoffMax"},
+		{&s.KeepAlive, DefaultKeepAlive, "KeepAlive"},
+		{&s.KeepAliveTimeout, DefaultKeepAliveTimeout, "KeepAliveTimeout"},
+		{&s.ReplyGrace, DefaultReplyGrace, "ReplyGrace"},
+		{&s.Config.ReleaseWindow, ReleaseWindow, "ReleaseWindow"},
+	} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return nil, err
+		}
+	}
+	if s.Config.ReleaseWindow > ReleaseWindow {
+		return nil, newErr(ErrInvalidConfig, "ReleaseWindow above 5s", nil)
+	}
+	if s.BackoffMax < s.BackoffMin {
+		s.BackoffMax = s.BackoffMin
+	}
+	if s.Dialer == nil {
+		d := &net.Dialer{KeepAlive: 30 * time.Second}
+		s.Dialer = d.DialContext
+	}
+	addrs := make([]string, 0, len(cfg.Addrs))
+	for _, a := range cfg.Addrs {
+		n, err := normalizeAddr(a)
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, n)
+	}
+	if len(addrs) == 1 {
+		addrs = append(addrs, addrs[0])
+	}
+	s.addrs = addrs
+
+	base, err := cfg.TLS.build()
+	if err != nil {
+		return nil, err
+	}
+	s.tls = make([]*tls.Config, len(addrs))
+	if base != nil {
+		for i, a := range addrs {
+			c := base.Clone()
+			if c.ServerName == "" {
+				host, _, _ := net.SplitHostPort(a)
+				c.ServerName = host
+			}
+			s.tls[i] = c
+		}
+	}
+	return s, nil
+}
+
+func normalizeAddr(a string) (string, error) {
+	a = strings.TrimSpace(a)
+	if a == "" {
+		return "", newErr(ErrInvalidConfig, "empty address", nil)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		// No port: "host" or "[v6]".
+		h := strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
+		if strings.ContainsAny(h, "[]") || (strings.Contains(h, ":") && !strings.HasPrefix(a, "[")) {
+			return "", newErr(ErrInvalidConfig, fmt.Sprintf("bad address %q", a), err)
+		}
+		return net.JoinHostPort(h, strconv.Itoa(DefaultPort)), nil
+	}
+	if host == "" {
+		return "", newErr(ErrInvalidConfig, fmt.Sprintf("address %q has no host", a), nil)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", newErr(ErrInvalidConfig, fmt.Sprintf("address %q has a bad port", a), nil)
+	}
+	return a, nil
+}
+
+func (t TLSConfig) build() (*tls.Config, error) {
+	switch t.Mode {
+	case TLSOff:
+		return nil, nil
+	case TLSSystemRoots:
+		return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}, nil
+	case TLSCAFile:
+		if t.CAFile == "" {
+			return nil, newErr(ErrInvalidConfig, "TLSCAFile mode without CAFile", nil)
+		}
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, newErr(ErrInvalidConfig, "reading CA file", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, newErr(ErrInvalidConfig, fmt.Sprintf("CA file %s holds no PEM certificate", t.CAFile), nil)
+		}
+		return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: t.ServerName}, nil
+	case TLSInsecureSkipVerify:
+		return &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true, ServerName: t.ServerName}, nil //nolint:gosec // documented test-only mode
+	}
+	return nil, newErr(ErrInvalidConfig, "unknown TLS mode "+t.Mode.String(), nil)
+}
+
+// ParseURL parses the URL form of a configuration:
+//
+//	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI]
+//
+// MODE is off (default), system, ca (requires ca=PATH; also implied by ca=
+// alone) or insecure-skip-verify. The token may be percent-encoded. Only the
+// fields in the URL are set; the returned Config can be adjusted before New.
+func ParseURL(s string) (Config, error) {
+	var cfg Config
+	u, err := url.Parse(s)
+	if err != nil {
+		return cfg, newErr(ErrInvalidConfig, "bad URL", errRedacted)
+	}
+	if u.Scheme != "ticketing" {
+		return cfg, newErr(ErrInvalidConfig, "URL scheme must be ticketing://", nil)
+	}
+	if u.User != nil {
+		cfg.Token = u.User.Username()
+		if p, ok := u.User.Password(); ok {
+			cfg.Token += ":" + p
+		}
+	}
+	if u.Host == "" {
+		return cfg, newErr(ErrInvalidConfig, "URL has no host", nil)
+	}
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h == "" {
+			continue
+		}
+		cfg.Addrs = append(cfg.Addrs, h)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return cfg, newErr(ErrInvalidConfig, "URL must not have a path", nil)
+	}
+	q := u.Query()
+	for k := range q {
+		switch k {
+		case "name", "tls", "ca", "server_name":
+		default:
+			return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("unknown URL parameter %q", k), nil)
+		}
+	}
+	cfg.Name = q.Get("name")
+	cfg.TLS.CAFile = q.Get("ca")
+	cfg.TLS.ServerName = q.Get("server_name")
+	switch mode := q.Get("tls"); mode {
+	case "":
+		if cfg.TLS.CAFile != "" {
+			cfg.TLS.Mode = TLSCAFile
+		}
+	case "off":
+		cfg.TLS.Mode = TLSOff
+	case "system", "system-roots":
+		cfg.TLS.Mode = TLSSystemRoots
+	case "ca", "ca-file":
+		cfg.TLS.Mode = TLSCAFile
+		if cfg.TLS.CAFile == "" {
+			return cfg, newErr(ErrInvalidConfig, "tls=ca needs ca=PATH", nil)
+		}
+	case "insecure-skip-verify", "insecure":
+		cfg.TLS.Mode = TLSInsecureSkipVerify
+	default:
+		return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("unknown tls mode %q", mode), nil)
+	}
+	return cfg, nil
+}
+
+// errRedacted stands in for url.Parse errors, which would quote the URL and
+// with it the token.
+var errRedacted = fmt.Errorf("URL not shown: it may contain a token")

@@ -1,0 +1,405 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// fakeServer is a scripted Ticketing server speaking internal/wire. By
+// default it grants every ACQUIRE with a fresh token, answers RELEASE with R
+// and PING with PONG; the key of a request selects a scripted behaviour
+// (see script), and tests may replace Hello, Handle or AfterHello.
+type fakeServer struct {
+	t    testing.TB
+	ln   net.Listener
+	Addr string
+
+	// Hello answers the HELLO (default: O). It may close the conn.
+	Hello func(fc *fakeConn, req *wire.Request)
+	// handle answers one request after HELLO (default: script); see SetHandle.
+	handle atomic.Pointer[func(fc *fakeConn, req *wire.Request)]
+	// AfterHello, if set, takes over the raw byte stream after HELLO_OK.
+	AfterHello func(fc *fakeConn, r io.Reader)
+
+	bytes     atomic.Int64 // every byte received, on every conn
+	accepted  atomic.Int64
+	hellos    atomic.Int64
+	nextToken atomic.Uint64
+	counts    [256]atomic.Int64 // requests received by type
+
+	mu       sync.Mutex
+	conns    []*fakeConn
+	log      []fakeReq // every ACQUIRE and RELEASE, in order
+	tokens   []string  // HELLO tokens seen
+	closed   bool
+	wg       sync.WaitGroup
+	released map[uint64]int // token -> RELEASEs received
+}
+
+type fakeReq struct {
+	Conn   int
+	Type   byte
+	ReqID  uint32
+	Key    string
+	Owner  [16]byte
+	WaitS  uint8
+	LeaseS uint8
+	Token  uint64
+}
+
+type fakeConn struct {
+	srv   *fakeServer
+	nc    net.Conn
+	ID    int
+	wmu   sync.Mutex
+	pings atomic.Int64
+	reqs  atomic.Int64
+}
+
+func newFake(t testing.TB) *fakeServer { return newFakeOn(t, "127.0.0.1:0", nil) }
+
+func newFakeOn(t testing.TB, addr string, tlsCfg *tls.Config) *fakeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	f := &fakeServer{t: t, ln: ln, Addr: ln.Addr().String(), released: map[uint64]int{}}
+	f.wg.Add(1)
+	go f.acceptLoop()
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeServer) Close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	f.ln.Close()
+	for _, c := range f.conns {
+		c.nc.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// DropAll closes every open conn (the server stays up).
+func (f *fakeServer) DropAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.nc.Close()
+	}
+}
+
+func (f *fakeServer) acceptLoop() {
+	defer f.wg.Done()
+	for {
+		nc, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			nc.Close()
+			return
+		}
+		fc := &fakeConn{srv: f, nc: nc, ID: len(f.conns)}
+		f.conns = append(f.conns, fc)
+		f.accepted.Add(1)
+		f.wg.Add(1)
+		f.mu.Unlock()
+		go fc.serve()
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (fc *fakeConn) serve() {
+	f := fc.srv
+	defer f.wg.Done()
+	defer fc.nc.Close()
+	cr := countingReader{fc.nc, &f.bytes}
+	fr := wire.NewReader(cr)
+	body, err := fr.Next()
+	if err != nil {
+		return
+	}
+	var req wire.Request
+	if err := wire.DecodeRequest(body, &req); err != nil || req.Type != wire.TypeHello {
+		fc.send(wire.AppendError(nil, 0, wire.CodeMalformed, "expected HELLO"))
+		return
+	}
+	f.hellos.Add(1)
+	f.mu.Lock()
+	f.tokens = append(f.tokens, string(req.AuthToken))
+	f.mu.Unlock()
+	if f.Hello != nil {
+		f.Hello(fc, &req)
+	} else {
+		fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1, Node: []byte("fake")})
+	}
+	if f.AfterHello != nil {
+		f.AfterHello(fc, cr)
+		return
+	}
+	for {
+		body, err := fr.Next()
+		if err != nil {
+			return
+		}
+		if err := wire.DecodeRequest(body, &req); err != nil {
+			fc.send(wire.AppendError(nil, 0, wire.CodeMalformed, err.Error()))
+			return
+		}
+		f.counts[req.Type].Add(1)
+		if req.Type == wire.TypePing {
+			fc.pings.Add(1)
+		} else {
+			fc.reqs.Add(1)
+			f.mu.Lock()
+			f.log = append(f.log, fakeReq{Conn: fc.ID, Type: req.Type, ReqID: req.ReqID, Key: string(req.Key),
+				Owner: req.Owner, WaitS: req.WaitS, LeaseS: req.LeaseS, Token: req.Token})
+			if req.Type == wire.TypeRelease {
+				f.released[req.Token]++
+			}
+			f.mu.Unlock()
+		}
+		if h := f.handle.Load(); h != nil {
+			(*h)(fc, &req)
+		} else {
+			f.script(fc, &req)
+		}
+	}
+}
+
+func (fc *fakeConn) send(b []byte) {
+	fc.wmu.Lock()
+	defer fc.wmu.Unlock()
+	fc.nc.Write(b)
+}
+
+func (fc *fakeConn) sendResp(r *wire.Response) {
+	b, err := wire.AppendResponse(nil, r)
+	if err != nil {
+		panic(err)
+	}
+	fc.send(b)
+}
+
+func (fc *fakeConn) Close() { fc.nc.Close() }
+
+// later runs f in a goroutine the server waits for.
+func (f *fakeServer) later(d time.Duration, fn func()) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		time.Sleep(d)
+		fn()
+	}()
+}
+
+// script answers by key. For an ACQUIRE the key's first word (before '/')
+// selects the behaviour; for a RELEASE, a word after "rel-" in the key does.
+//
+//	busy timeout never close closepartial malformed oversized unknowntype
+//	unknownid wrongtype notactive error grantclose delay:<dur> waited:<ms>
+//	(anything else: G)
+//	release: rel-never rel-notheld rel-closeonce rel-error (else R)
+func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
+	id := req.ReqID
+	key := string(req.Key)
+	switch req.Type {
+	case wire.TypePing:
+		fc.send(wire.AppendSimple(nil, wire.TypePong, id))
+		return
+	case wire.TypeRelease:
+		switch {
+		case strings.Contains(key, "rel-never"):
+		case strings.Contains(key, "rel-notheld"):
+			fc.send(wire.AppendSimple(nil, wire.TypeNotHeld, id))
+		case strings.Contains(key, "rel-closeonce"):
+			f.mu.Lock()
+			n := f.released[req.Token]
+			f.mu.Unlock()
+			if n == 1 {
+				fc.Close()
+				return
+			}
+			fc.send(wire.AppendSimple(nil, wire.TypeReleased, id))
+		default:
+			fc.send(wire.AppendSimple(nil, wire.TypeReleased, id))
+		}
+		return
+	}
+	word, _, _ := strings.Cut(key, "/")
+	grant := func(waited uint32) []byte {
+		return wire.AppendGranted(nil, id, f.nextToken.Add(1), waited)
+	}
+	switch {
+	case word == "busy":
+		fc.send(wire.AppendSimple(nil, wire.TypeBusy, id))
+	case word == "timeout":
+		fc.send(wire.AppendSimple(nil, wire.TypeTimedOut, id))
+	case word == "never":
+	case word == "close":
+		fc.Close()
+	case word == "malformed":
+		fc.send([]byte{0, 0, 0, 6, wire.TypeGranted, 0, 0, 0, byte(id), 1}) // G too short
+	case word == "oversized":
+		fc.send([]byte{0, 0, 0x07, 0xd0, wire.TypeGranted})
+	case word == "unknowntype":
+		fc.send(append([]byte{0, 0, 0, 5, 'Z'}, binary.BigEndian.AppendUint32(nil, id)...))
+	case word == "unknownid":
+		fc.send(wire.AppendSimple(nil, wire.TypeTimedOut, id+1000))
+	case word == "wrongtype":
+		fc.send(wire.AppendSimple(nil, wire.TypeReleased, id))
+	case word == "notactive":
+		fc.sendResp(&wire.Response{Type: wire.TypeNotActive, ReqID: id, Hint: []byte("other:5225")})
+	case word == "error":
+		fc.send(wire.AppendError(nil, id, wire.CodeInternal, "scripted failure"))
+	case word == "grantclose":
+		fc.send(grant(0))
+		fc.Close()
+	case strings.HasPrefix(word, "delay:"):
+		d, _ := time.ParseDuration(strings.TrimPrefix(word, "delay:"))
+		f.later(d, func() { fc.send(grant(0)) })
+	case strings.HasPrefix(word, "waited:"):
+		ms, _ := strconv.Atoi(strings.TrimPrefix(word, "waited:"))
+		fc.send(grant(uint32(ms)))
+	default:
+		fc.send(grant(0))
+	}
+}
+
+// SetHandle replaces the request handler (nil: script).
+func (f *fakeServer) SetHandle(h func(fc *fakeConn, req *wire.Request)) {
+	if h == nil {
+		f.handle.Store(nil)
+		return
+	}
+	f.handle.Store(&h)
+}
+
+func (f *fakeServer) Log() []fakeReq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fakeReq(nil), f.log...)
+}
+
+func (f *fakeServer) Conns() []*fakeConn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*fakeConn(nil), f.conns...)
+}
+
+func (f *fakeServer) Tokens() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.tokens...)
+}
+
+func (f *fakeServer) Released(token uint64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.released[token]
+}
+
+func (f *fakeServer) Count(typ byte) int64 { return f.counts[typ].Load() }
+
+// eventually polls cond for up to 10 s.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testConfig is a Config with short timeouts for tests.
+func testConfig(addrs ...string) broker.Config {
+	return broker.Config{
+		Addrs:            addrs,
+		DialTimeout:      2 * time.Second,
+		BackoffMin:       10 * time.Millisecond,
+		BackoffMax:       100 * time.Millisecond,
+		KeepAlive:        time.Hour,
+		KeepAliveTimeout: time.Hour,
+		ReplyGrace:       time.Hour,
+		ReleaseWindow:    time.Second,
+	}
+}
+
+// newBroker starts a broker, waits until every session is ready, and closes
+// it at the end of the test.
+func newBroker(t testing.TB, cfg broker.Config) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitSessions waits until the fake has accepted n HELLOs.
+func waitHellos(t testing.TB, f *fakeServer, n int64) {
+	t.Helper()
+	eventually(t, "hellos", func() bool { return f.hellos.Load() >= n })
+}
+
+// allReady returns a broker whose two sessions to f are both ready.
+func allReady(t testing.TB, f *fakeServer, cfg broker.Config) *broker.Broker {
+	t.Helper()
+	b := newBroker(t, cfg)
+	eventually(t, "two ready sessions", func() bool { return b.ReadySessions() == 2 })
+	return b
+}
+
+func mustIs(t testing.TB, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Fatalf("error %v: want errors.Is(%v)", err, target)
+		}
+	}
+}
+
+func ctxT(t testing.TB) context.Context { return t.Context() }

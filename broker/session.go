@@ -1,0 +1,534 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// request is one ACQUIRE or RELEASE in flight. Requests are pooled; ch is
+// signalled exactly once per use, after res is set, under conn.mu.
+type request struct {
+	typ    byte
+	id     uint32
+	key    []byte
+	owner  [wire.OwnerLen]byte
+	waitS  uint8
+	leaseS uint8
+	token  uint64
+
+	// Guarded by the conn's mu while the request is in its inflight map.
+	sent      bool      // its bytes were handed to conn.Write
+	abandoned bool      // the caller stopped waiting; the conn drops it on its reply
+	t0        time.Time // taken just before the Write that carried it
+	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace
+
+	ch  chan struct{}
+	res result
+}
+
+// result is the final outcome of a request on one session.
+type result struct {
+	typ      byte // the reply type; 0: the session ended without a reply
+	token    uint64
+	waitedMS uint32
+	code     uint16
+	msg      string // E message or M hint
+	sent     bool   // whether any byte may have been sent
+	t0       time.Time
+	cause    error // for typ 0: why the session ended
+}
+
+// session is one slot of the broker: one address, re-opened in the
+// background. cur is the open, ready connection, or nil.
+type session struct {
+	b    *Broker
+	idx  int
+	addr string
+	tls  *tls.Config
+	cur  atomic.Pointer[conn]
+}
+
+// conn is one open connection of a session, from HELLO_OK to its end.
+type conn struct {
+	b      *Broker
+	s      *session
+	nc     net.Conn // what we read and write (TLS or raw)
+	raw    net.Conn // the TCP conn, closed to tear down at once
+	br     *bufio.Reader
+	done   chan struct{}
+	wake   chan struct{}
+	isDead atomic.Bool
+
+	mu        sync.Mutex
+	closed    bool
+	err       error
+	inflight  map[uint32]*request
+	queue     []*request
+	nextID    uint32
+	cancelled map[uint32]string // ACQUIREs cancelled after a possible send: req_id -> key
+	pingWant  bool
+	pingOut   bool
+	pingID    uint32
+	pingSent  time.Time
+	lastPing  time.Time
+	wbuf      []byte
+}
+
+// run is the session's manager goroutine: open, serve, reopen with backoff.
+func (s *session) run() {
+	b := s.b
+	defer b.wg.Done()
+	attempt := 0
+	for b.ctx.Err() == nil {
+		c, err := s.open()
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return
+			}
+			b.setLastErr(err)
+			b.log.Debug("broker: session open failed", "addr", s.addr, "session", s.idx, "err", err)
+			if !b.sleep(s.backoff(attempt)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		s.cur.Store(c)
+		b.signalReady()
+		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); c.readLoop() }()
+		go func() { defer wg.Done(); c.writeLoop() }()
+		c.scanLoop()
+		s.cur.CompareAndSwap(c, nil)
+		wg.Wait()
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.setLastErr(c.err)
+		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "err", c.err)
+		if !b.sleep(s.backoff(0)) {
+			return
+		}
+	}
+}
+
+// backoff is min(max, min*2^attempt), half of it random jitter.
+func (s *session) backoff(attempt int) time.Duration {
+	cfg := s.b.set
+	d := cfg.BackoffMin
+	for i := 0; i < attempt && d < cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, cfg.BackoffMax)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+func (s *session) errorf(cause error, format string, args ...any) error {
+	return &sessionError{addr: s.addr, msg: fmt.Sprintf(format, args...), cause: cause}
+}
+
+// open dials, runs the TLS handshake and HELLO, within DialTimeout.
+func (s *session) open() (*conn, error) {
+	b := s.b
+	ctx, cancel := context.WithTimeout(b.ctx, b.set.DialTimeout)
+	defer cancel()
+	raw, err := b.set.Dialer(ctx, "tcp", s.addr)
+	if err != nil {
+		return nil, s.errorf(err, "dial")
+	}
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	c, err := s.handshake(ctx, raw)
+	if !stop() || err != nil {
+		raw.Close()
+		if err == nil {
+			err = s.errorf(ctx.Err(), "handshake")
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
+	b := s.b
+	nc := raw
+	if s.tls != nil {
+		tc := tls.Client(raw, s.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, s.errorf(err, "TLS handshake (mode %s)", b.set.TLS.Mode)
+		}
+		nc = tc
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	frame, err := wire.AppendRequest(nil, &wire.Request{
+		Type: wire.TypeHello, ReqID: 1, Version: wire.Version,
+		AuthToken: []byte(b.set.Token), Name: []byte(b.set.Name),
+	})
+	if err != nil {
+		return nil, s.errorf(err, "encoding HELLO")
+	}
+	if _, err := nc.Write(frame); err != nil {
+		return nil, s.errorf(err, "sending HELLO")
+	}
+	br := bufio.NewReaderSize(nc, 16<<10)
+	body, err := wire.NewReader(br).Next()
+	if err != nil {
+		return nil, s.errorf(err, "reading HELLO reply")
+	}
+	var resp wire.Response
+	if err := wire.DecodeResponse(body, &resp); err != nil {
+		return nil, s.errorf(err, "HELLO reply")
+	}
+	switch resp.Type {
+	case wire.TypeHelloOK:
+		if resp.ReqID != 1 {
+			return nil, s.errorf(nil, "HELLO_OK with req_id %d", resp.ReqID)
+		}
+	case wire.TypeError:
+		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "HELLO refused")
+	case wire.TypeNotActive:
+		return nil, s.errorf(&NotActiveError{Hint: string(resp.Hint)}, "HELLO")
+	default:
+		return nil, s.errorf(nil, "unexpected reply %q to HELLO", resp.Type)
+	}
+	nc.SetDeadline(time.Time{})
+	return &conn{
+		b: b, s: s, nc: nc, raw: raw, br: br,
+		done:      make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		inflight:  make(map[uint32]*request),
+		nextID:    1,
+		lastPing:  time.Now(),
+		cancelled: map[uint32]string{},
+	}, nil
+}
+
+// allocID returns a req_id not awaiting a reply (never 0). Called under mu.
+func (c *conn) allocID() uint32 {
+	for {
+		c.nextID++
+		id := c.nextID
+		if id == 0 || (c.pingOut && id == c.pingID) {
+			continue
+		}
+		if _, busy := c.inflight[id]; busy {
+			continue
+		}
+		if _, busy := c.cancelled[id]; busy {
+			continue
+		}
+		return id
+	}
+}
+
+// enqueue queues r for the writer. It reports false if the conn is closed.
+func (c *conn) enqueue(r *request) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	r.id = c.allocID()
+	r.sent, r.abandoned = false, false
+	c.inflight[r.id] = r
+	c.queue = append(c.queue, r)
+	first := len(c.queue) == 1
+	c.mu.Unlock()
+	if first {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// Outcomes of withdraw.
+const (
+	withdrawnUnsent = iota // removed before any byte was written
+	withdrawnSent          // removed after a possible send
+	alreadyDone            // a result was delivered; read r.ch
+)
+
+// withdraw takes r back from the conn when its caller stops waiting. If
+// closeIfSent, an ACQUIRE possibly sent is recorded as cancelled and the
+// session is closed (the server then drops its queued wait); otherwise the
+// request is left to the conn, abandoned, so that its reply is absorbed.
+func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.inflight[r.id]; !ok || cur != r {
+		return alreadyDone
+	}
+	if !r.sent {
+		delete(c.inflight, r.id)
+		for i, q := range c.queue {
+			if q == r {
+				c.queue = append(c.queue[:i], c.queue[i+1:]...)
+				c.queue = c.queue[:len(c.queue):len(c.queue)]
+				break
+			}
+		}
+		return withdrawnUnsent
+	}
+	if closeIfSent {
+		delete(c.inflight, r.id)
+		c.cancelled[r.id] = string(r.key)
+		c.failLocked(c.s.errorf(why, "closed after cancelling a possibly sent ACQUIRE"))
+	} else {
+		r.abandoned = true
+	}
+	return withdrawnSent
+}
+
+func (r *request) deliver(res result) {
+	r.res = res
+	r.ch <- struct{}{}
+}
+
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	c.failLocked(err)
+	c.mu.Unlock()
+}
+
+// failLocked ends the conn: every request still in it gets a "session
+// lost" result that says whether it may have been sent.
+func (c *conn) failLocked(err error) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.isDead.Store(true)
+	c.err = err
+	close(c.done)
+	c.raw.Close()
+	for _, r := range c.inflight {
+		if !r.abandoned {
+			r.deliver(result{sent: r.sent, t0: r.t0, cause: err})
+		}
+	}
+	clear(c.inflight)
+	c.queue = nil
+}
+
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		buf := c.wbuf[:0]
+		now := time.Now()
+		for _, r := range c.queue {
+			var err error
+			buf, err = wire.AppendRequest(buf, &wire.Request{
+				Type: r.typ, ReqID: r.id, Owner: r.owner, WaitS: r.waitS,
+				LeaseS: r.leaseS, Key: r.key, Token: r.token,
+			})
+			if err != nil { // validated before; cannot happen
+				c.failLocked(c.s.errorf(err, "encoding request"))
+				c.mu.Unlock()
+				return
+			}
+			r.sent = true
+			r.t0 = now
+			if r.typ == wire.TypeAcquire {
+				r.replyBy = now.Add(time.Duration(r.waitS)*time.Second + c.b.set.ReplyGrace)
+			}
+		}
+		clear(c.queue)
+		c.queue = c.queue[:0]
+		if c.pingWant && !c.pingOut {
+			c.pingWant = false
+			c.pingID = c.allocID()
+			c.pingOut = true
+			c.pingSent = now
+			buf = wire.AppendSimple(buf, wire.TypePing, c.pingID)
+		}
+		c.wbuf = buf
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.fail(c.s.errorf(err, "write"))
+			return
+		}
+		if cap(buf) > 64<<10 {
+			c.mu.Lock()
+			c.wbuf = nil
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *conn) readLoop() {
+	fr := wire.NewReader(c.br)
+	var resp wire.Response
+	for {
+		body, err := fr.Next()
+		if err != nil {
+			if errors.Is(err, wire.ErrFrameSize) {
+				c.fail(c.s.errorf(err, "oversized or empty reply frame"))
+			} else {
+				c.fail(c.s.errorf(err, "read"))
+			}
+			return
+		}
+		if err := wire.DecodeResponse(body, &resp); err != nil {
+			c.fail(c.s.errorf(err, "bad reply"))
+			return
+		}
+		// After the session ends, keep draining what was already read:
+		// a grant for a cancelled ACQUIRE must still be compensated.
+		c.dispatch(&resp)
+	}
+}
+
+// answers reports whether a reply of type typ answers a request of type req.
+func answers(req, typ byte) bool {
+	switch req {
+	case wire.TypeAcquire:
+		return typ == wire.TypeGranted || typ == wire.TypeTimedOut || typ == wire.TypeBusy
+	case wire.TypeRelease:
+		return typ == wire.TypeReleased || typ == wire.TypeNotHeld
+	}
+	return false
+}
+
+// dispatch hands one reply to its request. It reports false when the
+// session has ended.
+func (c *conn) dispatch(resp *wire.Response) bool {
+	c.mu.Lock()
+	if c.closed {
+		// Frames read after a close: only a grant for an ACQUIRE cancelled
+		// after its send matters; release it.
+		var key string
+		var ok bool
+		if resp.Type == wire.TypeGranted {
+			key, ok = c.cancelled[resp.ReqID]
+			delete(c.cancelled, resp.ReqID)
+		}
+		c.mu.Unlock()
+		if ok {
+			c.b.compensate(key, resp.Token, "grant read after cancellation")
+		}
+		return false
+	}
+	id := resp.ReqID
+	switch resp.Type {
+	case wire.TypePong:
+		if c.pingOut && id == c.pingID {
+			c.pingOut = false
+			c.mu.Unlock()
+			return true
+		}
+		c.failLocked(c.s.errorf(nil, "PONG with unknown req_id %d", id))
+	case wire.TypeNotActive, wire.TypeError:
+		var err error
+		res := result{typ: resp.Type}
+		if resp.Type == wire.TypeError {
+			res.code, res.msg = resp.Code, string(resp.Msg)
+			err = &ServerError{Code: resp.Code, Message: res.msg}
+		} else {
+			res.msg = string(resp.Hint)
+			err = &NotActiveError{Hint: res.msg}
+		}
+		if r, ok := c.inflight[id]; ok && r.sent && id != 0 {
+			delete(c.inflight, id)
+			if !r.abandoned {
+				res.sent, res.t0 = true, r.t0
+				r.deliver(res)
+			}
+		}
+		c.failLocked(c.s.errorf(err, "server ended the session"))
+	default:
+		r, ok := c.inflight[id]
+		switch {
+		case !ok || !r.sent:
+			c.failLocked(c.s.errorf(nil, "reply %q with unknown req_id %d", resp.Type, id))
+		case !answers(r.typ, resp.Type):
+			c.failLocked(c.s.errorf(nil, "reply %q does not answer request %q (req_id %d)", resp.Type, r.typ, id))
+		default:
+			delete(c.inflight, id)
+			if !r.abandoned {
+				r.deliver(result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0})
+			}
+			c.mu.Unlock()
+			return true
+		}
+	}
+	c.mu.Unlock()
+	return false
+}
+
+// scanLoop runs in the session's manager goroutine while the conn is open:
+// keepalive PINGs, the PONG timeout and the ACQUIRE reply deadlines. One
+// ticker per session replaces a timer per request.
+func (c *conn) scanLoop() {
+	cfg := c.b.set
+	every := min(cfg.KeepAlive, cfg.KeepAliveTimeout, cfg.ReplyGrace) / 4
+	every = max(min(every, time.Second), 5*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.b.ctx.Done():
+			c.fail(c.s.errorf(ErrClosed, "broker closed"))
+			return
+		case now := <-t.C:
+			c.scan(now)
+		}
+	}
+}
+
+func (c *conn) scan(now time.Time) {
+	cfg := c.b.set
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if c.pingOut && now.Sub(c.pingSent) > cfg.KeepAliveTimeout {
+		c.failLocked(c.s.errorf(nil, "keepalive: PING not answered within %v", cfg.KeepAliveTimeout))
+		return
+	}
+	if !c.pingOut && !c.pingWant && now.Sub(c.lastPing) >= cfg.KeepAlive {
+		c.pingWant = true
+		c.lastPing = now
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	for _, r := range c.inflight {
+		if r.typ == wire.TypeAcquire && r.sent && now.After(r.replyBy) {
+			c.failLocked(c.s.errorf(nil, "no reply to an ACQUIRE within its wait (%ds) plus the reply grace (%v)", r.waitS, cfg.ReplyGrace))
+			return
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Ticket is a granted lock: its key, its fencing token and its conservative
+// deadline. Fence the protected write with Token in the same database
+// transaction, then Release. Its methods are safe for concurrent use.
+//
+// A Ticket dropped without Release is released in the background, best
+// effort, when the garbage collector finds it (with a warning in the log);
+// do not rely on it.
+type Ticket struct {
+	b       *Broker
+	st      *ticketState
+	cleanup runtime.Cleanup
+}
+
+// ticketState is what the release machinery needs; it never refers to the
+// Ticket, so that a dropped Ticket can be collected and its cleanup run.
+type ticketState struct {
+	key      string
+	token    uint64
+	deadline time.Time
+
+	relMu sync.Mutex // held for the whole of a release
+	done  atomic.Bool
+	err   error // the first release's result, guarded by relMu
+}
+
+// Key returns the lock's key.
+func (t *Ticket) Key() string { return t.st.key }
+
+// Token returns the fencing token: strictly increasing across every grant of
+// the server or cluster.
+func (t *Ticket) Token() uint64 { return t.st.token }
+
+// Deadline returns the conservative deadline of PROTOCOL.md: t0 + (waited_ms
+// + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
+// have been written. The server's expiry is no earlier. It carries a
+// monotonic clock reading.
+func (t *Ticket) Deadline() time.Time { return t.st.deadline }
+
+// Remaining returns the conservative remaining lease, Deadline minus now
+// (negative once passed).
+func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
+
+// Release releases the lock by its exact token. It retries on any ready
+// session only within 5 s of the call, and resends only after a session
+// dropped. It returns nil for R (released), ErrNotHeld for N (the lock had
+// expired or is no longer this token's), ErrReleaseUnconfirmed when no final
+// reply came within the window (never assumed success), ErrClosed if the
+// Broker was closed first, and, if ctx ends first, an error matching ctx's
+// error (with ErrUnsent if nothing was sent, in which case Release may be
+// called again).
+//
+// Calling Release again returns the first call's result without sending
+// anything; concurrent calls wait for the first.
+func (t *Ticket) Release(ctx context.Context) error {
+	b, st := t.b, t.st
+	if st.done.Load() {
+		st.relMu.Lock()
+		defer st.relMu.Unlock()
+		return st.err
+	}
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	t.cleanup.Stop()
+	err := b.releaseStateCtx(ctx, st, time.Now())
+	runtime.KeepAlive(t)
+	return err
+}
+
+// releaseState releases st once; later callers get the first result.
+func (b *Broker) releaseState(ctx context.Context, st *ticketState, start time.Time) error {
+	return b.releaseStateCtx(ctx, st, start)
+}
+
+func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start time.Time) error {
+	st.relMu.Lock()
+	defer st.relMu.Unlock()
+	if st.done.Load() {
+		return st.err
+	}
+	err := b.release(ctx, st.key, st.token, start)
+	if errors.Is(err, ErrUnsent) && ctx.Err() != nil {
+		return err // nothing sent: the caller may try again
+	}
+	st.err = err
+	st.done.Store(true)
+	b.mu.Lock()
+	delete(b.tickets, st)
+	b.mu.Unlock()
+	return err
+}
+
+// dropped is the cleanup of a Ticket collected without Release.
+func (b *Broker) dropped(st *ticketState) {
+	if st.done.Load() {
+		return
+	}
+	start := time.Now()
+	b.spawn(func() {
+		err := b.releaseStateCtx(context.Background(), st, start)
+		b.log.Warn("broker: ticket dropped without Release; released in the background",
+			"key", st.key, "token", st.token, "err", err)
+	})
+}

@@ -45,6 +45,8 @@ type target struct {
 	// kill terminates it from outside; nil for SQLite.
 	backendID string
 	kill      string
+	// plainTx runs fn in an unfenced transaction (for benchmarks).
+	plainTx func(ctx context.Context, fn func(querier) error) error
 }
 
 // q rewrites ? placeholders for PostgreSQL.
@@ -228,6 +230,17 @@ func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migr
 		}
 		return tx.Commit()
 	}
+	tg.plainTx = func(ctx context.Context, fn func(querier) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := fn(sqlQ{tg, tx}); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
 	switch md {
 	case migrations.Postgres:
 		tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
@@ -270,6 +283,9 @@ func openPgx(t testing.TB) *target {
 			return err
 		}
 		return tx.Commit(ctx)
+	}
+	tg.plainTx = func(ctx context.Context, fn func(querier) error) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) })
 	}
 	tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
 	return tg

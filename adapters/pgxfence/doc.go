@@ -1,0 +1,62 @@
+// Package pgxfence fences writes made through pgx v5 (PostgreSQL) with a
+// lock ticket's token, in the same transaction as the write. See package
+// github.com/ticketing-dev/ticketing/fence for the whole story, the
+// errors and the options; this page says what is specific to pgx.
+//
+// # Run
+//
+//	err := pgxfence.Run(ctx, pool, ticket, func(tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = balance - $1 WHERE id = $2", amount, id)
+//		return err
+//	})
+//	var stale *fence.StaleError
+//	switch {
+//	case err == nil: // committed and released
+//	case errors.As(err, &stale): // a newer holder has written; do not retry with this ticket
+//	case errors.Is(err, fence.ErrCommitUnknown): // check the data before retrying
+//	}
+//
+// db is anything with Begin(ctx) (pgx.Tx, error): *pgxpool.Pool, *pgx.Conn,
+// or a pgx.Tx (then Run works in a savepoint, and its "commit" only
+// releases the savepoint: the outer transaction must still commit before
+// the ticket's lease ends, which Run cannot check; prefer Guard there).
+// Run always releases the ticket, exactly once.
+//
+// # The statement
+//
+// The check-and-bump is one statement per resource, one round trip:
+//
+//	INSERT INTO ticketing_fence AS f (resource, high_water, updated_at) VALUES ($1, $2, now())
+//	ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at
+//	WHERE f.high_water < EXCLUDED.high_water
+//	RETURNING f.high_water
+//
+// A row comes back only if the token was accepted. Either way the
+// resource's row is locked until the transaction ends, so concurrent
+// fenced transactions on it run one after the other and accepted tokens
+// increase in commit order. A stale token costs a second statement that
+// reads the high-water for the *fence.StaleError.
+//
+// # Isolation
+//
+// READ COMMITTED, PostgreSQL's default, is right: ON CONFLICT DO UPDATE
+// locks and checks the latest committed row version. Under REPEATABLE READ
+// or SERIALIZABLE a concurrent bump fails the upsert with SQLSTATE 40001
+// (returned, not retried).
+//
+// # Guard
+//
+// Guard is the check-and-bump alone, for a transaction you manage (for
+// instance one opened with pgx.BeginTxFunc and other options). Call it
+// before the protected write; then call fence.CheckLease right before
+// commit, commit, and release the ticket yourself afterwards. Roll back on
+// any error from Guard.
+//
+// # Commit failures
+//
+// A commit error that PostgreSQL itself sent (a deferred constraint, a
+// serialization failure) means "rolled back" and is returned wrapped. Any
+// other commit error (the connection broke, including FATAL 57P01 after
+// pg_terminate_backend, or the context was cancelled during COMMIT)
+// matches fence.ErrCommitUnknown.
+package pgxfence

@@ -1,0 +1,88 @@
+// Package sqlfence fences writes made through database/sql with a lock
+// ticket's token, in the same transaction as the write, for PostgreSQL
+// (github.com/jackc/pgx/v5/stdlib), MySQL/MariaDB
+// (github.com/go-sql-driver/mysql) and SQLite (modernc.org/sqlite, no cgo).
+// See package github.com/ticketing-dev/ticketing/fence for the whole
+// story, the errors and the options; this page says what is specific to
+// database/sql and to each database.
+//
+// # Run and the dialect
+//
+// The dialect is an explicit argument, never guessed from the driver:
+//
+//	err := sqlfence.Run(ctx, db, sqlfence.MySQL, ticket, func(tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - ? WHERE id = ?", amount, id)
+//		return err
+//	})
+//
+// db is a *sql.DB or a *sql.Conn (anything with BeginTx). The transaction
+// uses the driver's default isolation level. Run always releases the
+// ticket, exactly once; see fence for every outcome.
+//
+// # PostgreSQL
+//
+// One statement per resource: INSERT ... ON CONFLICT (resource) DO UPDATE
+// ... WHERE high_water < EXCLUDED.high_water RETURNING high_water; the same
+// as package pgxfence. READ COMMITTED is right: the upsert locks the row
+// and compares with its latest committed version.
+//
+// # MySQL and MariaDB
+//
+// One statement per resource:
+//
+//	INSERT INTO ticketing_fence (resource, high_water, updated_at) VALUES (?, ?, CURRENT_TIMESTAMP(6))
+//	ON DUPLICATE KEY UPDATE
+//	  updated_at = IF(high_water < VALUES(high_water), VALUES(updated_at), updated_at),
+//	  high_water = IF(high_water < VALUES(high_water), VALUES(high_water), high_water + 0 * LAST_INSERT_ID(1))
+//
+// Under REPEATABLE READ (InnoDB's default) this is still right: INSERT ...
+// ON DUPLICATE KEY UPDATE is a locking read, which takes an exclusive lock
+// on the row and sees the latest committed value, not the transaction's
+// snapshot. A new resource is inserted; a concurrent inserter of the same
+// resource waits on the primary key. The outcome is read from the result:
+// affected rows 1 (inserted) or 2 (raised) mean accepted, 0 (unchanged)
+// means stale. Because clientFoundRows=true in the DSN makes an unchanged
+// row count 1 too, the rejecting branch also sets the statement's insert
+// id with LAST_INSERT_ID(1), so the outcome is right with either setting.
+// After a rejection the high-water is read with SELECT ... FOR UPDATE (a
+// current read, not the snapshot). VALUES() in ON DUPLICATE KEY UPDATE is
+// deprecated in MySQL 8.0.20+ (a warning) but is what MariaDB understands.
+// A deadlock (error 1213) between your business statements is returned,
+// never retried.
+//
+// Use interpolateParams=true in the DSN to save the prepare round trips
+// go-sql-driver/mysql otherwise spends on every statement with arguments.
+//
+// # SQLite
+//
+// SQLite has one writer at a time: the writer lock serialises fenced
+// transactions. Open the database with these DSN parameters of
+// modernc.org/sqlite:
+//
+//	file:app.db?_txlock=immediate&_pragma=busy_timeout(5000)
+//
+// _txlock=immediate makes BEGIN take the writer lock (BEGIN IMMEDIATE), so
+// a transaction never has to upgrade a read lock (which fails at once with
+// SQLITE_BUSY instead of waiting), and the busy timeout lets writers queue
+// instead of failing. Run issues the upsert (INSERT ... ON CONFLICT ... DO
+// UPDATE ... WHERE ... RETURNING, SQLite 3.35+) as the first statement, so
+// even without _txlock=immediate its transaction starts as a writer; with
+// Guard in your own transaction, the parameter matters more. WAL mode
+// (_pragma=journal_mode(WAL)) lets readers go on during a fenced write.
+//
+// # Guard
+//
+// Guard is the check-and-bump alone, inside a *sql.Tx you manage (for
+// instance with other sql.TxOptions). Call it before the protected write;
+// then call fence.CheckLease right before tx.Commit, commit, and release
+// the ticket yourself afterwards. Roll back on any error from Guard.
+//
+// # Commit failures
+//
+// A commit error that the database itself returned (a *pgconn.PgError
+// other than a connection class, a *mysql.MySQLError other than a lost or
+// killed connection, any SQLite error) means the transaction did not
+// commit; it is returned wrapped. Any other commit error, such as
+// driver.ErrBadConn or mysql.ErrInvalidConn after the connection broke,
+// matches fence.ErrCommitUnknown.
+package sqlfence

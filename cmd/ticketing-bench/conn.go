@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -141,6 +142,10 @@ func (m *muxConn) writeLoop() {
 		case <-m.done:
 			return
 		}
+		// Let the clients that are runnable now queue their frames too, so
+		// that one write carries them all: on a loopback a write costs the
+		// sender the receiver's TCP processing as well.
+		runtime.Gosched()
 		m.mu.Lock()
 		buf, m.out = m.out, buf[:0]
 		m.mu.Unlock()

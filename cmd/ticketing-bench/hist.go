@@ -84,8 +84,11 @@ func (h *hist) quantile(q float64) time.Duration {
 		return 0
 	}
 	rank := uint64(math.Ceil(q * float64(h.n)))
-	if rank < 1 {
-		rank = 1
+	if rank <= 1 {
+		return time.Duration(h.min)
+	}
+	if rank >= h.n {
+		return time.Duration(h.max)
 	}
 	var seen uint64
 	for i, c := range h.counts {

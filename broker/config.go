@@ -257,32 +257,37 @@ func (t TLSConfig) build() (*tls.Config, error) {
 // fields in the URL are set; the returned Config can be adjusted before New.
 func ParseURL(s string) (Config, error) {
 	var cfg Config
-	u, err := url.Parse(s)
-	if err != nil {
-		return cfg, newErr(ErrInvalidConfig, "bad URL", errRedacted)
-	}
-	if u.Scheme != "ticketing" {
+	rest, ok := strings.CutPrefix(s, "ticketing://")
+	if !ok {
 		return cfg, newErr(ErrInvalidConfig, "URL scheme must be ticketing://", nil)
 	}
-	if u.User != nil {
-		cfg.Token = u.User.Username()
-		if p, ok := u.User.Password(); ok {
-			cfg.Token += ":" + p
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		if rest[i:] != "/" {
+			return cfg, newErr(ErrInvalidConfig, "URL must not have a path", nil)
+		}
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		tok, err := url.PathUnescape(rest[:i])
+		if err != nil {
+			return cfg, newErr(ErrInvalidConfig, "bad token encoding in URL", errRedacted)
+		}
+		cfg.Token = tok
+		rest = rest[i+1:]
+	}
+	for h := range strings.SplitSeq(rest, ",") {
+		if h != "" {
+			cfg.Addrs = append(cfg.Addrs, h)
 		}
 	}
-	if u.Host == "" {
+	if len(cfg.Addrs) == 0 {
 		return cfg, newErr(ErrInvalidConfig, "URL has no host", nil)
 	}
-	for h := range strings.SplitSeq(u.Host, ",") {
-		if h == "" {
-			continue
-		}
-		cfg.Addrs = append(cfg.Addrs, h)
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return cfg, newErr(ErrInvalidConfig, "bad URL query", err)
 	}
-	if u.Path != "" && u.Path != "/" {
-		return cfg, newErr(ErrInvalidConfig, "URL must not have a path", nil)
-	}
-	q := u.Query()
 	for k := range q {
 		switch k {
 		case "name", "tls", "ca", "server_name":

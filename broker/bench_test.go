@@ -1,0 +1,135 @@
+package broker_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// benchCycles runs acquire+release cycles from 64 goroutines on distinct
+// keys and reports cycles/s.
+func benchCycles(b *testing.B, addr string) {
+	cfg := broker.Config{Addrs: []string{addr}}
+	br := newBroker(b, cfg)
+	eventually(b, "two sessions", func() bool { return br.ReadySessions() == 2 })
+	const goroutines = 64
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprint("bench-", next.Add(1))
+		for pb.Next() {
+			tk, err := br.Acquire(ctx, key, 0, 30*time.Second, 0)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := tk.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+}
+
+// BenchmarkAcquireRelease: through the real in-process server (its
+// allocations count in the same process).
+func BenchmarkAcquireRelease(b *testing.B) {
+	rs := startServer(b, server.Config{}, "127.0.0.1:0")
+	benchCycles(b, rs.Addr)
+}
+
+// BenchmarkAcquireReleaseFake: against a minimal fake server that grants and
+// releases everything, to measure the client's own allocations.
+func BenchmarkAcquireReleaseFake(b *testing.B) {
+	addr, stop := fastFake(b)
+	defer stop()
+	benchCycles(b, addr)
+}
+
+// fastFake answers HELLO with O, ACQUIRE with G, RELEASE with R, PING with
+// PONG, batching replies; it allocates nothing per request.
+func fastFake(tb testing.TB) (string, func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	var token atomic.Uint64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer nc.Close()
+				rd := bufio.NewReaderSize(nc, 64<<10)
+				fr := wire.NewReader(rd)
+				w := bufio.NewWriterSize(nc, 64<<10)
+				var req wire.Request
+				var out []byte
+				for {
+					body, err := fr.Next()
+					if err != nil {
+						return
+					}
+					if err := wire.DecodeRequest(body, &req); err != nil {
+						return
+					}
+					out = out[:0]
+					switch req.Type {
+					case wire.TypeHello:
+						out, _ = wire.AppendResponse(out, &wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
+					case wire.TypeAcquire:
+						out = wire.AppendGranted(out, req.ReqID, token.Add(1), 0)
+					case wire.TypeRelease:
+						out = wire.AppendSimple(out, wire.TypeReleased, req.ReqID)
+					case wire.TypePing:
+						out = wire.AppendSimple(out, wire.TypePong, req.ReqID)
+					}
+					w.Write(out)
+					if rd.Buffered() == 0 {
+						if w.Flush() != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+var _ = io.EOF

@@ -1,0 +1,293 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// realServer is an in-process server.Server on a 127.0.0.1 listener.
+type realServer struct {
+	*server.Server
+	Addr string
+	done chan error
+	once sync.Once
+}
+
+// startServer starts a server with cfg (DataDir defaulting to a temp dir)
+// on addr ("127.0.0.1:0" for any port). It is closed at the end of the test.
+func startServer(t testing.TB, cfg server.Config, addr string) *realServer {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for i := 0; ; i++ { // the port of a just-closed server may take a moment
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || i == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	rs := &realServer{Server: srv, Addr: ln.Addr().String(), done: make(chan error, 1)}
+	go func() { rs.done <- srv.Serve(ln) }()
+	t.Cleanup(rs.Stop)
+	return rs
+}
+
+// Stop closes the server and waits for Serve to return.
+func (rs *realServer) Stop() {
+	rs.once.Do(func() {
+		rs.Close()
+		select {
+		case <-rs.done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
+
+// countingDialer counts the bytes written on each connection it dials.
+type countingDialer struct {
+	mu    sync.Mutex
+	conns []*atomic.Int64
+}
+
+type countedConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (d *countingDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	n := new(atomic.Int64)
+	d.mu.Lock()
+	d.conns = append(d.conns, n)
+	d.mu.Unlock()
+	return countedConn{c, n}, nil
+}
+
+func TestReal_AcquireRelease(t *testing.T) {
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	b := newBroker(t, testConfig(rs.Addr))
+	tk, err := b.Acquire(t.Context(), "order-42", 5*s, 30*s, 2*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Remaining() < 29*s {
+		t.Fatalf("remaining %v", tk.Remaining())
+	}
+	// wait 0 on a held key: T at once.
+	_, err = b.Acquire(t.Context(), "order-42", 0, 30*s, 0)
+	mustIs(t, err, broker.ErrTimedOut)
+	// A waiter is granted, with a higher token, when the holder releases.
+	got := make(chan *broker.Ticket, 1)
+	go func() {
+		tk2, err := b.Acquire(t.Context(), "order-42", 5*s, 30*s, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- tk2
+	}()
+	eventually(t, "waiter queued", func() bool { return rs.Stats().Waiters == 1 })
+	if err := tk.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tk2 := <-got
+	if tk2 == nil {
+		t.FailNow()
+	}
+	if tk2.Token() <= tk.Token() {
+		t.Fatalf("token %d after %d", tk2.Token(), tk.Token())
+	}
+	if err := tk2.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// A second Release returns the first result and sends nothing.
+	if err := tk.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := rs.Stats(); st.Released != 2 || st.NotHeld != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	tk3, err := b.Acquire(t.Context(), "order-42", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk3.Release(t.Context())
+}
+
+func TestReal_RoundRobin(t *testing.T) {
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	d := &countingDialer{}
+	cfg := testConfig(rs.Addr)
+	cfg.Dialer = d.Dial
+	b := newBroker(t, cfg)
+	eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 && rs.Stats().Sessions == 2 })
+	d.mu.Lock()
+	before := []int64{d.conns[0].Load(), d.conns[1].Load()}
+	d.mu.Unlock()
+	for range 10 {
+		tk, err := b.Acquire(t.Context(), "rr", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range 2 {
+		if d.conns[i].Load() == before[i] {
+			t.Fatalf("session %d carried no request", i)
+		}
+	}
+	if st := rs.Stats(); st.Grants != 10 || st.Released != 10 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestReal_ReconnectAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	rs := startServer(t, server.Config{DataDir: dir}, "127.0.0.1:0")
+	addr := rs.Addr
+	b := newBroker(t, testConfig(addr))
+	tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := tk.Token()
+	rs.Stop()
+	eventually(t, "sessions down", func() bool { return b.ReadySessions() == 0 })
+	_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	mustIs(t, err, broker.ErrUnsent)
+	rs2 := startServer(t, server.Config{DataDir: dir}, addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*s)
+	defer cancel()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both sessions back", func() bool { return b.ReadySessions() == 2 })
+	tk2, err := b.Acquire(t.Context(), "k", 0, 30*s, 0) // locks are not persisted
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk2.Token() <= first {
+		t.Fatalf("token went back: %d after %d", tk2.Token(), first)
+	}
+	tk2.Release(t.Context())
+	_ = rs2
+}
+
+func TestReal_ClusterWithStandby(t *testing.T) {
+	active := startServer(t, server.Config{NodeName: "a"}, "127.0.0.1:0")
+	standby := startServer(t, server.Config{NodeName: "b", Standby: true, StandbyHint: active.Addr}, "127.0.0.1:0")
+	cfg := testConfig(standby.Addr, active.Addr)
+	b := newBroker(t, cfg)
+	for range 20 {
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := standby.Stats(); st.Grants != 0 {
+		t.Fatalf("standby granted %d", st.Grants)
+	}
+	if st := active.Stats(); st.Grants != 20 || st.Released != 20 {
+		t.Fatalf("active stats %+v", st)
+	}
+	if b.ReadySessions() != 1 {
+		t.Fatalf("ready sessions %d, want 1", b.ReadySessions())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	// Only the standby: never ready, and the error says why.
+	b2, _ := broker.New(testConfig(standby.Addr))
+	defer b2.Close()
+	mustIs(t, b2.WaitReady(ctx), broker.ErrNotActive)
+}
+
+func TestReal_Token(t *testing.T) {
+	rs := startServer(t, server.Config{ClientTokens: []string{"123", "456"}}, "127.0.0.1:0")
+	cfg := testConfig(rs.Addr)
+	cfg.Token = "456"
+	b := newBroker(t, cfg)
+	tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Release(t.Context())
+
+	cfg.Token = "789"
+	b2, _ := broker.New(cfg)
+	defer b2.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err = b2.WaitReady(ctx)
+	mustIs(t, err, broker.ErrUnauthorized)
+}
+
+func TestReal_TLS(t *testing.T) {
+	pki := newPKI(t)
+	rs := startServer(t, server.Config{TLS: pki.ServerTLS}, "127.0.0.1:0")
+	try := func(tc broker.TLSConfig) error {
+		cfg := testConfig(rs.Addr)
+		cfg.TLS = tc
+		b, err := broker.New(cfg)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*s)
+		defer cancel()
+		if err := b.WaitReady(ctx); err != nil {
+			return err
+		}
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		if err != nil {
+			return err
+		}
+		return tk.Release(t.Context())
+	}
+	if err := try(broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: pki.CAFile, ServerName: testServerName}); err != nil {
+		t.Fatalf("CA file: %v", err)
+	}
+	if err := try(broker.TLSConfig{Mode: broker.TLSInsecureSkipVerify}); err != nil {
+		t.Fatalf("skip verify: %v", err)
+	}
+	err := try(broker.TLSConfig{Mode: broker.TLSSystemRoots, ServerName: testServerName})
+	var ua x509.UnknownAuthorityError
+	if !errors.As(err, &ua) {
+		t.Fatalf("system roots: want unknown authority, got %v", err)
+	}
+	t.Logf("system roots refuse the private CA: %v", err)
+}

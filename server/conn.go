@@ -21,7 +21,10 @@ const (
 	finalFlushTimeout = 2 * time.Second // for the last replies (and E) of a closing session
 	lingerTimeout     = time.Second     // reading and discarding after the last reply
 	maxSpare          = 64 << 10
-	flushEvery        = 32 << 10 // the reader wakes the writer at least this often
+	// stallTimeout: a session whose socket accepts no bytes for this long
+	// while replies are pending is dropped.
+	stallTimeout = 10 * time.Second
+	flushEvery   = 32 << 10 // the reader wakes the writer at least this often
 )
 
 // conn is one client connection: a reader goroutine that handles requests
@@ -47,6 +50,12 @@ type conn struct {
 	closing  bool // no more replies; the writer flushes what is queued and finishes
 	killed   bool // close at once, no flush
 	inflight map[uint32]*waiter
+
+	// wmu is held for every write to nc, by the reader (inline flush) or
+	// the writer goroutine; whoever holds it takes all of out, so replies
+	// keep their order.
+	wmu       sync.Mutex
+	wdeadline time.Time // last write deadline set (under wmu)
 
 	wake       chan struct{}
 	writerDone chan struct{}
@@ -190,19 +199,22 @@ func (c *conn) kill() {
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	for range c.wake {
+		c.wmu.Lock()
 		c.mu.Lock()
 		buf := c.out
 		c.out, c.spare = c.spare, nil
 		closing, killed := c.closing, c.killed
 		c.mu.Unlock()
 		if killed {
+			c.wmu.Unlock()
 			return
 		}
 		if closing {
 			c.nc.SetWriteDeadline(time.Now().Add(finalFlushTimeout))
 		}
 		if len(buf) > 0 {
-			if _, err := c.nc.Write(buf); err != nil {
+			if err := c.writeLocked(buf); err != nil {
+				c.wmu.Unlock()
 				c.kill()
 				return
 			}
@@ -214,16 +226,68 @@ func (c *conn) writeLoop() {
 				cw.CloseWrite()
 			}
 			c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+			c.wmu.Unlock()
 			return
 		}
-		if cap(buf) > maxSpare {
-			buf = nil
+		c.recycle(buf)
+		c.wmu.Unlock()
+	}
+}
+
+// writeLocked writes buf (under wmu) with a stall deadline, refreshed at
+// most once a second so that it costs nothing per write.
+func (c *conn) writeLocked(buf []byte) error {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if !closing {
+		if now := time.Now(); c.wdeadline.Sub(now) < stallTimeout-time.Second {
+			c.wdeadline = now.Add(stallTimeout)
+			c.nc.SetWriteDeadline(c.wdeadline)
 		}
-		c.mu.Lock()
-		if c.spare == nil && buf != nil {
-			c.spare = buf[:0]
-		}
+	}
+	_, err := c.nc.Write(buf)
+	if err != nil && isTimeout(err) && !closing {
+		c.s.log.Warn("session dropped: peer not reading", "peer", c.remote, "stalled", stallTimeout)
+		c.s.m.overflows.Add(1)
+	}
+	return err
+}
+
+func (c *conn) recycle(buf []byte) {
+	if cap(buf) > maxSpare || buf == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.spare == nil {
+		c.spare = buf[:0]
+	}
+	c.mu.Unlock()
+}
+
+// flushInline writes the queued replies from the reader goroutine itself,
+// saving a hand-off to the writer; if the writer is busy it is signalled
+// instead (it takes everything queued once it is done).
+func (c *conn) flushInline() {
+	if !c.wmu.TryLock() {
+		c.signal()
+		return
+	}
+	c.mu.Lock()
+	if c.closing || len(c.out) == 0 {
 		c.mu.Unlock()
+		c.wmu.Unlock()
+		c.signal()
+		return
+	}
+	buf := c.out
+	c.out, c.spare = c.spare, nil
+	c.mu.Unlock()
+	err := c.writeLocked(buf)
+	c.recycle(buf)
+	c.wmu.Unlock()
+	if err != nil {
+		c.kill()
 	}
 }
 
@@ -350,7 +414,7 @@ func (c *conn) readLoop() {
 			c.replySimple(wire.TypePong, req.ReqID)
 		}
 		if !c.nextFrameBuffered() {
-			c.signal()
+			c.flushInline()
 		}
 	}
 }

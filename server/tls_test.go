@@ -1,0 +1,84 @@
+package server_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "ticketing test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+func TestTLSSession(t *testing.T) {
+	cert, pool := selfSigned(t)
+	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, ClientTokens: []string{"tok"}})
+	c := dialTLS(t, addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	c.hello("tok")
+	tok := c.acquireOK(2, owner(1), 0, 30, "k")
+	c.send(ping(3))
+	c.expect(wire.TypePong, 3)
+	c.send(rel(4, tok, "k"))
+	c.expect(wire.TypeReleased, 4)
+	c.send(acq(5, owner(1), 0, 0, "k"))
+	c.expectError(wire.CodeInvalidArg, 5)
+}
+
+// TestTLSHandshakeCountsAgainstHelloTimeout: a plain-TCP peer that never
+// completes the handshake is dropped within the HELLO timeout.
+func TestTLSHandshakeCountsAgainstHelloTimeout(t *testing.T) {
+	cert, _ := selfSigned(t)
+	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, HelloTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	start := time.Now()
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 10)
+	if _, err := c.nc.Read(buf); err == nil {
+		t.Log("server sent something on a plain conn")
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("not closed after %v", el)
+	}
+}
+
+func TestTLSPlainClientRejected(t *testing.T) {
+	cert, _ := selfSigned(t)
+	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
+	c := dial(t, addr)
+	c.send(helloReq(1, ""))
+	if r, err := c.recvErr(3 * time.Second); err == nil && r.Type == wire.TypeHelloOK {
+		t.Fatal("plain HELLO accepted by a TLS server")
+	}
+}

@@ -69,13 +69,21 @@ type Config struct {
 	// ceiling; default DefaultTokenBlock.
 	TokenBlock uint64
 
+	// WriteTimeout is how long a session's socket may accept no bytes while
+	// replies for it are pending before the session is dropped (a peer that
+	// does not read). Default 10 s. (Addition to the agreed contract.)
+	WriteTimeout time.Duration
+
 	// OutputBuffer bounds the bytes of replies queued for one session that
 	// its peer has not read yet; a session that exceeds it is dropped.
 	// Default 1 MiB. (Addition to the agreed contract.)
 	OutputBuffer int
 }
 
-const defaultOutputBuffer = 1 << 20
+const (
+	defaultOutputBuffer = 1 << 20
+	defaultWriteTimeout = 10 * time.Second
+)
 
 func (c *Config) normalize() error {
 	if c.DataDir == "" {
@@ -101,6 +109,12 @@ func (c *Config) normalize() error {
 	}
 	if c.HelloTimeout < 0 {
 		return fmt.Errorf("server: Config.HelloTimeout is negative (%v)", c.HelloTimeout)
+	}
+	if c.WriteTimeout < 0 {
+		return fmt.Errorf("server: Config.WriteTimeout is negative (%v)", c.WriteTimeout)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = defaultWriteTimeout
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout

@@ -21,10 +21,7 @@ const (
 	finalFlushTimeout = 2 * time.Second // for the last replies (and E) of a closing session
 	lingerTimeout     = time.Second     // reading and discarding after the last reply
 	maxSpare          = 64 << 10
-	// stallTimeout: a session whose socket accepts no bytes for this long
-	// while replies are pending is dropped.
-	stallTimeout = 10 * time.Second
-	flushEvery   = 32 << 10 // the reader wakes the writer at least this often
+	flushEvery        = 32 << 10 // the reader wakes the writer at least this often
 )
 
 // conn is one client connection: a reader goroutine that handles requests
@@ -234,21 +231,23 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// writeLocked writes buf (under wmu) with a stall deadline, refreshed at
-// most once a second so that it costs nothing per write.
+// writeLocked writes buf (under wmu) with a deadline of Config.WriteTimeout,
+// refreshed only when an eighth of it has passed, so that it costs nothing
+// per write.
 func (c *conn) writeLocked(buf []byte) error {
 	c.mu.Lock()
 	closing := c.closing
 	c.mu.Unlock()
 	if !closing {
-		if now := time.Now(); c.wdeadline.Sub(now) < stallTimeout-time.Second {
-			c.wdeadline = now.Add(stallTimeout)
+		st := c.s.cfg.WriteTimeout
+		if now := time.Now(); c.wdeadline.Sub(now) < st-st/8 {
+			c.wdeadline = now.Add(st)
 			c.nc.SetWriteDeadline(c.wdeadline)
 		}
 	}
 	_, err := c.nc.Write(buf)
 	if err != nil && isTimeout(err) && !closing {
-		c.s.log.Warn("session dropped: peer not reading", "peer", c.remote, "stalled", stallTimeout)
+		c.s.log.Warn("session dropped: peer not reading", "peer", c.remote, "write_timeout", c.s.cfg.WriteTimeout)
 		c.s.m.overflows.Add(1)
 	}
 	return err

@@ -14,7 +14,7 @@ import (
 // sessions, including ones whose grants are pushed by that peer's releases,
 // keep their latency.
 func TestStalledReaderDoesNotStallOthers(t *testing.T) {
-	s, addr := startServer(t, server.Config{OutputBuffer: 64 << 10})
+	s, addr := startServer(t, server.Config{OutputBuffer: 64 << 10, WriteTimeout: 500 * time.Millisecond})
 	flood := session(t, addr)
 	good := session(t, addr)
 

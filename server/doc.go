@@ -1,11 +1,160 @@
 // Package server is the Ticketing lock service as a library: a single-node
-// server speaking the wire protocol of docs/protocol.md.
+// server speaking protocol version 1 (docs/protocol.md) over TCP or TLS.
 //
 //	srv, err := server.New(server.Config{DataDir: "/var/lib/ticketing"})
-//	if err != nil { ... }
-//	go srv.ListenAndServe(":5225")
+//	if err != nil {
+//		return err
+//	}
+//	go srv.ListenAndServe(":5225") // returns ErrServerClosed after Shutdown
 //	...
 //	err = srv.Shutdown(ctx)
 //
-// (Full documentation in progress; see api_contract.md.)
+// New validates the Config (every zero field means its documented default),
+// opens the token store and starts the background sweeper; it does not
+// listen. Serve (any number of listeners), Shutdown, Close, Addr and Stats
+// are safe for concurrent use. Close or Shutdown must be called to release
+// the data directory and the background goroutines, even if Serve never ran.
+//
+// # Sessions
+//
+// One connection is one session, served by a reader goroutine (requests are
+// handled in arrival order) and a writer goroutine. The first frame must be
+// HELLO, checked in this order: version byte (E(2)), exact length (E(1)),
+// client token (E(3)), then session limit (E(7)); a Standby server answers a
+// HELLO that passed the token check with NOT_ACTIVE (M, with StandbyHint) and
+// closes. A connection that has not completed HELLO within HelloTimeout
+// (counted from accept, TLS handshake included) gets E(1) with req_id 0 and
+// is closed; one whose TLS handshake fails or does not finish in time is
+// closed without a frame. Client tokens
+// are compared as SHA-256 digests with crypto/subtle against every configured
+// token, so neither which token matched nor the token's length shows in the
+// timing; tokens are never logged.
+//
+// After HELLO_OK requests may be pipelined and replies come out of order: an
+// ACQUIRE may wait in a queue while later requests (PING included) are
+// answered at once. Reusing the req_id of an ACQUIRE still waiting is E(1).
+// Every E closes the session (the server half-closes after the E and drains
+// input for a moment, so the peer reads the E rather than a reset). A
+// structurally broken frame, a second HELLO or an unknown type is E(1) with
+// the frame's req_id (0 if the body had fewer than 5 bytes, and for a length
+// prefix of 0 or above 1024); a well-formed request with key_len 0 or
+// lease_s outside 1..250 is E(4).
+//
+// Replies are appended to a per-session buffer under a mutex and written in
+// batches: the reader writes them itself when no further request is
+// buffered (one write for a pipeline of requests), and the writer goroutine
+// writes replies produced elsewhere (a grant pushed by another session's
+// RELEASE, a lease timer, a wait timeout). No lock is held while writing, so
+// a slow peer stalls only its own session. A session whose unsent replies
+// exceed OutputBuffer, or whose socket accepts no bytes for WriteTimeout, is
+// dropped.
+//
+// When a session closes for any reason its waiting ACQUIREs are dropped;
+// its granted locks are not: they stay held until released by exact token
+// (from any session) or until the lease ends.
+//
+// # Locks
+//
+// Keys are opaque byte strings of 1..255 bytes. ACQUIRE on a free key grants
+// at once with a new token. ACQUIRE by the owner already holding the key gets
+// the same token, waited_ms 0, and the lease is not extended. ACQUIRE with
+// wait_s 0 on a held key gets T at once and is never queued. Otherwise the
+// ACQUIRE waits in a FIFO queue per key: when the key frees, the oldest
+// waiter whose session is still open is granted (new token, waited_ms from
+// when its frame was read, rounded down); when its wait_s passes first it
+// gets T. An ACQUIRE by an owner that is already waiting for the same key
+// takes that earlier ACQUIRE's place in the queue, and the earlier one is
+// answered T at once (one queue position per owner; a deliberate retry does
+// not produce two grants).
+//
+// A grant lasts exactly lease_s seconds. Expiry is exact and pushed: every
+// ACQUIRE and RELEASE checks the lease first (at or after the instant, the
+// key is free and RELEASE gets N), a key with waiters has a timer at its
+// lease end that grants the next waiter, and a sweeper frees expired locks
+// nobody touches every 100 ms (and at once, before a capacity rejection).
+// RELEASE frees the key only if the given token is the current one (R),
+// from any session; otherwise N.
+//
+// The lock table has 256 shards chosen by a hash of the key, each a mutex
+// and a map. Within a shard, entries sit on intrusive lists, one per lease
+// length, which the monotonic clock keeps sorted by expiry, so sweeping
+// looks only at list heads. Released keys stay in the map for 2 s so that
+// re-acquiring them allocates nothing. A held lock costs about 150 bytes of
+// heap (key included, for short keys).
+//
+// # Tokens and durability
+//
+// Fencing tokens come from one atomic counter for the whole server: they
+// start at 1 and strictly increase across all keys. They never go backwards,
+// across restarts (kill -9 included): the file tokens.ceiling in DataDir
+// holds a durable ceiling, and no token above it is ever handed out. The
+// ceiling is raised TokenBlock tokens at a time (write a temporary file,
+// fsync, rename, fsync the directory) by a background goroutine as soon as
+// half of the current block is used, so grants do not wait for the disk
+// unless the disk falls behind. On start the counter continues above the
+// stored ceiling (up to one block of tokens is skipped per restart).
+//
+// The file is one line, "ticketing-token-ceiling v1 <ceiling> <crc32c>": a
+// format version and a checksum. New fails, naming the path, if the file is
+// corrupt, if the directory cannot be created or written, or if the file is
+// missing from a directory that holds other files; it never restarts tokens
+// at 1 except in an empty or new directory. New also takes an exclusive
+// flock on DataDir/LOCK so that two servers never share a store. If the
+// ceiling cannot be raised at run time, the ACQUIREs that need a token get
+// E(6) and the error is logged.
+//
+// Locks themselves are kept in memory only: a restarted server starts with
+// no locks (clients' leases on the old process are gone; fencing tokens keep
+// databases safe, since every new token is higher than any issued before).
+//
+// # Limits
+//
+// MaxLocks (held, unexpired locks), MaxWaiters (queued ACQUIREs over all
+// keys) and MaxKeyWaiters (queued ACQUIREs for one key): an ACQUIRE that
+// would add a held lock or a waiter beyond one of them gets B at once. The
+// holder's retry still gets G and wait_s 0 on a held key still gets T,
+// whatever the load. An owner taking over its own place in a queue adds no
+// waiter. MaxSessions is enforced at HELLO with E(7); connections that have
+// not sent HELLO yet are bounded by HelloTimeout only.
+//
+// # TLS
+//
+// If Config.TLS is set, every accepted connection is wrapped with
+// tls.Server; the handshake must complete within HelloTimeout. Client
+// certificate verification is whatever that tls.Config requires (ClientAuth,
+// ClientCAs); the server adds nothing.
+//
+// # Metrics
+//
+// With Config.Registerer set, New registers one collector (and Close or
+// Shutdown unregisters it) exposing:
+//
+//	ticketing_sessions                   gauge: open sessions
+//	ticketing_held_locks                 gauge: granted, unexpired locks
+//	ticketing_waiters                    gauge: queued ACQUIREs
+//	ticketing_token_last                 gauge: highest token handed out
+//	ticketing_token_ceiling              gauge: durable token ceiling
+//	ticketing_grants_total               counter: grants with a new token
+//	ticketing_timeouts_total             counter: T replies
+//	ticketing_busy_total                 counter: B replies
+//	ticketing_released_total             counter: R replies
+//	ticketing_not_held_total             counter: N replies
+//	ticketing_expired_total              counter: leases that ran out
+//	ticketing_output_overflows_total     counter: sessions dropped for not reading
+//	ticketing_protocol_errors_total      counter by code: E frames sent (all but 5)
+//	ticketing_grant_wait_seconds         histogram: ACQUIRE read to grant
+//
+// The hot path only increments atomics; the collector reads them at scrape
+// time. Stats returns the same numbers as a struct. Logs go to
+// Config.Logger (nil discards): a Warn per protocol violation with the
+// peer address, code and req_id, never the client token.
+//
+// # Shutdown
+//
+// Shutdown closes the listeners (Serve returns ErrServerClosed), sends E(5)
+// with req_id 0 to every connection, including those before HELLO, and
+// closes them once the E is written; it returns when all are closed, or
+// when ctx is done, after closing the rest at once (it then returns ctx's
+// error). Close does the same without E(5). Both release the data
+// directory; both are idempotent.
 package server

@@ -20,7 +20,9 @@
 // pg_advisory_lock on PostgreSQL, GET_LOCK on MySQL/MariaDB (both tied to
 // the session, so they vanish with a crashed process), and a row in the
 // table ticketing_goose_lock on SQLite (taken over after five minutes if
-// its holder crashed). Waiting honours ctx.
+// its holder crashed). Waiting honours ctx. (goose itself checks for the
+// version table before taking the lock; when several processes create it
+// at the same moment, goose retries the losers, up to 3 times 1 s apart.)
 //
 // # The goose CLI
 //

@@ -69,6 +69,9 @@
 // even without _txlock=immediate its transaction starts as a writer; with
 // Guard in your own transaction, the parameter matters more. WAL mode
 // (_pragma=journal_mode(WAL)) lets readers go on during a fenced write.
+// SQLite's busy handler polls with growing sleeps and is not fair, so with
+// many concurrent writers one can starve past the busy timeout; cap the
+// pool (db.SetMaxOpenConns(4), say) so that writers queue in database/sql.
 //
 // # Guard
 //

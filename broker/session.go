@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,7 +186,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 	if _, err := nc.Write(frame); err != nil {
 		return nil, s.errorf(err, "sending HELLO")
 	}
-	br := bufio.NewReaderSize(nc, 16<<10)
+	br := bufio.NewReaderSize(nc, 64<<10)
 	body, err := wire.NewReader(br).Next()
 	if err != nil {
 		return nil, s.errorf(err, "reading HELLO reply")
@@ -334,6 +335,9 @@ func (c *conn) writeLoop() {
 		case <-c.done:
 			return
 		}
+		// Let the goroutines that are about to enqueue do so: one Write
+		// then carries many frames.
+		runtime.Gosched()
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()

@@ -1,0 +1,126 @@
+// Package broker is the Go client of the Ticketing lock service: it acquires
+// leased locks that carry strictly increasing fencing tokens, and releases
+// them. It behaves exactly as the Ruby and Rust clients do; the rules it
+// implements are numbered in docs/semantics.md (SEMANTICS.md rules 1-17 and
+// 20-21), and it speaks the wire protocol of docs/protocol.md.
+//
+//	b, err := broker.New(broker.Config{Addrs: []string{"127.0.0.1:5225"}})
+//	if err != nil { ... }          // only for an invalid configuration
+//	defer b.Close()
+//	t, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
+//	if err != nil { ... }          // see "Acquire outcomes"
+//	// in ONE database transaction: reject t.Token() <= stored high-water,
+//	// store it, do the business write, commit; only then:
+//	err = t.Release(ctx)
+//
+// # Connections
+//
+// New validates its Config and returns at once; it never dials and never
+// fails because a server is down. Sessions are opened in the background and
+// re-opened after a drop with capped exponential backoff and jitter
+// (BackoffMin doubling up to BackoffMax, half of each delay random), each
+// session on its own, so a drop never disturbs the others. One address is
+// one node held with two sessions; two or more addresses are a cluster with
+// one session per address. A node that answers HELLO with M (not serving) is
+// not used, and retried later with the same backoff.
+//
+// Each session has a reader and a writer goroutine and an in-flight map by
+// req_id; requests are pipelined, replies may come in any order, so a
+// waiting ACQUIRE never blocks the requests behind it. The writer batches
+// every queued frame into one Write. ACQUIREs and RELEASEs share one
+// round-robin rotation over the ready sessions. Each session sends a PING
+// every KeepAlive; a PING unanswered within KeepAliveTimeout closes the
+// session (a dead peer).
+//
+// With no ready session, Acquire fails at once with ErrUnsent; it never
+// waits for one. WaitReady is a start-up convenience that waits for the first
+// ready session; when it gives up its error carries the last session error,
+// so a refused client token matches ErrUnauthorized.
+//
+// # Acquire outcomes
+//
+// Arguments are rounded up to whole seconds and never clamped: wait 0..255 s
+// (0 is one immediate try, never queued), lease 1..250 s, work budget
+// 0..lease, key 1..255 bytes; anything else is ErrInvalidArgument before
+// anything is sent. Every Acquire uses a fresh random 16-byte owner and is
+// never resent.
+//
+//	outcome                  error                     what the caller should do
+//	-----------------------  ------------------------  -------------------------------------------
+//	granted                  nil, *Ticket              fence with Token, work, Release
+//	granted, lease too short ErrLeaseTooShort          not held (compensating release made); retry
+//	                                                    with a longer lease or smaller work budget
+//	timed out (T)            ErrTimedOut               not granted; retry later if useful
+//	busy (B)                 ErrBusy                   not granted (capacity); back off, then retry
+//	node not serving (M)     ErrNotActive              not granted; retry (other nodes are used)
+//	server error (E)         *ServerError              not granted; code 3 matches ErrUnauthorized
+//	lost reply               ErrIndeterminate          may be held by the discarded owner until the
+//	                                                    lease ends: do NOT enter the critical
+//	                                                    section; a new Acquire may be refused until
+//	                                                    then
+//	never sent               ErrUnsent                 not granted; safe to retry at once
+//	bad arguments            ErrInvalidArgument        fix the call; nothing was sent
+//	closed                   ErrClosed                 the Broker was closed
+//
+// A Ticket is returned only when its conservative remaining time
+// (Ticket.Deadline: t0 + (waited_ms + lease_s*1000)*0.99, t0 taken just
+// before the ACQUIRE may have been written) is positive and at least the
+// rounded work budget.
+//
+// Indeterminate covers: the session dropped after a byte may have been
+// written; the session turned fatal (an M or E naming another request, a
+// malformed, oversized or unknown frame, an unknown req_id, a reply of the
+// wrong type); no reply within wait plus ReplyGrace (the session is then
+// closed); a cancellation after a possible send.
+//
+// # Release
+//
+// Ticket.Release sends RELEASE with the exact token. It retries, on any ready
+// session, only within 5 s (absolute) of the call, and resends only after the
+// session that carried it dropped, never after silence on a live session.
+// nil means R (released); ErrNotHeld means N (expired, or no longer this
+// token's); ErrReleaseUnconfirmed means no final reply within the window
+// (never assumed success). A second Release returns the first result and
+// sends nothing.
+//
+// Close releases every unreleased Ticket concurrently, best effort, within
+// the same window, then closes the sessions; it returns within the window
+// plus teardown. Release after Close returns the result of Close's release,
+// or ErrClosed at once. A Ticket dropped without Release is released in the
+// background when the garbage collector finds it, with a warning log: use
+// Release when the result matters.
+//
+// # Cancellation
+//
+// Every blocking method takes a context. A cancelled call's error matches
+// both an outcome sentinel and ctx's error (context.Canceled or
+// context.DeadlineExceeded):
+//
+//   - cancelled before any byte of the ACQUIRE was handed to the socket
+//     (including a request still in the write queue): ErrUnsent;
+//   - cancelled after a possible send: the session is closed (the server then
+//     drops the queued wait; the other requests on that session become
+//     Indeterminate or, if unsent, move to another session) and the result
+//     is ErrIndeterminate;
+//   - if the grant was already read when the cancel happened, a bounded
+//     compensating release is started and the result is ErrIndeterminate,
+//     never a Ticket;
+//   - if T or B had already arrived, that outcome stands.
+//
+// Give Acquire a context that lasts at least wait plus a margin.
+//
+// # TLS
+//
+// Config.TLS.Mode: TLSOff (default), TLSSystemRoots (system trust store),
+// TLSCAFile (only the CAs in CAFile, read and parsed by New: an unreadable or
+// invalid file is an error there), TLSInsecureSkipVerify (no verification;
+// for tests only). ServerName defaults to the host of each address. The
+// client Token is sent in HELLO and never appears in errors or logs.
+//
+// # Concurrency
+//
+// A Broker and its Tickets are safe for concurrent use by any number of
+// goroutines; create one Broker per application and share it. Close is
+// idempotent and returns only after every goroutine of the Broker has
+// exited.
+package broker

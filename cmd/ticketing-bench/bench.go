@@ -37,6 +37,7 @@ type options struct {
 	window     int
 	serverPID  int
 	jsonOut    bool
+	rate       float64
 	cpuProfile string
 	memProfile string
 }
@@ -55,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.locks, "locks", 1_000_000, "hold mode: locks to acquire and hold (lease 250 s)")
 	fs.IntVar(&o.window, "window", 32, "hold mode: ACQUIREs in flight per client")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "hold mode with --addr: `pid` of the server, to read its RSS from /proc")
+	fs.Float64Var(&o.rate, "rate", 0, "uncontended/contended: target cycles/s over all clients (0: as fast as possible); latency is measured from each request's send")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (client and in-process server) to `file`")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to `file`")
@@ -82,6 +84,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.warmup < 0 {
 		return nil, fmt.Errorf("invalid --warmup %v", o.warmup)
 	}
+	if o.rate < 0 {
+		return nil, fmt.Errorf("invalid --rate %v", o.rate)
+	}
 	if o.locks < 1 || o.window < 1 {
 		return nil, fmt.Errorf("--locks and --window must be >= 1")
 	}
@@ -97,6 +102,7 @@ type result struct {
 	Addr         string          `json:"addr"`
 	InProcess    bool            `json:"in_process_server"`
 	Clients      int             `json:"clients"`
+	TargetRate   float64         `json:"target_rate,omitempty"`
 	Conns        int             `json:"conns"`
 	GOMAXPROCS   int             `json:"gomaxprocs"`
 	Seconds      float64         `json:"seconds"`
@@ -106,10 +112,12 @@ type result struct {
 	Cycle        *latencySummary `json:"acquire_release,omitempty"`
 	Handoff      *latencySummary `json:"handoff,omitempty"`
 	PingRTT      *latencySummary `json:"ping_rtt,omitempty"`
+	PingLoaded   *latencySummary `json:"ping_rtt_under_load,omitempty"`
 	TimedOut     uint64          `json:"timed_out"`
 	Busy         uint64          `json:"busy"`
 	NotHeld      uint64          `json:"not_held"`
 	Hold         *holdResult     `json:"hold,omitempty"`
+	Host         *hostLoad       `json:"host,omitempty"`
 }
 
 type holdResult struct {
@@ -214,7 +222,7 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 		conns = append(conns, c)
 	}
 
-	res = &result{Mode: o.mode, Addr: addr, InProcess: srv != nil, Clients: o.clients, Conns: o.conns,
+	res = &result{Mode: o.mode, Addr: addr, InProcess: srv != nil, Clients: o.clients, Conns: o.conns, TargetRate: o.rate,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	ping, err := pingRTT(conns[0], clk, 2000)
 	if err != nil {
@@ -225,6 +233,13 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 	var stop atomic.Bool
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 
+	cpu0, wait0 := schedstat()
+	defer func() {
+		if res != nil {
+			cpu1, wait1 := schedstat()
+			res.Host = &hostLoad{CPUSeconds: (cpu1 - cpu0).Seconds(), RunqWaitSeconds: (wait1 - wait0).Seconds(), LoadAvg1: loadAvg()}
+		}
+	}()
 	switch o.mode {
 	case "hold":
 		err = runHold(o, conns, clk, srv, res, &stop)
@@ -312,7 +327,18 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 			owner := newOwner()
 			ch := make(chan reply, 1)
 			acq := wire.Request{Type: wire.TypeAcquire, Owner: owner, WaitS: waitS, LeaseS: 30, Key: key}
+			var interval, next time.Duration
+			if o.rate > 0 {
+				interval = time.Duration(float64(time.Second) * float64(o.clients) / o.rate)
+				next = clk.now() + time.Duration(i)*interval/time.Duration(o.clients)
+			}
 			for {
+				if interval > 0 {
+					if d := next - clk.now(); d > 0 {
+						time.Sleep(d)
+					}
+					next += interval
+				}
 				t0 := clk.now()
 				if t0 >= end || stop.Load() {
 					break
@@ -367,7 +393,35 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 			}
 		}()
 	}
+	// A PING every millisecond on the first session during the measured
+	// run: the loopback round trip under the same load, which the hand-off
+	// is compared to.
+	var pingH hist
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		ch := make(chan reply, 1)
+		for {
+			time.Sleep(time.Millisecond)
+			t0 := clk.now()
+			if t0 >= end || stop.Load() {
+				return
+			}
+			if conns[0].send(&wire.Request{Type: wire.TypePing}, ch) != nil {
+				return
+			}
+			if r := <-ch; r.err != nil {
+				return
+			}
+			if t0 >= measureFrom {
+				pingH.record(clk.since(t0))
+			}
+		}
+	}()
 	wg.Wait()
+	<-pingDone
+	ps := pingH.summary()
+	res.PingLoaded = &ps
 	close(errs)
 	if err := <-errs; err != nil {
 		return err
@@ -561,16 +615,73 @@ func printHuman(w io.Writer, r *result) {
 				mb(int64(h.HeapBeforeBytes)), mb(int64(h.HeapAfterBytes)), h.HeapPerLock)
 		}
 		lat("ping RTT", r.PingRTT)
+		printHost(w, r)
 		return
 	}
-	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)\n", r.Cycles, r.Seconds, r.CyclesPerSec)
+	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)", r.Cycles, r.Seconds, r.CyclesPerSec)
+	if r.TargetRate > 0 {
+		fmt.Fprintf(w, ", target %.0f/s", r.TargetRate)
+	}
+	fmt.Fprintln(w)
 	lat("acquire", r.Acquire)
 	lat("acquire+release", r.Cycle)
 	lat("hand-off", r.Handoff)
-	lat("ping RTT", r.PingRTT)
+	lat("ping RTT idle", r.PingRTT)
+	lat("ping RTT loaded", r.PingLoaded)
 	if r.TimedOut+r.Busy+r.NotHeld > 0 {
 		fmt.Fprintf(w, "  timed out %d, busy %d, not held %d\n", r.TimedOut, r.Busy, r.NotHeld)
+	}
+	printHost(w, r)
+}
+
+func printHost(w io.Writer, r *result) {
+	if h := r.Host; h != nil {
+		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
+			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
 	}
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// hostLoad is what else was going on: this process's CPU time, the time its
+// threads were runnable but waiting for a CPU (from /proc/self/task/*/schedstat:
+// the host was busy with other processes), and the load average.
+type hostLoad struct {
+	CPUSeconds      float64 `json:"process_cpu_seconds"`
+	RunqWaitSeconds float64 `json:"runqueue_wait_seconds"`
+	LoadAvg1        float64 `json:"loadavg_1m"`
+}
+
+func schedstat() (cpu, wait time.Duration) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, 0
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) >= 2 {
+			c, _ := strconv.ParseInt(f[0], 10, 64)
+			w, _ := strconv.ParseInt(f[1], 10, 64)
+			cpu += time.Duration(c)
+			wait += time.Duration(w)
+		}
+	}
+	return cpu, wait
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

@@ -98,7 +98,7 @@ func TestBenchExternalServer(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, args := range [][]string{{"--mode", "fast"}, {"--clients", "0"}, {"--bogus"}, {"--server-pid", "1"}, {"extra"}} {
+	for _, args := range [][]string{{"--mode", "fast"}, {"--rate", "-1"}, {"--clients", "0"}, {"--bogus"}, {"--server-pid", "1"}, {"extra"}} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, %s", args, code, errb.String())

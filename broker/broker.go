@@ -158,6 +158,8 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ch:
+		case <-b.ctx.Done():
+			return ErrClosed
 		case <-ctx.Done():
 			b.mu.Lock()
 			last := b.lastErr

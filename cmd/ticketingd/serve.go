@@ -166,14 +166,14 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		result = runtimef("serve: %w", err)
 	case <-ctx.Done():
 		shuttingDown.Store(true)
-		log.Info("shutting down", "timeout", o.ShutdownTimeout)
+		log.Info("shutting down", "timeout", o.ShutdownTimeout.String())
 		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 		err := srv.Shutdown(sctx)
 		cancel()
 		switch {
 		case err == nil:
 		case errors.Is(err, context.DeadlineExceeded):
-			log.Warn("graceful shutdown timed out; closing remaining sessions", "timeout", o.ShutdownTimeout)
+			log.Warn("graceful shutdown timed out; closing remaining sessions", "timeout", o.ShutdownTimeout.String())
 			_ = srv.Close()
 		default:
 			_ = srv.Close()

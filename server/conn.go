@@ -367,7 +367,6 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		arrived := s.now()
 		if c.dead.Load() {
 			c.drain()
 			return
@@ -396,6 +395,8 @@ func (c *conn) readLoop() {
 		}
 		switch req.Type {
 		case wire.TypeAcquire:
+			// The whole frame has been read: the wait starts now.
+			arrived := s.now()
 			if len(req.Key) == 0 || req.LeaseS == 0 || req.LeaseS > 250 {
 				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255 and lease_s 1..250")
 				c.drain()

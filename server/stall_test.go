@@ -61,3 +61,36 @@ func TestStalledReaderDoesNotStallOthers(t *testing.T) {
 	}
 	eventually(t, "flooder gone", func() bool { return s.Stats().Sessions == 1 })
 }
+
+// TestOutputBufferOverflowDropsSession: replies beyond OutputBuffer that
+// have not been written drop the session (here: a pipeline whose replies
+// are queued faster than they are flushed, with a tiny buffer).
+func TestOutputBufferOverflowDropsSession(t *testing.T) {
+	s, addr := startServer(t, server.Config{OutputBuffer: 40})
+	c := session(t, addr)
+	var batch []byte
+	for i := uint32(0); i < 20; i++ {
+		r := ping(10 + i)
+		batch, _ = wire.AppendRequest(batch, &r)
+	}
+	c.sendRaw(batch)
+	got := 0
+	for {
+		r, err := c.recvErr(5 * time.Second)
+		if err != nil {
+			break
+		}
+		if r.Type != wire.TypePong {
+			t.Fatalf("got %s", show(r))
+		}
+		got++
+	}
+	if got >= 20 {
+		t.Fatal("all replies delivered despite the overflow")
+	}
+	eventually(t, "session dropped", func() bool { return s.Stats().Sessions == 0 })
+	// Other sessions are unaffected.
+	d := session(t, addr)
+	d.send(ping(1))
+	d.expect(wire.TypePong, 1)
+}

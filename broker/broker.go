@@ -21,6 +21,18 @@ const (
 	MaxKeyLen = 255
 )
 
+const ticketShards = 32
+
+// ticketShard is one part of the registry of unreleased tickets, sharded
+// by token so that concurrent acquires and releases rarely share a lock.
+type ticketShard struct {
+	mu sync.Mutex
+	m  map[*ticketState]struct{}
+	_  [48]byte // keep shards on separate cache lines
+}
+
+func (b *Broker) shard(st *ticketState) *ticketShard { return &b.tickets[st.token%ticketShards] }
+
 // rho is the clock-rate drift allowance of the conservative deadline, as
 // a fraction 1/100.
 const rhoPercent = 1
@@ -46,7 +58,7 @@ type Broker struct {
 	dropFn   func(*ticketState)
 
 	mu      sync.Mutex
-	tickets map[*ticketState]struct{}
+	tickets [ticketShards]ticketShard // unreleased tickets, for Close
 	readyC  chan struct{}
 	lastErr error
 }
@@ -65,13 +77,15 @@ func New(cfg Config) (*Broker, error) {
 		set:     set,
 		log:     cfg.Logger,
 		down:    make(chan struct{}),
-		tickets: make(map[*ticketState]struct{}),
 		readyC:  make(chan struct{}),
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	for i := range b.tickets {
+		b.tickets[i].m = make(map[*ticketState]struct{})
+	}
 	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1)} }
 	b.dropFn = b.dropped
 	for i, a := range set.addrs {
@@ -364,14 +378,15 @@ func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, 
 
 func (b *Broker) newTicket(key string, token uint64, deadline time.Time) (*Ticket, error) {
 	st := &ticketState{key: key, token: token, deadline: deadline}
-	b.mu.Lock()
-	if b.closing.Load() {
-		b.mu.Unlock()
+	sh := b.shard(st)
+	sh.mu.Lock()
+	if b.closing.Load() { // Close has collected, or will not see, this shard
+		sh.mu.Unlock()
 		b.release(context.Background(), key, token, time.Now())
 		return nil, ErrClosed
 	}
-	b.tickets[st] = struct{}{}
-	b.mu.Unlock()
+	sh.m[st] = struct{}{}
+	sh.mu.Unlock()
 	t := &Ticket{b: b, st: st}
 	t.cleanup = runtime.AddCleanup(t, b.dropFn, st)
 	return t, nil
@@ -499,11 +514,16 @@ func (b *Broker) Close() error {
 	b.once.Do(func() {
 		b.mu.Lock()
 		b.closing.Store(true)
-		sts := make([]*ticketState, 0, len(b.tickets))
-		for st := range b.tickets {
-			sts = append(sts, st)
-		}
 		b.mu.Unlock()
+		var sts []*ticketState
+		for i := range b.tickets {
+			sh := &b.tickets[i]
+			sh.mu.Lock()
+			for st := range sh.m {
+				sts = append(sts, st)
+			}
+			sh.mu.Unlock()
+		}
 		start := time.Now()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 256)

@@ -477,10 +477,13 @@ func (c *conn) dispatch(resp *wire.Response) bool {
 			c.failLocked(c.s.errorf(nil, "reply %q does not answer request %q (req_id %d)", resp.Type, r.typ, id))
 		default:
 			delete(c.inflight, id)
-			if !r.abandoned {
-				r.deliver(result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0})
-			}
+			abandoned, t0 := r.abandoned, r.t0
 			c.mu.Unlock()
+			// Deliver outside the lock: r is out of the map, so nothing else
+			// touches it, and a withdraw finding it gone waits on r.ch.
+			if !abandoned {
+				r.deliver(result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: t0})
+			}
 			return true
 		}
 	}

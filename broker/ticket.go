@@ -95,9 +95,10 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	}
 	st.err = err
 	st.done.Store(true)
-	b.mu.Lock()
-	delete(b.tickets, st)
-	b.mu.Unlock()
+	sh := b.shard(st)
+	sh.mu.Lock()
+	delete(sh.m, st)
+	sh.mu.Unlock()
 	return err
 }
 

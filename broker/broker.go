@@ -74,10 +74,10 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		set:     set,
-		log:     cfg.Logger,
-		down:    make(chan struct{}),
-		readyC:  make(chan struct{}),
+		set:    set,
+		log:    cfg.Logger,
+		down:   make(chan struct{}),
+		readyC: make(chan struct{}),
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)

@@ -1,0 +1,51 @@
+// Package harness is the toolkit of the integration tests: it builds the
+// real binaries, runs ticketingd as a subprocess that can be killed,
+// paused and restarted on the same port and data directory, records a
+// history of operations, and checks it.
+//
+// It is an ordinary (non-test) package so that every integration test file
+// and worker binary can use it; it assumes nothing of the test framework
+// beyond testing.TB.
+//
+// # Binaries
+//
+// Binary(tb, pkg) builds a package once per test process (go build, in the
+// module root) and caches the path; Ticketingd(tb) is the server. Call
+// RemoveBinaries from TestMain after m.Run. BuildPackage and BuildBinaries
+// build into a directory of your choice.
+//
+// # Processes
+//
+// StartServer runs "ticketingd serve --listen L --data-dir D --log-format
+// json [Args...]" on a FreePort and a temporary data directory (unless
+// given), waits for its "listening" line, and registers a Cleanup that
+// kills it and, if the test failed, logs the stderr of every generation.
+// Server.Kill9 (SIGKILL and wait), Stop (SIGTERM and wait), Pause/Resume
+// (SIGSTOP/SIGCONT) and Restart (same address and data directory,
+// retrying while the port is still in use) inject faults.
+//
+// StartProcess runs any binary (a worker) with its stdout and stderr
+// captured; Process.ReadJSON reads its stdout reports line by line;
+// Stop/Cont/Kill9 signal it.
+//
+// # History and checkers
+//
+// A History records operations (process, kind, key, invoke and complete
+// times on a monotonic clock, outcome, token) from any goroutine; Acquire
+// and Release record broker calls; Event records faults. On failure,
+// WriteArtifact writes it as JSON lines under $TICKETING_TEST_ARTIFACTS
+// (default os.TempDir()/ticketing-artifacts/<test name>).
+//
+// The checkers return an error listing the violations:
+//
+//   - CheckTokensUnique: no token granted twice;
+//   - CheckNoTicketAfterIndeterminate: a failed acquire carries no ticket,
+//     and no release or fenced write uses a token its process was not
+//     granted;
+//   - CheckTokensIncreaseAcross: grants after a barrier (a restart) are
+//     above every grant before another (the kill);
+//   - CheckOutcomes with Within: only the allowed outcomes in a window
+//     (during an outage, say);
+//   - CheckFencedIncreasing: committed fenced writes of a resource carry
+//     increasing tokens.
+package harness

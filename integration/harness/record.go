@@ -1,0 +1,31 @@
+package harness
+
+import (
+	"context"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+)
+
+// Acquire calls b.Acquire and records it in h as a KindAcquire op of
+// process. The Ticket and error are returned unchanged; if the broker ever
+// returned both a Ticket and an error, the op records the token with the
+// error's outcome, which CheckNoTicketAfterIndeterminate reports.
+func Acquire(ctx context.Context, h *History, process string, b *broker.Broker, key string, wait, lease, work time.Duration) (*broker.Ticket, error) {
+	i := h.Invoke(process, KindAcquire, key)
+	t, err := b.Acquire(ctx, key, wait, lease, work)
+	var token uint64
+	if t != nil {
+		token = t.Token()
+	}
+	h.Complete(i, token, err, "")
+	return t, err
+}
+
+// Release calls t.Release and records it in h as a KindRelease op.
+func Release(ctx context.Context, h *History, process string, t *broker.Ticket) error {
+	i := h.Invoke(process, KindRelease, t.Key())
+	err := t.Release(ctx)
+	h.Complete(i, t.Token(), err, "")
+	return err
+}

@@ -1,11 +1,39 @@
 // Package testdb gives tests a fresh, empty database of their own.
 //
-// PostgreSQL and MySQL/MariaDB come from a server named by an environment
-// variable (EnvPostgres, EnvMySQL): each call creates a randomly named
-// database there, drops it when the test ends, and returns its DSN. When the
-// variable is unset the test is skipped, or fails if CI=true, so CI cannot
-// silently skip database tests. SQLite needs no server: a file in
-// t.TempDir().
+// # Sources
+//
+// PostgreSQL and MySQL/MariaDB come from one of three sources. [Postgres]
+// and [MySQL] (source [Auto]) take the first that is available, in this
+// order:
+//
+//  1. [FromDSN]: a live server named by an environment variable
+//     ([EnvPostgres], [EnvMySQL]). Each call creates a randomly named
+//     database there and drops it when the test ends. CI uses the
+//     machine's own PostgreSQL and MariaDB this way.
+//  2. [FromImage]: a container started with testcontainers-go from the
+//     image named by [EnvPostgresImage] / [EnvMySQLImage], e.g. an image
+//     built offline by integration/images/build-image.sh. Set
+//     [EnvHostNetwork]=1 (or [Options].HostNetwork) to run it on the host
+//     network on a free 127.0.0.1 port instead of a mapped port.
+//  3. [FromOfficialImage]: a container from the official image
+//     ([OfficialPostgresImage], [OfficialMySQLImage]); the default on a
+//     developer laptop with Docker and internet. Used only when a Docker
+//     engine answers.
+//
+// Each container call starts a container of its own (a fresh server) and
+// removes it when the test ends; expect a few seconds per call.
+//
+// When no source is available the test is skipped, or fails if CI=true,
+// so CI cannot silently skip database tests. [PostgresFrom] and
+// [MySQLFrom] take [Options] to force one source (the container tests
+// use [FromImage] even when a DSN is set).
+//
+// For containers on a machine without Ryuk or with Docker inside a
+// container, the usual testcontainers-go variables apply
+// (TESTCONTAINERS_RYUK_DISABLED, TESTCONTAINERS_HOST_OVERRIDE); see
+// integration/images/README.md.
+//
+// SQLite needs no server: a file in t.TempDir().
 package testdb
 
 import (
@@ -32,14 +60,206 @@ const (
 	// EnvMySQL names a MySQL or MariaDB server as a go-sql-driver/mysql
 	// DSN, e.g. root@tcp(127.0.0.1:3306)/test.
 	EnvMySQL = "TICKETING_TEST_MYSQL_DSN"
+	// EnvPostgresImage names a local (or pullable) PostgreSQL image for
+	// the container source, e.g. ticketing-test/postgres:15. The image
+	// must follow the official image's env contract (POSTGRES_USER,
+	// POSTGRES_PASSWORD, POSTGRES_DB, PGPORT).
+	EnvPostgresImage = "TICKETING_TEST_POSTGRES_IMAGE"
+	// EnvMySQLImage names a MySQL or MariaDB image for the container
+	// source, e.g. ticketing-test/mariadb:10.11, following the official
+	// images' env contract (MYSQL_ROOT_PASSWORD, MYSQL_DATABASE).
+	EnvMySQLImage = "TICKETING_TEST_MYSQL_IMAGE"
+	// EnvHostNetwork=1 runs containers on the host network, listening on
+	// a free port on 127.0.0.1 only, with no port mapping (needed where
+	// the Docker bridge cannot route, as on this project's CI machines).
+	EnvHostNetwork = "TICKETING_TEST_HOST_NETWORK"
+
+	// OfficialPostgresImage and OfficialMySQLImage are the images of the
+	// [FromOfficialImage] source.
+	OfficialPostgresImage = "postgres:15"
+	OfficialMySQLImage    = "mariadb:10.11"
 )
 
-// Postgres creates a fresh database on the server named by EnvPostgres,
-// drops it (with FORCE) in tb.Cleanup, and returns a URL DSN for it, usable
-// with pgx and with the "pgx" database/sql driver.
+// Source says where a database comes from.
+type Source int
+
+const (
+	// Auto takes the first available of FromDSN, FromImage and
+	// FromOfficialImage.
+	Auto Source = iota
+	// FromDSN uses the live server named by EnvPostgres / EnvMySQL.
+	FromDSN
+	// FromImage starts a container from the image named by
+	// EnvPostgresImage / EnvMySQLImage.
+	FromImage
+	// FromOfficialImage starts a container from OfficialPostgresImage /
+	// OfficialMySQLImage.
+	FromOfficialImage
+)
+
+func (s Source) String() string {
+	switch s {
+	case Auto:
+		return "auto"
+	case FromDSN:
+		return "dsn"
+	case FromImage:
+		return "image"
+	case FromOfficialImage:
+		return "official-image"
+	}
+	return "unknown"
+}
+
+// Options select the source of [PostgresFrom] and [MySQLFrom].
+type Options struct {
+	// Source forces one source; Auto (the zero value) picks as described
+	// in the package documentation. A forced source that is unavailable
+	// skips the test, or fails it when CI=true.
+	Source Source
+	// HostNetwork runs a container on the host network on a free
+	// 127.0.0.1 port. It is also on when EnvHostNetwork=1.
+	HostNetwork bool
+}
+
+// Database is a fresh database and where it came from.
+type Database struct {
+	// DSN is a URL (PostgreSQL, usable with pgx and the "pgx"
+	// database/sql driver) or a go-sql-driver/mysql DSN.
+	DSN string
+	// Source is the source used: FromDSN, FromImage or FromOfficialImage.
+	Source Source
+	// Image is the container's image; empty for FromDSN.
+	Image string
+	// Ready is how long the container took from start to ready; zero for
+	// FromDSN.
+	Ready time.Duration
+}
+
+// Postgres returns the DSN of a fresh PostgreSQL database from the first
+// available source (see the package documentation). It is
+// PostgresFrom(tb, Options{}).DSN.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
-	base := env(tb, EnvPostgres)
+	return PostgresFrom(tb, Options{}).DSN
+}
+
+// MySQL returns the DSN of a fresh MySQL/MariaDB database from the first
+// available source (see the package documentation). It is
+// MySQLFrom(tb, Options{}).DSN.
+func MySQL(tb testing.TB) string {
+	tb.Helper()
+	return MySQLFrom(tb, Options{}).DSN
+}
+
+// PostgresContainer is PostgresFrom(tb, Options{Source: FromImage}): a
+// container from the image named by EnvPostgresImage, even when
+// EnvPostgres is set.
+func PostgresContainer(tb testing.TB) Database {
+	tb.Helper()
+	return PostgresFrom(tb, Options{Source: FromImage})
+}
+
+// MySQLContainer is MySQLFrom(tb, Options{Source: FromImage}).
+func MySQLContainer(tb testing.TB) Database {
+	tb.Helper()
+	return MySQLFrom(tb, Options{Source: FromImage})
+}
+
+// PostgresFrom returns a fresh PostgreSQL database from the source opts
+// select. Whatever the source, the database is removed when the test ends.
+func PostgresFrom(tb testing.TB, opts Options) Database {
+	tb.Helper()
+	return from(tb, opts, postgresKind)
+}
+
+// MySQLFrom returns a fresh MySQL/MariaDB database from the source opts
+// select. Whatever the source, the database is removed when the test ends.
+func MySQLFrom(tb testing.TB, opts Options) Database {
+	tb.Helper()
+	return from(tb, opts, mysqlKind)
+}
+
+type kind struct {
+	name           string
+	envDSN         string
+	envImage       string
+	official       string
+	fromDSN        func(tb testing.TB, base string) string
+	startContainer func(tb testing.TB, image string, hostNetwork bool) (dsn string, ready time.Duration)
+}
+
+var (
+	postgresKind = kind{"postgres", EnvPostgres, EnvPostgresImage, OfficialPostgresImage, postgresFromDSN, startPostgres}
+	mysqlKind    = kind{"mysql", EnvMySQL, EnvMySQLImage, OfficialMySQLImage, mysqlFromDSN, startMySQL}
+)
+
+func from(tb testing.TB, opts Options, k kind) Database {
+	tb.Helper()
+	hostNet := opts.HostNetwork || os.Getenv(EnvHostNetwork) == "1"
+	dsn, image := getenv(k.envDSN), getenv(k.envImage)
+	container := func(src Source, image string) Database {
+		tb.Helper()
+		if err := dockerHealthy(); err != nil {
+			unavailable(tb, "no Docker engine answers for the %s container source (%s): %v", k.name, image, err)
+		}
+		d, ready := k.startContainer(tb, image, hostNet)
+		return Database{DSN: d, Source: src, Image: image, Ready: ready}
+	}
+	// The official image is pulled if missing; where no registry can be
+	// reached that is "unavailable" (a skip locally), not a broken test.
+	official := func() Database {
+		tb.Helper()
+		if err := dockerHealthy(); err != nil {
+			unavailable(tb, "no Docker engine answers for the %s container source (%s): %v", k.name, k.official, err)
+		}
+		if err := ensureImage(tb, k.official); err != nil {
+			unavailable(tb, "no %s database: %s and %s are not set, and the official image %s cannot be pulled: %v",
+				k.name, k.envDSN, k.envImage, k.official, err)
+		}
+		return container(FromOfficialImage, k.official)
+	}
+	switch opts.Source {
+	case FromDSN:
+		if dsn == "" {
+			unavailable(tb, "%s is not set", k.envDSN)
+		}
+		return Database{DSN: k.fromDSN(tb, dsn), Source: FromDSN}
+	case FromImage:
+		if image == "" {
+			unavailable(tb, "%s is not set (the test needs a %s container)", k.envImage, k.name)
+		}
+		return container(FromImage, image)
+	case FromOfficialImage:
+		return official()
+	case Auto:
+		switch {
+		case dsn != "":
+			return Database{DSN: k.fromDSN(tb, dsn), Source: FromDSN}
+		case image != "":
+			return container(FromImage, image)
+		}
+		if err := dockerHealthy(); err != nil {
+			unavailable(tb, "no %s database: set %s (a live server) or %s (an image), or start a Docker engine (%v)",
+				k.name, k.envDSN, k.envImage, err)
+		}
+		return official()
+	}
+	tb.Fatalf("testdb: unknown source %d", opts.Source)
+	return Database{}
+}
+
+// unavailable skips the test, or fails it when CI=true.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("testdb: "+format+" (required when CI=true)", args...)
+	}
+	tb.Skipf("testdb: "+format+"; skipping", args...)
+}
+
+func postgresFromDSN(tb testing.TB, base string) string {
+	tb.Helper()
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		tb.Fatalf("testdb: %s must be a postgres:// URL", EnvPostgres)
@@ -57,17 +277,14 @@ func Postgres(tb testing.TB) string {
 	return u.String()
 }
 
-// MySQL creates a fresh database on the server named by EnvMySQL, drops it
-// in tb.Cleanup, and returns a go-sql-driver/mysql DSN for it (with the
-// base DSN's parameters).
-func MySQL(tb testing.TB) string {
+func mysqlFromDSN(tb testing.TB, base string) string {
 	tb.Helper()
-	cfg, err := mysql.ParseDSN(env(tb, EnvMySQL))
+	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
 		tb.Fatalf("testdb: %s is not a valid go-sql-driver/mysql DSN", EnvMySQL)
 	}
 	cfg.DBName = ""
-	base := cfg.FormatDSN()
+	base = cfg.FormatDSN()
 	name := randomName()
 	admin := open(tb, "mysql", base)
 	defer admin.Close()
@@ -90,17 +307,7 @@ func SQLite(tb testing.TB) string {
 	return "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 }
 
-func env(tb testing.TB, key string) string {
-	tb.Helper()
-	v := strings.TrimSpace(os.Getenv(key))
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("testdb: %s is not set (required when CI=true)", key)
-		}
-		tb.Skipf("testdb: %s is not set; skipping", key)
-	}
-	return v
-}
+func getenv(key string) string { return strings.TrimSpace(os.Getenv(key)) }
 
 func randomName() string {
 	b := make([]byte, 8)

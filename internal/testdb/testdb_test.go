@@ -2,6 +2,8 @@ package testdb_test
 
 import (
 	"database/sql"
+	"fmt"
+	"runtime"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -42,5 +44,60 @@ func TestDatabases(t *testing.T) {
 				t.Fatalf("second database not fresh: %v", err)
 			}
 		})
+	}
+}
+
+// fakeTB records how a helper gave up; Skipf and Fatalf end the goroutine
+// like the real ones.
+type fakeTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func runFake(t *testing.T, f func(testing.TB)) *fakeTB {
+	fake := &fakeTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(fake)
+	}()
+	<-done
+	return fake
+}
+
+// TestUnavailable: a forced source that is not configured skips the test
+// locally and fails it when CI=true, whatever the other sources.
+func TestUnavailable(t *testing.T) {
+	t.Setenv(testdb.EnvPostgres, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	t.Setenv(testdb.EnvPostgresImage, "")
+	t.Setenv(testdb.EnvMySQL, "")
+	for _, tc := range []struct {
+		name string
+		f    func(testing.TB)
+	}{
+		{"postgres image", func(tb testing.TB) { testdb.PostgresContainer(tb) }},
+		{"mysql dsn", func(tb testing.TB) { testdb.MySQLFrom(tb, testdb.Options{Source: testdb.FromDSN}) }},
+	} {
+		t.Setenv("CI", "")
+		if f := runFake(t, tc.f); !f.skipped || f.failed {
+			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip", tc.name, f.skipped, f.failed, f.msg)
+		}
+		t.Setenv("CI", "true")
+		if f := runFake(t, tc.f); !f.failed {
+			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.skipped, f.failed, f.msg)
+		} else {
+			t.Logf("%s, CI=true: %s", tc.name, f.msg)
+		}
 	}
 }

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/testdb"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// lockServer starts an in-process Ticketing server and returns its address.
+func lockServer(t *testing.T) string {
+	t.Helper()
+	srv, err := server.New(server.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+func newBroker(t *testing.T, addr string, wait bool) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(broker.Config{Addrs: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if wait {
+		if err := b.WaitReady(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// fixture is a database with the schema, a lock server, and an API.
+type fixture struct {
+	pool *pgxpool.Pool
+	addr string // lock server
+	api  *API
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), testdb.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := setUp(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{pool: pool, addr: lockServer(t)}
+	f.api = &API{DB: pool, Locks: newBroker(t, f.addr, true), Log: testLogger(t)}
+	return f
+}
+
+// serve runs api on an httptest server and returns its URL.
+func serve(t *testing.T, api *API) string {
+	t.Helper()
+	ts := httptest.NewServer(api.Handler())
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+type reply struct {
+	status     int
+	retryAfter string
+	code       string // of an error
+	order      Order  // of a 200
+}
+
+func post(t *testing.T, url string) reply {
+	return do(t, http.MethodPost, url)
+}
+
+func do(t *testing.T, method, url string) reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Error(err)
+		return reply{}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	r := reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, url, ct)
+	}
+	if r.status == http.StatusOK {
+		err = json.NewDecoder(resp.Body).Decode(&r.order)
+	} else {
+		var e struct{ Error, Code string }
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		if err == nil && (e.Error == "" || e.Code == "") {
+			t.Errorf("%s %s: %d with error %+v, want both fields", method, url, r.status, e)
+		}
+		r.code = e.Code
+	}
+	if err != nil {
+		t.Errorf("%s %s: decoding the body: %v", method, url, err)
+	}
+	return r
+}
+
+// charges returns how many payments the order has, and the order's status.
+func (f *fixture) charges(t *testing.T, id int64) (n int, status string) {
+	t.Helper()
+	err := f.pool.QueryRow(t.Context(),
+		"SELECT (SELECT count(*) FROM payments WHERE order_id = $1), status FROM orders WHERE id = $1", id).Scan(&n, &status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, status
+}
+
+func TestPay(t *testing.T) {
+	f := newFixture(t)
+	url := serve(t, f.api)
+
+	first := post(t, url+"/orders/1/pay")
+	if first.status != http.StatusOK || first.order.Status != "paid" || first.order.Payment == nil ||
+		first.order.AmountCents != 1999 || first.order.Payment.Token < 1 {
+		t.Fatalf("first pay: %+v", first)
+	}
+	if again := post(t, url+"/orders/1/pay"); again.status != http.StatusConflict || again.code != "already_paid" {
+		t.Errorf("second pay: %+v, want 409 already_paid", again)
+	}
+	if n, status := f.charges(t, 1); n != 1 || status != "paid" {
+		t.Errorf("order 1: %d charges, status %s", n, status)
+	}
+	if got := do(t, http.MethodGet, url+"/orders/1"); got.status != http.StatusOK || got.order.Payment == nil ||
+		got.order.Payment.ID != first.order.Payment.ID {
+		t.Errorf("GET: %+v", got)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		status     int
+		code       string
+	}{
+		{"not a number", "/orders/abc/pay", http.StatusBadRequest, "invalid_id"},
+		{"zero", "/orders/0/pay", http.StatusBadRequest, "invalid_id"},
+		{"negative", "/orders/-3/pay", http.StatusBadRequest, "invalid_id"},
+		{"too large", "/orders/99999999999999999999/pay", http.StatusBadRequest, "invalid_id"},
+		{"unknown", "/orders/404/pay", http.StatusNotFound, "not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := post(t, url+tc.path); got.status != tc.status || got.code != tc.code {
+				t.Errorf("%+v, want %d %s", got, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestPayConcurrently: 20 requests for one order at once charge it once;
+// every other request is told it is already paid.
+func TestPayConcurrently(t *testing.T) {
+	f := newFixture(t)
+	url := serve(t, f.api)
+	const n = 20
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { replies[i] = post(t, url+"/orders/2/pay") })
+	}
+	wg.Wait()
+	ok := 0
+	for _, r := range replies {
+		switch {
+		case r.status == http.StatusOK:
+			ok++
+		case r.status == http.StatusConflict && r.code == "already_paid":
+		default:
+			t.Errorf("reply %+v, want 200 or 409 already_paid", r)
+		}
+	}
+	if charges, status := f.charges(t, 2); ok != 1 || charges != 1 || status != "paid" {
+		t.Errorf("%d OK replies, %d charges, status %s; want exactly one", ok, charges, status)
+	}
+}
+
+// TestStaleHighWater: a newer lock holder has already written for the
+// order (its high-water is above any token this server will hand out
+// soon): the request is refused as stale and nothing is charged.
+func TestStaleHighWater(t *testing.T) {
+	f := newFixture(t)
+	url := serve(t, f.api)
+	if _, err := f.pool.Exec(t.Context(),
+		"INSERT INTO ticketing_fence (resource, high_water, updated_at) VALUES ($1, $2, now())",
+		[]byte("order:3"), int64(1)<<40); err != nil {
+		t.Fatal(err)
+	}
+	if got := post(t, url+"/orders/3/pay"); got.status != http.StatusConflict || got.code != "stale_lock" {
+		t.Errorf("%+v, want 409 stale_lock", got)
+	}
+	if n, status := f.charges(t, 3); n != 0 || status != "pending" {
+		t.Errorf("order 3: %d charges, status %s; want none", n, status)
+	}
+}
+
+// TestStalledReplica: replica A gets the order's lock and stalls past its
+// 1 s lease; replica B gets the lock when A's lease ends and charges the
+// order; A wakes up and is refused as stale. One charge.
+func TestStalledReplica(t *testing.T) {
+	f := newFixture(t)
+	bPaid := make(chan struct{})
+	aLocked := make(chan struct{})
+	a := &API{DB: f.pool, Locks: f.api.Locks, Log: f.api.Log, Lease: time.Second,
+		afterLock: func(context.Context) {
+			close(aLocked)
+			<-bPaid // stalls until B has paid, long after its lease
+		}}
+	b := &API{DB: f.pool, Locks: newBroker(t, f.addr, true), Log: f.api.Log, Lease: time.Second}
+	urlA, urlB := serve(t, a), serve(t, b)
+
+	aReply := make(chan reply, 1)
+	go func() { aReply <- post(t, urlA+"/orders/3/pay") }()
+	select {
+	case <-aLocked:
+	case r := <-aReply:
+		t.Fatalf("A replied %+v before getting the lock", r)
+	}
+	rb := post(t, urlB+"/orders/3/pay") // waits in the lock server's queue until A's lease ends
+	close(bPaid)
+	ra := <-aReply
+	if rb.status != http.StatusOK {
+		t.Errorf("B: %+v, want 200", rb)
+	}
+	if ra.status != http.StatusConflict || ra.code != "stale_lock" {
+		t.Errorf("A: %+v, want 409 stale_lock", ra)
+	}
+	if n, status := f.charges(t, 3); n != 1 || status != "paid" {
+		t.Errorf("order 3: %d charges, status %s; want one", n, status)
+	}
+}
+
+// TestLockServerDown: with no session to the lock server, a payment is
+// refused at once with 503 and Retry-After, and nothing is charged.
+func TestLockServerDown(t *testing.T) {
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	if err := ln.Close(); err != nil { // nothing listens there now
+		t.Fatal(err)
+	}
+	api := &API{DB: f.pool, Locks: newBroker(t, down, false), Log: f.api.Log}
+	got := post(t, serve(t, api)+"/orders/1/pay")
+	if got.status != http.StatusServiceUnavailable || got.code != "lock_unavailable" || got.retryAfter == "" {
+		t.Errorf("%+v, want 503 lock_unavailable with Retry-After", got)
+	}
+	if n, _ := f.charges(t, 1); n != 0 {
+		t.Errorf("%d charges, want none", n)
+	}
+}
+
+// testLogger logs to t.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

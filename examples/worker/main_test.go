@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/fence"
+	"github.com/ticketing-dev/ticketing/internal/testdb"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// lockServer starts an in-process Ticketing server and returns its address.
+func lockServer(t *testing.T) string {
+	t.Helper()
+	srv, err := server.New(server.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+func newBroker(t *testing.T, addr string) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(broker.Config{Addrs: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := b.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newDB(t *testing.T) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InterpolateParams = true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := setUp(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// counter counts Process calls per job.
+type counter struct {
+	mu    sync.Mutex
+	calls map[int64]int
+}
+
+func (c *counter) process(ctx context.Context, job Job) (string, error) {
+	c.mu.Lock()
+	c.calls[job.ID]++
+	c.mu.Unlock()
+	return checksum(ctx, job)
+}
+
+// TestWorkersProcessEachJobOnce: three workers drain 100 jobs; every job is
+// done, has exactly one result (the right one), and was processed once.
+func TestWorkersProcessEachJobOnce(t *testing.T) {
+	db := newDB(t)
+	locks := newBroker(t, lockServer(t))
+	const jobs = 100
+	if err := enqueue(t.Context(), db, demoPayloads(jobs)...); err != nil {
+		t.Fatal(err)
+	}
+
+	c := &counter{calls: map[int64]int{}}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 3 {
+		w := &Worker{DB: db, Locks: locks, Name: fmt.Sprintf("w%d", i), Process: c.process,
+			Idle: 10 * time.Millisecond, Log: testLogger(t)}
+		wg.Go(func() {
+			if err := w.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var pending int
+		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM jobs WHERE status <> 'done'").Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d jobs still pending after 60 s", pending)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop() // graceful: Run returns once its job in progress is done
+	wg.Wait()
+
+	rows, err := db.QueryContext(t.Context(), `
+		SELECT j.id, j.payload, j.status, r.result, r.worker
+		FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id ORDER BY j.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n, byWorker := 0, map[string]int{}
+	for rows.Next() {
+		var id int64
+		var payload, status string
+		var result, worker sql.NullString
+		if err := rows.Scan(&id, &payload, &status, &result, &worker); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		want, err := checksum(t.Context(), Job{ID: id, Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != "done" || result.String != want {
+			t.Errorf("job %d: status %s, result %q; want done, %q", id, status, result.String, want)
+		}
+		if c.calls[id] != 1 {
+			t.Errorf("job %d processed %d times", id, c.calls[id])
+		}
+		byWorker[worker.String]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != jobs {
+		t.Errorf("%d jobs (one result row each, job_id is the key), want %d", n, jobs)
+	}
+	t.Logf("jobs per worker: %v", byWorker)
+}
+
+// TestStalledWorker: worker A gets job 1's lock and stalls past its 1 s
+// lease and its claim; worker B claims the job when A's claim expires,
+// gets the lock, and finishes it. A wakes up: its write is refused as
+// stale, and the job keeps B's one result.
+func TestStalledWorker(t *testing.T) {
+	db := newDB(t)
+	addr := lockServer(t)
+	if err := enqueue(t.Context(), db, "the job"); err != nil {
+		t.Fatal(err)
+	}
+	aLocked, bDone := make(chan struct{}), make(chan struct{})
+	a := &Worker{DB: db, Locks: newBroker(t, addr), Name: "A", Process: checksum, Lease: time.Second,
+		afterLock: func(context.Context, Job) {
+			close(aLocked)
+			<-bDone // a long pause: past the lease, past the claim
+		}}
+	b := &Worker{DB: db, Locks: newBroker(t, addr), Name: "B", Process: checksum, Lease: time.Second}
+
+	aErr := make(chan error, 1)
+	go func() {
+		did, err := a.RunOnce(t.Context())
+		if did {
+			err = errors.Join(err, errors.New("A reported the job done"))
+		}
+		aErr <- err
+	}()
+	select {
+	case <-aLocked:
+	case err := <-aErr:
+		t.Fatalf("A ended before getting the lock: %v", err)
+	}
+	// B finds nothing to claim until A's claim (2 × lease) expires.
+	start := time.Now()
+	for {
+		did, err := b.RunOnce(t.Context())
+		if err != nil {
+			t.Fatalf("B: %v", err)
+		}
+		if did {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("B never got the job")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(bDone)
+
+	err := <-aErr
+	var stale *fence.StaleError
+	if !errors.As(err, &stale) {
+		t.Fatalf("A: %v, want a *fence.StaleError", err)
+	}
+	var worker, status string
+	var results int
+	if err := db.QueryRowContext(t.Context(),
+		"SELECT j.status, (SELECT count(*) FROM job_results), r.worker FROM jobs j JOIN job_results r ON r.job_id = j.id").
+		Scan(&status, &results, &worker); err != nil {
+		t.Fatal(err)
+	}
+	if status != "done" || results != 1 || worker != "B" {
+		t.Errorf("job %s with %d results, by %s; want done, 1, B", status, results, worker)
+	}
+	if stale.Token >= stale.HighWater {
+		t.Errorf("stale error %v", stale)
+	}
+}
+
+// TestLockUnavailable: a worker whose broker has no session leaves the job
+// claimed and undone (for another attempt after the claim expires).
+func TestLockUnavailable(t *testing.T) {
+	db := newDB(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	locks, err := broker.New(broker.Config{Addrs: []string{down}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := locks.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := enqueue(t.Context(), db, "the job"); err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{DB: db, Locks: locks, Name: "W", Process: checksum}
+	did, err := w.RunOnce(t.Context())
+	if did || !errors.Is(err, broker.ErrUnsent) {
+		t.Fatalf("RunOnce: %v, %v; want false, broker.ErrUnsent", did, err)
+	}
+	var status, by string
+	if err := db.QueryRowContext(t.Context(), "SELECT status, claimed_by FROM jobs").Scan(&status, &by); err != nil {
+		t.Fatal(err)
+	}
+	if status != "pending" || by != "W" {
+		t.Errorf("job %s claimed by %s; want pending, W", status, by)
+	}
+}

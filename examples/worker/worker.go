@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/fence"
+)
+
+// Job is a row of the jobs table.
+type Job struct {
+	ID      int64
+	Payload string
+}
+
+// Worker claims jobs from the jobs table and processes each under its own
+// lock, "job:<id>", writing the result in a transaction fenced with the
+// lock's token. Set the fields, then call Run (or RunOnce). Several Workers,
+// in one process or many, may share the table; each needs its own Name.
+type Worker struct {
+	// DB is the MySQL/MariaDB database (go-sql-driver/mysql). Required.
+	DB *sql.DB
+	// Locks is the process's one broker. Required.
+	Locks *broker.Broker
+	// Name identifies the worker in jobs.claimed_by and job_results.worker.
+	// Required, unique among the workers.
+	Name string
+	// Process does the job's work and returns its result. It runs under the
+	// job's lock, before the fenced transaction that stores the result. If
+	// that transaction fails (stale token, lease ran out), the job is done
+	// again later by some worker: make any outside effect of Process
+	// idempotent, for example keyed by the job id. Required.
+	Process func(ctx context.Context, job Job) (result string, err error)
+	// Lease is the job's lock lease: longer than Process plus the write
+	// take (default 30 s).
+	Lease time.Duration
+	// ClaimTTL is how long a claim keeps other workers off a job; after it
+	// the job is claimed again if it is not done. Longer than Lease
+	// (default 2 × Lease).
+	ClaimTTL time.Duration
+	// Idle is the pause when there is no job or after an error (default 1 s).
+	Idle time.Duration
+	// Log receives the worker's events (default: discard).
+	Log *slog.Logger
+
+	// afterLock, if set, runs right after the lock is granted: tests use it
+	// to stall a worker past its lease.
+	afterLock func(ctx context.Context, job Job)
+}
+
+// errAlreadyDone: the job was found done inside the fenced transaction.
+var errAlreadyDone = errors.New("job already done")
+
+// Run processes jobs until ctx is done, then returns nil. Stopping is
+// graceful: the job in progress is finished (within its lease), no new one
+// is claimed. A failed job is left for another attempt once its claim
+// expires.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.DB == nil || w.Locks == nil || w.Name == "" || w.Process == nil {
+		return errors.New("worker: DB, Locks, Name and Process are required")
+	}
+	for ctx.Err() == nil {
+		// The job is not cancelled by ctx, only bounded by its lease.
+		jobCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTTL())
+		did, err := w.RunOnce(jobCtx)
+		cancel()
+		switch {
+		case err != nil:
+			w.log().WarnContext(ctx, "job left for another attempt", "worker", w.Name, "err", err)
+		case did:
+			continue // look for the next job at once
+		}
+		select { // nothing to do, or an error: pause
+		case <-ctx.Done():
+		case <-time.After(w.idle()):
+		}
+	}
+	return nil
+}
+
+// RunOnce claims one job and processes it. It returns false, nil when there
+// is no job to claim; true, nil when the job was processed and committed
+// (or found already done by another worker); and an error when the job was
+// left for another attempt:
+//
+//   - the lock was not granted (broker.ErrTimedOut: another worker has it;
+//     broker.ErrIndeterminate; broker.ErrUnsent: the lock server is
+//     unreachable; ...);
+//   - a newer holder of the job's lock wrote first (*fence.StaleError);
+//   - the lease ran out before commit (fence.ErrLeaseExpired);
+//   - Process or the database failed.
+func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
+	job, ok, err := w.claim(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	log := w.log().With("worker", w.Name, "job", job.ID)
+
+	lease := w.lease()
+	// wait 0: one immediate try; if another worker holds the lock, leave
+	// the job (its claim expires). Work budget: a quarter of the lease.
+	ticket, err := w.Locks.Acquire(ctx, fmt.Sprintf("job:%d", job.ID), 0, lease, (lease / 4).Truncate(time.Second))
+	if err != nil {
+		return false, fmt.Errorf("job %d: lock: %w", job.ID, err)
+	}
+	if w.afterLock != nil {
+		w.afterLock(ctx, job)
+	}
+
+	result, err := w.Process(ctx, job)
+	if err != nil {
+		if rerr := ticket.Release(ctx); rerr != nil {
+			log.WarnContext(ctx, "releasing the lock failed; it ends with its lease", "err", rerr)
+		}
+		return false, fmt.Errorf("job %d: process: %w", job.ID, err)
+	}
+
+	err = sqlfence.Run(ctx, w.DB, sqlfence.MySQL, ticket, func(tx *sql.Tx) error {
+		var status string
+		if err := tx.QueryRowContext(ctx, "SELECT status FROM jobs WHERE id = ? FOR UPDATE", job.ID).Scan(&status); err != nil {
+			return err
+		}
+		if status == "done" {
+			return errAlreadyDone
+		}
+		if _, err := tx.ExecContext(ctx,
+			"INSERT INTO job_results (job_id, result, worker, token) VALUES (?, ?, ?, ?)",
+			job.ID, result, w.Name, int64(ticket.Token())); err != nil { // sqlfence refuses tokens above MaxInt64
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			"UPDATE jobs SET status = 'done', claimed_by = NULL, claimed_until = NULL WHERE id = ?", job.ID)
+		return err
+	})
+	switch {
+	case fence.Committed(err):
+		if err != nil {
+			log.WarnContext(ctx, "job done; releasing the lock failed, it ends with its lease", "err", err)
+		}
+		log.DebugContext(ctx, "job done", "token", ticket.Token())
+		return true, nil
+	case errors.Is(err, errAlreadyDone):
+		log.InfoContext(ctx, "job was already done by another worker")
+		return true, nil
+	}
+	return false, fmt.Errorf("job %d: %w", job.ID, err)
+}
+
+// claim marks the oldest pending, unclaimed job as this worker's for
+// ClaimTTL. SKIP LOCKED (MySQL 8, MariaDB 10.6+) lets concurrent workers
+// claim different jobs without waiting for each other. The claim only
+// spreads the work; correctness comes from the lock and the fence.
+func (w *Worker) claim(ctx context.Context) (job Job, ok bool, err error) {
+	// READ COMMITTED: InnoDB keeps no locks on the rows that do not match.
+	tx, err := w.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return job, false, err
+	}
+	defer func() {
+		if !ok {
+			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		}
+	}()
+	err = tx.QueryRowContext(ctx, `
+		SELECT id, payload FROM jobs
+		WHERE status = 'pending' AND (claimed_until IS NULL OR claimed_until < NOW(6))
+		ORDER BY id LIMIT 1
+		FOR UPDATE SKIP LOCKED`).Scan(&job.ID, &job.Payload)
+	if errors.Is(err, sql.ErrNoRows) {
+		return job, false, nil
+	}
+	if err != nil {
+		return job, false, err
+	}
+	if _, err := tx.ExecContext(ctx,
+		"UPDATE jobs SET claimed_by = ?, claimed_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ?",
+		w.Name, w.claimTTL().Microseconds(), job.ID); err != nil {
+		return job, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return job, false, err
+	}
+	return job, true, nil
+}
+
+// ignoreDone drops sql.ErrTxDone, which Rollback returns after a failed
+// Commit.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+func (w *Worker) lease() time.Duration { return orDefault(w.Lease, 30*time.Second) }
+
+func (w *Worker) claimTTL() time.Duration { return orDefault(w.ClaimTTL, 2*w.lease()) }
+
+func (w *Worker) idle() time.Duration { return orDefault(w.Idle, time.Second) }
+
+func (w *Worker) log() *slog.Logger {
+	if w.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return w.Log
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

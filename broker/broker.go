@@ -274,7 +274,14 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 	r.waitS, r.leaseS = uint8(waitS), uint8(leaseS)
 	rand.Read(r.owner[:]) // a fresh owner for every acquire; never fails
 	var lastCause error
-	for range b.sessions {
+	for i := range b.sessions {
+		if i > 0 && ctx.Err() != nil {
+			// Its session ended before a byte was written, and the caller
+			// has cancelled since: moving it now would send it after the
+			// cancel.
+			b.putReq(r)
+			return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
+		}
 		c := b.pick()
 		if c == nil {
 			break
@@ -431,6 +438,13 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 	timer := b.getTimer(time.Until(deadline))
 	defer b.putTimer(timer)
 	var last error
+	sentAny := false // an earlier attempt may have reached the server
+	unsent := func(msg string) error {
+		if sentAny {
+			return newErr(ErrReleaseUnconfirmed, msg+" (an earlier attempt may have been sent)", ctx.Err())
+		}
+		return newErr(ErrUnsent, msg, ctx.Err())
+	}
 	for {
 		if !time.Now().Before(deadline) {
 			b.putReq(r)
@@ -454,7 +468,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			case <-ctx.Done():
 				t.Stop()
 				b.putReq(r)
-				return newErr(ErrUnsent, "release cancelled before sending", ctx.Err())
+				return unsent("release cancelled before sending")
 			}
 			continue
 		}
@@ -474,7 +488,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			case withdrawnUnsent:
 				b.putReq(r)
 				if ctx.Err() != nil {
-					return newErr(ErrUnsent, "release cancelled before sending", ctx.Err())
+					return unsent("release cancelled before sending")
 				}
 				return stopErr
 			case withdrawnSent: // r now belongs to the conn, which absorbs its reply
@@ -486,6 +500,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			<-r.ch // the reply raced with the stop: use it
 		}
 		res := r.res
+		sentAny = sentAny || res.sent
 		switch res.typ {
 		case wire.TypeReleased:
 			b.putReq(r)

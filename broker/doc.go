@@ -19,7 +19,9 @@
 // fails because a server is down. Sessions are opened in the background and
 // re-opened after a drop with capped exponential backoff and jitter
 // (BackoffMin doubling up to BackoffMax, half of each delay random), each
-// session on its own, so a drop never disturbs the others. One address is
+// session on its own, so a drop never disturbs the others. The backoff is
+// reset only by a session that lived at least BackoffMax, so a node that
+// drops sessions right after HELLO is not redialled at BackoffMin forever. One address is
 // one node held with two sessions; two or more addresses are a cluster with
 // one session per address. A node that answers HELLO with M (not serving) is
 // not used, and retried later with the same backoff.
@@ -29,8 +31,10 @@
 // waiting ACQUIRE never blocks the requests behind it. The writer batches
 // every queued frame into one Write. ACQUIREs and RELEASEs share one
 // round-robin rotation over the ready sessions. Each session sends a PING
-// every KeepAlive; a PING unanswered within KeepAliveTimeout closes the
-// session (a dead peer).
+// every KeepAlive; a PING unanswered within KeepAliveTimeout of falling due
+// closes the session (a dead peer). The timeout counts from when the PING
+// fell due, so a writer stuck in Write (a peer that stopped reading) is
+// detected too, and no call hangs on such a session.
 //
 // With no ready session, Acquire fails at once with ErrUnsent; it never
 // waits for one. WaitReady is a start-up convenience that waits for the first
@@ -71,7 +75,10 @@
 // written; the session turned fatal (an M or E naming another request, a
 // malformed, oversized or unknown frame, an unknown req_id, a reply of the
 // wrong type); no reply within wait plus ReplyGrace (the session is then
-// closed); a cancellation after a possible send.
+// closed); a cancellation after a possible send. A grant still read from
+// the socket after its session ended (an ACQUIRE cancelled after a possible
+// send, or in flight when the session turned fatal) is released in the
+// background, within the release window: its caller has no Ticket.
 //
 // # Release
 //
@@ -81,7 +88,17 @@
 // nil means R (released); ErrNotHeld means N (expired, or no longer this
 // token's); ErrReleaseUnconfirmed means no final reply within the window
 // (never assumed success). A second Release returns the first result and
-// sends nothing.
+// sends nothing. A RELEASE left unanswered on a live session is kept in the
+// session's in-flight map so that a late reply is absorbed silently; if no
+// reply comes within the window plus ReplyGrace, the session is closed (its
+// caller was told ErrReleaseUnconfirmed long before, so nothing is resent).
+// This bounds the entries kept for unanswered RELEASEs.
+//
+// A Release whose ctx ends before anything was sent returns ErrUnsent (plus
+// ctx's error): the ticket is still held, may be released again, and is
+// still released by Close or when dropped. If an earlier attempt may have
+// been sent (its session dropped), the result is ErrReleaseUnconfirmed
+// instead.
 //
 // Close releases every unreleased Ticket concurrently, best effort, within
 // the same window, then closes the sessions; it returns within the window
@@ -97,7 +114,9 @@
 // context.DeadlineExceeded):
 //
 //   - cancelled before any byte of the ACQUIRE was handed to the socket
-//     (including a request still in the write queue): ErrUnsent;
+//     (including a request still in the write queue): ErrUnsent. A queued
+//     request whose session drops moves to another session only if its
+//     ctx has not ended; otherwise it is ErrUnsent with nothing sent;
 //   - cancelled after a possible send: the session is closed (the server then
 //     drops the queued wait; the other requests on that session become
 //     Indeterminate or, if unsent, move to another session) and the result

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -232,9 +233,10 @@ func (f *fakeServer) later(d time.Duration, fn func()) {
 // selects the behaviour; for a RELEASE, a word after "rel-" in the key does.
 //
 //	busy timeout never close closepartial malformed oversized unknowntype
-//	unknownid wrongtype notactive error grantclose delay:<dur> waited:<ms>
-//	(anything else: G)
-//	release: rel-never rel-notheld rel-closeonce rel-error (else R)
+//	unknownid wrongtype pong empty fatalthengrant notactive error grantclose
+//	delay:<dur> waited:<ms> (anything else: G)
+//	release: rel-never rel-notheld rel-late (R after 400ms) rel-granted (G)
+//	rel-closeonce (else R)
 func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	id := req.ReqID
 	key := string(req.Key)
@@ -247,6 +249,10 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 		case strings.Contains(key, "rel-never"):
 		case strings.Contains(key, "rel-notheld"):
 			fc.send(wire.AppendSimple(nil, wire.TypeNotHeld, id))
+		case strings.Contains(key, "rel-late"):
+			f.later(400*time.Millisecond, func() { fc.send(wire.AppendSimple(nil, wire.TypeReleased, id)) })
+		case strings.Contains(key, "rel-granted"):
+			fc.send(wire.AppendGranted(nil, id, 7, 0))
 		case strings.Contains(key, "rel-closeonce"):
 			f.mu.Lock()
 			n := f.released[req.Token]
@@ -283,6 +289,13 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 		fc.send(wire.AppendSimple(nil, wire.TypeTimedOut, id+1000))
 	case word == "wrongtype":
 		fc.send(wire.AppendSimple(nil, wire.TypeReleased, id))
+	case word == "pong":
+		fc.send(wire.AppendSimple(nil, wire.TypePong, id))
+	case word == "empty":
+		fc.send([]byte{0, 0, 0, 0})
+	case word == "fatalthengrant": // an unknown req_id, then the grant, in one write
+		b := wire.AppendSimple(nil, wire.TypeTimedOut, id+1000)
+		fc.send(append(b, grant(0)...))
 	case word == "notactive":
 		fc.sendResp(&wire.Response{Type: wire.TypeNotActive, ReqID: id, Hint: []byte("other:5225")})
 	case word == "error":
@@ -403,3 +416,97 @@ func mustIs(t testing.TB, err error, targets ...error) {
 }
 
 func ctxT(t testing.TB) context.Context { return t.Context() }
+
+// stallDialer dials conns whose Write blocks, for a write carrying marker,
+// until the conn is closed: a peer that stopped reading, with a full socket
+// buffer.
+type stallDialer struct {
+	marker []byte
+	mu     sync.Mutex
+	conns  []*stallConn
+}
+
+type stallConn struct {
+	net.Conn
+	d       *stallDialer
+	closed  chan struct{}
+	once    sync.Once
+	stalled atomic.Bool
+}
+
+func (d *stallDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	sc := &stallConn{Conn: c, d: d, closed: make(chan struct{})}
+	d.mu.Lock()
+	d.conns = append(d.conns, sc)
+	d.mu.Unlock()
+	return sc, nil
+}
+
+// stalled returns the conns whose writer is blocked.
+func (d *stallDialer) stalled() []*stallConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*stallConn
+	for _, c := range d.conns {
+		if c.stalled.Load() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, c.d.marker) {
+		c.stalled.Store(true)
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *stallConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// stepCtx is a context for ordering a cancellation exactly: its first Done
+// call signals entered and blocks until cancel, then returns a channel that
+// never closes (so that a select prefers any other ready case); later Done
+// calls wait a while and return a closed channel.
+type stepCtx struct {
+	context.Context
+	entered   chan struct{}
+	ready     chan struct{}
+	calls     atomic.Int32
+	cancelled atomic.Bool
+}
+
+func newStepCtx() *stepCtx {
+	return &stepCtx{Context: context.Background(), entered: make(chan struct{}), ready: make(chan struct{})}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (c *stepCtx) Done() <-chan struct{} {
+	if c.calls.Add(1) == 1 {
+		close(c.entered)
+		<-c.ready
+		return nil
+	}
+	time.Sleep(200 * time.Millisecond)
+	return closedChan
+}
+
+func (c *stepCtx) Err() error {
+	if c.cancelled.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *stepCtx) cancel() { c.cancelled.Store(true); close(c.ready) }

@@ -173,6 +173,27 @@ func TestRule02_NewNeverBlocks(t *testing.T) {
 			t.Fatalf("%d HELLOs in 500ms", n)
 		}
 	})
+	t.Run("reconnect backoff grows when sessions drop right after HELLO", func(t *testing.T) {
+		// A flapping node (HELLO answered, then the session dropped at
+		// once) must not be redialled at BackoffMin forever.
+		f := newFake(t)
+		f.Hello = func(fc *fakeConn, req *wire.Request) {
+			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
+			fc.Close()
+		}
+		cfg := testConfig(f.Addr)
+		cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
+		b, err := broker.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		time.Sleep(600 * time.Millisecond)
+		// Growing: about 7 per session; at BackoffMin: about 80.
+		if n := f.hellos.Load(); n < 4 || n > 40 {
+			t.Fatalf("%d HELLOs in 600ms", n)
+		}
+	})
 }
 
 // ---------------------------------------------------------------- rule 3
@@ -288,6 +309,29 @@ func TestRule04_RoundRobinAndKeepalive(t *testing.T) {
 		cfg.KeepAlive, cfg.KeepAliveTimeout = 20*time.Millisecond, 50*time.Millisecond
 		allReady(t, f, cfg)
 		eventually(t, "sessions reopened after keepalive timeouts", func() bool { return f.hellos.Load() >= 4 })
+	})
+	t.Run("PING due behind a stuck write still times out, no hang", func(t *testing.T) {
+		// The peer stopped reading: the writer blocks in Write, so the PING
+		// that falls due is never written. The keepalive timeout must count
+		// from when the PING fell due, or the session (and an Acquire with
+		// no deadline on it) hangs until the reply grace, here an hour.
+		f := newFake(t)
+		d := &stallDialer{marker: []byte("stall")}
+		cfg := testConfig(f.Addr)
+		cfg.Dialer = d.Dial
+		cfg.KeepAlive, cfg.KeepAliveTimeout = 20*time.Millisecond, 100*time.Millisecond
+		b := allReady(t, f, cfg)
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(context.Background(), "stall", 0, 5*s, 0)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			mustIs(t, err, broker.ErrIndeterminate)
+		case <-time.After(3 * s):
+			t.Fatal("Acquire hung on a session whose writer is stuck")
+		}
 	})
 	t.Run("pipelined, no head-of-line blocking", func(t *testing.T) {
 		f := newFake(t)
@@ -558,7 +602,7 @@ func TestRule12_Busy(t *testing.T) {
 }
 
 func TestRule13_Indeterminate(t *testing.T) {
-	for _, key := range []string{"close", "malformed", "oversized", "unknowntype", "unknownid", "wrongtype"} {
+	for _, key := range []string{"close", "malformed", "oversized", "empty", "unknowntype", "unknownid", "wrongtype", "pong"} {
 		t.Run("reply lost: "+key, func(t *testing.T) {
 			f := newFake(t)
 			b := allReady(t, f, testConfig(f.Addr))
@@ -684,6 +728,44 @@ func TestRule14_Unsent(t *testing.T) {
 			t.Fatal("bytes reached the server")
 		}
 	})
+	t.Run("cancelled while queued on a session that then drops: not moved", func(t *testing.T) {
+		// A request still queued when its session drops is unsent and may
+		// move to another session, but not once its caller has cancelled:
+		// that would put bytes on the wire after the cancel.
+		f := newFake(t)
+		d := &stallDialer{marker: []byte("stall")}
+		cfg := testConfig(f.Addr)
+		cfg.Dialer = d.Dial
+		b := allReady(t, f, cfg)
+		first := make(chan error, 1)
+		go func() { // session X: its writer blocks in Write
+			_, err := b.Acquire(context.Background(), "stall", 0, 5*s, 0)
+			first <- err
+		}()
+		eventually(t, "stalled writer", func() bool { return len(d.stalled()) == 1 })
+		tk, err := b.Acquire(t.Context(), "k2", 0, 5*s, 0) // session Y
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Release(t.Context())
+		ctx := newStepCtx()
+		third := make(chan error, 1)
+		go func() { // session X again: queued behind the stuck Write
+			_, err := b.Acquire(ctx, "k3", 0, 5*s, 0)
+			third <- err
+		}()
+		<-ctx.entered
+		d.stalled()[0].Close() // X drops: "k3" was never written
+		mustIs(t, <-first, broker.ErrIndeterminate)
+		ctx.cancel()
+		mustIs(t, <-third, broker.ErrUnsent, context.Canceled)
+		time.Sleep(50 * time.Millisecond)
+		for _, r := range f.Log() {
+			if r.Key == "k3" {
+				t.Fatal("a cancelled, unsent ACQUIRE was sent on another session")
+			}
+		}
+	})
 	t.Run("no ready session", func(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		addr := ln.Addr().String()
@@ -750,6 +832,14 @@ func TestRule15_Cancel(t *testing.T) {
 			tok := f.nextToken.Load()
 			eventually(t, "compensating release", func() bool { return f.Released(tok) == 1 })
 		}
+	})
+	t.Run("grant read after the session turned fatal is released", func(t *testing.T) {
+		f := newFake(t)
+		b := allReady(t, f, testConfig(f.Addr))
+		_, err := b.Acquire(t.Context(), "fatalthengrant", 5*s, 10*s, 0)
+		mustIs(t, err, broker.ErrIndeterminate)
+		tok := f.nextToken.Load()
+		eventually(t, "compensating release of the grant read after the fatal frame", func() bool { return f.Released(tok) == 1 })
 	})
 	t.Run("T or B already read stands", func(t *testing.T) {
 		f := newFake(t)
@@ -867,6 +957,73 @@ func TestRule16_Release(t *testing.T) {
 		defer cancel()
 		mustIs(t, tk.Release(ctx), context.DeadlineExceeded, broker.ErrReleaseUnconfirmed)
 	})
+	t.Run("retry cancelled after an earlier possible send is unconfirmed, not unsent", func(t *testing.T) {
+		f2 := newFake(t)
+		var refuse atomic.Bool
+		f2.Hello = func(fc *fakeConn, req *wire.Request) {
+			if refuse.Load() {
+				fc.Close()
+				return
+			}
+			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
+		}
+		b2 := allReady(t, f2, testConfig(f2.Addr))
+		tk, err := b2.Acquire(t.Context(), "x", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f2.SetHandle(func(fc *fakeConn, req *wire.Request) { // the RELEASE arrives, every session drops
+			refuse.Store(true)
+			f2.DropAll()
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+		defer cancel()
+		err = tk.Release(ctx)
+		mustIs(t, err, broker.ErrReleaseUnconfirmed, context.DeadlineExceeded)
+		if errors.Is(err, broker.ErrUnsent) {
+			t.Fatalf("a RELEASE that reached the server reported as unsent: %v", err)
+		}
+	})
+	t.Run("late reply within the grace is absorbed; silence beyond it closes the session", func(t *testing.T) {
+		f2 := newFake(t)
+		cfg := testConfig(f2.Addr)
+		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, time.Second
+		b2 := allReady(t, f2, cfg)
+		tk, err := b2.Acquire(t.Context(), "rel-late", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Unconfirmed, unless the goroutine ran so late that the R was also
+		// there: a real R is then reported, which is true.
+		if err := tk.Release(t.Context()); err != nil {
+			mustIs(t, err, broker.ErrReleaseUnconfirmed)
+		}
+		time.Sleep(500 * time.Millisecond) // the R arrives after the window
+		if n := f2.hellos.Load(); n != 2 || b2.ReadySessions() != 2 {
+			t.Fatalf("a late R disturbed the session: %d HELLOs", n)
+		}
+		// A RELEASE never answered: its in-flight entry must not stay
+		// forever; after the window plus the grace the session is closed.
+		tk, err = b2.Acquire(t.Context(), "rel-never/late", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustIs(t, tk.Release(t.Context()), broker.ErrReleaseUnconfirmed)
+		eventually(t, "session with an unanswered RELEASE closed and reopened", func() bool { return f2.hellos.Load() >= 3 })
+		if n := f2.Released(tk.Token()); n != 1 {
+			t.Fatalf("RELEASE sent %d times", n)
+		}
+	})
+	t.Run("G to a RELEASE is session-fatal, then resent", func(t *testing.T) {
+		f2 := newFake(t)
+		b2 := allReady(t, f2, testConfig(f2.Addr))
+		tk, err := b2.Acquire(t.Context(), "rel-granted", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustIs(t, tk.Release(t.Context()), broker.ErrReleaseUnconfirmed)
+		eventually(t, "reopen", func() bool { return f2.hellos.Load() >= 3 })
+	})
 	t.Run("window is absolute: no session at all", func(t *testing.T) {
 		f2 := newFake(t)
 		cfg := testConfig(f2.Addr)
@@ -969,6 +1126,29 @@ func TestRule17_CloseReleases(t *testing.T) {
 		err = tk.Release(t.Context()) // ...a Release now must not wait for it
 		mustIs(t, err, broker.ErrClosed)
 	})
+	t.Run("ticket dropped after a cancelled, unsent Release is still released", func(t *testing.T) {
+		f := newFake(t)
+		var refuse atomic.Bool
+		f.Hello = func(fc *fakeConn, req *wire.Request) {
+			if refuse.Load() {
+				fc.Close()
+				return
+			}
+			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
+		}
+		b := allReady(t, f, testConfig(f.Addr))
+		tok := acquireCancelReleaseAndDrop(t, b, func() {
+			refuse.Store(true)
+			f.DropAll()
+			eventually(t, "no session", func() bool { return b.ReadySessions() == 0 })
+		})
+		refuse.Store(false)
+		eventually(t, "sessions back", func() bool { return b.ReadySessions() == 2 })
+		eventually(t, "background release", func() bool {
+			runtime.GC()
+			return f.Released(tok) == 1
+		})
+	})
 	t.Run("dropped ticket released in the background", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -978,6 +1158,19 @@ func TestRule17_CloseReleases(t *testing.T) {
 			return f.Released(tok) == 1
 		})
 	})
+}
+
+//go:noinline
+func acquireCancelReleaseAndDrop(t *testing.T, b *broker.Broker, down func()) uint64 {
+	tk, err := b.Acquire(t.Context(), "dropped-after-unsent", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	mustIs(t, tk.Release(ctx), broker.ErrUnsent, context.Canceled)
+	return tk.Token()
 }
 
 //go:noinline

@@ -31,7 +31,7 @@ type request struct {
 	sent      bool      // its bytes were handed to conn.Write
 	abandoned bool      // the caller stopped waiting; the conn drops it on its reply
 	t0        time.Time // taken just before the Write that carried it
-	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace
+	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace; RELEASE: t0 + release window + reply grace
 
 	ch  chan struct{}
 	res result
@@ -80,7 +80,7 @@ type conn struct {
 	pingWant  bool
 	pingOut   bool
 	pingID    uint32
-	pingSent  time.Time
+	pingSent  time.Time // when the PING fell due (not when it was written)
 	lastPing  time.Time
 	wbuf      []byte
 }
@@ -104,7 +104,7 @@ func (s *session) run() {
 			attempt++
 			continue
 		}
-		attempt = 0
+		opened := time.Now()
 		s.cur.Store(c)
 		b.signalReady()
 		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx)
@@ -120,9 +120,15 @@ func (s *session) run() {
 		}
 		b.setLastErr(c.err)
 		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "err", c.err)
-		if !b.sleep(s.backoff(0)) {
+		// A session that lived at least BackoffMax resets the backoff; one
+		// that dropped sooner (a flapping node) keeps it growing.
+		if time.Since(opened) >= b.set.BackoffMax {
+			attempt = 0
+		}
+		if !b.sleep(s.backoff(attempt)) {
 			return
 		}
+		attempt++
 	}
 }
 
@@ -319,10 +325,16 @@ func (c *conn) failLocked(err error) {
 	c.err = err
 	close(c.done)
 	c.raw.Close()
-	for _, r := range c.inflight {
-		if !r.abandoned {
-			r.deliver(result{sent: r.sent, t0: r.t0, cause: err})
+	for id, r := range c.inflight {
+		if r.abandoned {
+			continue
 		}
+		if r.sent && r.typ == wire.TypeAcquire {
+			// Its caller gets Indeterminate; a grant for it still read
+			// from the socket is released (see dispatch).
+			c.cancelled[id] = string(r.key)
+		}
+		r.deliver(result{sent: r.sent, t0: r.t0, cause: err})
 	}
 	clear(c.inflight)
 	c.queue = nil
@@ -360,6 +372,8 @@ func (c *conn) writeLoop() {
 			r.t0 = now
 			if r.typ == wire.TypeAcquire {
 				r.replyBy = now.Add(time.Duration(r.waitS)*time.Second + c.b.set.ReplyGrace)
+			} else {
+				r.replyBy = now.Add(c.b.set.Config.ReleaseWindow + c.b.set.ReplyGrace)
 			}
 		}
 		clear(c.queue)
@@ -368,7 +382,6 @@ func (c *conn) writeLoop() {
 			c.pingWant = false
 			c.pingID = c.allocID()
 			c.pingOut = true
-			c.pingSent = now
 			buf = wire.AppendSimple(buf, wire.TypePing, c.pingID)
 		}
 		c.wbuf = buf
@@ -427,8 +440,9 @@ func answers(req, typ byte) bool {
 func (c *conn) dispatch(resp *wire.Response) bool {
 	c.mu.Lock()
 	if c.closed {
-		// Frames read after a close: only a grant for an ACQUIRE cancelled
-		// after its send matters; release it.
+		// Frames read after a close: only a grant for an ACQUIRE that was
+		// possibly sent (cancelled, or in flight when the session failed)
+		// matters; its caller got no Ticket, so release it.
 		var key string
 		var ok bool
 		if resp.Type == wire.TypeGranted {
@@ -437,7 +451,7 @@ func (c *conn) dispatch(resp *wire.Response) bool {
 		}
 		c.mu.Unlock()
 		if ok {
-			c.b.compensate(key, resp.Token, "grant read after cancellation")
+			c.b.compensate(key, resp.Token, "grant read after its session ended")
 		}
 		return false
 	}
@@ -520,22 +534,33 @@ func (c *conn) scan(now time.Time) {
 	if c.closed {
 		return
 	}
-	if c.pingOut && now.Sub(c.pingSent) > cfg.KeepAliveTimeout {
-		c.failLocked(c.s.errorf(nil, "keepalive: PING not answered within %v", cfg.KeepAliveTimeout))
+	// The timeout counts from when the PING fell due, not from its Write:
+	// a writer stuck in Write (a peer that stopped reading) never writes it.
+	if (c.pingOut || c.pingWant) && now.Sub(c.pingSent) > cfg.KeepAliveTimeout {
+		c.failLocked(c.s.errorf(nil, "keepalive: PING not answered within %v of falling due", cfg.KeepAliveTimeout))
 		return
 	}
 	if !c.pingOut && !c.pingWant && now.Sub(c.lastPing) >= cfg.KeepAlive {
 		c.pingWant = true
 		c.lastPing = now
+		c.pingSent = now
 		select {
 		case c.wake <- struct{}{}:
 		default:
 		}
 	}
 	for _, r := range c.inflight {
-		if r.typ == wire.TypeAcquire && r.sent && now.After(r.replyBy) {
-			c.failLocked(c.s.errorf(nil, "no reply to an ACQUIRE within its wait (%ds) plus the reply grace (%v)", r.waitS, cfg.ReplyGrace))
-			return
+		if !r.sent || !now.After(r.replyBy) {
+			continue
 		}
+		if r.typ == wire.TypeAcquire {
+			c.failLocked(c.s.errorf(nil, "no reply to an ACQUIRE within its wait (%ds) plus the reply grace (%v)", r.waitS, cfg.ReplyGrace))
+		} else {
+			// Its caller has had ErrReleaseUnconfirmed since the window
+			// ended (t0 >= the call), so nothing is resent; this bounds the
+			// entries of unanswered RELEASEs kept to absorb late replies.
+			c.failLocked(c.s.errorf(nil, "no reply to a RELEASE within the release window plus the reply grace (%v)", cfg.ReplyGrace))
+		}
+		return
 	}
 }

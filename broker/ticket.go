@@ -72,8 +72,13 @@ func (t *Ticket) Release(ctx context.Context) error {
 	if b.closing.Load() {
 		return ErrClosed
 	}
-	t.cleanup.Stop()
 	err := b.releaseStateCtx(ctx, st, time.Now())
+	if st.done.Load() {
+		// Only a final result stops the drop cleanup: after an unsent,
+		// cancelled Release the ticket is still held, and dropping it
+		// must still release it.
+		t.cleanup.Stop()
+	}
 	runtime.KeepAlive(t)
 	return err
 }

@@ -18,12 +18,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	harness.RemoveBinaries()
 	if code == 0 {
-		if err := goleak.Find(
-			// database/sql's connection opener of a *sql.DB not yet
-			// closed by a driver's background reset; none expected,
-			// listed so a failure names something else.
-			goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
-		); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

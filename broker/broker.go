@@ -54,7 +54,7 @@ type Broker struct {
 	down     chan struct{} // closed when Close has torn everything down
 	once     sync.Once
 	reqs     sync.Pool
-	timers   sync.Pool
+	owners   sync.Pool // *ownerBuf
 	dropFn   func(*ticketState)
 
 	mu      sync.Mutex
@@ -222,6 +222,15 @@ func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS
 	return waitS, leaseS, workS, nil
 }
 
+// encode encodes r into r.frame, with req_id 0 for enqueue to set.
+func (r *request) encode() error {
+	var err error
+	r.frame, err = wire.AppendRequest(r.frame[:0], &wire.Request{
+		Type: r.typ, Owner: r.owner, WaitS: r.waitS, LeaseS: r.leaseS, Key: r.key, Token: r.token,
+	})
+	return err
+}
+
 func (b *Broker) getReq() *request { return b.reqs.Get().(*request) }
 
 func (b *Broker) putReq(r *request) {
@@ -230,17 +239,43 @@ func (b *Broker) putReq(r *request) {
 	b.reqs.Put(r)
 }
 
-func (b *Broker) getTimer(d time.Duration) *time.Timer {
-	if t, ok := b.timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
+// ownerBuf holds crypto/rand bytes for ACQUIRE owners, read in batches:
+// one getrandom per 64 owners instead of one each.
+type ownerBuf struct {
+	b   [64 * wire.OwnerLen]byte
+	off int
 }
 
-func (b *Broker) putTimer(t *time.Timer) {
-	t.Stop()
-	b.timers.Put(t)
+// newOwner fills o with 16 fresh crypto/rand bytes, never used for
+// another owner.
+func (b *Broker) newOwner(o *[wire.OwnerLen]byte) {
+	ob, _ := b.owners.Get().(*ownerBuf)
+	if ob == nil {
+		ob = &ownerBuf{off: len(ownerBuf{}.b)}
+	}
+	if ob.off == len(ob.b) {
+		rand.Read(ob.b[:]) // never fails
+		ob.off = 0
+	}
+	copy(o[:], ob.b[ob.off:])
+	ob.off += wire.OwnerLen
+	b.owners.Put(ob)
+}
+
+// await waits for r's result or for ctx to end; false means ctx ended
+// first (r is still with c).
+func await(ctx context.Context, r *request) bool {
+	done := ctx.Done()
+	if done == nil {
+		<-r.ch
+		return true
+	}
+	select {
+	case <-r.ch:
+		return true
+	case <-done:
+		return false
+	}
 }
 
 // Acquire asks for the lock named key, letting the server queue the request
@@ -272,7 +307,12 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 	r.typ = wire.TypeAcquire
 	r.key = append(r.key[:0], key...)
 	r.waitS, r.leaseS = uint8(waitS), uint8(leaseS)
-	rand.Read(r.owner[:]) // a fresh owner for every acquire; never fails
+	r.deadline = time.Time{}
+	b.newOwner(&r.owner) // a fresh owner for every acquire
+	if err := r.encode(); err != nil {
+		b.putReq(r)
+		return nil, newErr(ErrInvalidArgument, "encoding ACQUIRE", err)
+	}
 	var lastCause error
 	for i := range b.sessions {
 		if i > 0 && ctx.Err() != nil {
@@ -289,9 +329,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 		if !c.enqueue(r) {
 			continue
 		}
-		select {
-		case <-r.ch:
-		case <-ctx.Done():
+		if !await(ctx, r) {
 			switch c.withdraw(r, true, ctx.Err()) {
 			case withdrawnUnsent:
 				b.putReq(r)
@@ -435,8 +473,11 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 	r.typ = wire.TypeRelease
 	r.key = append(r.key[:0], key...)
 	r.token = token
-	timer := b.getTimer(time.Until(deadline))
-	defer b.putTimer(timer)
+	r.deadline = deadline              // the conn delivers an expired result then
+	if err := r.encode(); err != nil { // a Ticket's key is valid: cannot happen
+		b.putReq(r)
+		return newErr(ErrInvalidArgument, "encoding RELEASE", err)
+	}
 	var last error
 	sentAny := false // an earlier attempt may have reached the server
 	unsent := func(msg string) error {
@@ -475,32 +516,24 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 		if !c.enqueue(r) {
 			continue
 		}
-		var stopErr error
-		select {
-		case <-r.ch:
-		case <-timer.C:
-			stopErr = newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
-		case <-ctx.Done():
-			stopErr = ctx.Err()
-		}
-		if stopErr != nil {
+		if !await(ctx, r) {
 			switch c.withdraw(r, false, nil) {
 			case withdrawnUnsent:
 				b.putReq(r)
-				if ctx.Err() != nil {
-					return unsent("release cancelled before sending")
-				}
-				return stopErr
+				return unsent("release cancelled before sending")
 			case withdrawnSent: // r now belongs to the conn, which absorbs its reply
-				if ctx.Err() != nil {
-					return newErr(ErrReleaseUnconfirmed, "release cancelled after sending", ctx.Err())
-				}
-				return stopErr
+				return newErr(ErrReleaseUnconfirmed, "release cancelled after sending", ctx.Err())
 			}
-			<-r.ch // the reply raced with the stop: use it
+			<-r.ch // the result raced with the cancel: use it
 		}
 		res := r.res
 		sentAny = sentAny || res.sent
+		if res.expired {
+			if !res.sent { // a sent one stays with its conn, abandoned
+				b.putReq(r)
+			}
+			return newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
+		}
 		switch res.typ {
 		case wire.TypeReleased:
 			b.putReq(r)

@@ -28,8 +28,11 @@
 //
 // Each session has a reader and a writer goroutine and an in-flight map by
 // req_id; requests are pipelined, replies may come in any order, so a
-// waiting ACQUIRE never blocks the requests behind it. The writer batches
-// every queued frame into one Write. ACQUIREs and RELEASEs share one
+// waiting ACQUIRE never blocks the requests behind it. Callers encode their
+// frames; the writer yields while its queue still grows (a few times at
+// most) and then writes every queued frame in one Write. The release window
+// is enforced by one timer per session, armed for the earliest window end
+// among its RELEASEs, rather than a timer per RELEASE. ACQUIREs and RELEASEs share one
 // round-robin rotation over the ready sessions. Each session sends a PING
 // every KeepAlive; a PING unanswered within KeepAliveTimeout of falling due
 // closes the session (a dead peer). The timeout counts from when the PING

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -26,6 +27,12 @@ type request struct {
 	waitS  uint8
 	leaseS uint8
 	token  uint64
+	// RELEASE: the end of its release window. The conn it is queued on
+	// delivers an expired result at this instant (see expireReleases).
+	deadline time.Time
+	// frame is the encoded request, encoded by its caller outside the
+	// conn's lock; enqueue writes the req_id into it.
+	frame []byte
 
 	// Guarded by the conn's mu while the request is in its inflight map.
 	sent      bool      // its bytes were handed to conn.Write
@@ -45,6 +52,7 @@ type result struct {
 	code     uint16
 	msg      string // E message or M hint
 	sent     bool   // whether any byte may have been sent
+	expired  bool   // RELEASE: its window ended with no final reply
 	t0       time.Time
 	cause    error // for typ 0: why the session ended
 }
@@ -69,6 +77,7 @@ type conn struct {
 	done   chan struct{}
 	wake   chan struct{}
 	isDead atomic.Bool
+	qlen   atomic.Int32 // len(queue), for the writer's batching heuristic
 
 	mu        sync.Mutex
 	closed    bool
@@ -83,6 +92,12 @@ type conn struct {
 	pingSent  time.Time // when the PING fell due (not when it was written)
 	lastPing  time.Time
 	wbuf      []byte
+	// One timer per conn bounds the waits of its RELEASEs: armed for the
+	// earliest window end among them (relAt; zero: not armed), it is
+	// touched only when a RELEASE with an earlier end is queued, not once
+	// per RELEASE.
+	relTimer *time.Timer
+	relAt    time.Time
 }
 
 // run is the session's manager goroutine: open, serve, reopen with backoff.
@@ -251,10 +266,15 @@ func (c *conn) enqueue(r *request) bool {
 		return false
 	}
 	r.id = c.allocID()
+	binary.BigEndian.PutUint32(r.frame[5:9], r.id) // after length u32 and type
 	r.sent, r.abandoned = false, false
 	c.inflight[r.id] = r
 	c.queue = append(c.queue, r)
+	c.qlen.Store(int32(len(c.queue)))
 	first := len(c.queue) == 1
+	if r.typ == wire.TypeRelease && (c.relAt.IsZero() || r.deadline.Before(c.relAt)) {
+		c.armReleasesLocked(r.deadline)
+	}
 	c.mu.Unlock()
 	if first {
 		select {
@@ -279,18 +299,12 @@ const (
 func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur, ok := c.inflight[r.id]; !ok || cur != r {
-		return alreadyDone
+	if cur, ok := c.inflight[r.id]; !ok || cur != r || r.abandoned {
+		return alreadyDone // abandoned: its window ended, an expired result is in r.ch
 	}
 	if !r.sent {
 		delete(c.inflight, r.id)
-		for i, q := range c.queue {
-			if q == r {
-				c.queue = append(c.queue[:i], c.queue[i+1:]...)
-				c.queue = c.queue[:len(c.queue):len(c.queue)]
-				break
-			}
-		}
+		c.unqueueLocked(r)
 		return withdrawnUnsent
 	}
 	if closeIfSent {
@@ -301,6 +315,62 @@ func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
 		r.abandoned = true
 	}
 	return withdrawnSent
+}
+
+func (c *conn) unqueueLocked(r *request) {
+	for i, q := range c.queue {
+		if q == r {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			c.queue = c.queue[:len(c.queue):len(c.queue)]
+			c.qlen.Store(int32(len(c.queue)))
+			return
+		}
+	}
+}
+
+func (c *conn) armReleasesLocked(at time.Time) {
+	c.relAt = at
+	if c.relTimer == nil {
+		c.relTimer = time.AfterFunc(time.Until(at), c.expireReleases)
+	} else {
+		c.relTimer.Reset(time.Until(at))
+	}
+}
+
+// expireReleases runs when the earliest release window of the conn may
+// have ended: every RELEASE whose window has ended gets an expired result
+// (a sent one stays in the map, abandoned, to absorb a late reply; an
+// unsent one is removed), and the timer is re-armed for the next end.
+func (c *conn) expireReleases() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	now := time.Now()
+	var next time.Time
+	for id, r := range c.inflight {
+		if r.typ != wire.TypeRelease || r.abandoned {
+			continue
+		}
+		if now.Before(r.deadline) {
+			if next.IsZero() || r.deadline.Before(next) {
+				next = r.deadline
+			}
+			continue
+		}
+		if r.sent {
+			r.abandoned = true // the conn keeps it; its caller must not reuse it
+		} else {
+			delete(c.inflight, id)
+			c.unqueueLocked(r)
+		}
+		r.deliver(result{expired: true, sent: r.sent, t0: r.t0})
+	}
+	c.relAt = time.Time{}
+	if !next.IsZero() {
+		c.armReleasesLocked(next)
+	}
 }
 
 func (r *request) deliver(res result) {
@@ -324,6 +394,9 @@ func (c *conn) failLocked(err error) {
 	c.isDead.Store(true)
 	c.err = err
 	close(c.done)
+	if c.relTimer != nil {
+		c.relTimer.Stop()
+	}
 	c.raw.Close()
 	for id, r := range c.inflight {
 		if r.abandoned {
@@ -348,8 +421,17 @@ func (c *conn) writeLoop() {
 			return
 		}
 		// Let the goroutines that are about to enqueue do so: one Write
-		// then carries many frames.
-		runtime.Gosched()
+		// then carries many frames. Yield again while the queue still
+		// grows (a yield costs far less than a loopback write), a few
+		// times at most.
+		for n, i := c.qlen.Load(), 0; i < 5; i++ {
+			runtime.Gosched()
+			m := c.qlen.Load()
+			if m <= n {
+				break
+			}
+			n = m
+		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -358,16 +440,7 @@ func (c *conn) writeLoop() {
 		buf := c.wbuf[:0]
 		now := time.Now()
 		for _, r := range c.queue {
-			var err error
-			buf, err = wire.AppendRequest(buf, &wire.Request{
-				Type: r.typ, ReqID: r.id, Owner: r.owner, WaitS: r.waitS,
-				LeaseS: r.leaseS, Key: r.key, Token: r.token,
-			})
-			if err != nil { // validated before; cannot happen
-				c.failLocked(c.s.errorf(err, "encoding request"))
-				c.mu.Unlock()
-				return
-			}
+			buf = append(buf, r.frame...)
 			r.sent = true
 			r.t0 = now
 			if r.typ == wire.TypeAcquire {
@@ -378,6 +451,7 @@ func (c *conn) writeLoop() {
 		}
 		clear(c.queue)
 		c.queue = c.queue[:0]
+		c.qlen.Store(0)
 		if c.pingWant && !c.pingOut {
 			c.pingWant = false
 			c.pingID = c.allocID()

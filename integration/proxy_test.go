@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/ticketing-dev/ticketing/integration/checker"
 	"github.com/ticketing-dev/ticketing/integration/faultproxy"
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/servertest"
 )
 
 // proxyDuration is TICKETING_PROXY_DURATION (a Go duration); default 10 s
@@ -51,24 +51,10 @@ func TestBrokerThroughFaultProxy(t *testing.T) {
 	t.Parallel()
 	d := proxyDuration(t)
 
-	srv, err := server.New(server.Config{DataDir: t.TempDir(), TokenBlock: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		_ = srv.Close()
-		if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	srv := servertest.Start(t, server.Config{TokenBlock: 64})
+	defer srv.Close()
 
-	px, err := faultproxy.New(ln.Addr().String())
+	px, err := faultproxy.New(srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/servertest"
 )
 
 func TestMain(m *testing.M) {
@@ -65,24 +65,10 @@ func TestBenchHold(t *testing.T) {
 
 // --addr with --token drives an external server.
 func TestBenchExternalServer(t *testing.T) {
-	srv, err := server.New(server.Config{DataDir: t.TempDir(), ClientTokens: []string{"tok"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	defer func() {
-		_ = srv.Close()
-		<-done
-	}()
-	r := runJSON(t, "--addr", ln.Addr().String(), "--token", "tok", "--duration", "300ms", "--warmup", "0", "--clients", "4")
+	ts := servertest.Start(t, server.Config{ClientTokens: []string{"tok"}})
+	defer ts.Close()
+	srv := ts.Server()
+	r := runJSON(t, "--addr", ts.Addr(), "--token", "tok", "--duration", "300ms", "--warmup", "0", "--clients", "4")
 	if r.InProcess || r.Cycles == 0 {
 		t.Fatalf("result: %+v", r)
 	}
@@ -91,7 +77,7 @@ func TestBenchExternalServer(t *testing.T) {
 	}
 
 	var out, errb bytes.Buffer
-	code := run(t.Context(), []string{"--addr", ln.Addr().String(), "--token", "wrong", "--duration", "100ms"}, &out, &errb)
+	code := run(t.Context(), []string{"--addr", ts.Addr(), "--token", "wrong", "--duration", "100ms"}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "unauthorized") {
 		t.Errorf("wrong token: exit %d, %s", code, errb.String())
 	}
@@ -141,27 +127,12 @@ func TestHistQuantiles(t *testing.T) {
 // tool's multiplexed client, against an in-process server, b.N spread over
 // GOMAXPROCS*8 goroutines sharing two sessions.
 func BenchmarkAcquireRelease(b *testing.B) {
-	srv, err := server.New(server.Config{DataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	defer func() {
-		_ = srv.Close()
-		<-done
-	}()
+	srv := servertest.Start(b, server.Config{})
+	defer srv.Close()
 	clk := newClock()
 	var conns []*muxConn
 	for range 2 {
-		c, err := dialMux(ln.Addr().String(), "", clk)
+		c, err := dialMux(srv.Addr(), "", clk)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,25 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // lockServer starts an in-process Ticketing server and returns its address.
 func lockServer(t *testing.T) string {
 	t.Helper()
-	srv, err := server.New(server.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := srv.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
-			t.Error(err)
-		}
-	})
-	return ln.Addr().String()
+	return servertest.Start(t, server.Config{}).Addr()
 }
 
 func newBroker(t *testing.T, addr string, wait bool) *broker.Broker {

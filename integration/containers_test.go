@@ -11,10 +11,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +23,7 @@ import (
 	"github.com/ticketing-dev/ticketing/adapters/pgxfence"
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/fence"
-	"github.com/ticketing-dev/ticketing/fence/fencetest"
+	"github.com/ticketing-dev/ticketing/internal/rule19"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
@@ -75,8 +72,8 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 	}
 	t.Run("sqlfence", func(t *testing.T) {
 		mustExec(t, db, "CREATE TABLE log_sql (id BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL)")
-		rule19(t, db, "sql", "$1", "log_sql", func(ctx context.Context, tk fence.Ticket, insert func(execer) error) error {
-			return sqlfence.Run(ctx, db, sqlfence.Postgres, tk, func(tx *sql.Tx) error { return insert(tx) })
+		rule19Test(t, db, "sql", "$1", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+			return sqlfence.Run(ctx, db, sqlfence.Postgres, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 		})
 	})
 	t.Run("pgxfence", func(t *testing.T) {
@@ -91,8 +88,13 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		rule19(t, db, "pgx", "$1", "log_pgx", func(ctx context.Context, tk fence.Ticket, insert func(execer) error) error {
-			return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error { return insert(pgxExec{tx}) })
+		rule19Test(t, db, "pgx", "$1", "log_pgx", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+			return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error {
+				return fn(func(ctx context.Context, query string, args ...any) error {
+					_, err := tx.Exec(ctx, query, args...)
+					return err
+				})
+			})
 		})
 	})
 }
@@ -104,144 +106,31 @@ func TestContainers_MySQL_Rule19(t *testing.T) {
 		t.Fatalf("migrations: %v", err)
 	}
 	mustExec(t, db, "CREATE TABLE log_sql (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB")
-	rule19(t, db, "sql", "?", "log_sql", func(ctx context.Context, tk fence.Ticket, insert func(execer) error) error {
-		return sqlfence.Run(ctx, db, sqlfence.MySQL, tk, func(tx *sql.Tx) error { return insert(tx) })
+	rule19Test(t, db, "sql", "?", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+		return sqlfence.Run(ctx, db, sqlfence.MySQL, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 	})
 }
 
-// execer is the part of a transaction the load uses.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+func sqlExec(tx *sql.Tx) rule19.Exec {
+	return func(ctx context.Context, query string, args ...any) error {
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
+	}
 }
 
-type pgxExec struct{ tx pgx.Tx }
-
-func (p pgxExec) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	_, err := p.tx.Exec(ctx, query, args...)
-	return nil, err
-}
-
-// rule19 is a compact version of the rule-19 load in
-// adapters/internal/conformance (SEMANTICS.md rule 19): 16 goroutines × 200
-// fenced transactions on one resource. Tokens come from an increasing
-// counter, four at a time, presented in shuffled order; each accepted
-// transaction sleeps 0–2 ms while holding the fence and appends its token
-// to logTable in the same transaction. Because the fence holds the
-// resource's row lock until the transaction ends, the log's id order is
-// the commit order, so it must be strictly increasing. Every rejection
-// must be a *fence.StaleError with HighWater >= Token; nothing else may
-// fail (a MySQL deadlock is a failure, never retried).
-func rule19(t *testing.T, admin *sql.DB, resource, placeholder, logTable string,
-	run func(ctx context.Context, tk fence.Ticket, insert func(execer) error) error) {
+// rule19Test is the rule-19 load of the adapter conformance suite
+// (internal/rule19, SEMANTICS.md rule 19) on resource with run as the
+// fence, logging to logTable: 16 goroutines × 200 fenced transactions with
+// shuffled tokens; the log's id (= commit) order must have strictly
+// increasing tokens, every rejection must be a *fence.StaleError with
+// HighWater >= Token, and nothing else may fail (a MySQL deadlock is a
+// failure, never retried).
+func rule19Test(t *testing.T, admin *sql.DB, resource, placeholder, logTable string, run rule19.Run) {
 	t.Helper()
-	const workers, perWorker, batch = 16, 200, 4
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	insertLog := "INSERT INTO " + logTable + " (token) VALUES (" + placeholder + ")"
-	var (
-		counter         atomic.Uint64
-		accepted, stale atomic.Int64
-		mu              sync.Mutex
-		failures        []error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		failures = append(failures, err)
-	}
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-			for range perWorker / batch {
-				first := counter.Add(batch) - batch + 1
-				tokens := make([]uint64, batch)
-				for i := range tokens {
-					tokens[i] = first + uint64(i)
-				}
-				rng.Shuffle(len(tokens), func(i, j int) { tokens[i], tokens[j] = tokens[j], tokens[i] })
-				for _, tok := range tokens {
-					sleep := time.Duration(rng.IntN(2001)) * time.Microsecond
-					tk := fencetest.NewTicket(resource, tok)
-					err := run(ctx, tk, func(tx execer) error {
-						time.Sleep(sleep / 2)
-						if _, err := tx.ExecContext(ctx, insertLog, int64(tok)); err != nil {
-							return err
-						}
-						time.Sleep(sleep - sleep/2)
-						return nil
-					})
-					var se *fence.StaleError
-					switch {
-					case err == nil:
-						accepted.Add(1)
-					case errors.As(err, &se) && se.Resource == resource && se.Token == tok && se.HighWater >= tok:
-						stale.Add(1)
-					default:
-						fail(fmt.Errorf("token %d: %w", tok, err))
-					}
-					if n := tk.Releases(); n != 1 {
-						fail(fmt.Errorf("token %d: released %d times", tok, n))
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range failures {
-		if i == 10 {
-			t.Errorf("... and %d more failures", len(failures)-10)
-			break
-		}
-		t.Errorf("unexpected outcome: %v", err)
-	}
-	t.Logf("rule19 %s: accepted=%d stale=%d failed=%d total=%d in %v", resource,
-		accepted.Load(), stale.Load(), len(failures), workers*perWorker, time.Since(start).Round(time.Millisecond))
-	if accepted.Load() == 0 || stale.Load() == 0 {
-		t.Errorf("the load did not exercise both outcomes")
-	}
-
-	rows, err := admin.QueryContext(t.Context(), "SELECT token FROM "+logTable+" ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var logged []int64
-	for rows.Next() {
-		var tok int64
-		if err := rows.Scan(&tok); err != nil {
-			t.Fatal(err)
-		}
-		logged = append(logged, tok)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if int64(len(logged)) != accepted.Load() {
-		t.Errorf("log has %d rows, accepted %d", len(logged), accepted.Load())
-	}
-	violations := 0
-	for i := 1; i < len(logged); i++ {
-		if logged[i] <= logged[i-1] {
-			if violations++; violations <= 10 {
-				t.Errorf("rule 19 violated: commit #%d has token %d after token %d", i, logged[i], logged[i-1])
-			}
-		}
-	}
-	if violations > 10 {
-		t.Errorf("... and %d more violations", violations-10)
-	}
-	if len(logged) > 0 {
-		var hw int64
-		q := "SELECT high_water FROM " + fence.DefaultTable + " WHERE resource = " + placeholder
-		if err := admin.QueryRowContext(t.Context(), q, []byte(resource)).Scan(&hw); err != nil {
-			t.Fatalf("read high-water: %v", err)
-		}
-		if last := logged[len(logged)-1]; hw != last {
-			t.Errorf("high-water %d, last accepted token %d", hw, last)
-		}
-	}
+	rule19.Test(t, ctx, rule19.Config{Name: resource, Resource: resource, Run: run,
+		DB: admin, LogTable: logTable, Placeholder: placeholder})
 }
 
 // TestContainers_Migrations applies, re-applies, reverts and concurrently

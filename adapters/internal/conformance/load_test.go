@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,43 +11,21 @@ import (
 
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
+	"github.com/ticketing-dev/ticketing/internal/rule19"
+	"github.com/ticketing-dev/ticketing/migrations"
 )
 
-// TestRule19 is SEMANTICS.md rule 19 under load: 16 goroutines × 200
-// fenced transactions on one resource (fresh at the start, so the first
-// inserts race on the unique index too). Tokens come from an increasing
-// atomic counter, four at a time, and each goroutine presents its four in
-// shuffled order, so tokens arrive out of order both within and across
-// goroutines. Every accepted transaction sleeps 0–2 ms while holding the
-// fence and appends its token to fence_log.
-//
-// Why fence_log's id order is the commit order: an auto-increment id is
-// assigned when the row is inserted, not at commit, so in general id order
-// is not commit order. Here, though, the log insert happens after the
-// check-and-bump, which holds the resource's row lock (Postgres, MySQL) or
-// the database's writer lock (SQLite) until the transaction ends. So
-// accepted transactions run their log inserts one after another, each
-// after the previous one committed (or rolled back), and the ids, which
-// the sequence hands out in increasing order, follow commit order. (No
-// accepted transaction rolls back here.) Were the fence not holding a lock
-// until commit, two transactions could both pass, and the id and commit
-// orders would come apart — exactly what the assertions would catch.
-//
-// Assertions: the logged tokens in id (= commit) order are strictly
-// increasing; every rejection is a *fence.StaleError with HighWater >=
-// Token; nothing else fails (a MySQL deadlock is a failure, never
-// retried); the final high-water is the last logged token; every ticket
-// was released once.
+// TestRule19 is SEMANTICS.md rule 19 under load (internal/rule19): 16
+// goroutines × 200 fenced transactions on one resource with shuffled
+// tokens, each appending its token to fence_log while it holds the fence.
+// The logged tokens in id (= commit) order must strictly increase; every
+// rejection must be a *fence.StaleError with HighWater >= Token; nothing
+// else may fail (a MySQL deadlock is a failure, never retried); the final
+// high-water must be the last logged token; every ticket must be released
+// once.
 func TestRule19(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
-		violations := rule19Load(t, tg, tg.run)
-		for i, v := range violations {
-			if i == 10 {
-				t.Errorf("... and %d more", len(violations)-10)
-				break
-			}
-			t.Errorf("rule 19 violated: %s", v)
-		}
+		rule19.Test(t, ctxTimeout(t, 90*time.Second), rule19Config(tg, tg.run))
 	})
 }
 
@@ -89,7 +65,7 @@ func TestRule19NegativeControl(t *testing.T) {
 				return tx.Commit()
 			}
 			tg.admin.SetMaxOpenConns(32)
-			violations := rule19Load(t, tg, naive)
+			violations := rule19.Load(t, ctxTimeout(t, 90*time.Second), rule19Config(tg, naive))
 			if len(violations) == 0 {
 				t.Fatal("the harness did not detect the naive fence")
 			}
@@ -100,112 +76,22 @@ func TestRule19NegativeControl(t *testing.T) {
 
 type runFunc func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
 
-// rule19Load runs the load against run, checks the outcomes, and returns
-// the rule 19 violations found in the log (commit order).
-func rule19Load(t *testing.T, tg *target, run runFunc) (violations []string) {
-	const workers, perWorker, batch = 16, 200, 4
-	{
-		ctx := ctxTimeout(t, 90*time.Second)
-		const resource = "rule19"
-		var (
-			counter         atomic.Uint64
-			accepted, stale atomic.Int64
-			mu              sync.Mutex
-			failures        []error
-		)
-		fail := func(err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			failures = append(failures, err)
-		}
-		start := time.Now()
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-				for range perWorker / batch {
-					first := counter.Add(batch) - batch + 1
-					tokens := make([]uint64, batch)
-					for i := range tokens {
-						tokens[i] = first + uint64(i)
-					}
-					rng.Shuffle(len(tokens), func(i, j int) { tokens[i], tokens[j] = tokens[j], tokens[i] })
-					for _, tok := range tokens {
-						sleep := time.Duration(rng.IntN(2001)) * time.Microsecond
-						tk := fencetest.NewTicket(resource, tok)
-						err := run(ctx, tk, func(q querier) error {
-							time.Sleep(sleep / 2)
-							if err := q.exec(ctx, "INSERT INTO fence_log (token) VALUES (?)", int64(tok)); err != nil {
-								return err
-							}
-							time.Sleep(sleep - sleep/2)
-							return nil
-						})
-						var se *fence.StaleError
-						switch {
-						case err == nil:
-							accepted.Add(1)
-						case errors.As(err, &se) && se.Token == tok && se.HighWater >= tok && se.Resource == resource:
-							stale.Add(1)
-						default:
-							fail(fmt.Errorf("token %d: %w", tok, err))
-						}
-						if n := tk.Releases(); n != 1 {
-							fail(fmt.Errorf("token %d: released %d times", tok, n))
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		for i, err := range failures {
-			if i == 10 {
-				t.Errorf("... and %d more failures", len(failures)-10)
-				break
-			}
-			t.Errorf("unexpected outcome: %v", err)
-		}
-		t.Logf("rule19 %s: accepted=%d stale=%d failed=%d total=%d in %v",
-			tg.name, accepted.Load(), stale.Load(), len(failures), workers*perWorker, elapsed.Round(time.Millisecond))
-		if got := accepted.Load() + stale.Load() + int64(len(failures)); got != workers*perWorker {
-			t.Errorf("outcomes = %d, want %d", got, workers*perWorker)
-		}
-
-		rows, err := tg.admin.QueryContext(context.Background(), "SELECT token FROM fence_log ORDER BY id")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var logged []int64
-		for rows.Next() {
-			var tok int64
-			if err := rows.Scan(&tok); err != nil {
-				t.Fatal(err)
-			}
-			logged = append(logged, tok)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if int64(len(logged)) != accepted.Load() {
-			t.Errorf("log has %d rows, accepted %d", len(logged), accepted.Load())
-		}
-		for i := 1; i < len(logged); i++ {
-			if logged[i] <= logged[i-1] {
-				violations = append(violations, fmt.Sprintf("commit #%d has token %d after token %d", i, logged[i], logged[i-1]))
-			}
-		}
-		if len(logged) > 0 {
-			if hw := tg.highWater(t, resource); hw != logged[len(logged)-1] {
-				violations = append(violations, fmt.Sprintf("high-water %d, last accepted token %d", hw, logged[len(logged)-1]))
-			}
-		}
-		if accepted.Load() == 0 || stale.Load() == 0 {
-			t.Errorf("the load did not exercise both outcomes")
-		}
+// rule19Config is the rule-19 load on tg's fence_log with run as the fence.
+func rule19Config(tg *target, run runFunc) rule19.Config {
+	placeholder := "?"
+	if tg.dialect == migrations.Postgres {
+		placeholder = "$1"
 	}
-	return violations
+	return rule19.Config{
+		Name:     tg.name,
+		Resource: "rule19",
+		Run: func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+			return run(ctx, tk, func(q querier) error { return fn(q.exec) })
+		},
+		DB:          tg.admin,
+		LogTable:    "fence_log",
+		Placeholder: placeholder,
+	}
 }
 
 // TestOppositeOrders: transactions fencing {a, b} and {b, a} concurrently

@@ -134,7 +134,7 @@ func runChaos(t *testing.T, r chaosRun) {
 	setupCounter(t, ctx, db, r.dialect)
 
 	srv := harness.StartServer(t, r.bin, harness.ServerOptions{Args: []string{"--token-block", "64"}})
-	h := checker.NewHistory()
+	h := harness.NewHistory()
 	h.WriteArtifactOnFailure(t, "chaos-history")
 
 	// Workers.
@@ -231,28 +231,28 @@ func runChaos(t *testing.T, r chaosRun) {
 	ops := h.Ops()
 	cnt := func(kind, outcome string) int { return h.Count(kind, outcome) }
 	t.Logf("chaos: ops=%d accepted=%d stale=%d indeterminate=%d kills=%d pauses=%d",
-		cnt(checker.KindAcquire, checker.Granted)+cnt(checker.KindAcquire, checker.TimedOut)+cnt(checker.KindAcquire, checker.Busy)+
-			cnt(checker.KindAcquire, checker.Indeterminate)+cnt(checker.KindAcquire, checker.Unsent)+cnt(checker.KindAcquire, checker.LeaseTooShort)+cnt(checker.KindAcquire, checker.Other),
-		cnt(checker.KindWrite, checker.WriteOK), cnt(checker.KindWrite, checker.Stale), cnt(checker.KindAcquire, checker.Indeterminate), kills, pauses.Load())
+		len(h.Filter(harness.OfKind(harness.KindAcquire))),
+		cnt(harness.KindFence, harness.OutcomeOK), cnt(harness.KindFence, harness.OutcomeStale), cnt(harness.KindAcquire, harness.OutcomeIndeterminate), kills, pauses.Load())
 	t.Logf("chaos: %s fenced=%v duration=%v rows=%d counter=%d high_water=%d outcomes=%v", r.dialect, r.fenced, r.duration, len(rows), counter, highWater, h.Counts())
 
 	// Checks common to both runs: the broker and the history.
 	for _, err := range []error{
-		checker.Outcomes(ops, checker.KindAcquire, checker.Granted, checker.TimedOut, checker.Busy, checker.Indeterminate, checker.Unsent,
+		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire), harness.OutcomeOK, harness.OutcomeTimedOut,
+			harness.OutcomeBusy, harness.OutcomeIndeterminate, harness.OutcomeUnsent,
 			// A worker paused while its ACQUIRE was in flight gets a grant
 			// whose conservative lease is already over.
-			checker.LeaseTooShort),
-		checker.NoTicketOnError(ops),
-		checker.TokensUnique(ops),
-		checker.TokensFollowRealTime(ops),
-		checker.LogMatchesHistory(rows, ops),
+			harness.OutcomeLeaseTooShort),
+		harness.CheckNoTicketAfterIndeterminate(h),
+		harness.CheckTokensUnique(h),
+		harness.CheckTokensFollowRealTime(h),
+		checker.LogMatchesHistory(rows, h),
 	} {
 		if err != nil {
 			t.Error(err)
 		}
 	}
 	for _, op := range ops {
-		if op.Kind == checker.KindWrite && op.Release != checker.Released && op.Release != checker.NotHeld && op.Release != checker.Unconfirmed {
+		if op.Kind == harness.KindFence && op.Release != harness.OutcomeOK && op.Release != harness.OutcomeNotHeld && op.Release != harness.OutcomeReleaseUnconfirmed {
 			t.Errorf("op %d (%s token %d): release outcome %q (%s)", op.Seq, op.Process, op.Token, op.Release, op.Err)
 		}
 	}
@@ -277,12 +277,12 @@ func runChaos(t *testing.T, r chaosRun) {
 		t.Errorf("%d lost updates with the fence", lost)
 	}
 	for _, op := range ops {
-		if op.Kind == checker.KindWrite && op.Outcome != checker.WriteOK && op.Outcome != checker.Stale &&
-			op.Outcome != checker.LeaseExpired && op.Outcome != checker.CommitUnknown {
+		if op.Kind == harness.KindFence && op.Outcome != harness.OutcomeOK && op.Outcome != harness.OutcomeStale &&
+			op.Outcome != harness.OutcomeLeaseExpired && op.Outcome != harness.OutcomeCommitUnknown {
 			t.Errorf("op %d (%s token %d): write outcome %q: %s", op.Seq, op.Process, op.Token, op.Outcome, op.Err)
 		}
 	}
-	if cnt(checker.KindWrite, checker.Stale) == 0 {
+	if cnt(harness.KindFence, harness.OutcomeStale) == 0 {
 		t.Errorf("no stale rejection: the nemesis had no teeth (pauses=%d kills=%d)", pauses.Load(), kills)
 	}
 	if len(rows) == 0 {
@@ -393,7 +393,7 @@ type chaosWorker struct {
 	events  atomic.Int64
 }
 
-func startChaosWorker(t *testing.T, bin, name string, args []string, h *checker.History, onHolding func()) *chaosWorker {
+func startChaosWorker(t *testing.T, bin, name string, args []string, h *harness.History, onHolding func()) *chaosWorker {
 	t.Helper()
 	w := &chaosWorker{name: name, cmd: exec.Command(bin, args...), stderr: harness.NewLogBuffer(), done: make(chan struct{})}
 	w.cmd.Stderr = w.stderr
@@ -422,16 +422,16 @@ func startChaosWorker(t *testing.T, bin, name string, args []string, h *checker.
 			case "start":
 				origin = h.FromWall(ev.Wall)
 			case "acquire":
-				op := checker.Op{Process: name, Kind: checker.KindAcquire, Key: chaosKey, Invoke: at(ev.T0), Complete: at(ev.T1),
+				op := harness.Op{Process: name, Kind: harness.KindAcquire, Key: chaosKey, Invoke: at(ev.T0), Complete: at(ev.T1),
 					Outcome: ev.Outcome, Token: ev.Token, Err: ev.Err, Note: fmt.Sprintf("op %d", ev.Op)}
-				if ev.Outcome == checker.Granted {
+				if ev.Outcome == harness.OutcomeOK {
 					op.Deadline = at(ev.Deadline)
 				}
-				h.Add(op)
+				h.Record(op)
 			case "holding":
 				onHolding()
 			case "write":
-				h.Add(checker.Op{Process: name, Kind: checker.KindWrite, Key: chaosKey, Invoke: at(ev.T0), Complete: at(ev.T1),
+				h.Record(harness.Op{Process: name, Kind: harness.KindFence, Key: chaosKey, Invoke: at(ev.T0), Complete: at(ev.T1),
 					Outcome: ev.Outcome, Release: ev.Release, Token: ev.Token, Read: ev.Read, Wrote: ev.Wrote, Err: ev.Err,
 					Note: fmt.Sprintf("op %d", ev.Op)})
 			}

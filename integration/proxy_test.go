@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,8 +13,8 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
-	"github.com/ticketing-dev/ticketing/integration/checker"
 	"github.com/ticketing-dev/ticketing/integration/faultproxy"
+	"github.com/ticketing-dev/ticketing/integration/harness"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/servertest"
 )
@@ -84,7 +83,7 @@ func TestBrokerThroughFaultProxy(t *testing.T) {
 		}
 	}
 
-	h := checker.NewHistory()
+	h := harness.NewHistory()
 	h.WriteArtifactOnFailure(t, "proxy-history")
 	deadline := time.Now().Add(d)
 	keys := []string{"k1", "k2", "k3"}
@@ -150,15 +149,16 @@ func TestBrokerThroughFaultProxy(t *testing.T) {
 	px.SetDefault(faultproxy.Faults{})
 	wg.Wait()
 
-	ops := h.Ops()
 	for _, err := range []error{
-		checker.Outcomes(ops, checker.KindAcquire, checker.Granted, checker.TimedOut, checker.Busy, checker.Indeterminate, checker.Unsent),
-		checker.Outcomes(ops, checker.KindRelease, checker.Released, checker.NotHeld, checker.Unconfirmed),
-		checker.NoTicketOnError(ops),
-		checker.TokensUnique(ops),
-		checker.TokensFollowRealTime(ops),
-		checker.LeaseExclusion(ops),
-		checker.ReleasedIntervals(ops),
+		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire), harness.OutcomeOK, harness.OutcomeTimedOut,
+			harness.OutcomeBusy, harness.OutcomeIndeterminate, harness.OutcomeUnsent),
+		harness.CheckOutcomes(h, harness.OfKind(harness.KindRelease), harness.OutcomeOK, harness.OutcomeNotHeld,
+			harness.OutcomeReleaseUnconfirmed),
+		harness.CheckNoTicketAfterIndeterminate(h),
+		harness.CheckTokensUnique(h),
+		harness.CheckTokensFollowRealTime(h),
+		harness.CheckLeaseExclusion(h),
+		harness.CheckReleasedIntervals(h),
 	} {
 		if err != nil {
 			t.Error(err)
@@ -167,37 +167,24 @@ func TestBrokerThroughFaultProxy(t *testing.T) {
 	counts := h.Counts()
 	var parts []string
 	for k, v := range counts {
-		if !strings.HasPrefix(k, checker.KindEvent+"/") {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-		}
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
 	}
 	sort.Strings(parts)
 	t.Logf("proxy: duration=%v connections=%d %s", d, px.Accepted(), strings.Join(parts, " "))
 	t.Logf("proxy: faults %v", faults)
-	if counts[checker.KindAcquire+"/"+checker.Granted] == 0 {
+	if counts[harness.KindAcquire+"/"+harness.OutcomeOK] == 0 {
 		t.Error("no acquire was granted")
 	}
 }
 
 // proxyOp is one acquire and, if granted, a short hold (sometimes past the
 // lease) and a release, all recorded in h.
-func proxyOp(t *testing.T, b *broker.Broker, h *checker.History, proc, key string) {
+func proxyOp(t *testing.T, b *broker.Broker, h *harness.History, proc, key string) {
 	wait := time.Duration(rand.IntN(2)) * time.Second // 0 (one try) or 1 s
 	lease := time.Second + time.Duration(rand.IntN(2))*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), wait+3*time.Second)
 	defer cancel()
-	op := checker.Op{Process: proc, Kind: checker.KindAcquire, Key: key, Invoke: h.Now()}
-	tk, err := b.Acquire(ctx, key, wait, lease, 0)
-	op.Complete = h.Now()
-	op.Outcome = brokerOutcome(err, checker.Granted)
-	if err != nil {
-		op.Err = err.Error()
-	}
-	if tk != nil {
-		op.Token = tk.Token()
-		op.Deadline = tk.Deadline().Sub(h.Start())
-	}
-	h.Add(op)
+	tk, err := harness.Acquire(ctx, h, proc, b, key, wait, lease, 0)
 	if err != nil {
 		if tk != nil {
 			t.Errorf("%s: Acquire returned a ticket (token %d) with the error %v", proc, tk.Token(), err)
@@ -214,36 +201,5 @@ func proxyOp(t *testing.T, b *broker.Broker, h *checker.History, proc, key strin
 		hold = lease + 200*time.Millisecond // past the lease: the release must say N
 	}
 	time.Sleep(hold)
-	rel := checker.Op{Process: proc, Kind: checker.KindRelease, Key: key, Token: tk.Token(), Invoke: h.Now()}
-	err = tk.Release(context.Background())
-	rel.Complete = h.Now()
-	rel.Outcome = brokerOutcome(err, checker.Released)
-	if err != nil {
-		rel.Err = err.Error()
-	}
-	h.Add(rel)
-}
-
-// brokerOutcome classifies an Acquire or Release error by the broker's
-// sentinels, exactly; nil is ok; anything else is checker.Other.
-func brokerOutcome(err error, ok string) string {
-	switch {
-	case err == nil:
-		return ok
-	case errors.Is(err, broker.ErrTimedOut):
-		return checker.TimedOut
-	case errors.Is(err, broker.ErrBusy):
-		return checker.Busy
-	case errors.Is(err, broker.ErrIndeterminate):
-		return checker.Indeterminate
-	case errors.Is(err, broker.ErrUnsent):
-		return checker.Unsent
-	case errors.Is(err, broker.ErrLeaseTooShort):
-		return checker.LeaseTooShort
-	case errors.Is(err, broker.ErrNotHeld):
-		return checker.NotHeld
-	case errors.Is(err, broker.ErrReleaseUnconfirmed):
-		return checker.Unconfirmed
-	}
-	return checker.Other
+	_ = harness.Release(context.Background(), h, proc, tk)
 }

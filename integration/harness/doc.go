@@ -32,7 +32,10 @@
 //
 // A History records operations (process, kind, key, invoke and complete
 // times on a monotonic clock, outcome, token) from any goroutine; Acquire
-// and Release record broker calls; Event records faults. On failure,
+// and Release record broker calls (with the ticket's deadline); Event
+// records faults; Record adds an op whose times the caller set, for
+// operations timed elsewhere (a worker subprocess's reports, placed on the
+// time line with FromWall). On failure,
 // WriteArtifact writes it as JSON lines under $TICKETING_TEST_ARTIFACTS
 // (default os.TempDir()/ticketing-artifacts/<test name>).
 //
@@ -47,5 +50,14 @@
 //   - CheckOutcomes with Within: only the allowed outcomes in a window
 //     (during an outage, say);
 //   - CheckFencedIncreasing: committed fenced writes of a resource carry
-//     increasing tokens.
+//     increasing tokens;
+//   - CheckTokensFollowRealTime: a grant that completed before another was
+//     invoked has the smaller token;
+//   - CheckLeaseExclusion: per key, no grant completed before the previous
+//     holder's conservative deadline or release, whichever came first;
+//   - CheckReleasedIntervals: per key, the [grant, release] intervals of
+//     tickets whose release was confirmed do not overlap, in token order.
+//
+// Violations lets checkers elsewhere (package checker, the chaos test's
+// write log) report alike.
 package harness

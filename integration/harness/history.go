@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -103,8 +104,18 @@ type Op struct {
 	Complete time.Duration `json:"complete_ns"`    // when it returned; -1 while pending
 	Outcome  string        `json:"outcome"`        // see Outcome; "" while pending
 	Token    uint64        `json:"token,omitzero"` // granted, released or fenced token
-	Err      string        `json:"err,omitempty"`  // the error text
-	Note     string        `json:"note,omitempty"` // free text (event details, high-water, ...)
+	// Deadline is a granted ticket's conservative deadline on the
+	// History's time line; 0 if unknown.
+	Deadline time.Duration `json:"deadline_ns,omitzero"`
+	// Release is, for a KindFence op, the outcome of the ticket's release
+	// (see Outcome).
+	Release string `json:"release,omitempty"`
+	// Read and Wrote are the values a read-modify-write transaction read
+	// and wrote, if it got that far.
+	Read  *int64 `json:"read,omitempty"`
+	Wrote *int64 `json:"wrote,omitempty"`
+	Err   string `json:"err,omitempty"`  // the error text
+	Note  string `json:"note,omitempty"` // free text (event details, high-water, ...)
 }
 
 // Pending reports whether the op has not completed.
@@ -123,6 +134,39 @@ func NewHistory() *History { return &History{start: time.Now()} }
 
 // Now returns the History's monotonic clock: the time since NewHistory.
 func (h *History) Now() time.Duration { return time.Since(h.start) }
+
+// Start returns the wall-clock origin of the History's time line.
+func (h *History) Start() time.Time { return h.start }
+
+// At places t (a time of this process, with its monotonic reading) on the
+// History's time line.
+func (h *History) At(t time.Time) time.Duration { return t.Sub(h.start) }
+
+// FromWall places a wall-clock time, as UnixNano, on the History's time
+// line (for times reported by other processes on the same machine).
+func (h *History) FromWall(unixNano int64) time.Duration {
+	return time.Duration(unixNano - h.start.UnixNano())
+}
+
+// Record adds a completed op with the times, outcome and token the caller
+// set (for operations timed elsewhere: a worker subprocess reporting
+// later, say), assigns its Seq and returns it.
+func (h *History) Record(op Op) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op.Seq = len(h.ops)
+	h.ops = append(h.ops, op)
+	return op.Seq
+}
+
+// SetDeadline records the conservative deadline of the ticket granted by
+// op i.
+func (h *History) SetDeadline(i int, deadline time.Time) {
+	d := h.At(deadline)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops[i].Deadline = d
+}
 
 // Invoke records the start of an operation and returns its index for
 // Complete.
@@ -185,6 +229,17 @@ func (h *History) Filter(keep func(Op) bool) []Op {
 	return out
 }
 
+// Count returns the number of completed ops of kind with outcome.
+func (h *History) Count(kind, outcome string) int {
+	n := 0
+	for _, op := range h.Ops() {
+		if op.Kind == kind && op.Outcome == outcome && !op.Pending() {
+			n++
+		}
+	}
+	return n
+}
+
 // Counts returns the number of completed ops per "kind/outcome".
 func (h *History) Counts() map[string]int {
 	m := map[string]int{}
@@ -209,9 +264,9 @@ func ArtifactDir(tb testing.TB) string {
 
 var unsafePath = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
-// WriteArtifact writes the history as JSON lines (one Op per line) to
-// ArtifactDir(tb)/name.jsonl, logs the path and returns it. Errors are
-// logged, not fatal (it is meant for failure paths).
+// WriteArtifact writes the history as JSON lines (one Op per line, sorted
+// by Invoke) to ArtifactDir(tb)/name.jsonl, logs the path and returns it.
+// Errors are logged, not fatal (it is meant for failure paths).
 func (h *History) WriteArtifact(tb testing.TB, name string) string {
 	tb.Helper()
 	dir := ArtifactDir(tb)
@@ -219,9 +274,11 @@ func (h *History) WriteArtifact(tb testing.TB, name string) string {
 		tb.Logf("harness: artifact dir: %v", err)
 		return ""
 	}
+	ops := h.Ops()
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Invoke < ops[j].Invoke })
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
-	for _, op := range h.Ops() {
+	for _, op := range ops {
 		_ = enc.Encode(op)
 	}
 	path := filepath.Join(dir, unsafePath.ReplaceAllString(name, "_")+".jsonl")
@@ -229,7 +286,7 @@ func (h *History) WriteArtifact(tb testing.TB, name string) string {
 		tb.Logf("harness: writing artifact: %v", err)
 		return ""
 	}
-	tb.Logf("harness: history written to %s", path)
+	tb.Logf("harness: history (%d ops) written to %s", len(ops), path)
 	return path
 }
 
@@ -249,13 +306,22 @@ func (h *History) WriteArtifactOnFailure(tb testing.TB, name string) {
 
 const maxViolations = 20
 
-type violations []string
+// Violations collects what a checker found; Err reports it. Checkers of
+// other packages (the chaos test's write log) use it to report alike.
+type Violations []string
 
-func (v *violations) add(format string, args ...any) {
+// Add appends a violation, formatted as by fmt.Sprintf.
+func (v *Violations) Add(format string, args ...any) {
 	*v = append(*v, fmt.Sprintf(format, args...))
 }
 
-func (v violations) err(check string) error {
+func describe(op Op) string {
+	return fmt.Sprintf("op %d (%s %s key %q token %d, %v..%v, %s)", op.Seq, op.Process, op.Kind, op.Key, op.Token, op.Invoke, op.Complete, op.Outcome)
+}
+
+// Err returns nil if there is no violation, or an error naming check, how
+// many violations there are, and the first 20.
+func (v Violations) Err(check string) error {
 	if len(v) == 0 {
 		return nil
 	}
@@ -270,32 +336,32 @@ func (v violations) err(check string) error {
 // op with outcome "ok"; tokens are unique across all keys (the server's
 // counter is global), and 0 is never a valid token.
 func CheckTokensUnique(h *History) error {
-	var v violations
+	var v Violations
 	seen := map[uint64]Op{}
 	for _, op := range h.Ops() {
 		if op.Kind != KindAcquire || op.Outcome != OutcomeOK {
 			continue
 		}
 		if op.Token == 0 {
-			v.add("op %d (%s): granted token 0", op.Seq, op.Process)
+			v.Add("op %d (%s): granted token 0", op.Seq, op.Process)
 			continue
 		}
 		if prev, dup := seen[op.Token]; dup {
-			v.add("token %d granted twice: op %d (%s, key %q) and op %d (%s, key %q)",
+			v.Add("token %d granted twice: op %d (%s, key %q) and op %d (%s, key %q)",
 				op.Token, prev.Seq, prev.Process, prev.Key, op.Seq, op.Process, op.Key)
 		}
 		seen[op.Token] = op
 	}
-	return v.err("CheckTokensUnique")
+	return v.Err("CheckTokensUnique")
 }
 
 // CheckNoTicketAfterIndeterminate: a failed acquire (any outcome but "ok")
 // carries no token (the broker returned no Ticket with its error), and no
-// release or fenced write uses a token that no successful acquire of the
-// same process granted. Together: a caller that got Indeterminate (or
-// Unsent, ...) never entered the critical section.
+// release or fenced write uses a token (0 included) that no earlier
+// successful acquire of the same process granted. Together: a caller that
+// got Indeterminate (or Unsent, ...) never entered the critical section.
 func CheckNoTicketAfterIndeterminate(h *History) error {
-	var v violations
+	var v Violations
 	granted := map[string]map[uint64]bool{}
 	for _, op := range h.Ops() {
 		if op.Pending() {
@@ -305,7 +371,7 @@ func CheckNoTicketAfterIndeterminate(h *History) error {
 		case KindAcquire:
 			if op.Outcome != OutcomeOK {
 				if op.Token != 0 {
-					v.add("op %d (%s): acquire outcome %q but a ticket with token %d", op.Seq, op.Process, op.Outcome, op.Token)
+					v.Add("op %d (%s): acquire outcome %q but a ticket with token %d", op.Seq, op.Process, op.Outcome, op.Token)
 				}
 				continue
 			}
@@ -314,12 +380,12 @@ func CheckNoTicketAfterIndeterminate(h *History) error {
 			}
 			granted[op.Process][op.Token] = true
 		case KindRelease, KindFence:
-			if op.Token != 0 && !granted[op.Process][op.Token] {
-				v.add("op %d (%s): %s with token %d that no successful acquire of %s granted", op.Seq, op.Process, op.Kind, op.Token, op.Process)
+			if !granted[op.Process][op.Token] {
+				v.Add("op %d (%s): %s with token %d that no successful acquire of %s granted", op.Seq, op.Process, op.Kind, op.Token, op.Process)
 			}
 		}
 	}
-	return v.err("CheckNoTicketAfterIndeterminate")
+	return v.Err("CheckNoTicketAfterIndeterminate")
 }
 
 // CheckTokensIncreaseAcross: every grant invoked at or after `after` has a
@@ -329,7 +395,7 @@ func CheckNoTicketAfterIndeterminate(h *History) error {
 // before the kill came from an old generation, one invoked after the
 // restart from the new one.
 func CheckTokensIncreaseAcross(h *History, before, after time.Duration) error {
-	var v violations
+	var v Violations
 	var maxBefore uint64
 	var maxOp Op
 	ops := h.Ops()
@@ -340,17 +406,17 @@ func CheckTokensIncreaseAcross(h *History, before, after time.Duration) error {
 	}
 	for _, op := range ops {
 		if op.Kind == KindAcquire && op.Outcome == OutcomeOK && op.Invoke >= after && op.Token <= maxBefore {
-			v.add("op %d (%s, invoked %v): token %d not above token %d of op %d (%s, completed %v)",
+			v.Add("op %d (%s, invoked %v): token %d not above token %d of op %d (%s, completed %v)",
 				op.Seq, op.Process, op.Invoke, op.Token, maxBefore, maxOp.Seq, maxOp.Process, maxOp.Complete)
 		}
 	}
-	return v.err(fmt.Sprintf("CheckTokensIncreaseAcross(%v, %v)", before, after))
+	return v.Err(fmt.Sprintf("CheckTokensIncreaseAcross(%v, %v)", before, after))
 }
 
 // CheckOutcomes: every completed op selected by sel has one of the allowed
 // outcomes.
 func CheckOutcomes(h *History, sel func(Op) bool, allowed ...string) error {
-	var v violations
+	var v Violations
 	for _, op := range h.Ops() {
 		if op.Pending() || !sel(op) {
 			continue
@@ -360,11 +426,16 @@ func CheckOutcomes(h *History, sel func(Op) bool, allowed ...string) error {
 			ok = ok || op.Outcome == a
 		}
 		if !ok {
-			v.add("op %d (%s %s key %q, %v..%v): outcome %q (%s) not in %v",
+			v.Add("op %d (%s %s key %q, %v..%v): outcome %q (%s) not in %v",
 				op.Seq, op.Process, op.Kind, op.Key, op.Invoke, op.Complete, op.Outcome, op.Err, allowed)
 		}
 	}
-	return v.err("CheckOutcomes")
+	return v.Err("CheckOutcomes")
+}
+
+// OfKind selects the completed ops of the given kinds.
+func OfKind(kinds ...string) func(Op) bool {
+	return func(op Op) bool { return !op.Pending() && slices.Contains(kinds, op.Kind) }
 }
 
 // Within selects the ops of the given kinds (all kinds but KindEvent if
@@ -393,7 +464,7 @@ func Within(from, to time.Duration, kinds ...string) func(Op) bool {
 // before the other was invoked are compared. It is a sanity check of the
 // fence from the client side; the database's rows are the real witness.
 func CheckFencedIncreasing(h *History) error {
-	var v violations
+	var v Violations
 	by := map[string][]Op{}
 	for _, op := range h.Ops() {
 		if op.Kind == KindFence && (op.Outcome == OutcomeOK || op.Outcome == OutcomeReleaseFailed) {
@@ -405,10 +476,142 @@ func CheckFencedIncreasing(h *History) error {
 		for i, a := range ops {
 			for _, b := range ops[i+1:] {
 				if a.Complete < b.Invoke && b.Token <= a.Token {
-					v.add("resource %q: op %d committed token %d after op %d committed token %d", key, b.Seq, b.Token, a.Seq, a.Token)
+					v.Add("resource %q: op %d committed token %d after op %d committed token %d", key, b.Seq, b.Token, a.Seq, a.Token)
 				}
 			}
 		}
 	}
-	return v.err("CheckFencedIncreasing")
+	return v.Err("CheckFencedIncreasing")
+}
+
+// Real-time checkers, for histories whose times are those of the calls
+// (Invoke and Complete bracket the server's action) and whose grants carry
+// their Deadline.
+
+// grants returns the completed successful acquires.
+func grants(ops []Op) []Op {
+	var g []Op
+	for _, op := range ops {
+		if op.Kind == KindAcquire && op.Outcome == OutcomeOK && !op.Pending() {
+			g = append(g, op)
+		}
+	}
+	return g
+}
+
+// CheckTokensFollowRealTime: tokens increase with real time across all
+// keys: if grant A completed before grant B was invoked, then A's token is
+// below B's.
+func CheckTokensFollowRealTime(h *History) error {
+	var v Violations
+	g := grants(h.Ops())
+	byComplete := slices.Clone(g)
+	sort.Slice(byComplete, func(i, j int) bool { return byComplete[i].Complete < byComplete[j].Complete })
+	byInvoke := slices.Clone(g)
+	sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke < byInvoke[j].Invoke })
+	var maxOp Op
+	j := 0
+	for _, b := range byInvoke {
+		for j < len(byComplete) && byComplete[j].Complete < b.Invoke {
+			if byComplete[j].Token > maxOp.Token {
+				maxOp = byComplete[j]
+			}
+			j++
+		}
+		if maxOp.Token != 0 && maxOp.Token >= b.Token {
+			v.Add("%s completed before %s was invoked, but has a token not below it", describe(maxOp), describe(b))
+		}
+	}
+	return v.Err("CheckTokensFollowRealTime")
+}
+
+// ReleaseStart returns, per token, the earliest time at which the ticket
+// may have been released: the invoke time of its release op, or of the
+// fenced op that released it (a lower bound). Tokens never released are
+// absent.
+func ReleaseStart(ops []Op) map[uint64]time.Duration {
+	m := map[uint64]time.Duration{}
+	for _, op := range ops {
+		if op.Kind == KindRelease || op.Kind == KindFence {
+			if t, ok := m[op.Token]; !ok || op.Invoke < t {
+				m[op.Token] = op.Invoke
+			}
+		}
+	}
+	return m
+}
+
+// CheckLeaseExclusion: mutual exclusion on each key from the holders'
+// point of view: for grants A and B of one key with A's token below B's,
+// B completed no earlier than the end of A's holding, min(A's conservative
+// deadline, the start of A's release). (The server granted B only after
+// A's lease ended, which is no earlier than A's conservative deadline, or
+// after A's release was sent.) Grants without a Deadline are skipped as A.
+func CheckLeaseExclusion(h *History) error {
+	var v Violations
+	ops := h.Ops()
+	rel := ReleaseStart(ops)
+	byKey := map[string][]Op{}
+	for _, op := range grants(ops) {
+		byKey[op.Key] = append(byKey[op.Key], op)
+	}
+	for _, g := range byKey {
+		sort.Slice(g, func(i, j int) bool { return g[i].Token < g[j].Token })
+		// Running maximum of the holding ends of the lower tokens.
+		var maxEnd time.Duration
+		var maxOp Op
+		for _, b := range g {
+			if maxOp.Token != 0 && b.Complete < maxEnd {
+				v.Add("%s was granted at %v while %s held the key until %v", describe(b), b.Complete, describe(maxOp), maxEnd)
+			}
+			end := b.Deadline
+			if end == 0 {
+				continue
+			}
+			if r, ok := rel[b.Token]; ok && r < end {
+				end = r
+			}
+			if end > maxEnd {
+				maxEnd, maxOp = end, b
+			}
+		}
+	}
+	return v.Err("CheckLeaseExclusion")
+}
+
+// CheckReleasedIntervals: per key, the tickets whose release was confirmed
+// (R: a KindRelease op, or the Release of a KindFence op, with outcome
+// "ok") held the key in disjoint intervals ordered as their tokens: for
+// such tickets A and B with A's token below B's, A's release was invoked no
+// later than B's grant completed (A's server-side release came after the
+// former and before B's grant, which came before the latter).
+func CheckReleasedIntervals(h *History) error {
+	var v Violations
+	ops := h.Ops()
+	confirmed := map[uint64]time.Duration{} // token -> release invoke
+	for _, op := range ops {
+		if (op.Kind == KindRelease && op.Outcome == OutcomeOK) || (op.Kind == KindFence && op.Release == OutcomeOK) {
+			confirmed[op.Token] = op.Invoke
+		}
+	}
+	byKey := map[string][]Op{}
+	for _, op := range grants(ops) {
+		if _, ok := confirmed[op.Token]; ok {
+			byKey[op.Key] = append(byKey[op.Key], op)
+		}
+	}
+	for _, g := range byKey {
+		sort.Slice(g, func(i, j int) bool { return g[i].Token < g[j].Token })
+		var maxRel time.Duration
+		var maxOp Op
+		for _, b := range g {
+			if maxOp.Token != 0 && maxRel > b.Complete {
+				v.Add("%s (released R, release invoked %v) overlaps %s (granted %v, released R)", describe(maxOp), maxRel, describe(b), b.Complete)
+			}
+			if r := confirmed[b.Token]; r > maxRel {
+				maxRel, maxOp = r, b
+			}
+		}
+	}
+	return v.Err("CheckReleasedIntervals")
 }

@@ -79,6 +79,112 @@ func TestCheckersFail(t *testing.T) {
 	}
 }
 
+const ms = time.Millisecond
+
+// recorded is a History of ops with explicit times (History.Record).
+func recorded(ops ...harness.Op) *harness.History {
+	h := harness.NewHistory()
+	for _, op := range ops {
+		h.Record(op)
+	}
+	return h
+}
+
+func grant(p, key string, tok uint64, inv, done, deadline time.Duration) harness.Op {
+	return harness.Op{Process: p, Kind: harness.KindAcquire, Key: key, Token: tok, Invoke: inv, Complete: done, Outcome: harness.OutcomeOK, Deadline: deadline}
+}
+
+func release(p, key string, tok uint64, inv, done time.Duration, outcome string) harness.Op {
+	return harness.Op{Process: p, Kind: harness.KindRelease, Key: key, Token: tok, Invoke: inv, Complete: done, Outcome: outcome}
+}
+
+// TestRealTimeCheckersFail: the checkers of explicitly timed histories
+// pass a good one and report each violation they are for.
+func TestRealTimeCheckersFail(t *testing.T) {
+	good := recorded(
+		grant("a", "k", 1, 0, 10*ms, 1000*ms),
+		release("a", "k", 1, 20*ms, 30*ms, harness.OutcomeOK),
+		grant("b", "k", 2, 5*ms, 25*ms, 1000*ms),
+		release("b", "k", 2, 40*ms, 50*ms, harness.OutcomeNotHeld),
+		grant("c", "k", 3, 2000*ms, 2010*ms, 3000*ms), // after b's deadline
+		harness.Op{Process: "d", Kind: harness.KindAcquire, Key: "k", Outcome: harness.OutcomeIndeterminate, Invoke: 0, Complete: 5 * ms},
+	)
+	for name, check := range map[string]func(*harness.History) error{
+		"CheckNoTicketAfterIndeterminate": harness.CheckNoTicketAfterIndeterminate,
+		"CheckTokensUnique":               harness.CheckTokensUnique,
+		"CheckTokensFollowRealTime":       harness.CheckTokensFollowRealTime,
+		"CheckLeaseExclusion":             harness.CheckLeaseExclusion,
+		"CheckReleasedIntervals":          harness.CheckReleasedIntervals,
+	} {
+		if err := check(good); err != nil {
+			t.Errorf("%s on a good history: %v", name, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name  string
+		check func(*harness.History) error
+		ops   []harness.Op
+	}{
+		{"ticket with an error", harness.CheckNoTicketAfterIndeterminate, []harness.Op{
+			{Process: "a", Kind: harness.KindAcquire, Key: "k", Outcome: harness.OutcomeIndeterminate, Token: 7, Complete: 1},
+		}},
+		{"release of a token never granted", harness.CheckNoTicketAfterIndeterminate, []harness.Op{
+			release("a", "k", 9, 0, 1, harness.OutcomeOK),
+		}},
+		{"fenced write without a token", harness.CheckNoTicketAfterIndeterminate, []harness.Op{
+			{Process: "a", Kind: harness.KindFence, Key: "k", Outcome: harness.OutcomeOK, Complete: 1},
+		}},
+		{"token granted twice", harness.CheckTokensUnique, []harness.Op{
+			grant("a", "k", 5, 0, 1, 1000*ms), grant("b", "j", 5, 2, 3, 1000*ms),
+		}},
+		{"token went back in time", harness.CheckTokensFollowRealTime, []harness.Op{
+			grant("a", "k", 5, 0, 1*ms, 1000*ms), grant("b", "j", 4, 2*ms, 3*ms, 1000*ms),
+		}},
+		{"two holders", harness.CheckLeaseExclusion, []harness.Op{
+			grant("a", "k", 1, 0, 1*ms, 1000*ms), grant("b", "k", 2, 2*ms, 500*ms, 1500*ms),
+		}},
+		{"overlapping confirmed releases", harness.CheckReleasedIntervals, []harness.Op{
+			grant("a", "k", 1, 0, 1*ms, 1000*ms), release("a", "k", 1, 600*ms, 610*ms, harness.OutcomeOK),
+			grant("b", "k", 2, 2*ms, 500*ms, 1500*ms), release("b", "k", 2, 700*ms, 710*ms, harness.OutcomeOK),
+		}},
+		{"overlapping confirmed releases by fenced writes", harness.CheckReleasedIntervals, []harness.Op{
+			grant("a", "k", 1, 0, 1*ms, 1000*ms),
+			{Process: "a", Kind: harness.KindFence, Key: "k", Token: 1, Invoke: 600 * ms, Complete: 610 * ms, Outcome: harness.OutcomeOK, Release: harness.OutcomeOK},
+			grant("b", "k", 2, 2*ms, 500*ms, 1500*ms), release("b", "k", 2, 700*ms, 710*ms, harness.OutcomeOK),
+		}},
+		{"unexpected outcome", func(h *harness.History) error {
+			return harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire), harness.OutcomeOK, harness.OutcomeTimedOut)
+		}, []harness.Op{{Process: "a", Kind: harness.KindAcquire, Outcome: harness.OutcomeError, Complete: 1}}},
+	} {
+		if err := tc.check(recorded(tc.ops...)); err == nil {
+			t.Errorf("%s: not detected", tc.name)
+		} else {
+			t.Logf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+// TestRecord: Record keeps the caller's times and numbers the ops.
+func TestRecord(t *testing.T) {
+	h := harness.NewHistory()
+	h.Complete(h.Invoke("a", harness.KindAcquire, "k"), 1, nil, "")
+	at := h.FromWall(h.Start().Add(time.Hour).UnixNano())
+	if at != time.Hour {
+		t.Errorf("FromWall: %v, want 1h", at)
+	}
+	if seq := h.Record(grant("w", "k", 2, at, at+ms, at+time.Second)); seq != 1 {
+		t.Errorf("Seq %d, want 1", seq)
+	}
+	ops := h.Ops()
+	if got := ops[1]; got.Invoke != at || got.Complete != at+ms || got.Deadline != at+time.Second || got.Token != 2 {
+		t.Errorf("recorded op %+v", got)
+	}
+	if n := h.Count(harness.KindAcquire, harness.OutcomeOK); n != 2 {
+		t.Errorf("Count = %d, want 2", n)
+	}
+}
+
 func TestOutcome(t *testing.T) {
 	for _, c := range []struct {
 		err  error

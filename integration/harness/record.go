@@ -8,7 +8,7 @@ import (
 )
 
 // Acquire calls b.Acquire and records it in h as a KindAcquire op of
-// process. The Ticket and error are returned unchanged; if the broker ever
+// process, with the ticket's conservative deadline. The Ticket and error are returned unchanged; if the broker ever
 // returned both a Ticket and an error, the op records the token with the
 // error's outcome, which CheckNoTicketAfterIndeterminate reports.
 func Acquire(ctx context.Context, h *History, process string, b *broker.Broker, key string, wait, lease, work time.Duration) (*broker.Ticket, error) {
@@ -19,6 +19,9 @@ func Acquire(ctx context.Context, h *History, process string, b *broker.Broker, 
 		token = t.Token()
 	}
 	h.Complete(i, token, err, "")
+	if t != nil {
+		h.SetDeadline(i, t.Deadline())
+	}
 	return t, err
 }
 

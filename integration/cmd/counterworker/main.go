@@ -19,10 +19,12 @@
 // every event of every worker on one time line.
 //
 //	{"ev":"start","w":1,"wall":1700000000000000000,"pid":123}
-//	{"ev":"acquire","w":1,"op":7,"t0":..,"t1":..,"outcome":"granted","token":42,"deadline":..}
+//	{"ev":"acquire","w":1,"op":7,"t0":..,"t1":..,"outcome":"ok","token":42,"deadline":..}
 //	{"ev":"holding","w":1,"op":7,"t":..,"token":42}
-//	{"ev":"write","w":1,"op":7,"t0":..,"t1":..,"token":42,"outcome":"ok","release":"released","read":9,"wrote":10}
+//	{"ev":"write","w":1,"op":7,"t0":..,"t1":..,"token":42,"outcome":"ok","release":"ok","read":9,"wrote":10}
 //	{"ev":"done","w":1,"t":..}
+//
+// Outcomes are harness.Outcome's names: "ok", "stale", "not_held", ...
 //
 // The tables (counter with the row id 1, write_log, and the fence table of
 // package migrations) are created by the test.
@@ -48,6 +50,7 @@ import (
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
+	"github.com/ticketing-dev/ticketing/integration/harness"
 )
 
 // Event is one line of output. Exported field names are the JSON contract
@@ -197,7 +200,7 @@ func one(ctx context.Context, o options, b *broker.Broker, db *sql.DB, d sqlfenc
 	t, err := b.Acquire(actx, o.key, o.wait, o.lease, 0)
 	t1 := mono()
 	cancel()
-	ev := Event{Ev: "acquire", W: o.id, Op: op, T0: t0, T1: t1, Outcome: acquireOutcome(err)}
+	ev := Event{Ev: "acquire", W: o.id, Op: op, T0: t0, T1: t1, Outcome: harness.Outcome(err)}
 	if err != nil {
 		ev.Err = err.Error()
 		if t != nil {
@@ -234,19 +237,18 @@ func one(ctx context.Context, o options, b *broker.Broker, db *sql.DB, d sqlfenc
 	}
 	if o.noFence {
 		err = plainTx(bg, db, body)
-		w.Outcome = writeOutcome(err)
-		rerr := t.Release(bg)
-		w.Release = releaseOutcome(rerr)
+		w.Outcome = harness.Outcome(err)
+		w.Release = harness.Outcome(t.Release(bg))
 	} else {
 		err = sqlfence.Run(bg, db, d, t, body)
 		var re *fence.ReleaseError
 		if errors.As(err, &re) {
-			w.Release = releaseOutcome(re.Err)
+			w.Release = harness.Outcome(re.Err)
 			err = re.Primary
 		} else {
-			w.Release = "released"
+			w.Release = harness.OutcomeOK
 		}
-		w.Outcome = writeOutcome(err)
+		w.Outcome = harness.Outcome(err)
 	}
 	w.T1 = mono()
 	if err != nil {
@@ -268,50 +270,6 @@ func plainTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 		return fmt.Errorf("%w: %w", fence.ErrCommitUnknown, err)
 	}
 	return nil
-}
-
-func acquireOutcome(err error) string {
-	switch {
-	case err == nil:
-		return "granted"
-	case errors.Is(err, broker.ErrTimedOut):
-		return "timed_out"
-	case errors.Is(err, broker.ErrBusy):
-		return "busy"
-	case errors.Is(err, broker.ErrIndeterminate):
-		return "indeterminate"
-	case errors.Is(err, broker.ErrUnsent):
-		return "unsent"
-	case errors.Is(err, broker.ErrLeaseTooShort):
-		return "lease_too_short"
-	}
-	return "error"
-}
-
-func writeOutcome(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, fence.ErrStale):
-		return "stale"
-	case errors.Is(err, fence.ErrLeaseExpired):
-		return "lease_expired"
-	case errors.Is(err, fence.ErrCommitUnknown):
-		return "commit_unknown"
-	}
-	return "error"
-}
-
-func releaseOutcome(err error) string {
-	switch {
-	case err == nil:
-		return "released"
-	case errors.Is(err, broker.ErrNotHeld):
-		return "not_held"
-	case errors.Is(err, broker.ErrReleaseUnconfirmed):
-		return "unconfirmed"
-	}
-	return "error"
 }
 
 func sleep(ctx context.Context, d time.Duration) {

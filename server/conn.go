@@ -465,9 +465,15 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeTooManySession, req.ReqID, "too many sessions")
 		return false
 	}
+	c.mu.Lock()
+	if c.closing {
+		// Shutdown (E(5)) or a drop came first: no HELLO_OK after it.
+		c.mu.Unlock()
+		s.sessions.Add(-1)
+		return false
+	}
 	c.open = true
 	c.nc.SetReadDeadline(time.Time{})
-	c.mu.Lock()
 	c.out = append(c.out, s.helloOK...)
 	binary.BigEndian.PutUint32(c.out[len(c.out)-len(s.helloOK)+5:], req.ReqID)
 	c.mu.Unlock()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -166,7 +167,9 @@ func waitedMS(now, arrived int64) uint32 {
 	if now <= arrived {
 		return 0
 	}
-	return uint32((now - arrived) / msNs) // rounded down
+	// Rounded down, and saturated rather than wrapped (a wait is at most
+	// 255 s, but a stalled process must not turn 49.7 days into 0).
+	return uint32(min((now-arrived)/msNs, math.MaxUint32))
 }
 
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
@@ -270,7 +273,9 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	} else {
 		q.push(w)
 	}
-	w.timer = time.AfterFunc(time.Duration(req.WaitS)*time.Second, func() { s.waitTimeout(w) })
+	// wait_s counts from the ACQUIRE's arrival, not from now: a capacity
+	// sweep or a contended shard in between must not lengthen the wait.
+	w.timer = time.AfterFunc(time.Duration(req.WaitS)*time.Second-time.Duration(now-arrived), func() { s.waitTimeout(w) })
 	sh.mu.Unlock()
 }
 

@@ -89,6 +89,8 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return runtimef("data dir %s: not a directory", o.DataDir)
 	}
 
+	checkFileLimit(log, o.MaxSessions)
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -194,6 +196,25 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	st := srv.Stats()
 	log.Info("stopped", "last_token", st.LastToken, "token_ceiling", st.TokenCeiling)
 	return result
+}
+
+// fdReserve is the file descriptors needed besides sessions: listeners,
+// the data directory, logs, connections before HELLO and the admin server.
+const fdReserve = 64
+
+// checkFileLimit warns when the open-file limit cannot hold max-sessions
+// sessions: past it, accept fails (EMFILE) and further clients wait in the
+// listen backlog with no answer instead of getting E(7).
+func checkFileLimit(log *slog.Logger, maxSessions int) {
+	if maxSessions == 0 {
+		maxSessions = server.DefaultMaxSessions
+	}
+	lim, ok := openFileLimit()
+	if !ok || lim >= uint64(maxSessions)+fdReserve {
+		return
+	}
+	log.Warn("open-file limit is too low for max-sessions: clients beyond it will hang instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions",
+		"nofile_limit", lim, "max_sessions", maxSessions, "needed", uint64(maxSessions)+fdReserve)
 }
 
 func loadTLS(o *serveOptions) (*tls.Config, error) {

@@ -2,23 +2,21 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
@@ -65,58 +63,19 @@ func buildBinary(t *testing.T) string {
 }
 
 // logBuffer collects log output and lets a test wait for a line.
-type logBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	changed chan struct{}
-}
+type logBuffer struct{ *proctest.LogBuffer }
 
-func newLogBuffer() *logBuffer { return &logBuffer{changed: make(chan struct{})} }
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, err := b.buf.Write(p)
-	close(b.changed)
-	b.changed = make(chan struct{})
-	return n, err
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func newLogBuffer() *logBuffer { return &logBuffer{proctest.NewLogBuffer()} }
 
 // waitJSON waits for a JSON log record with msg and returns it; it fails the
 // test if done closes first (the process or run exited).
 func (b *logBuffer) waitJSON(t *testing.T, msg string, done <-chan struct{}) map[string]any {
 	t.Helper()
-	timeout := time.After(30 * time.Second) // a hang guard, not a speed assertion
-	for {
-		b.mu.Lock()
-		text, changed := b.buf.String(), b.changed
-		b.mu.Unlock()
-		for _, line := range strings.Split(text, "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-				return rec
-			}
-		}
-		select {
-		case <-changed:
-		case <-done:
-			// One more look: the line may have come with the exit.
-			select {
-			case <-changed:
-				continue
-			default:
-			}
-			t.Fatalf("exited before logging %q; output:\n%s", msg, text)
-		case <-timeout:
-			t.Fatalf("no %q log line; output:\n%s", msg, text)
-		}
+	rec, err := b.WaitJSON(0, msg, done, 30*time.Second) // a hang guard, not a speed assertion
+	if err != nil {
+		t.Fatalf("%v; output:\n%s", err, b.String())
 	}
+	return rec
 }
 
 // inProc runs ticketingd in-process with args until the returned stop is

@@ -34,13 +34,21 @@ type Driver[T any] struct {
 }
 
 // Run executes the fenced flow and always releases the ticket exactly once
-// (when ticket is not nil), also when fn panics.
+// (when ticket is not nil), also when anything panics: fn, the driver's
+// Begin, Guard or Commit (a nil pointer inside a non-nil Beginner, say),
+// or the ticket's own Key or Token. On a panic an open transaction is
+// rolled back first, then the ticket is released, then the panic goes on.
 func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T) error, opts []fence.Option) (err error) {
 	if ticket == nil {
 		return fence.ErrNilTicket
 	}
+	var (
+		// raw is the open transaction: set after Begin, cleared once
+		// COMMIT or ROLLBACK returned.
+		raw      Tx
+		released bool
+	)
 	// Release exactly once, whatever happens, after the outcome is settled.
-	released := false
 	release := func(primary error) error {
 		released = true
 		if rerr := ticket.Release(context.WithoutCancel(ctx)); rerr != nil {
@@ -48,6 +56,26 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 		}
 		return primary
 	}
+	defer func() {
+		// Reached with the ticket unreleased only during a panic (or
+		// runtime.Goexit), anywhere below: roll back what is open,
+		// release, and let the panic go on.
+		if released {
+			return
+		}
+		if raw != nil {
+			_ = raw.Rollback(context.WithoutCancel(ctx))
+		}
+		_ = release(nil)
+	}()
+	rollback := func(primary error) error {
+		// A rollback error is not reported: an unfinished transaction is
+		// rolled back by the server when its connection goes away.
+		_ = raw.Rollback(context.WithoutCancel(ctx))
+		raw = nil
+		return release(primary)
+	}
+
 	plan, err := fence.NewPlan(ticket, opts...)
 	if err != nil {
 		return release(err)
@@ -60,28 +88,11 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if fn == nil {
 		return release(fmt.Errorf("%s: nil function", d.Pkg))
 	}
-	tx, raw, err := d.Begin(ctx)
+	tx, began, err := d.Begin(ctx)
 	if err != nil {
 		return release(fmt.Errorf("%s: begin: %w", d.Pkg, err))
 	}
-	finished := false
-	defer func() {
-		// Reached without finished only while fn panics (or calls
-		// runtime.Goexit): roll back, release, and let the panic go on.
-		if !finished {
-			_ = raw.Rollback(context.WithoutCancel(ctx))
-			if !released {
-				_ = release(nil)
-			}
-		}
-	}()
-	rollback := func(primary error) error {
-		finished = true
-		// A rollback error is not reported: an unfinished transaction is
-		// rolled back by the server when its connection goes away.
-		_ = raw.Rollback(context.WithoutCancel(ctx))
-		return release(primary)
-	}
+	raw = began
 
 	if err := d.Guard(ctx, tx, plan); err != nil {
 		return rollback(err)
@@ -95,14 +106,14 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if err := fence.CheckLease(ticket, fence.WithCommitMargin(plan.CommitMargin)); err != nil {
 		return rollback(err)
 	}
-	finished = true
 	if err := raw.Commit(ctx); err != nil {
 		if d.Definite(err) {
 			// The database answered: the transaction did not commit.
-			_ = raw.Rollback(context.WithoutCancel(ctx))
-			return release(fmt.Errorf("%s: commit: %w", d.Pkg, err))
+			return rollback(fmt.Errorf("%s: commit: %w", d.Pkg, err))
 		}
+		raw = nil
 		return release(fmt.Errorf("%s: %w: %w", d.Pkg, fence.ErrCommitUnknown, err))
 	}
+	raw = nil
 	return release(nil)
 }

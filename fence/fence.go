@@ -77,7 +77,9 @@ type Plan struct {
 	Resources []string
 	// Table is the validated high-water table name.
 	Table string
-	// Token is the ticket's token as stored (a signed BIGINT).
+	// Token is the ticket's token as stored (a signed BIGINT). Token 0 is
+	// allowed here but is stale everywhere: the implicit high-water of a
+	// resource without a row is 0, and adapters never store it.
 	Token int64
 	// CommitMargin is the remaining lease time required at commit.
 	CommitMargin time.Duration

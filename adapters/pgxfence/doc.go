@@ -16,11 +16,12 @@
 //	case errors.Is(err, fence.ErrCommitUnknown): // check the data before retrying
 //	}
 //
-// db is anything with Begin(ctx) (pgx.Tx, error): *pgxpool.Pool, *pgx.Conn,
-// or a pgx.Tx (then Run works in a savepoint, and its "commit" only
-// releases the savepoint: the outer transaction must still commit before
-// the ticket's lease ends, which Run cannot check; prefer Guard there).
-// Run always releases the ticket, exactly once.
+// db is a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn. A pgx.Tx is refused
+// with ErrNestedTx: its Begin makes a savepoint, whose "commit" commits
+// nothing, so Run would release the ticket before the outer transaction
+// commits (a rule 18 violation). Inside your own transaction use Guard,
+// and release the ticket after your commit. Run always releases the
+// ticket, exactly once.
 //
 // # The statement
 //
@@ -41,8 +42,12 @@
 //
 // READ COMMITTED, PostgreSQL's default, is right: ON CONFLICT DO UPDATE
 // locks and checks the latest committed row version. Under REPEATABLE READ
-// or SERIALIZABLE a concurrent bump fails the upsert with SQLSTATE 40001
-// (returned, not retried).
+// or SERIALIZABLE (a transaction you opened with pgx.TxOptions and fenced
+// with Guard) a bump committed by another transaction after yours took its
+// snapshot fails the upsert with SQLSTATE 40001, for a lower and for a
+// higher token alike: returned, not retried; roll back and retry the whole
+// transaction. A lower token never passes at any level (see the isolation
+// table in package fence).
 //
 // # Guard
 //

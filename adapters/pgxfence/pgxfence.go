@@ -12,11 +12,20 @@ import (
 	"github.com/ticketing-dev/ticketing/fence"
 )
 
-// Beginner starts a transaction. *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// (a nested transaction, that is a savepoint) satisfy it.
+// Beginner starts a transaction: *pgxpool.Pool, *pgxpool.Conn or
+// *pgx.Conn. A pgx.Tx satisfies the interface too, but Run refuses it
+// with ErrNestedTx.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
+
+// ErrNestedTx is returned by Run when db is a pgx.Tx. Its Begin only
+// creates a savepoint, and "committing" a savepoint commits nothing: Run
+// would release the ticket before the outer transaction commits, while a
+// newer holder can already write (SEMANTICS.md rule 18). Inside a
+// transaction you manage, call Guard, commit, and release the ticket
+// after the commit. The ticket is released and nothing is sent.
+var ErrNestedTx = errors.New("pgxfence: db is a pgx.Tx (a savepoint is not a commit); use Guard in that transaction and release the ticket after its commit")
 
 // Run fences fn with ticket in one transaction of db: begin, check-and-bump
 // of the high-water of every resource (default: the ticket's key), fn,
@@ -32,7 +41,8 @@ type Beginner interface {
 //     commit;
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
-//   - validation errors of fence.NewPlan, before anything is sent;
+//   - validation errors of fence.NewPlan, or ErrNestedTx if db is a
+//     pgx.Tx, before anything is sent;
 //   - a *fence.ReleaseError if the release failed: it carries the outcome
 //     above as Primary (nil if committed; see fence.Committed).
 //
@@ -50,7 +60,11 @@ func Run(ctx context.Context, db Beginner, ticket fence.Ticket, fn func(pgx.Tx) 
 // caller must: do the protected write in tx, call fence.CheckLease right
 // before commit (roll back if it fails), commit, and only then release the
 // ticket. Guard never releases the ticket. After any error the transaction
-// must be rolled back (Postgres has aborted it anyway).
+// must be rolled back (Postgres has aborted it anyway). Call Guard once
+// per transaction: a second call with the same ticket finds the
+// high-water equal to the token and returns a *fence.StaleError. Under
+// REPEATABLE READ or SERIALIZABLE, a concurrent committed bump makes Guard
+// fail with SQLSTATE 40001.
 func Guard(ctx context.Context, tx pgx.Tx, ticket fence.Ticket, opts ...fence.Option) error {
 	if tx == nil {
 		return errors.New("pgxfence: nil transaction")
@@ -70,6 +84,12 @@ func (t txAdapter) Rollback(ctx context.Context) error { return t.tx.Rollback(ct
 func driver(db Beginner) core.Driver[pgx.Tx] {
 	return core.Driver[pgx.Tx]{
 		Pkg: "pgxfence",
+		Check: func() error {
+			if _, nested := db.(pgx.Tx); nested {
+				return ErrNestedTx
+			}
+			return nil
+		},
 		Begin: func(ctx context.Context) (pgx.Tx, core.Tx, error) {
 			if db == nil {
 				return nil, nil, errors.New("nil db")
@@ -89,16 +109,21 @@ func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
 	upsert := upsertSQL(plan.Table)
 	for _, r := range plan.Resources {
 		var hw int64
-		err := tx.QueryRow(ctx, upsert, []byte(r), plan.Token).Scan(&hw)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("pgxfence: check-and-bump %q: %w", r, err)
+		if plan.Token > 0 { // token 0 is below every high-water: never stored
+			err := tx.QueryRow(ctx, upsert, []byte(r), plan.Token).Scan(&hw)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("pgxfence: check-and-bump %q: %w", r, err)
+			}
 		}
 		// Rejected. The row is locked by the upsert; read its value (a new
-		// snapshot under READ COMMITTED sees what the upsert compared with).
-		if err := tx.QueryRow(ctx, selectSQL(plan.Table), []byte(r)).Scan(&hw); err != nil {
+		// snapshot under READ COMMITTED sees what the upsert compared with;
+		// under REPEATABLE READ the upsert would have failed with 40001
+		// had the row changed since the snapshot).
+		err := tx.QueryRow(ctx, selectSQL(plan.Table), []byte(r)).Scan(&hw)
+		if err != nil && !(plan.Token == 0 && errors.Is(err, pgx.ErrNoRows)) {
 			return fmt.Errorf("pgxfence: read high-water of %q: %w", r, err)
 		}
 		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}

@@ -15,8 +15,9 @@
 //		return err
 //	})
 //
-// db is a *sql.DB or a *sql.Conn (anything with BeginTx). The transaction
-// uses the driver's default isolation level. Run always releases the
+// db is a *sql.DB or a *sql.Conn (anything with BeginTx; a *sql.Conn
+// begins and commits a real transaction). The transaction uses the
+// driver's default isolation level. Run always releases the
 // ticket, exactly once; see fence for every outcome.
 //
 // # PostgreSQL
@@ -24,31 +25,47 @@
 // One statement per resource: INSERT ... ON CONFLICT (resource) DO UPDATE
 // ... WHERE high_water < EXCLUDED.high_water RETURNING high_water; the same
 // as package pgxfence. READ COMMITTED is right: the upsert locks the row
-// and compares with its latest committed version.
+// and compares with its latest committed version. Under REPEATABLE READ or
+// SERIALIZABLE (sql.TxOptions with Guard, or default_transaction_isolation)
+// a concurrent committed bump fails with SQLSTATE 40001 instead.
 //
 // # MySQL and MariaDB
 //
-// One statement per resource:
+// One statement per resource, the token passed as four parameters:
 //
 //	INSERT INTO ticketing_fence (resource, high_water, updated_at) VALUES (?, ?, CURRENT_TIMESTAMP(6))
 //	ON DUPLICATE KEY UPDATE
-//	  updated_at = IF(high_water < VALUES(high_water), VALUES(updated_at), updated_at),
-//	  high_water = IF(high_water < VALUES(high_water), VALUES(high_water), high_water + 0 * LAST_INSERT_ID(1))
+//	  updated_at = IF(high_water < ?, CURRENT_TIMESTAMP(6), updated_at),
+//	  high_water = IF(high_water < ?, ?, high_water + 0 * LAST_INSERT_ID(18446744073709551615))
 //
-// Under REPEATABLE READ (InnoDB's default) this is still right: INSERT ...
-// ON DUPLICATE KEY UPDATE is a locking read, which takes an exclusive lock
+// At every isolation level (READ UNCOMMITTED to SERIALIZABLE, InnoDB's
+// default REPEATABLE READ included) this is right: INSERT ... ON
+// DUPLICATE KEY UPDATE is a locking read, which takes an exclusive lock
 // on the row and sees the latest committed value, not the transaction's
 // snapshot. A new resource is inserted; a concurrent inserter of the same
 // resource waits on the primary key. The outcome is read from the result:
 // affected rows 1 (inserted) or 2 (raised) mean accepted, 0 (unchanged)
 // means stale. Because clientFoundRows=true in the DSN makes an unchanged
 // row count 1 too, the rejecting branch also sets the statement's insert
-// id with LAST_INSERT_ID(1), so the outcome is right with either setting.
-// After a rejection the high-water is read with SELECT ... FOR UPDATE (a
-// current read, not the snapshot). VALUES() in ON DUPLICATE KEY UPDATE is
-// deprecated in MySQL 8.0.20+ (a warning) but is what MariaDB understands.
-// A deadlock (error 1213) between your business statements is returned,
-// never retried.
+// id to a flag, the largest BIGINT UNSIGNED (no AUTO_INCREMENT column of
+// a custom table hands it out), so the outcome is right with either
+// setting. An accepted bump leaves LAST_INSERT_ID() as your own
+// statements set it; a rejection sets it to the flag, on a transaction
+// you roll back anyway. After a rejection the high-water is read with
+// SELECT ... FOR UPDATE (a current read, not the snapshot).
+//
+// The statement uses neither VALUES(col), deprecated since MySQL 8.0.20
+// (warning 1287, announced for removal), nor the row alias INSERT ... AS
+// new, which MySQL 8.0.19+ has and MariaDB does not: IF() and plain
+// parameters are in every MySQL and MariaDB version (the suite runs on
+// MariaDB 10.11; MySQL 8.4/9.x were not at hand). It works under any
+// sql_mode (tested with ANSI, ANSI_QUOTES, TRADITIONAL, STRICT_ALL_TABLES,
+// NO_BACKSLASH_ESCAPES, PAD_CHAR_TO_FULL_LENGTH, with and without
+// interpolateParams). Resource names are VARBINARY: compared byte for
+// byte, "a", "a " and "A" are three resources.
+//
+// A deadlock (error 1213) or lock wait timeout (1205) between your
+// business statements is returned, never retried.
 //
 // Use interpolateParams=true in the DSN to save the prepare round trips
 // go-sql-driver/mysql otherwise spends on every statement with arguments.
@@ -67,7 +84,10 @@
 // instead of failing. Run issues the upsert (INSERT ... ON CONFLICT ... DO
 // UPDATE ... WHERE ... RETURNING, SQLite 3.35+) as the first statement, so
 // even without _txlock=immediate its transaction starts as a writer; with
-// Guard in your own transaction, the parameter matters more. WAL mode
+// Guard in your own transaction, the parameter matters more: a deferred
+// transaction that read something before Guard, while another writer
+// committed, fails at once with SQLITE_BUSY_SNAPSHOT (517) in WAL mode or
+// SQLITE_BUSY otherwise; roll back and retry. WAL mode
 // (_pragma=journal_mode(WAL)) lets readers go on during a fenced write.
 // SQLite's busy handler polls with growing sleeps and is not fair, so with
 // many concurrent writers one can starve past the busy timeout; cap the

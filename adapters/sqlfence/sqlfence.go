@@ -81,7 +81,10 @@ func Run(ctx context.Context, db Beginner, d Dialect, ticket fence.Ticket, fn fu
 // tx ends, and the caller must: do the protected write in tx, call
 // fence.CheckLease right before commit (roll back if it fails), commit, and
 // only then release the ticket. Guard never releases the ticket. After any
-// error the transaction must be rolled back.
+// error the transaction must be rolled back. Call Guard once per
+// transaction: a second call with the same ticket finds the high-water
+// equal to the token and returns a *fence.StaleError. See package fence
+// for the outcome at each isolation level.
 func Guard(ctx context.Context, tx *sql.Tx, d Dialect, ticket fence.Ticket, opts ...fence.Option) error {
 	if tx == nil {
 		return errors.New("sqlfence: nil transaction")
@@ -125,6 +128,14 @@ func driver(db Beginner, d Dialect) core.Driver[*sql.Tx] {
 	}
 }
 
+// rejectedFlag is the insert id the MySQL upsert reports when it rejects
+// the token: LAST_INSERT_ID(18446744073709551615), the largest BIGINT
+// UNSIGNED, which go-sql-driver/mysql returns as int64 -1.
+const (
+	rejectedFlagSQL       = "18446744073709551615"
+	rejectedFlag    int64 = -1
+)
+
 type stmts struct {
 	upsert string // check-and-bump
 	read   string // locking read of the high-water, after a rejection
@@ -140,16 +151,25 @@ func statements(d Dialect, table string) (stmts, error) {
 			read: "SELECT high_water FROM " + table + " WHERE resource = $1",
 		}, nil
 	case MySQL:
-		// The assignments run left to right, so updated_at must come first:
-		// it compares with the old high_water. In the rejected case the
-		// row is left unchanged (0 affected rows) and LAST_INSERT_ID(1)
-		// flags the statement's insert id, which does not depend on the
-		// clientFoundRows setting.
+		// The token is passed four times (see bump) instead of being
+		// read back with VALUES(col), which MySQL deprecates since 8.0.20
+		// (warning 1287, "will be removed in a future release"), and
+		// instead of a row alias (INSERT ... AS new), which MySQL has
+		// since 8.0.19 but MariaDB does not understand at all: plain
+		// parameters work on every MySQL and MariaDB version.
+		//
+		// The assignments run left to right, so updated_at must come
+		// first: it compares with the old high_water. In the rejected
+		// case the row is left unchanged (0 affected rows) and
+		// LAST_INSERT_ID(flag) sets the statement's insert id to
+		// rejectedFlag, which does not depend on the clientFoundRows
+		// setting and which no AUTO_INCREMENT column hands out (a user
+		// table with one would report its new id on an accepted insert).
 		return stmts{
 			upsert: "INSERT INTO " + table + " (resource, high_water, updated_at) VALUES (?, ?, CURRENT_TIMESTAMP(6)) " +
 				"ON DUPLICATE KEY UPDATE " +
-				"updated_at = IF(high_water < VALUES(high_water), VALUES(updated_at), updated_at), " +
-				"high_water = IF(high_water < VALUES(high_water), VALUES(high_water), high_water + 0 * LAST_INSERT_ID(1))",
+				"updated_at = IF(high_water < ?, CURRENT_TIMESTAMP(6), updated_at), " +
+				"high_water = IF(high_water < ?, ?, high_water + 0 * LAST_INSERT_ID(" + rejectedFlagSQL + "))",
 			// A locking read is a "current read" under REPEATABLE READ: it
 			// sees the latest committed value, not the snapshot.
 			read: "SELECT high_water FROM " + table + " WHERE resource = ? FOR UPDATE",
@@ -171,15 +191,19 @@ func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
 		return err
 	}
 	for _, r := range plan.Resources {
-		accepted, err := bump(ctx, tx, d, st, r, plan.Token)
-		if err != nil {
-			return fmt.Errorf("sqlfence: check-and-bump %q: %w", r, err)
+		accepted := false
+		if plan.Token > 0 { // token 0 is below every high-water: never stored
+			accepted, err = bump(ctx, tx, d, st, r, plan.Token)
+			if err != nil {
+				return fmt.Errorf("sqlfence: check-and-bump %q: %w", r, err)
+			}
 		}
 		if accepted {
 			continue
 		}
 		var hw int64
-		if err := tx.QueryRowContext(ctx, st.read, []byte(r)).Scan(&hw); err != nil {
+		err := tx.QueryRowContext(ctx, st.read, []byte(r)).Scan(&hw)
+		if err != nil && !(plan.Token == 0 && errors.Is(err, sql.ErrNoRows)) {
 			return fmt.Errorf("sqlfence: read high-water of %q: %w", r, err)
 		}
 		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}
@@ -196,7 +220,7 @@ func bump(ctx context.Context, tx *sql.Tx, d Dialect, st stmts, r string, token 
 		}
 		return err == nil, err
 	}
-	res, err := tx.ExecContext(ctx, st.upsert, []byte(r), token)
+	res, err := tx.ExecContext(ctx, st.upsert, []byte(r), token, token, token, token)
 	if err != nil {
 		return false, err
 	}
@@ -210,7 +234,7 @@ func bump(ctx context.Context, tx *sql.Tx, d Dialect, st stmts, r string, token 
 	}
 	// 1 = inserted, 2 = updated; 0 = unchanged (rejected). With
 	// clientFoundRows=true an unchanged row also counts 1, hence the flag.
-	return (n == 1 || n == 2) && id != 1, nil
+	return (n == 1 || n == 2) && id != rejectedFlag, nil
 }
 
 // definite reports whether a commit error is an answer from the database

@@ -43,14 +43,21 @@
 //     committing would still be safe for the fenced resources (a newer
 //     holder's token is higher), but other effects of the critical section
 //     would not be, so Run does not commit late.
-//  5. COMMIT. If COMMIT gets no definite answer (the connection broke), the
-//     error matches ErrCommitUnknown: the write may or may not be durable.
+//  5. COMMIT. If COMMIT gets no definite answer (the connection broke, or
+//     with pgx the context ended while COMMIT was in flight), the error
+//     matches ErrCommitUnknown: the write may or may not be durable.
+//     (database/sql never sends COMMIT once the context has ended, and
+//     rolls back instead; that rare case is also reported as
+//     ErrCommitUnknown, which is conservative.)
 //  6. Only then, on every path, release the ticket, exactly once, with a
 //     context that ignores the caller's cancellation (the broker bounds
 //     releases itself). A release failure is returned as a *ReleaseError
 //     that carries the primary outcome, never hides it: use Committed(err)
 //     to tell "committed, but the release failed" from a failed
-//     transaction.
+//     transaction. "Every path" includes a panic anywhere in Run (fn,
+//     the driver's BEGIN or COMMIT, the ticket's methods): an open
+//     transaction is rolled back, the ticket released, and the panic
+//     goes on.
 //
 // The row lock taken in step 2 is held until step 5 ends, so two
 // transactions on the same resource cannot both pass the check with tokens
@@ -61,24 +68,48 @@
 //
 // # Isolation levels
 //
-// PostgreSQL: READ COMMITTED (the default) is fine. INSERT ... ON CONFLICT
-// DO UPDATE locks the conflicting row and evaluates its WHERE against the
-// latest committed version, not the statement's snapshot. Under
-// REPEATABLE READ or SERIALIZABLE a concurrent bump makes the upsert fail
-// with a serialization error (SQLSTATE 40001), which Run returns; retry
-// with a new ticket.
+// Rule 19 holds at every isolation level below: either the check sees
+// the latest committed high-water, or the database fails the statement
+// with an error that Run (or Guard) returns; a lower token never passes.
+// "Waits" means the second transaction blocks on the first one's row (or
+// writer) lock until it commits or rolls back. Verified by
+// TestIsolationLevels and TestSQLiteDeferred in adapters/internal/conformance.
 //
-// MySQL/MariaDB (InnoDB): REPEATABLE READ (the default) is fine. INSERT ...
-// ON DUPLICATE KEY UPDATE is a locking read: it takes an exclusive lock on
-// the row and compares with the latest committed value, not the
-// transaction's snapshot. After a rejection the high-water is read with
-// SELECT ... FOR UPDATE for the same reason.
+//	Database           Level                             Lower token, after a          Higher token
+//	                                                     concurrent bump committed
+//	PostgreSQL         READ COMMITTED (default)          waits, *StaleError            waits, accepted
+//	PostgreSQL         REPEATABLE READ, SERIALIZABLE     waits, SQLSTATE 40001 [1]     waits, SQLSTATE 40001 [1]
+//	MySQL/MariaDB      READ UNCOMMITTED, READ COMMITTED, waits, *StaleError [2]        waits, accepted
+//	(InnoDB)           REPEATABLE READ (default),
+//	                   SERIALIZABLE
+//	SQLite             _txlock=immediate                 BEGIN waits, *StaleError      BEGIN waits, accepted
+//	SQLite             deferred, Guard first (= Run)     waits, *StaleError            waits, accepted
+//	SQLite             deferred, a read before Guard     SQLITE_BUSY_SNAPSHOT (517)    the same error [3]
 //
-// SQLite: one writer at a time. Open the database with _txlock=immediate
-// (modernc.org/sqlite DSN parameter) so that BEGIN takes the writer lock,
-// and set a busy timeout (_pragma=busy_timeout(5000)). Run issues the
-// upsert as the first statement, so even a deferred transaction becomes a
-// writer before it reads anything.
+// [1] PostgreSQL: INSERT ... ON CONFLICT DO UPDATE locks the conflicting
+// row and, under READ COMMITTED, checks its latest committed version.
+// Under REPEATABLE READ or SERIALIZABLE, a row that another transaction
+// updated or inserted after this transaction's snapshot fails the upsert
+// with "could not serialize access due to concurrent update" (40001): the
+// caller's transaction is aborted; retry it from BEGIN (with a new ticket
+// if the token was stale). Without a concurrent bump these levels work
+// like READ COMMITTED.
+//
+// [2] MySQL/MariaDB: INSERT ... ON DUPLICATE KEY UPDATE is a locking
+// read at every level: an exclusive lock on the row and the latest
+// committed value, never the transaction's snapshot. After a rejection
+// the high-water is read with SELECT ... FOR UPDATE, a current read too,
+// so the *StaleError shows the committed high-water.
+//
+// [3] SQLite: one writer at a time. A deferred transaction that read
+// before its first write holds a read snapshot; if another writer
+// committed since, SQLite cannot upgrade it and fails the upsert at once
+// with SQLITE_BUSY_SNAPSHOT in WAL mode (SQLITE_BUSY in rollback-journal
+// mode), whatever the token. Roll back and retry. Open the database with
+// _txlock=immediate (modernc.org/sqlite DSN parameter), so that BEGIN takes
+// the writer lock, and a busy timeout (_pragma=busy_timeout(5000)). Run
+// issues the upsert as its first statement, so even a deferred
+// transaction becomes a writer before it reads anything.
 //
 // # Fencing a transaction you manage: Guard
 //
@@ -94,6 +125,20 @@
 //
 // Guard never releases the ticket and never commits.
 //
+// Call Guard once per transaction and ticket. A second call with the same
+// ticket in the same transaction finds the high-water it just raised,
+// equal to the token, and reports a *StaleError (HighWater == Token): rule
+// 18 rejects token <= high-water, and the database cannot tell "raised by
+// this transaction" from "raised by a committed one" without extra state.
+// To fence several resources use WithResources in one call. Likewise a
+// ticket fences one committed transaction per resource: a second Run with
+// the same ticket on the same resource is stale.
+//
+// Do not hand Run a transaction as its database: pgxfence.Run refuses a
+// pgx.Tx (pgxfence.ErrNestedTx), whose Begin only makes a savepoint, so
+// Run's "commit" would commit nothing and the ticket would be released
+// before the real commit. Use Guard in that transaction instead.
+//
 // # Resources, tokens and the table
 //
 // The resource is the ticket's key unless WithResource or WithResources
@@ -103,7 +148,9 @@
 // is refused with ErrInvalidResource before anything is sent.
 //
 // Tokens are stored in a signed BIGINT: a token above math.MaxInt64 is
-// refused with ErrTokenRange, never truncated.
+// refused with ErrTokenRange, never truncated. Tokens start at 1: a
+// resource without a row has the implicit high-water 0, so token 0 (a
+// zero-value or fake ticket) is always stale, and is never stored.
 //
 // WithTable names another high-water table (a plain identifier, optionally
 // schema-qualified, validated, not quoted). You create that table

@@ -33,8 +33,11 @@
 //	goose -dir migrations/mysql    -table ticketing_goose_version mysql    "user@tcp(host:3306)/db?parseTime=true" up
 //	goose -dir migrations/sqlite3  -table ticketing_goose_version sqlite3  ./app.db up
 //
-// (The CLI uses its own locking, or none.) To embed the files in your own
-// Provider, use Files.
+// Without goose installed, "go run github.com/pressly/goose/v3/cmd/goose@v3.30.1"
+// in place of "goose" works (the version this module uses). The CLI and Up
+// agree: after the CLI's up, Up finds version 1 applied; after Down, the
+// CLI's status shows it pending. (The CLI uses its own locking, or none.)
+// To embed the files in your own Provider, use Files.
 //
 // # Custom tables
 //

@@ -26,4 +26,18 @@
 //     reconnects by itself and tokens keep increasing across restarts.
 //   - TestAuthAndTLS: a deployment written by 'ticketingd init --tls', and
 //     every TLS mode and token case of the broker against it.
+//   - TestChaosFencedCounter: four counterworker processes do fenced
+//     read-modify-write increments for 30 s (CI) while a nemesis SIGSTOPs
+//     lock holders past their lease and kill -9s and restarts the server;
+//     the counter must equal the write log, tokens must increase in commit
+//     order, and at least one stale rejection and one kill must happen. A
+//     control run without the fence must detect lost updates.
+//   - TestBrokerThroughFaultProxy: a broker talks to the server through
+//     faultproxy (delay, mid-frame cuts, blackhole, reset); every outcome
+//     must be one the semantics allow, no token is granted twice, and
+//     confirmed holdings of a key never overlap.
+//   - TestContainers_*: the fence's rule-19 load and the migrations on
+//     PostgreSQL and MariaDB started by testcontainers-go from the images
+//     named by TICKETING_TEST_POSTGRES_IMAGE / TICKETING_TEST_MYSQL_IMAGE
+//     (built offline by integration/images; see its README).
 package integration

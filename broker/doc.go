@@ -28,7 +28,9 @@
 //
 // Each session has a reader and a writer goroutine and an in-flight map by
 // req_id; requests are pipelined, replies may come in any order, so a
-// waiting ACQUIRE never blocks the requests behind it. Callers encode their
+// waiting ACQUIRE never blocks the requests behind it. The reader hands out
+// every reply already buffered under one hold of the session lock, and
+// delivers the results after releasing it. Callers encode their
 // frames; the writer yields while its queue still grows (a few times at
 // most) and then writes every queued frame in one Write. The release window
 // is enforced by one timer per session, armed for the earliest window end

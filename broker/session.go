@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -85,6 +86,7 @@ type conn struct {
 	inflight  map[uint32]*request
 	queue     []*request
 	nextID    uint32
+	wrapped   bool              // nextID has wrapped around: allocID must check for ids in use
 	cancelled map[uint32]string // ACQUIREs cancelled after a possible send: req_id -> key
 	pingWant  bool
 	pingOut   bool
@@ -247,6 +249,12 @@ func (c *conn) allocID() uint32 {
 		id := c.nextID
 		if id == 0 || (c.pingOut && id == c.pingID) {
 			continue
+		}
+		if id == 1 {
+			c.wrapped = true // ids from here on may still be in use
+		}
+		if !c.wrapped {
+			return id // every id in use is below nextID
 		}
 		if _, busy := c.inflight[id]; busy {
 			continue
@@ -476,10 +484,10 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) readLoop() {
-	fr := wire.NewReader(c.br)
 	var resp wire.Response
+	var ready []delivery // reader-owned, reused
 	for {
-		body, err := fr.Next()
+		n, err := c.peekFrame(true)
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameSize) {
 				c.fail(c.s.errorf(err, "oversized or empty reply frame"))
@@ -488,14 +496,87 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		if err := wire.DecodeResponse(body, &resp); err != nil {
-			c.fail(c.s.errorf(err, "bad reply"))
+		// Dispatch this frame and every further whole frame already
+		// buffered under one lock; results are delivered after it.
+		c.mu.Lock()
+		bad := false
+		for n > 0 {
+			body, _ := c.br.Peek(wire.HeaderLen + n)
+			if err := wire.DecodeResponse(body[wire.HeaderLen:], &resp); err != nil {
+				c.failLocked(c.s.errorf(err, "bad reply"))
+				bad = true
+				break
+			}
+			// After the session ends, keep draining what was already read:
+			// a grant for a cancelled ACQUIRE must still be compensated.
+			ready = c.dispatchLocked(&resp, ready)
+			c.br.Discard(wire.HeaderLen + n)
+			if len(ready) >= maxDispatchBatch {
+				break
+			}
+			n, _ = c.peekFrame(false)
+		}
+		c.mu.Unlock()
+		for i := range ready {
+			ready[i].run(c)
+		}
+		clear(ready)
+		ready = ready[:0]
+		if bad {
 			return
 		}
-		// After the session ends, keep draining what was already read:
-		// a grant for a cancelled ACQUIRE must still be compensated.
-		c.dispatch(&resp)
 	}
+}
+
+// maxDispatchBatch bounds the replies dispatched under one hold of c.mu.
+const maxDispatchBatch = 64
+
+// peekFrame returns the body length of the next frame, which is then
+// wholly buffered in c.br (header included; the caller discards it). With
+// block false it never reads from the socket and returns 0 unless a whole
+// frame is already buffered.
+func (c *conn) peekFrame(block bool) (int, error) {
+	if !block && c.br.Buffered() < wire.HeaderLen {
+		return 0, nil
+	}
+	hdr, err := c.br.Peek(wire.HeaderLen)
+	if err != nil {
+		return 0, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr))
+	if n == 0 || n > wire.MaxBody {
+		if !block {
+			return 0, nil // reported by the next blocking call
+		}
+		return 0, wire.ErrFrameSize
+	}
+	if !block && c.br.Buffered() < wire.HeaderLen+n {
+		return 0, nil
+	}
+	if _, err := c.br.Peek(wire.HeaderLen + n); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// delivery is work that dispatchLocked leaves for after c.mu is released:
+// a result for its request, or a compensating release.
+type delivery struct {
+	r     *request
+	res   result
+	key   string // compensation: the key and token of a grant nobody uses
+	token uint64
+}
+
+func (d *delivery) run(c *conn) {
+	if d.r != nil {
+		d.r.deliver(d.res)
+		return
+	}
+	c.b.compensate(d.key, d.token, "grant read after its session ended")
 }
 
 // answers reports whether a reply of type typ answers a request of type req.
@@ -509,33 +590,30 @@ func answers(req, typ byte) bool {
 	return false
 }
 
-// dispatch hands one reply to its request. It reports false when the
-// session has ended.
-func (c *conn) dispatch(resp *wire.Response) bool {
-	c.mu.Lock()
+// dispatchLocked hands one reply to its request, under c.mu. A result for
+// an ordinary reply, and a compensating release, are appended to ready, to
+// be run after c.mu is released: the request is out of the in-flight map
+// by then, so nothing else touches it, and a withdraw finding it gone waits
+// on r.ch.
+func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery {
 	if c.closed {
 		// Frames read after a close: only a grant for an ACQUIRE that was
 		// possibly sent (cancelled, or in flight when the session failed)
 		// matters; its caller got no Ticket, so release it.
-		var key string
-		var ok bool
 		if resp.Type == wire.TypeGranted {
-			key, ok = c.cancelled[resp.ReqID]
-			delete(c.cancelled, resp.ReqID)
+			if key, ok := c.cancelled[resp.ReqID]; ok {
+				delete(c.cancelled, resp.ReqID)
+				ready = append(ready, delivery{key: key, token: resp.Token})
+			}
 		}
-		c.mu.Unlock()
-		if ok {
-			c.b.compensate(key, resp.Token, "grant read after its session ended")
-		}
-		return false
+		return ready
 	}
 	id := resp.ReqID
 	switch resp.Type {
 	case wire.TypePong:
 		if c.pingOut && id == c.pingID {
 			c.pingOut = false
-			c.mu.Unlock()
-			return true
+			return ready
 		}
 		c.failLocked(c.s.errorf(nil, "PONG with unknown req_id %d", id))
 	case wire.TypeNotActive, wire.TypeError:
@@ -565,18 +643,12 @@ func (c *conn) dispatch(resp *wire.Response) bool {
 			c.failLocked(c.s.errorf(nil, "reply %q does not answer request %q (req_id %d)", resp.Type, r.typ, id))
 		default:
 			delete(c.inflight, id)
-			abandoned, t0 := r.abandoned, r.t0
-			c.mu.Unlock()
-			// Deliver outside the lock: r is out of the map, so nothing else
-			// touches it, and a withdraw finding it gone waits on r.ch.
-			if !abandoned {
-				r.deliver(result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: t0})
+			if !r.abandoned {
+				ready = append(ready, delivery{r: r, res: result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0}})
 			}
-			return true
 		}
 	}
-	c.mu.Unlock()
-	return false
+	return ready
 }
 
 // scanLoop runs in the session's manager goroutine while the conn is open:

@@ -29,6 +29,11 @@ type ticketState struct {
 	token    uint64
 	deadline time.Time
 
+	// The registry of unreleased tickets (see ticketShard), guarded by the
+	// shard's mu.
+	prev, next *ticketState
+	linked     bool
+
 	relMu sync.Mutex // held for the whole of a release
 	done  atomic.Bool
 	err   error // the first release's result, guarded by relMu
@@ -102,7 +107,7 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	st.done.Store(true)
 	sh := b.shard(st)
 	sh.mu.Lock()
-	delete(sh.m, st)
+	sh.remove(st)
 	sh.mu.Unlock()
 	return err
 }

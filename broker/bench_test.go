@@ -28,17 +28,27 @@ import (
 // client; the select on ctx.Done is still exercised on every wait.
 //
 // Figures (issue 3), against `ticketing-bench --mode uncontended --clients
-// 64 --conns 2 --duration 10s` (in-process server too, GOMAXPROCS 2), four
-// alternating runs each on a shared, noisy 2-core machine, medians: tool
-// 291k cycles/s; this benchmark 175k cycles/s (60%; 171k, 59%, before the
-// reader's batched dispatch and the list-based ticket registry), 4
-// allocs/op. Per cycle the broker process burns ~7.3 µs of CPU against the
-// tool's ~4.3 µs: syscalls 2.8 vs 2.1 µs (strict round-robin splits each
-// wave of callers over both sessions: ~14 frames per client write, ~0.27
-// writes and 0.36 reads per cycle against the tool's 0.20 and 0.30), the
-// caller's path 2.4 vs 0.5 µs (runtime.AddCleanup/Stop 0.5 µs, the select
-// on ctx.Done 0.6 µs against a plain receive's 0.13 µs, two allocations,
-// the ticket registry, owners), the scheduler 0.7 vs 0.5 µs.
+// 64 --conns 2 --duration 10s` (in-process server too, GOMAXPROCS 2),
+// alternating runs on a shared, noisy 2-core machine, medians: five rounds
+// of tool / previous broker / this broker gave 252k / 151k (60%) / 159k
+// cycles/s (63%; per-round ratios to the tool 0.60-0.82, median 0.70;
+// paired gain over the previous broker +3% to +18%, median +17%), 2
+// allocs/op (4 before). Per cycle, measured from /proc over the middle of
+// three further rounds each: CPU of the whole process 6.8 µs against the
+// tool's 4.9 µs (7.7 µs before), 0.157 writes and 0.29 reads (tool 0.19
+// and 0.29; before 0.27 and 0.36), CPU busy ~127% of 2 cores (tool ~130%:
+// both are partly latency-bound). What changed: callers woken by a batch
+// of replies no longer wake the writers one by one (the last of them does,
+// see Broker.woken), so a wave of callers is written in one Write per
+// session although strict round-robin splits it over both; the drop
+// safety net is a finalizer instead of runtime.AddCleanup (no argument box
+// or closure allocation, about half the cost); Release reads the clock
+// once. The remaining gap, from profiles (µs per cycle, with profiling
+// overhead): the select on reply+ctx.Done ~0.6 for the two waits against
+// ~0.15 for plain receives; SetFinalizer+clear ~0.45 (global special lock
+// and the span's specials list walk); the ticket registry, two
+// allocations, owners, encoding and the rule-10 deadline ~0.4; the
+// scheduler ~0.7 (tool ~0.5).
 func benchCycles(b *testing.B, addr string) {
 	cfg := broker.Config{Addrs: []string{addr}}
 	br := newBroker(b, cfg)

@@ -83,8 +83,17 @@ type Broker struct {
 	down     chan struct{} // closed when Close has torn everything down
 	once     sync.Once
 	reqs     sync.Pool
-	owners   sync.Pool // *ownerBuf
-	dropFn   func(*ticketState)
+	// woken counts results delivered to callers and not yet received
+	// (request.deliver adds one, Broker.consumed takes it off): callers
+	// that are runnable and about to queue their next requests. While it
+	// is positive, enqueue leaves the writer asleep; the caller that
+	// brings it to zero wakes the writers (see consumed), so that a wave
+	// of callers woken by a batch of replies is written in one Write per
+	// session instead of being split over several. Every delivered result
+	// is received by a goroutine that is runnable at once, so woken always
+	// returns to zero without waiting on anything else.
+	woken  atomic.Int32
+	owners sync.Pool // *ownerBuf
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
@@ -113,7 +122,6 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1)} }
-	b.dropFn = b.dropped
 	for i, a := range set.addrs {
 		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, tls: set.tls[i]})
 	}
@@ -290,17 +298,39 @@ func (b *Broker) newOwner(o *[wire.OwnerLen]byte) {
 
 // await waits for r's result or for ctx to end; false means ctx ended
 // first (r is still with c).
-func await(ctx context.Context, r *request) bool {
+func (b *Broker) await(ctx context.Context, r *request) bool {
 	done := ctx.Done()
 	if done == nil {
-		<-r.ch
+		b.recv(r)
 		return true
 	}
 	select {
 	case <-r.ch:
+		b.consumed()
 		return true
 	case <-done:
 		return false
+	}
+}
+
+// recv receives r's result; every result delivered is received once,
+// by recv or await.
+func (b *Broker) recv(r *request) {
+	<-r.ch
+	b.consumed()
+}
+
+// consumed accounts for one received result (see woken). The caller that
+// brings woken to zero wakes every writer with queued requests: they
+// were left for it by enqueue, so that one Write carries the whole wave.
+func (b *Broker) consumed() {
+	if b.woken.Add(-1) != 0 {
+		return
+	}
+	for _, s := range b.sessions {
+		if c := s.cur.Load(); c != nil && c.qlen.Load() > 0 {
+			c.wakeWriter()
+		}
 	}
 }
 
@@ -355,7 +385,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 		if !c.enqueue(r) {
 			continue
 		}
-		if !await(ctx, r) {
+		if !b.await(ctx, r) {
 			switch c.withdraw(r, true, ctx.Err()) {
 			case withdrawnUnsent:
 				b.putReq(r)
@@ -364,7 +394,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 				b.putReq(r)
 				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; session closed", ctx.Err())
 			}
-			<-r.ch
+			b.recv(r)
 			res := r.res
 			b.putReq(r)
 			return b.cancelledOutcome(ctx, key, res, leaseS, workS)
@@ -425,7 +455,7 @@ func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, 
 		deadline := res.t0.Add(total * (100 - rhoPercent) / 100)
 		remaining := time.Until(deadline)
 		if remaining <= 0 || remaining < time.Duration(workS)*time.Second {
-			rerr := b.release(context.Background(), key, res.token, time.Now())
+			rerr := b.release(context.Background(), key, res.token, time.Now(), true)
 			msg := fmt.Sprintf("remaining %v < work budget %ds; compensating release: ", remaining.Round(time.Millisecond), workS)
 			if rerr == nil {
 				msg += "confirmed"
@@ -453,13 +483,19 @@ func (b *Broker) newTicket(key string, token uint64, deadline time.Time) (*Ticke
 	sh.mu.Lock()
 	if b.closing.Load() { // Close has collected, or will not see, this shard
 		sh.mu.Unlock()
-		b.release(context.Background(), key, token, time.Now())
+		b.release(context.Background(), key, token, time.Now(), true)
 		return nil, ErrClosed
 	}
 	sh.add(st)
 	sh.mu.Unlock()
 	t := &Ticket{b: b, st: st}
-	t.cleanup = runtime.AddCleanup(t, b.dropFn, st)
+	// A finalizer rather than runtime.AddCleanup: per ticket it costs no
+	// allocation (AddCleanup boxes its argument and allocates a closure)
+	// and about half the time, with the same effect here, since a Ticket
+	// is never part of a cycle that the finalizer would keep alive (it
+	// refers only to the Broker, reachable from its sessions' goroutines
+	// anyway, and to its ticketState).
+	runtime.SetFinalizer(t, finalizeTicket)
 	return t, nil
 }
 
@@ -484,7 +520,7 @@ func (b *Broker) spawn(f func()) bool {
 func (b *Broker) compensate(key string, token uint64, why string) {
 	start := time.Now()
 	if !b.spawn(func() {
-		err := b.release(context.Background(), key, token, start)
+		err := b.release(context.Background(), key, token, start, false)
 		b.log.Warn("broker: compensating release", "why", why, "key", key, "token", token, "err", err)
 	}) {
 		b.log.Warn("broker: compensating release skipped: broker closing", "why", why, "key", key, "token", token)
@@ -493,7 +529,9 @@ func (b *Broker) compensate(key string, token uint64, why string) {
 
 // release sends RELEASE for the exact token, retrying on any ready session
 // until the window from start ends; it resends only after a session drop.
-func (b *Broker) release(ctx context.Context, key string, token uint64, start time.Time) error {
+// fresh says that start was taken just now, so that the first attempt
+// need not read the clock again to check the window.
+func (b *Broker) release(ctx context.Context, key string, token uint64, start time.Time, fresh bool) error {
 	deadline := start.Add(b.set.Config.ReleaseWindow)
 	r := b.getReq()
 	r.typ = wire.TypeRelease
@@ -513,7 +551,9 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 		return newErr(ErrUnsent, msg, ctx.Err())
 	}
 	for {
-		if !time.Now().Before(deadline) {
+		if fresh {
+			fresh = false
+		} else if !time.Now().Before(deadline) {
 			b.putReq(r)
 			return newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
 		}
@@ -542,7 +582,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 		if !c.enqueue(r) {
 			continue
 		}
-		if !await(ctx, r) {
+		if !b.await(ctx, r) {
 			switch c.withdraw(r, false, nil) {
 			case withdrawnUnsent:
 				b.putReq(r)
@@ -550,7 +590,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			case withdrawnSent: // r now belongs to the conn, which absorbs its reply
 				return newErr(ErrReleaseUnconfirmed, "release cancelled after sending", ctx.Err())
 			}
-			<-r.ch // the result raced with the cancel: use it
+			b.recv(r) // the result raced with the cancel: use it
 		}
 		res := r.res
 		sentAny = sentAny || res.sent
@@ -607,7 +647,7 @@ func (b *Broker) Close() error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				err := b.releaseState(context.Background(), st, start)
+				err := b.releaseStateCtx(context.Background(), st, start, false)
 				if err != nil {
 					b.log.Warn("broker: release at Close failed", "key", st.key, "token", st.token, "err", err)
 				}

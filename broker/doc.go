@@ -32,7 +32,10 @@
 // every reply already buffered under one hold of the session lock, and
 // delivers the results after releasing it. Callers encode their
 // frames; the writer yields while its queue still grows (a few times at
-// most) and then writes every queued frame in one Write. The release window
+// most) and then writes every queued frame in one Write. Callers woken by
+// replies do not wake the writers one by one: the last of them to run
+// does, so that the requests of a whole wave of callers go out in one
+// Write per session (the rotation is unchanged). The release window
 // is enforced by one timer per session, armed for the earliest window end
 // among its RELEASEs, rather than a timer per RELEASE. ACQUIREs and RELEASEs share one
 // round-robin rotation over the ready sessions. Each session sends a PING

@@ -284,13 +284,21 @@ func (c *conn) enqueue(r *request) bool {
 		c.armReleasesLocked(r.deadline)
 	}
 	c.mu.Unlock()
-	if first {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+	// With woken callers still to run, the last of them wakes the writer
+	// (Broker.consumed). qlen was stored before woken is loaded here, and
+	// consumed loads qlen after its decrement: one of the two sees the
+	// other, so the request is never left unwritten.
+	if first && c.b.woken.Load() <= 0 {
+		c.wakeWriter()
 	}
 	return true
+}
+
+func (c *conn) wakeWriter() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Outcomes of withdraw.
@@ -373,7 +381,7 @@ func (c *conn) expireReleases() {
 			delete(c.inflight, id)
 			c.unqueueLocked(r)
 		}
-		r.deliver(result{expired: true, sent: r.sent, t0: r.t0})
+		r.deliver(c.b, result{expired: true, sent: r.sent, t0: r.t0})
 	}
 	c.relAt = time.Time{}
 	if !next.IsZero() {
@@ -381,7 +389,10 @@ func (c *conn) expireReleases() {
 	}
 }
 
-func (r *request) deliver(res result) {
+// deliver hands res to r's caller, which receives it with Broker.await
+// or Broker.recv.
+func (r *request) deliver(b *Broker, res result) {
+	b.woken.Add(1) // before the caller can receive it and take it off
 	r.res = res
 	r.ch <- struct{}{}
 }
@@ -415,7 +426,7 @@ func (c *conn) failLocked(err error) {
 			// from the socket is released (see dispatch).
 			c.cancelled[id] = string(r.key)
 		}
-		r.deliver(result{sent: r.sent, t0: r.t0, cause: err})
+		r.deliver(c.b, result{sent: r.sent, t0: r.t0, cause: err})
 	}
 	clear(c.inflight)
 	c.queue = nil
@@ -431,7 +442,8 @@ func (c *conn) writeLoop() {
 		// Let the goroutines that are about to enqueue do so: one Write
 		// then carries many frames. Yield again while the queue still
 		// grows (a yield costs far less than a loopback write), a few
-		// times at most.
+		// times at most. (Callers woken by a batch of replies need no
+		// yield: the last of them wakes the writer, see Broker.woken.)
 		for n, i := c.qlen.Load(), 0; i < 5; i++ {
 			runtime.Gosched()
 			m := c.qlen.Load()
@@ -573,7 +585,7 @@ type delivery struct {
 
 func (d *delivery) run(c *conn) {
 	if d.r != nil {
-		d.r.deliver(d.res)
+		d.r.deliver(c.b, d.res)
 		return
 	}
 	c.b.compensate(d.key, d.token, "grant read after its session ended")
@@ -630,7 +642,7 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 			delete(c.inflight, id)
 			if !r.abandoned {
 				res.sent, res.t0 = true, r.t0
-				r.deliver(res)
+				r.deliver(c.b, res)
 			}
 		}
 		c.failLocked(c.s.errorf(err, "server ended the session"))

@@ -17,13 +17,12 @@ import (
 // effort, when the garbage collector finds it (with a warning in the log);
 // do not rely on it.
 type Ticket struct {
-	b       *Broker
-	st      *ticketState
-	cleanup runtime.Cleanup
+	b  *Broker
+	st *ticketState
 }
 
 // ticketState is what the release machinery needs; it never refers to the
-// Ticket, so that a dropped Ticket can be collected and its cleanup run.
+// Ticket (a dropped Ticket is finalized, then collected).
 type ticketState struct {
 	key      string
 	token    uint64
@@ -77,29 +76,26 @@ func (t *Ticket) Release(ctx context.Context) error {
 	if b.closing.Load() {
 		return ErrClosed
 	}
-	err := b.releaseStateCtx(ctx, st, time.Now())
+	err := b.releaseStateCtx(ctx, st, time.Now(), true)
 	if st.done.Load() {
-		// Only a final result stops the drop cleanup: after an unsent,
-		// cancelled Release the ticket is still held, and dropping it
-		// must still release it.
-		t.cleanup.Stop()
+		// Only a final result removes the drop finalizer: after an
+		// unsent, cancelled Release the ticket is still held, and
+		// dropping it must still release it.
+		runtime.SetFinalizer(t, nil)
 	}
 	runtime.KeepAlive(t)
 	return err
 }
 
-// releaseState releases st once; later callers get the first result.
-func (b *Broker) releaseState(ctx context.Context, st *ticketState, start time.Time) error {
-	return b.releaseStateCtx(ctx, st, start)
-}
-
-func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start time.Time) error {
+// releaseStateCtx releases st once; later callers get the first result.
+// start and fresh are release's.
+func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start time.Time, fresh bool) error {
 	st.relMu.Lock()
 	defer st.relMu.Unlock()
 	if st.done.Load() {
 		return st.err
 	}
-	err := b.release(ctx, st.key, st.token, start)
+	err := b.release(ctx, st.key, st.token, start, fresh)
 	if errors.Is(err, ErrUnsent) && ctx.Err() != nil {
 		return err // nothing sent: the caller may try again
 	}
@@ -112,14 +108,18 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	return err
 }
 
-// dropped is the cleanup of a Ticket collected without Release.
+// finalizeTicket is the finalizer of a Ticket dropped without a final
+// Release.
+func finalizeTicket(t *Ticket) { t.b.dropped(t.st) }
+
+// dropped releases the state of a Ticket collected without Release.
 func (b *Broker) dropped(st *ticketState) {
 	if st.done.Load() {
 		return
 	}
 	start := time.Now()
 	b.spawn(func() {
-		err := b.releaseStateCtx(context.Background(), st, start)
+		err := b.releaseStateCtx(context.Background(), st, start, false)
 		b.log.Warn("broker: ticket dropped without Release; released in the background",
 			"key", st.key, "token", st.token, "err", err)
 	})

@@ -29,11 +29,10 @@ import (
 //
 // Figures (issue 3), against `ticketing-bench --mode uncontended --clients
 // 64 --conns 2 --duration 10s` (in-process server too, GOMAXPROCS 2),
-// alternating runs on a shared, noisy 2-core machine, medians: five rounds
-// of tool / previous broker / this broker gave 252k / 151k (60%) / 159k
-// cycles/s (63%; per-round ratios to the tool 0.60-0.82, median 0.70;
-// paired gain over the previous broker +3% to +18%, median +17%), 2
-// allocs/op (4 before). Per cycle, measured from /proc over the middle of
+// alternating runs on a shared, noisy 2-core machine: ten rounds of tool /
+// this broker / the previous one, medians 257k / 186k (72%) / 169k (66%)
+// cycles/s; per-round ratio to the tool 0.59-0.82, median 0.69 (the
+// previous broker 0.56-0.73, median 0.60); 2 allocs/op (4 before). Per cycle, measured from /proc over the middle of
 // three further rounds each: CPU of the whole process 6.8 µs against the
 // tool's 4.9 µs (7.7 µs before), 0.157 writes and 0.29 reads (tool 0.19
 // and 0.29; before 0.27 and 0.36), CPU busy ~127% of 2 cores (tool ~130%:

@@ -46,6 +46,7 @@ const (
 	TLSInsecureSkipVerify
 )
 
+// String returns the mode's name as used in URLs and logs, such as "ca-file".
 func (m TLSMode) String() string {
 	switch m {
 	case TLSOff:

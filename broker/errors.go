@@ -77,6 +77,7 @@ type ServerError struct {
 	Message string // the server's message
 }
 
+// Error implements error; it never contains the client token.
 func (e *ServerError) Error() string {
 	return fmt.Sprintf("broker: server error %d (%s): %s", e.Code, wire.CodeName(e.Code), e.Message)
 }
@@ -91,6 +92,7 @@ type NotActiveError struct {
 	Hint string // address of the active node, if the server knew it
 }
 
+// Error implements error.
 func (e *NotActiveError) Error() string {
 	if e.Hint == "" {
 		return "broker: node not active"

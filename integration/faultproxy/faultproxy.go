@@ -50,6 +50,7 @@ const (
 	ServerToClient
 )
 
+// String returns "client->server" or "server->client".
 func (d Direction) String() string {
 	if d == ClientToServer {
 		return "client->server"

@@ -97,6 +97,7 @@ const (
 	FromOfficialImage
 )
 
+// String returns the source's name.
 func (s Source) String() string {
 	switch s {
 	case Auto:

@@ -1,49 +1,32 @@
 package server_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// testServerCert returns a server certificate for 127.0.0.1 and a pool holding
+// the private CA that signed it.
+func testServerCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	ca, err := pki.NewCA("ticketing test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "ticketing test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	leaf, err := ca.Issue(pki.Server, []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+	return leaf.TLSCertificate(), ca.Pool()
 }
 
 func TestTLSSession(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := testServerCert(t)
 	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, ClientTokens: []string{"tok"}})
 	c := dialTLS(t, addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
 	c.hello("tok")
@@ -59,7 +42,7 @@ func TestTLSSession(t *testing.T) {
 // TestTLSHandshakeCountsAgainstHelloTimeout: a plain-TCP peer that never
 // completes the handshake is dropped within the HELLO timeout.
 func TestTLSHandshakeCountsAgainstHelloTimeout(t *testing.T) {
-	cert, _ := selfSigned(t)
+	cert, _ := testServerCert(t)
 	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, HelloTimeout: 200 * time.Millisecond})
 	c := dial(t, addr)
 	start := time.Now()
@@ -74,7 +57,7 @@ func TestTLSHandshakeCountsAgainstHelloTimeout(t *testing.T) {
 }
 
 func TestTLSPlainClientRejected(t *testing.T) {
-	cert, _ := selfSigned(t)
+	cert, _ := testServerCert(t)
 	_, addr := startServer(t, server.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
 	c := dial(t, addr)
 	c.send(helloReq(1, ""))

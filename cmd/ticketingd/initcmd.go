@@ -1,16 +1,10 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ticketing-dev/ticketing/internal/pki"
 )
 
 // Names of the files 'ticketingd init' writes into its directory.
@@ -190,84 +186,34 @@ func writeFile(path string, data []byte, perm os.FileMode) error {
 
 func writeTLS(dir string, hosts []string) error {
 	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("ticketingd private CA", now.AddDate(10, 0, 0).Sub(now))
 	if err != nil {
-		return runtimef("generate CA key: %w", err)
+		return runtimef("%w", err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          randSerial(),
-		Subject:               pkix.Name{CommonName: "ticketingd private CA", Organization: []string{"Ticketing"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	srv, err := ca.Issue(pki.Server, hosts, now.AddDate(2, 0, 0).Sub(now))
 	if err != nil {
-		return runtimef("create CA certificate: %w", err)
+		return runtimef("%w", err)
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return runtimef("parse CA certificate: %w", err)
-	}
-
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return runtimef("generate server key: %w", err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: randSerial(),
-		Subject:      pkix.Name{CommonName: hosts[0], Organization: []string{"Ticketing"}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(2, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, ip)
-		} else {
-			srvTmpl.DNSNames = append(srvTmpl.DNSNames, h)
-		}
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		return runtimef("create server certificate: %w", err)
-	}
-
 	for _, f := range []struct {
 		name string
-		typ  string
-		der  []byte
-		key  *ecdsa.PrivateKey
+		pair *pki.KeyPair
+		key  bool
 		perm os.FileMode
 	}{
-		{initCACert, "CERTIFICATE", caDER, nil, 0o644},
-		{initCAKey, "PRIVATE KEY", nil, caKey, 0o600},
-		{initServerCert, "CERTIFICATE", srvDER, nil, 0o644},
-		{initServerKey, "PRIVATE KEY", nil, srvKey, 0o600},
+		{initCACert, &ca.KeyPair, false, 0o644},
+		{initCAKey, &ca.KeyPair, true, 0o600},
+		{initServerCert, srv, false, 0o644},
+		{initServerKey, srv, true, 0o600},
 	} {
-		der := f.der
-		if f.key != nil {
-			if der, err = x509.MarshalPKCS8PrivateKey(f.key); err != nil {
-				return runtimef("marshal %s: %w", f.name, err)
+		data := f.pair.CertPEM()
+		if f.key {
+			if data, err = f.pair.KeyPEM(); err != nil {
+				return runtimef("%s: %w", f.name, err)
 			}
 		}
-		data := pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: der})
 		if err := writeFile(filepath.Join(dir, f.name), data, f.perm); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func randSerial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		// crypto/rand does not fail on supported platforms.
-		return big.NewInt(time.Now().UnixNano())
-	}
-	return n.Add(n, big.NewInt(1))
 }

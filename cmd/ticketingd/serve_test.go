@@ -1,16 +1,10 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -193,37 +188,23 @@ func TestServeTLSFromInit(t *testing.T) {
 // makeClientCert signs a client certificate with the CA that init wrote.
 func makeClientCert(t *testing.T, dir string) tls.Certificate {
 	t.Helper()
-	ca, err := tls.LoadX509KeyPair(filepath.Join(dir, initCACert), filepath.Join(dir, initCAKey))
+	certPEM, err := os.ReadFile(filepath.Join(dir, initCACert))
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	keyPEM, err := os.ReadFile(filepath.Join(dir, initCAKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7),
-		Subject:      pkix.Name{CommonName: "client"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	c, err := ca.Issue(pki.Client, []string{"client"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kd, _ := x509.MarshalPKCS8PrivateKey(key)
-	c, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return c.TLSCertificate()
 }
 
 func TestServeStandby(t *testing.T) {

@@ -89,17 +89,8 @@ type CA struct {
 // certificate for commonName, valid from an hour ago (for clock skew) until
 // validFor from now.
 func NewCA(commonName string, validFor time.Duration) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: generate CA key: %w", err)
-	}
-	serial, err := randSerial()
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: commonName, Organization: []string{Organization}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(validFor),
@@ -108,15 +99,11 @@ func NewCA(commonName string, validFor time.Duration) (*CA, error) {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	p, err := sign("CA", tmpl, nil)
 	if err != nil {
-		return nil, fmt.Errorf("pki: create CA certificate: %w", err)
+		return nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("pki: parse CA certificate: %w", err)
-	}
-	return &CA{KeyPair{Cert: cert, Key: key}}, nil
+	return &CA{*p}, nil
 }
 
 // LoadCA reads a CA from the PEM encodings of its certificate and its ECDSA
@@ -166,22 +153,13 @@ func (ca *CA) Issue(kind Kind, hosts []string, validFor time.Duration) (*KeyPair
 	default:
 		return nil, fmt.Errorf("pki: issue: unknown kind %v", kind)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: generate %v key: %w", kind, err)
-	}
-	serial, err := randSerial()
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: hosts[0], Organization: []string{Organization}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(validFor),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{eku},
+		Subject:     pkix.Name{CommonName: hosts[0], Organization: []string{Organization}},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(validFor),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{eku},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -190,13 +168,31 @@ func (ca *CA) Issue(kind Kind, hosts []string, validFor time.Duration) (*KeyPair
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	return sign(kind.String(), tmpl, ca)
+}
+
+// sign gives tmpl a random serial number and a fresh ECDSA P-256 key and
+// signs it with ca, or with the new key itself (self-signed) if ca is nil.
+// what names the certificate in errors.
+func sign(what string, tmpl *x509.Certificate, ca *CA) (*KeyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("pki: create %v certificate: %w", kind, err)
+		return nil, fmt.Errorf("pki: generate %s key: %w", what, err)
+	}
+	if tmpl.SerialNumber, err = randSerial(); err != nil {
+		return nil, err
+	}
+	parent, parentKey := tmpl, key
+	if ca != nil {
+		parent, parentKey = ca.Cert, ca.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, fmt.Errorf("pki: create %s certificate: %w", what, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("pki: parse %v certificate: %w", kind, err)
+		return nil, fmt.Errorf("pki: parse %s certificate: %w", what, err)
 	}
 	return &KeyPair{Cert: cert, Key: key}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +57,7 @@ func (sh *ticketShard) remove(st *ticketState) {
 		st.next.prev = st.prev
 	}
 	st.prev, st.next, st.linked = nil, nil, false
+	st.young = nil
 }
 
 func (b *Broker) shard(st *ticketState) *ticketShard { return &b.tickets[st.token%ticketShards] }
@@ -92,8 +92,8 @@ type Broker struct {
 	// session instead of being split over several. Every delivered result
 	// is received by a goroutine that is runnable at once, so woken always
 	// returns to zero without waiting on anything else.
-	woken  atomic.Int32
-	owners sync.Pool // *ownerBuf
+	woken atomic.Int32
+	epoch time.Time // for now
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
@@ -116,12 +116,13 @@ func New(cfg Config) (*Broker, error) {
 		log:    cfg.Logger,
 		down:   make(chan struct{}),
 		readyC: make(chan struct{}),
+		epoch:  time.Now(),
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1)} }
+	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1), ownerOff: ownersPerRead * wire.OwnerLen} }
 	for i, a := range set.addrs {
 		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, tls: set.tls[i]})
 	}
@@ -129,6 +130,7 @@ func New(cfg Config) (*Broker, error) {
 	for _, s := range b.sessions {
 		go s.run()
 	}
+	b.watchGC()
 	return b, nil
 }
 
@@ -136,6 +138,12 @@ func New(cfg Config) (*Broker, error) {
 func Connect(addrs ...string) (*Broker, error) {
 	return New(Config{Addrs: addrs})
 }
+
+// now is time.Now for release windows, with one clock read instead of
+// two: time.Since of a monotonic reading reads only the monotonic clock.
+// Its wall clock part is the epoch's plus the monotonic time since, so it
+// is for monotonic comparisons only (the release window), never shown.
+func (b *Broker) now() time.Time { return b.epoch.Add(time.Since(b.epoch)) }
 
 func (b *Broker) setLastErr(err error) {
 	if err == nil {
@@ -273,27 +281,20 @@ func (b *Broker) putReq(r *request) {
 	b.reqs.Put(r)
 }
 
-// ownerBuf holds crypto/rand bytes for ACQUIRE owners, read in batches:
-// one getrandom per 64 owners instead of one each.
-type ownerBuf struct {
-	b   [64 * wire.OwnerLen]byte
-	off int
-}
+// ownersPerRead is how many ACQUIRE owners a request draws from one
+// crypto/rand read.
+const ownersPerRead = 16
 
-// newOwner fills o with 16 fresh crypto/rand bytes, never used for
-// another owner.
-func (b *Broker) newOwner(o *[wire.OwnerLen]byte) {
-	ob, _ := b.owners.Get().(*ownerBuf)
-	if ob == nil {
-		ob = &ownerBuf{off: len(ownerBuf{}.b)}
+// newOwner fills r.owner with 16 fresh crypto/rand bytes, never used for
+// another owner. The bytes come from r's own buffer (requests are pooled
+// per P), refilled by one read per ownersPerRead owners.
+func (r *request) newOwner() {
+	if r.ownerOff == len(r.owners) {
+		rand.Read(r.owners[:]) // never fails
+		r.ownerOff = 0
 	}
-	if ob.off == len(ob.b) {
-		rand.Read(ob.b[:]) // never fails
-		ob.off = 0
-	}
-	copy(o[:], ob.b[ob.off:])
-	ob.off += wire.OwnerLen
-	b.owners.Put(ob)
+	copy(r.owner[:], r.owners[r.ownerOff:])
+	r.ownerOff += wire.OwnerLen
 }
 
 // await waits for r's result or for ctx to end; false means ctx ended
@@ -364,7 +365,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 	r.key = append(r.key[:0], key...)
 	r.waitS, r.leaseS = uint8(waitS), uint8(leaseS)
 	r.deadline = time.Time{}
-	b.newOwner(&r.owner) // a fresh owner for every acquire
+	r.newOwner() // a fresh owner for every acquire
 	if err := r.encode(); err != nil {
 		b.putReq(r)
 		return nil, newErr(ErrInvalidArgument, "encoding ACQUIRE", err)
@@ -486,16 +487,18 @@ func (b *Broker) newTicket(key string, token uint64, deadline time.Time) (*Ticke
 		b.release(context.Background(), key, token, time.Now(), true)
 		return nil, ErrClosed
 	}
+	t := &Ticket{b: b, st: st}
+	// The drop safety net (rule 17): the registry holds t until the next
+	// garbage collection, which gives it a finalizer (see promote). A
+	// finalizer rather than runtime.AddCleanup: it costs no allocation
+	// (AddCleanup boxes its argument and allocates a closure), and a
+	// promoted Ticket is never part of a cycle that the finalizer would
+	// keep alive (it refers only to the Broker, reachable from its
+	// sessions' goroutines anyway, and to its ticketState, which no longer
+	// refers to it).
+	st.young = t
 	sh.add(st)
 	sh.mu.Unlock()
-	t := &Ticket{b: b, st: st}
-	// A finalizer rather than runtime.AddCleanup: per ticket it costs no
-	// allocation (AddCleanup boxes its argument and allocates a closure)
-	// and about half the time, with the same effect here, since a Ticket
-	// is never part of a cycle that the finalizer would keep alive (it
-	// refers only to the Broker, reachable from its sessions' goroutines
-	// anyway, and to its ticketState).
-	runtime.SetFinalizer(t, finalizeTicket)
 	return t, nil
 }
 

@@ -1158,6 +1158,59 @@ func TestRule17_CloseReleases(t *testing.T) {
 			return f.Released(tok) == 1
 		})
 	})
+	t.Run("ticket held across collections, then dropped", func(t *testing.T) {
+		// It is promoted (given its finalizer) at the first collection
+		// after its grant, and found dropped at a later one.
+		f := newFake(t)
+		b := allReady(t, f, testConfig(f.Addr))
+		tok := acquireHoldAcrossGCAndDrop(t, b)
+		eventually(t, "background release", func() bool {
+			runtime.GC()
+			return f.Released(tok) == 1
+		})
+	})
+	t.Run("released ticket is not released again when dropped", func(t *testing.T) {
+		f := newFake(t)
+		b := allReady(t, f, testConfig(f.Addr))
+		young := acquireReleaseAndDrop(t, b, false)
+		promoted := acquireReleaseAndDrop(t, b, true)
+		for range 5 {
+			runtime.GC()
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n, m := f.Released(young), f.Released(promoted); n != 1 || m != 1 {
+			t.Fatalf("RELEASEs sent: %d for the ticket released at once, %d for the one released after collections; want 1 each", n, m)
+		}
+	})
+}
+
+//go:noinline
+func acquireHoldAcrossGCAndDrop(t *testing.T, b *broker.Broker) uint64 {
+	tk, err := b.Acquire(t.Context(), "held-then-dropped", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	return tk.Token()
+}
+
+//go:noinline
+func acquireReleaseAndDrop(t *testing.T, b *broker.Broker, afterGC bool) uint64 {
+	tk, err := b.Acquire(t.Context(), fmt.Sprint("released-", afterGC), 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterGC {
+		for range 3 {
+			runtime.GC()
+		}
+	}
+	if err := tk.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return tk.Token()
 }
 
 //go:noinline

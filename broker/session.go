@@ -35,7 +35,7 @@ type request struct {
 	// conn's lock; enqueue writes the req_id into it.
 	frame []byte
 
-	// Guarded by the conn's mu while the request is in its inflight map.
+	// Guarded by the conn's mu while the request is in its inflight table.
 	sent      bool      // its bytes were handed to conn.Write
 	abandoned bool      // the caller stopped waiting; the conn drops it on its reply
 	t0        time.Time // taken just before the Write that carried it
@@ -43,6 +43,11 @@ type request struct {
 
 	ch  chan struct{}
 	res result
+
+	// ACQUIRE owners: crypto/rand bytes read ownersPerRead at a time, and
+	// how many of them are used (see newOwner).
+	owners   [ownersPerRead * wire.OwnerLen]byte
+	ownerOff int
 }
 
 // result is the final outcome of a request on one session.
@@ -83,7 +88,7 @@ type conn struct {
 	mu        sync.Mutex
 	closed    bool
 	err       error
-	inflight  map[uint32]*request
+	inflight  reqTable
 	queue     []*request
 	nextID    uint32
 	wrapped   bool              // nextID has wrapped around: allocID must check for ids in use
@@ -235,7 +240,6 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 		b: b, s: s, nc: nc, raw: raw, br: br,
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
-		inflight:  make(map[uint32]*request),
 		nextID:    1,
 		lastPing:  time.Now(),
 		cancelled: map[uint32]string{},
@@ -253,14 +257,13 @@ func (c *conn) allocID() uint32 {
 		if id == 1 {
 			c.wrapped = true // ids from here on may still be in use
 		}
-		if !c.wrapped {
-			return id // every id in use is below nextID
+		if !c.inflight.free(id) {
+			continue // in use, or its slot is: the next id will do
 		}
-		if _, busy := c.inflight[id]; busy {
-			continue
-		}
-		if _, busy := c.cancelled[id]; busy {
-			continue
+		if c.wrapped {
+			if _, busy := c.cancelled[id]; busy {
+				continue
+			}
 		}
 		return id
 	}
@@ -273,10 +276,11 @@ func (c *conn) enqueue(r *request) bool {
 		c.mu.Unlock()
 		return false
 	}
+	c.inflight.reserve()
 	r.id = c.allocID()
 	binary.BigEndian.PutUint32(r.frame[5:9], r.id) // after length u32 and type
 	r.sent, r.abandoned = false, false
-	c.inflight[r.id] = r
+	c.inflight.put(r)
 	c.queue = append(c.queue, r)
 	c.qlen.Store(int32(len(c.queue)))
 	first := len(c.queue) == 1
@@ -315,16 +319,16 @@ const (
 func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur, ok := c.inflight[r.id]; !ok || cur != r || r.abandoned {
+	if c.inflight.get(r.id) != r || r.abandoned {
 		return alreadyDone // abandoned: its window ended, an expired result is in r.ch
 	}
 	if !r.sent {
-		delete(c.inflight, r.id)
+		c.inflight.del(r)
 		c.unqueueLocked(r)
 		return withdrawnUnsent
 	}
 	if closeIfSent {
-		delete(c.inflight, r.id)
+		c.inflight.del(r)
 		c.cancelled[r.id] = string(r.key)
 		c.failLocked(c.s.errorf(why, "closed after cancelling a possibly sent ACQUIRE"))
 	} else {
@@ -365,8 +369,8 @@ func (c *conn) expireReleases() {
 	}
 	now := time.Now()
 	var next time.Time
-	for id, r := range c.inflight {
-		if r.typ != wire.TypeRelease || r.abandoned {
+	for _, r := range c.inflight.slots {
+		if r == nil || r.typ != wire.TypeRelease || r.abandoned {
 			continue
 		}
 		if now.Before(r.deadline) {
@@ -378,7 +382,7 @@ func (c *conn) expireReleases() {
 		if r.sent {
 			r.abandoned = true // the conn keeps it; its caller must not reuse it
 		} else {
-			delete(c.inflight, id)
+			c.inflight.del(r)
 			c.unqueueLocked(r)
 		}
 		r.deliver(c.b, result{expired: true, sent: r.sent, t0: r.t0})
@@ -417,18 +421,18 @@ func (c *conn) failLocked(err error) {
 		c.relTimer.Stop()
 	}
 	c.raw.Close()
-	for id, r := range c.inflight {
-		if r.abandoned {
+	for _, r := range c.inflight.slots {
+		if r == nil || r.abandoned {
 			continue
 		}
 		if r.sent && r.typ == wire.TypeAcquire {
 			// Its caller gets Indeterminate; a grant for it still read
 			// from the socket is released (see dispatch).
-			c.cancelled[id] = string(r.key)
+			c.cancelled[r.id] = string(r.key)
 		}
 		r.deliver(c.b, result{sent: r.sent, t0: r.t0, cause: err})
 	}
-	clear(c.inflight)
+	c.inflight.clear()
 	c.queue = nil
 }
 
@@ -638,8 +642,8 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 			res.msg = string(resp.Hint)
 			err = &NotActiveError{Hint: res.msg}
 		}
-		if r, ok := c.inflight[id]; ok && r.sent && id != 0 {
-			delete(c.inflight, id)
+		if r := c.inflight.get(id); r != nil && r.sent && id != 0 {
+			c.inflight.del(r)
 			if !r.abandoned {
 				res.sent, res.t0 = true, r.t0
 				r.deliver(c.b, res)
@@ -647,14 +651,14 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 		}
 		c.failLocked(c.s.errorf(err, "server ended the session"))
 	default:
-		r, ok := c.inflight[id]
+		r := c.inflight.get(id)
 		switch {
-		case !ok || !r.sent:
+		case r == nil || !r.sent:
 			c.failLocked(c.s.errorf(nil, "reply %q with unknown req_id %d", resp.Type, id))
 		case !answers(r.typ, resp.Type):
 			c.failLocked(c.s.errorf(nil, "reply %q does not answer request %q (req_id %d)", resp.Type, r.typ, id))
 		default:
-			delete(c.inflight, id)
+			c.inflight.del(r)
 			if !r.abandoned {
 				ready = append(ready, delivery{r: r, res: result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0}})
 			}
@@ -707,8 +711,8 @@ func (c *conn) scan(now time.Time) {
 		default:
 		}
 	}
-	for _, r := range c.inflight {
-		if !r.sent || !now.After(r.replyBy) {
+	for _, r := range c.inflight.slots {
+		if r == nil || !r.sent || !now.After(r.replyBy) {
 			continue
 		}
 		if r.typ == wire.TypeAcquire {

@@ -2,7 +2,8 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -122,7 +123,7 @@ func New(cfg Config) (*Broker, error) {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.reqs.New = func() any { return &request{ch: make(chan struct{}, 1), ownerOff: ownersPerRead * wire.OwnerLen} }
+	b.reqs.New = newRequest
 	for i, a := range set.addrs {
 		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, tls: set.tls[i]})
 	}
@@ -281,20 +282,26 @@ func (b *Broker) putReq(r *request) {
 	b.reqs.Put(r)
 }
 
-// ownersPerRead is how many ACQUIRE owners a request draws from one
-// crypto/rand read.
-const ownersPerRead = 16
-
-// newOwner fills r.owner with 16 fresh crypto/rand bytes, never used for
-// another owner. The bytes come from r's own buffer (requests are pooled
-// per P), refilled by one read per ownersPerRead owners.
+// newOwner fills r.owner with 16 fresh random bytes, never used for
+// another owner. They come from r's own ChaCha8 generator (requests are
+// pooled per P), seeded from crypto/rand when the request was made:
+// ChaCha8 is cryptographically strong (the runtime's own generator, with
+// fast key erasure), so owners stay unpredictable to other clients, at a
+// fraction of the cost of a crypto/rand read per acquire (about 50 ns
+// here, a measurable part of a cycle).
 func (r *request) newOwner() {
-	if r.ownerOff == len(r.owners) {
-		rand.Read(r.owners[:]) // never fails
-		r.ownerOff = 0
-	}
-	copy(r.owner[:], r.owners[r.ownerOff:])
-	r.ownerOff += wire.OwnerLen
+	binary.LittleEndian.PutUint64(r.owner[:8], r.gen.Uint64())
+	binary.LittleEndian.PutUint64(r.owner[8:], r.gen.Uint64())
+}
+
+// newRequest makes a request for the pool, with a generator seeded from
+// crypto/rand.
+func newRequest() any {
+	r := &request{ch: make(chan struct{}, 1)}
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails
+	r.gen.Seed(seed)
+	return r
 }
 
 // await waits for r's result or for ctx to end; false means ctx ended

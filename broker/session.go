@@ -44,10 +44,7 @@ type request struct {
 	ch  chan struct{}
 	res result
 
-	// ACQUIRE owners: crypto/rand bytes read ownersPerRead at a time, and
-	// how many of them are used (see newOwner).
-	owners   [ownersPerRead * wire.OwnerLen]byte
-	ownerOff int
+	gen rand.ChaCha8 // ACQUIRE owners (see newOwner)
 }
 
 // result is the final outcome of a request on one session.
@@ -397,6 +394,11 @@ func (c *conn) expireReleases() {
 // or Broker.recv.
 func (r *request) deliver(b *Broker, res result) {
 	b.woken.Add(1) // before the caller can receive it and take it off
+	r.handOver(res)
+}
+
+// handOver is deliver for a result already counted in Broker.woken.
+func (r *request) handOver(res result) {
 	r.res = res
 	r.ch <- struct{}{}
 }
@@ -533,6 +535,17 @@ func (c *conn) readLoop() {
 			n, _ = c.peekFrame(false)
 		}
 		c.mu.Unlock()
+		// Count the batch's results in woken at once (one atomic add on a
+		// line every caller touches, instead of one per reply).
+		k := int32(0)
+		for i := range ready {
+			if ready[i].r != nil {
+				k++
+			}
+		}
+		if k > 0 {
+			c.b.woken.Add(k)
+		}
 		for i := range ready {
 			ready[i].run(c)
 		}
@@ -589,7 +602,7 @@ type delivery struct {
 
 func (d *delivery) run(c *conn) {
 	if d.r != nil {
-		d.r.deliver(c.b, d.res)
+		d.r.handOver(d.res) // counted in woken by readLoop
 		return
 	}
 	c.b.compensate(d.key, d.token, "grant read after its session ended")

@@ -112,8 +112,9 @@
 // the same window, then closes the sessions; it returns within the window
 // plus teardown. Release after Close returns the result of Close's release,
 // or ErrClosed at once. A Ticket dropped without Release is released in the
-// background when the garbage collector finds it, with a warning log: use
-// Release when the result matters.
+// background when the garbage collector finds it (the second collection
+// after its grant at the earliest), with a warning log: use Release when
+// the result matters.
 //
 // # Cancellation
 //

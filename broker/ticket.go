@@ -14,8 +14,8 @@ import (
 // transaction, then Release. Its methods are safe for concurrent use.
 //
 // A Ticket dropped without Release is released in the background, best
-// effort, when the garbage collector finds it (with a warning in the log);
-// do not rely on it.
+// effort, when the garbage collector finds it (the second collection after
+// its grant at the earliest; with a warning in the log); do not rely on it.
 type Ticket struct {
 	b  *Broker
 	st *ticketState

@@ -29,11 +29,12 @@ import (
 //
 // Figures (issue 3), against `ticketing-bench --mode uncontended --clients
 // 64 --conns 2 --duration 8s` (in-process server too, GOMAXPROCS 2), in
-// eight alternating rounds of tool / this benchmark (-benchtime 1500000x) /
-// BenchmarkAcquireReleaseBackground on a shared 2-core VM whose neighbours
-// come and go: tool 306k-326k cycles/s; this benchmark 223k-259k, ratio
-// 0.73-0.82, median 0.80; with context.Background() ratio 0.79-0.94, median
-// 0.84; 2 allocs and 128 B per cycle. The same rounds before this work gave
+// sixteen alternating rounds of tool / this benchmark (-benchtime
+// 1500000x) on a shared 2-core VM whose neighbours come and go: tool
+// 266k-326k cycles/s, this benchmark 217k-264k; ratio 0.73-0.89, median
+// 0.81, 12 of 16 rounds at 0.80 or above. BenchmarkAcquireReleaseBackground
+// in eight of those rounds: ratio 0.79-0.94, median 0.84. 2 allocs and
+// 128 B per cycle. The same rounds before this work gave
 // a median ratio of 0.74 (0.69 in the session before, on a quieter host).
 //
 // Where the CPU goes, per cycle (whole process, profiles): about 4.3 µs

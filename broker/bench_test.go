@@ -64,16 +64,17 @@ func benchCycles(b *testing.B, addr string, cancellable bool) {
 	const goroutines = 64
 	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	var next atomic.Int64
-	ctx := b.Context()
+	parent := b.Context()
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		key := fmt.Sprint("bench-", next.Add(1))
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		if !cancellable {
-			ctx = context.Background() // no Done channel: plain receives
+		ctx := context.Background() // no Done channel: plain receives
+		if cancellable {
+			c, cancel := context.WithCancel(parent)
+			defer cancel()
+			ctx = c
 		}
 		for pb.Next() {
 			tk, err := br.Acquire(ctx, key, 0, 30*time.Second, 0)

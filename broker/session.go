@@ -88,7 +88,6 @@ type conn struct {
 	inflight  reqTable
 	queue     []*request
 	nextID    uint32
-	wrapped   bool              // nextID has wrapped around: allocID must check for ids in use
 	cancelled map[uint32]string // ACQUIREs cancelled after a possible send: req_id -> key
 	pingWant  bool
 	pingOut   bool
@@ -251,16 +250,12 @@ func (c *conn) allocID() uint32 {
 		if id == 0 || (c.pingOut && id == c.pingID) {
 			continue
 		}
-		if id == 1 {
-			c.wrapped = true // ids from here on may still be in use
-		}
+		// Ids wrap around: skip one still awaiting its reply, or whose
+		// slot is taken (the next id will do). The ids in c.cancelled need
+		// no check: entries are added only as the conn closes, and a
+		// closed conn allocates no more ids.
 		if !c.inflight.free(id) {
-			continue // in use, or its slot is: the next id will do
-		}
-		if c.wrapped {
-			if _, busy := c.cancelled[id]; busy {
-				continue
-			}
+			continue
 		}
 		return id
 	}

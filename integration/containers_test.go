@@ -10,8 +10,6 @@ package integration_test
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -153,35 +151,11 @@ func TestContainers_Migrations(t *testing.T) {
 			ctx := t.Context()
 			dsn := d.dsn(t)
 			db := openDB(t, d.driver, dsn)
-			versions := func() int {
-				t.Helper()
-				var n int
-				q := "SELECT COUNT(*) FROM " + migrations.VersionTable + " WHERE version_id > 0 AND is_applied"
-				if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
-					t.Fatalf("read version table: %v", err)
-				}
-				return n
-			}
-
 			// Four pools at once, like separate processes: exactly one applies.
-			var wg sync.WaitGroup
-			errs := make([]error, 4)
-			for i := range errs {
-				wg.Go(func() {
-					db, err := sql.Open(d.driver, dsn)
-					if err != nil {
-						errs[i] = err
-						return
-					}
-					defer db.Close()
-					errs[i] = migrations.Up(ctx, db, d.dialect)
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			if err := testdb.ConcurrentUp(ctx, d.driver, dsn, d.dialect, 4); err != nil {
 				t.Fatalf("concurrent Up: %v", err)
 			}
-			if got := versions(); got != 1 {
+			if got := testdb.AppliedVersions(t, db); got != 1 {
 				t.Fatalf("applied versions = %d, want 1", got)
 			}
 			if _, err := db.ExecContext(ctx, d.insert, []byte("k\xff"), 7); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
 )
 
 // VersionTable is goose's version table for these migrations, separate
@@ -105,6 +106,9 @@ func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 	if err != nil {
 		return err
 	}
+	if err := initVersionTable(ctx, db, d); err != nil {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
@@ -123,4 +127,57 @@ func Down(ctx context.Context, db *sql.DB, d Dialect) error {
 		return fmt.Errorf("migrations: down: %w", err)
 	}
 	return nil
+}
+
+// initVersionTable creates goose's version table and its version-0 row,
+// if missing, under the migration lock. goose's Up first checks for
+// pending migrations without its session locker, creating the version
+// table there when it is missing, so concurrent first runs raced: on
+// MySQL, where DDL commits at once, one run could see the table another
+// had just created before its version-0 row ("missing zero version
+// migration"); on SQLite the concurrent creations could fail with
+// SQLITE_BUSY. With the table made here, goose's unlocked check only
+// reads, and its migrations still run under its own lock.
+func initVersionTable(ctx context.Context, db *sql.DB, d Dialect) (err error) {
+	gd, err := gooseDialect(d)
+	if err != nil {
+		return err
+	}
+	store, err := database.NewStore(gd, VersionTable)
+	if err != nil {
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	l := newLocker(d)
+	if err := l.SessionLock(ctx, conn); err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, l.SessionUnlock(context.WithoutCancel(ctx), conn))
+	}()
+	_, err = store.GetLatestVersion(ctx, conn)
+	switch {
+	case err == nil:
+		return nil // initialised
+	case errors.Is(err, database.ErrVersionNotFound):
+		// The table without its version-0 row (a run that died between
+		// the two on MySQL): add the row.
+		return store.Insert(ctx, conn, database.InsertRequest{Version: 0})
+	}
+	// No table (or it cannot be read, which creating it will report).
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := store.CreateVersionTable(ctx, tx); err != nil {
+		return errors.Join(fmt.Errorf("create version table: %w", err), tx.Rollback())
+	}
+	if err := store.Insert(ctx, tx, database.InsertRequest{Version: 0}); err != nil {
+		return errors.Join(fmt.Errorf("insert version 0: %w", err), tx.Rollback())
+	}
+	return tx.Commit()
 }

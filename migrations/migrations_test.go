@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 
+	"github.com/pressly/goose/v3/database"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
@@ -45,15 +45,6 @@ func open(t *testing.T, d dialect) *sql.DB {
 	return db
 }
 
-func versions(t *testing.T, db *sql.DB) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM "+migrations.VersionTable+" WHERE version_id > 0 AND is_applied").Scan(&n); err != nil {
-		t.Fatalf("read version table: %v", err)
-	}
-	return n
-}
-
 func TestUpDown(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name, func(t *testing.T) {
@@ -73,7 +64,7 @@ func TestUpDown(t *testing.T) {
 			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ticketing_fence").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("after second Up: rows=%d err=%v, want 1 row", n, err)
 			}
-			if got := versions(t, db); got != 1 {
+			if got := testdb.AppliedVersions(t, db); got != 1 {
 				t.Fatalf("applied versions = %d, want 1", got)
 			}
 			if err := migrations.Down(ctx, db, d.dialect); err != nil {
@@ -100,26 +91,19 @@ func TestConcurrentUp(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			ctx := t.Context()
 			dsn := d.dsn(t)
-			var wg sync.WaitGroup
-			errs := make([]error, 4)
-			for i := range errs {
-				wg.Go(func() {
-					// One *sql.DB per goroutine, like separate processes.
-					db, err := sql.Open(d.driver, dsn)
-					if err != nil {
-						errs[i] = err
-						return
-					}
-					defer db.Close()
-					errs[i] = migrations.Up(ctx, db, d.dialect)
-				})
+			// The database exists before the processes start (for SQLite:
+			// its file is created and switched to WAL; several connections
+			// doing that to a new file at once can get SQLITE_BUSY from
+			// SQLite itself, before any migration code runs).
+			db := open2(t, d.driver, dsn)
+			if err := db.PingContext(ctx); err != nil {
+				t.Fatal(err)
 			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
+			// Four pools at once, like separate processes: exactly one applies.
+			if err := testdb.ConcurrentUp(ctx, d.driver, dsn, d.dialect, 4); err != nil {
 				t.Fatalf("concurrent Up: %v", err)
 			}
-			db := open2(t, d.driver, dsn)
-			if got := versions(t, db); got != 1 {
+			if got := testdb.AppliedVersions(t, db); got != 1 {
 				t.Fatalf("applied versions = %d, want exactly 1", got)
 			}
 		})
@@ -147,5 +131,36 @@ func TestInvalidDialect(t *testing.T) {
 	}
 	if _, err := migrations.Files(migrations.Dialect(9)); !errors.Is(err, migrations.ErrDialect) {
 		t.Fatalf("Files with dialect 9: %v, want ErrDialect", err)
+	}
+}
+
+// TestUpAfterHalfInitialisedVersionTable: a run that died between creating
+// the version table and inserting its version-0 row (possible on MySQL,
+// where DDL commits at once) does not block later runs.
+func TestUpAfterHalfInitialisedVersionTable(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := t.Context()
+			dsn := d.dsn(t)
+			db := open2(t, d.driver, dsn)
+			gd := map[migrations.Dialect]database.Dialect{
+				migrations.Postgres: database.DialectPostgres,
+				migrations.MySQL:    database.DialectMySQL,
+				migrations.SQLite:   database.DialectSQLite3,
+			}[d.dialect]
+			store, err := database.NewStore(gd, migrations.VersionTable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.CreateVersionTable(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			if err := migrations.Up(ctx, db, d.dialect); err != nil {
+				t.Fatalf("Up over an empty version table: %v", err)
+			}
+			if got := testdb.AppliedVersions(t, db); got != 1 {
+				t.Fatalf("applied versions = %d, want 1", got)
+			}
+		})
 	}
 }

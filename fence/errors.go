@@ -41,8 +41,30 @@ var (
 	// identifier (optionally schema-qualified).
 	ErrInvalidTable = errors.New("fence: invalid table name")
 
-	// ErrNilTicket is returned when the ticket is nil.
+	// ErrNilTicket is returned when the ticket is nil, or a nil pointer
+	// (or other nil value) of a type that implements Ticket, such as the
+	// nil *broker.Ticket that an ignored Acquire error leaves. Nothing is
+	// sent and nothing is released.
 	ErrNilTicket = errors.New("fence: nil ticket")
+
+	// ErrTxEnded means the transaction that checked and raised the
+	// high-water had already ended when Run was about to commit (or when
+	// the caller of Guard checked with the adapter's CheckTx): the
+	// business function, or code it called, committed or rolled back,
+	// explicitly (COMMIT, ROLLBACK, the driver's Commit or Rollback) or
+	// implicitly (MySQL/MariaDB DDL such as TRUNCATE and the other
+	// statements that commit implicitly, see docs/fence.md; a deadlock,
+	// which rolls back the whole InnoDB transaction; an SQLite error that
+	// rolls back).
+	//
+	// The fence no longer held: what the function wrote before the end
+	// may already be durable (together with the high-water bump, after a
+	// commit), and what it wrote after the end ran outside the fenced
+	// transaction, autocommitted or in a new transaction. Run committed
+	// nothing itself, rolled back what was still open, and released the
+	// ticket. Check the data before retrying; never end the transaction
+	// inside the function.
+	ErrTxEnded = errors.New("fence: the transaction ended before commit")
 )
 
 // StaleError reports a rejected token: Token <= HighWater for Resource.

@@ -102,8 +102,11 @@ func Example_withBroker() {
 	if errors.As(err, &stale) {
 		fmt.Printf("A's deposit rejected: token %d, high-water %d\n", stale.Token, stale.HighWater)
 	}
-	// Run releases A's ticket too; the server says it was no longer A's.
-	fmt.Println("A's lock had ended:", errors.Is(err, broker.ErrNotHeld))
+	// Run releases A's ticket too. The server answers that it was no
+	// longer A's (broker.ErrNotHeld), which is what a stale holder
+	// expects, so Run returns the *fence.StaleError alone, not a
+	// *fence.ReleaseError.
+	fmt.Println("A's error is the stale error alone:", err == error(stale) && !errors.Is(err, fence.ErrRelease))
 
 	var balance int
 	if err := db.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE id = 1").Scan(&balance); err != nil {
@@ -115,6 +118,6 @@ func Example_withBroker() {
 	// B holds token 2
 	// B's deposit committed: true
 	// A's deposit rejected: token 1, high-water 2
-	// A's lock had ended: true
+	// A's error is the stale error alone: true
 	// balance: 110
 }

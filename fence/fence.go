@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"time"
@@ -91,7 +92,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-
 // ErrInvalidResource, ErrTokenRange or ErrInvalidTable (wrapped with
 // details) and never touches a database.
 func NewPlan(t Ticket, opts ...Option) (Plan, error) {
-	if t == nil {
+	if NilTicket(t) {
 		return Plan{}, ErrNilTicket
 	}
 	s := settings{table: DefaultTable}
@@ -131,12 +132,28 @@ func NewPlan(t Ticket, opts ...Option) (Plan, error) {
 	}, nil
 }
 
+// NilTicket reports whether t is nil, or a Ticket interface holding a nil
+// pointer, map, slice, channel or function, such as the nil *broker.Ticket
+// that Acquire returns with an error. Such a ticket cannot be used (its
+// methods would panic) and cannot be released; NewPlan, CheckLease and the
+// adapters' Run and Guard return ErrNilTicket for it.
+func NilTicket(t Ticket) bool {
+	if t == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(t); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
+}
+
 // CheckLease returns an error matching ErrLeaseExpired if the ticket's
 // conservative remaining time is not above the commit margin (see
 // WithCommitMargin). Call it right before committing a transaction you
 // fenced with an adapter's Guard; Run calls it for you.
 func CheckLease(t Ticket, opts ...Option) error {
-	if t == nil {
+	if NilTicket(t) {
 		return ErrNilTicket
 	}
 	var s settings

@@ -101,6 +101,7 @@ func driver(db Beginner) core.Driver[pgx.Tx] {
 			return tx, txAdapter{tx}, nil
 		},
 		Guard:    guard,
+		Ended:    ended,
 		Definite: definite,
 	}
 }
@@ -108,9 +109,12 @@ func driver(db Beginner) core.Driver[pgx.Tx] {
 func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
 	upsert := upsertSQL(plan.Table)
 	for _, r := range plan.Resources {
-		var hw int64
+		var (
+			hw     int64
+			marker string
+		)
 		if plan.Token > 0 { // token 0 is below every high-water: never stored
-			err := tx.QueryRow(ctx, upsert, []byte(r), plan.Token).Scan(&hw)
+			err := tx.QueryRow(ctx, upsert, []byte(r), plan.Token).Scan(&hw, &marker)
 			if err == nil {
 				continue
 			}
@@ -133,11 +137,70 @@ func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
 
 // upsertSQL is the check-and-bump statement for table ($1 resource bytea,
 // $2 token bigint). It returns a row only when the token was accepted; it
-// locks the resource's row until the transaction ends either way.
+// locks the resource's row until the transaction ends either way. An
+// accepted row also sets the transaction-local marker that ended checks:
+// set_config(..., true) lasts until the transaction ends (and is undone
+// by a rollback to a savepoint taken before it).
 func upsertSQL(table string) string {
 	return "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES ($1, $2, now()) " +
 		"ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at " +
-		"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water"
+		"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water, set_config('" + markerName + "', '" + markerValue + "', true)"
+}
+
+// The transaction-local setting that marks a transaction fenced by Guard.
+const (
+	markerName  = "ticketing.fence_tx"
+	markerValue = "fenced"
+	markerSQL   = "SELECT coalesce(current_setting('" + markerName + "', true), '')"
+)
+
+// ended reports whether tx is no longer the transaction Guard ran in. The
+// connection's transaction status answers at no cost when no transaction
+// is open ('I': fn committed or rolled back) or when it failed ('E': still
+// ours, aborted). In a transaction ('T') it may be a new one that fn
+// began after ending Guard's: the transaction-local marker tells, at the
+// cost of one round trip.
+func ended(ctx context.Context, tx pgx.Tx) (bool, error) {
+	if c := tx.Conn(); c != nil && c.PgConn() != nil {
+		switch c.PgConn().TxStatus() {
+		case 'I':
+			return true, nil
+		case 'E':
+			return false, nil
+		}
+	}
+	var m string
+	err := tx.QueryRow(ctx, markerSQL).Scan(&m)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return true, nil // fn called tx.Commit or tx.Rollback
+	}
+	if err != nil {
+		return false, err
+	}
+	return m != markerValue, nil
+}
+
+// CheckTx reports whether tx is still the transaction in which Guard
+// checked and raised the high-water. Call it after the last protected
+// write, right before committing a transaction you fenced with Guard
+// (with fence.CheckLease): it returns an error matching fence.ErrTxEnded
+// if the transaction was committed or rolled back since Guard (then roll
+// back what is open and check the data: the writes before the end may be
+// durable, those after it were not fenced), nil if it is still open, or
+// the database error if it could not tell (roll back). It costs at most
+// one round trip and may be called more than once. Run does this itself.
+func CheckTx(ctx context.Context, tx pgx.Tx) error {
+	if tx == nil {
+		return errors.New("pgxfence: nil transaction")
+	}
+	end, err := ended(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("pgxfence: check the transaction: %w", err)
+	}
+	if end {
+		return core.TxEnded("pgxfence", nil)
+	}
+	return nil
 }
 
 func selectSQL(table string) string {

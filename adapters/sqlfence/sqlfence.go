@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -124,6 +125,9 @@ func driver(db Beginner, d Dialect) core.Driver[*sql.Tx] {
 		Guard: func(ctx context.Context, tx *sql.Tx, plan fence.Plan) error {
 			return guard(ctx, tx, d, plan)
 		},
+		Ended: func(ctx context.Context, tx *sql.Tx) (bool, error) {
+			return ended(ctx, tx, d)
+		},
 		Definite: definite,
 	}
 }
@@ -139,7 +143,21 @@ const (
 type stmts struct {
 	upsert string // check-and-bump
 	read   string // locking read of the high-water, after a rejection
+	// mark, if not empty, marks the transaction as Guard's after the
+	// accepted bumps (PostgreSQL marks it in upsert itself).
+	mark string
 }
+
+// How ended recognises Guard's transaction. PostgreSQL: a
+// transaction-local setting, set by the upsert. MySQL/MariaDB and SQLite:
+// a savepoint, which every COMMIT or ROLLBACK (explicit or implicit)
+// destroys and a new transaction does not have.
+const (
+	pgMarkerName  = "ticketing.fence_tx"
+	pgMarkerValue = "fenced"
+	pgMarkerSQL   = "SELECT coalesce(current_setting('" + pgMarkerName + "', true), '')"
+	savepoint     = "ticketing_fence_tx"
+)
 
 func statements(d Dialect, table string) (stmts, error) {
 	switch d {
@@ -147,7 +165,7 @@ func statements(d Dialect, table string) (stmts, error) {
 		return stmts{
 			upsert: "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES ($1, $2, now()) " +
 				"ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at " +
-				"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water",
+				"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water, set_config('" + pgMarkerName + "', '" + pgMarkerValue + "', true)",
 			read: "SELECT high_water FROM " + table + " WHERE resource = $1",
 		}, nil
 	case MySQL:
@@ -173,6 +191,7 @@ func statements(d Dialect, table string) (stmts, error) {
 			// A locking read is a "current read" under REPEATABLE READ: it
 			// sees the latest committed value, not the snapshot.
 			read: "SELECT high_water FROM " + table + " WHERE resource = ? FOR UPDATE",
+			mark: "SAVEPOINT " + savepoint,
 		}, nil
 	case SQLite:
 		return stmts{
@@ -180,6 +199,7 @@ func statements(d Dialect, table string) (stmts, error) {
 				"ON CONFLICT (resource) DO UPDATE SET high_water = excluded.high_water, updated_at = excluded.updated_at " +
 				"WHERE f.high_water < excluded.high_water RETURNING high_water",
 			read: "SELECT high_water FROM " + table + " WHERE resource = ?",
+			mark: "SAVEPOINT " + savepoint,
 		}, nil
 	}
 	return stmts{}, fmt.Errorf("%w: %v", ErrDialect, d)
@@ -208,13 +228,102 @@ func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
 		}
 		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}
 	}
+	if st.mark != "" {
+		if _, err := tx.ExecContext(ctx, st.mark); err != nil {
+			return fmt.Errorf("sqlfence: mark the transaction: %w", err)
+		}
+	}
+	return nil
+}
+
+// ended reports whether tx is no longer the transaction Guard ran in.
+// On MySQL and SQLite it releases Guard's savepoint (RELEASE SAVEPOINT
+// fails if a COMMIT or ROLLBACK destroyed it, also when a new transaction
+// has begun since); only COMMIT or ROLLBACK may follow.
+func ended(ctx context.Context, tx *sql.Tx, d Dialect) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		// database/sql rolls the transaction back when ctx ends: ErrTxDone
+		// would not mean that fn ended it.
+		return false, err
+	}
+	var err error
+	switch d {
+	case Postgres:
+		var m string
+		if err = tx.QueryRowContext(ctx, pgMarkerSQL).Scan(&m); err == nil {
+			return m != pgMarkerValue, nil
+		}
+	case MySQL, SQLite:
+		if _, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err == nil {
+			return false, nil
+		}
+		if noSavepoint(err) {
+			return true, nil
+		}
+	default:
+		return false, fmt.Errorf("%w: %v", ErrDialect, d)
+	}
+	if errors.Is(err, sql.ErrTxDone) && ctx.Err() == nil {
+		return true, nil // fn called tx.Commit or tx.Rollback
+	}
+	return false, err
+}
+
+// noSavepoint reports whether err says that Guard's savepoint does not
+// exist: MySQL/MariaDB error 1305 (ER_SP_DOES_NOT_EXIST), SQLite's
+// SQLITE_ERROR "no such savepoint".
+func noSavepoint(err error) bool {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number == 1305
+	}
+	var liteErr interface{ Code() int }
+	return errors.As(err, &liteErr) && liteErr.Code()&0xff == 1 && strings.Contains(err.Error(), "no such savepoint")
+}
+
+// CheckTx reports whether tx is still the transaction in which Guard (with
+// dialect d) checked and raised the high-water. Call it after the last
+// protected write, right before committing a transaction you fenced with
+// Guard (with fence.CheckLease): it returns an error matching
+// fence.ErrTxEnded if the transaction was committed or rolled back since
+// Guard, explicitly or implicitly (then roll back what is open and check
+// the data: the writes before the end may be durable, those after it were
+// not fenced), nil if it is still open, or the database error if it could
+// not tell (roll back). It costs one statement (two on MySQL and SQLite,
+// where it releases and sets again the savepoint Guard set) and may be
+// called more than once. Run does this itself.
+func CheckTx(ctx context.Context, tx *sql.Tx, d Dialect) error {
+	if tx == nil {
+		return errors.New("sqlfence: nil transaction")
+	}
+	st, err := statements(d, fence.DefaultTable)
+	if err != nil {
+		return err
+	}
+	end, err := ended(ctx, tx, d)
+	if err != nil {
+		return fmt.Errorf("sqlfence: check the transaction: %w", err)
+	}
+	if end {
+		return core.TxEnded("sqlfence", nil)
+	}
+	if st.mark != "" {
+		if _, err := tx.ExecContext(ctx, st.mark); err != nil {
+			return fmt.Errorf("sqlfence: mark the transaction: %w", err)
+		}
+	}
 	return nil
 }
 
 func bump(ctx context.Context, tx *sql.Tx, d Dialect, st stmts, r string, token int64) (bool, error) {
 	if d != MySQL {
 		var hw int64
-		err := tx.QueryRowContext(ctx, st.upsert, []byte(r), token).Scan(&hw)
+		dest := []any{&hw}
+		if d == Postgres {
+			var marker string
+			dest = append(dest, &marker)
+		}
+		err := tx.QueryRowContext(ctx, st.upsert, []byte(r), token).Scan(dest...)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}

@@ -177,7 +177,13 @@ func TestCommitUnknown(t *testing.T) {
 		if tg.kill == "" {
 			t.Skip("SQLite runs in-process: there is no connection to break")
 		}
-		tk := fencetest.NewTicket("k", 3)
+		// The connection is killed after Run's last statement before
+		// COMMIT (the check that fn left the transaction open), from the
+		// lease check, which comes between the two: a connection that
+		// broke earlier fails that check, before COMMIT, and Run reports
+		// it as not committed.
+		ft := fencetest.NewTicket("k", 3)
+		tk := &killingTicket{Ticket: ft}
 		err := tg.run(ctxTimeout(t, 20*time.Second), tk, func(q querier) error {
 			if err := insertItem(1, 3)(q); err != nil {
 				return err
@@ -186,20 +192,37 @@ func TestCommitUnknown(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			tg.mustExec(t, tg.kill, id)
-			time.Sleep(50 * time.Millisecond) // let the server close the socket
+			tk.kill = func() {
+				tg.mustExec(t, tg.kill, id)
+				time.Sleep(50 * time.Millisecond) // let the server close the socket
+			}
 			return nil
 		})
 		if !errors.Is(err, fence.ErrCommitUnknown) {
 			t.Fatalf("err = %v, want ErrCommitUnknown", err)
 		}
 		t.Logf("commit after a killed connection: %v", err)
-		wantReleases(t, tk, 1)
+		wantReleases(t, ft, 1)
 		// The pool recovers.
 		if err := tg.run(ctxTimeout(t, 10*time.Second), fencetest.NewTicket("k2", 1), insertItem(2, 1)); err != nil {
 			t.Fatalf("Run after a broken connection: %v", err)
 		}
 	})
+}
+
+// killingTicket runs kill (once) when Run checks the lease, which is
+// right before COMMIT.
+type killingTicket struct {
+	*fencetest.Ticket
+	kill func()
+}
+
+func (k *killingTicket) Remaining() time.Duration {
+	if k.kill != nil {
+		k.kill()
+		k.kill = nil
+	}
+	return k.Ticket.Remaining()
 }
 
 func TestReleaseError(t *testing.T) {

@@ -26,6 +26,9 @@ import (
 type querier interface {
 	exec(ctx context.Context, query string, args ...any) error
 	queryInt(ctx context.Context, query string, args ...any) (int64, error)
+	// commit commits the transaction through the driver's own Commit,
+	// which a business function must never do (TestTxEnded).
+	commit(ctx context.Context) error
 }
 
 // target is one adapter on one database, with a fresh database that has
@@ -38,9 +41,11 @@ type target struct {
 	// run is the adapter's Run.
 	run func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
 	// guarded runs fn in a transaction the test manages itself, fenced
-	// with the adapter's Guard; it commits when Guard, fn and
-	// fence.CheckLease succeed, and never releases the ticket.
+	// with the adapter's Guard; it commits when Guard, fn, the adapter's
+	// CheckTx and fence.CheckLease succeed, and never releases the ticket.
 	guarded func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
+	// checkTx is the adapter's CheckTx on the transaction behind q.
+	checkTx func(ctx context.Context, q querier) error
 	// backendID returns the id of the transaction's server connection, and
 	// kill terminates it from outside; nil for SQLite.
 	backendID string
@@ -118,6 +123,8 @@ func (s sqlQ) queryInt(ctx context.Context, query string, args ...any) (int64, e
 	return n, err
 }
 
+func (s sqlQ) commit(context.Context) error { return s.tx.Commit() }
+
 type pgxQ struct {
 	tg *target
 	tx pgx.Tx
@@ -133,6 +140,8 @@ func (p pgxQ) queryInt(ctx context.Context, query string, args ...any) (int64, e
 	err := p.tx.QueryRow(ctx, p.tg.q(query), args...).Scan(&n)
 	return n, err
 }
+
+func (p pgxQ) commit(ctx context.Context) error { return p.tx.Commit(ctx) }
 
 type kind struct {
 	name    string
@@ -233,11 +242,15 @@ func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migr
 		if err := fn(sqlQ{tg, tx}); err != nil {
 			return err
 		}
+		if err := sqlfence.CheckTx(ctx, tx, d); err != nil {
+			return err
+		}
 		if err := fence.CheckLease(tk, opts...); err != nil {
 			return err
 		}
 		return tx.Commit()
 	}
+	tg.checkTx = func(ctx context.Context, q querier) error { return sqlfence.CheckTx(ctx, q.(sqlQ).tx, d) }
 	tg.plainTx = func(ctx context.Context, fn func(querier) error) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -287,11 +300,15 @@ func openPgx(t testing.TB) *target {
 		if err := fn(pgxQ{tg, tx}); err != nil {
 			return err
 		}
+		if err := pgxfence.CheckTx(ctx, tx); err != nil {
+			return err
+		}
 		if err := fence.CheckLease(tk, opts...); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
 	}
+	tg.checkTx = func(ctx context.Context, q querier) error { return pgxfence.CheckTx(ctx, q.(pgxQ).tx) }
 	tg.plainTx = func(ctx context.Context, fn func(querier) error) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) })
 	}

@@ -4,8 +4,10 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
 )
 
@@ -27,10 +29,28 @@ type Driver[T any] struct {
 	Begin func(ctx context.Context) (T, Tx, error)
 	// Guard performs the check-and-bump for plan inside tx.
 	Guard func(ctx context.Context, tx T, plan fence.Plan) error
+	// Ended, if not nil, reports whether tx is no longer the transaction that Guard
+	// ran in (the business function committed or rolled back, explicitly
+	// or implicitly): (true, nil). (false, nil) means it still is; an
+	// error means it could not tell. Run calls it once after fn, right
+	// before the commit, and may call it again after fn failed; it may
+	// consume state that Guard left in tx (a savepoint), since nothing but
+	// COMMIT or ROLLBACK follows.
+	Ended func(ctx context.Context, tx T) (bool, error)
 	// Definite reports whether a failed commit's error is a definite answer
 	// from the database (the transaction did not commit). Everything else
 	// is reported as fence.ErrCommitUnknown.
 	Definite func(err error) bool
+}
+
+// TxEnded is the error for a transaction that fn ended, wrapping fn's own
+// error, if any.
+func TxEnded(pkg string, fnErr error) error {
+	const msg = "the business function committed or rolled back; its writes may be durable, unfenced"
+	if fnErr != nil {
+		return fmt.Errorf("%s: %w: %s: %w", pkg, fence.ErrTxEnded, msg, fnErr)
+	}
+	return fmt.Errorf("%s: %w: %s", pkg, fence.ErrTxEnded, msg)
 }
 
 // Run executes the fenced flow and always releases the ticket exactly once
@@ -38,8 +58,13 @@ type Driver[T any] struct {
 // Begin, Guard or Commit (a nil pointer inside a non-nil Beginner, say),
 // or the ticket's own Key or Token. On a panic an open transaction is
 // rolled back first, then the ticket is released, then the panic goes on.
+//
+// After a stale token the release's answer "not held" (broker.ErrNotHeld:
+// the lease had already ended) is what a zombie expects, not a failure:
+// Run returns the *fence.StaleError alone. Every other release failure is
+// returned as a *fence.ReleaseError carrying the primary outcome.
 func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T) error, opts []fence.Option) (err error) {
-	if ticket == nil {
+	if fence.NilTicket(ticket) { // nothing to release
 		return fence.ErrNilTicket
 	}
 	var (
@@ -52,6 +77,9 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	release := func(primary error) error {
 		released = true
 		if rerr := ticket.Release(context.WithoutCancel(ctx)); rerr != nil {
+			if errors.Is(primary, fence.ErrStale) && errors.Is(rerr, broker.ErrNotHeld) {
+				return primary // a zombie's lease is over: expected
+			}
 			return &fence.ReleaseError{Primary: primary, Err: rerr}
 		}
 		return primary
@@ -97,11 +125,28 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if err := d.Guard(ctx, tx, plan); err != nil {
 		return rollback(err)
 	}
+	ended := func() (bool, error) {
+		if d.Ended == nil {
+			return false, nil
+		}
+		return d.Ended(ctx, tx)
+	}
 	if err := fn(tx); err != nil {
+		if ended, _ := ended(); ended {
+			return rollback(TxEnded(d.Pkg, err))
+		}
 		return rollback(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return rollback(fmt.Errorf("%s: before commit: %w", d.Pkg, err))
+	}
+	// The high-water row lock is only ours while Guard's transaction is
+	// open: if fn ended it, committing now would report unfenced writes
+	// as fenced.
+	if ended, err := ended(); err != nil {
+		return rollback(fmt.Errorf("%s: before commit: %w", d.Pkg, err))
+	} else if ended {
+		return rollback(TxEnded(d.Pkg, nil))
 	}
 	if err := fence.CheckLease(ticket, fence.WithCommitMargin(plan.CommitMargin)); err != nil {
 		return rollback(err)

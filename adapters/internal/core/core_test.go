@@ -3,11 +3,13 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/adapters/internal/core"
+	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 )
@@ -128,5 +130,137 @@ func TestRunPanicInGuard(t *testing.T) {
 func TestRunNilTicket(t *testing.T) {
 	if err := core.Run[*fakeTx](t.Context(), core.Driver[*fakeTx]{}, nil, nil, nil); !errors.Is(err, fence.ErrNilTicket) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// After a stale token the release answered "not held" (broker.ErrNotHeld:
+// the lease was over) is expected: Run returns the *fence.StaleError
+// alone. Every other combination still reports the release failure in a
+// *fence.ReleaseError with the primary outcome. Before the fix the stale
+// error always came wrapped.
+func TestRunReleaseAfterStale(t *testing.T) {
+	stale := &fence.StaleError{Resource: "k", Token: 1, HighWater: 2}
+	unconfirmed := broker.ErrReleaseUnconfirmed
+	for _, tc := range []struct {
+		name       string
+		guardErr   error
+		fnErr      error
+		releaseErr error
+		alone      bool // err is the primary outcome itself
+	}{
+		{name: "stale, N", guardErr: stale, releaseErr: broker.ErrNotHeld, alone: true},
+		{name: "stale, N wrapped", guardErr: stale, releaseErr: fmt.Errorf("release: %w", broker.ErrNotHeld), alone: true},
+		{name: "stale, unconfirmed", guardErr: stale, releaseErr: unconfirmed},
+		{name: "stale, closed", guardErr: stale, releaseErr: broker.ErrClosed},
+		{name: "committed, N", releaseErr: broker.ErrNotHeld},
+		{name: "fn failed, N", fnErr: errFn, releaseErr: broker.ErrNotHeld},
+		{name: "guard failed, N", guardErr: errGuard, releaseErr: broker.ErrNotHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := &fakeTx{}
+			tk := fencetest.NewTicket("k", 1)
+			tk.SetReleaseError(tc.releaseErr)
+			d := core.Driver[*fakeTx]{
+				Pkg:      "test",
+				Begin:    func(context.Context) (*fakeTx, core.Tx, error) { return tx, tx, nil },
+				Guard:    func(context.Context, *fakeTx, fence.Plan) error { return tc.guardErr },
+				Definite: func(error) bool { return true },
+			}
+			err := core.Run(t.Context(), d, tk, func(*fakeTx) error { return tc.fnErr }, nil)
+			primary := tc.guardErr
+			if primary == nil {
+				primary = tc.fnErr
+			}
+			var re *fence.ReleaseError
+			switch {
+			case tc.alone:
+				if err != primary || errors.Is(err, fence.ErrRelease) {
+					t.Fatalf("err = %v, want the stale error alone", err)
+				}
+			case !errors.As(err, &re) || re.Primary != primary || !errors.Is(err, tc.releaseErr):
+				t.Fatalf("err = %v, want a *fence.ReleaseError with primary %v", err, primary)
+			}
+			if tk.Releases() != 1 {
+				t.Errorf("released %d times", tk.Releases())
+			}
+		})
+	}
+}
+
+// A fence.Ticket interface holding a nil pointer (a nil *broker.Ticket)
+// is refused like a nil interface, before any of its methods is called.
+// Before the fix its Key method panicked, and so did the deferred release.
+func TestRunTypedNilTicket(t *testing.T) {
+	var tk *broker.Ticket
+	var ftk *fencetest.Ticket
+	for _, ticket := range []fence.Ticket{tk, ftk} {
+		began := false
+		d := core.Driver[*fakeTx]{
+			Pkg:   "test",
+			Begin: func(context.Context) (*fakeTx, core.Tx, error) { began = true; return &fakeTx{}, &fakeTx{}, nil },
+		}
+		if err := core.Run(t.Context(), d, ticket, func(*fakeTx) error { return nil }, nil); err != fence.ErrNilTicket {
+			t.Errorf("%T: err = %v, want ErrNilTicket", ticket, err)
+		}
+		if began {
+			t.Errorf("%T: began a transaction", ticket)
+		}
+	}
+}
+
+// Run asks the driver, right before COMMIT, whether fn ended the
+// transaction; if so nothing is committed and the error matches
+// fence.ErrTxEnded alone (not ErrCommitUnknown). The databases' own
+// checks are tested in adapters/internal/conformance (TestTxEnded).
+func TestRunEnded(t *testing.T) {
+	errCheck := errors.New("check failed")
+	for _, tc := range []struct {
+		name          string
+		ended         bool
+		endedErr      error
+		fnErr         error
+		want          []error
+		wantNot       []error
+		wantCommits   int
+		wantRollbacks int
+	}{
+		{name: "open", wantCommits: 1},
+		{name: "ended", ended: true, want: []error{fence.ErrTxEnded}, wantNot: []error{fence.ErrCommitUnknown, fence.ErrRelease}, wantRollbacks: 1},
+		{name: "cannot tell", endedErr: errCheck, want: []error{errCheck}, wantNot: []error{fence.ErrTxEnded, fence.ErrCommitUnknown}, wantRollbacks: 1},
+		{name: "ended, fn failed", ended: true, fnErr: errFn, want: []error{fence.ErrTxEnded, errFn}, wantRollbacks: 1},
+		{name: "open, fn failed", fnErr: errFn, want: []error{errFn}, wantNot: []error{fence.ErrTxEnded}, wantRollbacks: 1},
+		{name: "cannot tell, fn failed", endedErr: errCheck, fnErr: errFn, want: []error{errFn}, wantNot: []error{fence.ErrTxEnded, errCheck}, wantRollbacks: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := &fakeTx{}
+			tk := fencetest.NewTicket("k", 1)
+			d := core.Driver[*fakeTx]{
+				Pkg:      "test",
+				Begin:    func(context.Context) (*fakeTx, core.Tx, error) { return tx, tx, nil },
+				Guard:    func(context.Context, *fakeTx, fence.Plan) error { return nil },
+				Ended:    func(context.Context, *fakeTx) (bool, error) { return tc.ended, tc.endedErr },
+				Definite: func(error) bool { return false },
+			}
+			err := core.Run(t.Context(), d, tk, func(*fakeTx) error { return tc.fnErr }, nil)
+			if len(tc.want) == 0 && err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("err = %v, want it to match %v", err, w)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if errors.Is(err, w) {
+					t.Errorf("err = %v matches %v", err, w)
+				}
+			}
+			if tc.fnErr != nil && !tc.ended && err != tc.fnErr {
+				t.Errorf("err = %v, want fn's error as is", err)
+			}
+			if tx.commits != tc.wantCommits || tx.rollbacks != tc.wantRollbacks || tk.Releases() != 1 {
+				t.Errorf("commits=%d rollbacks=%d releases=%d, want %d, %d, 1", tx.commits, tx.rollbacks, tk.Releases(), tc.wantCommits, tc.wantRollbacks)
+			}
+		})
 	}
 }

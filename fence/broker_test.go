@@ -1,0 +1,96 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/fence"
+	"github.com/ticketing-dev/ticketing/fence/fencetest"
+)
+
+// With a real server: a zombie's stale Run releases a ticket whose lease
+// is over, and the server answers N (broker.ErrNotHeld). That answer is
+// what a stale holder expects, so Run returns the *fence.StaleError alone.
+// Before the fix it came wrapped in a *fence.ReleaseError (ErrRelease
+// matched), as if something had gone wrong with the release. (Other
+// release failures are still reported: TestRunReleaseAfterStale in
+// adapters/internal/core.)
+func TestStaleReleaseNotHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	addr, stop, err := startLockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	db, cleanup, err := openExampleDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	b, err := broker.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deposit := func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
+		return err
+	}
+	// zombie returns a ticket that lost its lock to a newer holder, who
+	// has written.
+	zombie := func(key string) *broker.Ticket {
+		t.Helper()
+		old, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newer, err := b.Acquire(ctx, key, 5*time.Second, 10*time.Second, 0) // granted when old's lease ends
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sqlfence.Run(ctx, db, sqlfence.SQLite, newer, deposit); err != nil {
+			t.Fatalf("newer holder: %v", err)
+		}
+		return old
+	}
+
+	old := zombie("account/1")
+	err = sqlfence.Run(ctx, db, sqlfence.SQLite, old, deposit)
+	var stale *fence.StaleError
+	if !errors.As(err, &stale) || err != error(stale) || errors.Is(err, fence.ErrRelease) {
+		t.Fatalf("stale Run: %v (%T), want the *fence.StaleError alone", err, err)
+	}
+	if rerr := old.Release(ctx); !errors.Is(rerr, broker.ErrNotHeld) {
+		t.Fatalf("the release was answered %v, want broker.ErrNotHeld", rerr)
+	}
+
+}
+
+// A nil *broker.Ticket, what an ignored Acquire error leaves, inside the
+// fence.Ticket interface is not a nil interface: before the fix NewPlan
+// called its Key method and panicked.
+func TestNilBrokerTicket(t *testing.T) {
+	var tk *broker.Ticket
+	if !fence.NilTicket(tk) || !fence.NilTicket(nil) || fence.NilTicket(fencetest.NewTicket("k", 1)) {
+		t.Fatal("NilTicket")
+	}
+	if _, err := fence.NewPlan(tk); !errors.Is(err, fence.ErrNilTicket) {
+		t.Errorf("NewPlan: %v", err)
+	}
+	if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrNilTicket) {
+		t.Errorf("CheckLease: %v", err)
+	}
+}

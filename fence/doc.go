@@ -37,21 +37,34 @@
 //  3. The caller's function, with the transaction: the business write. An
 //     error rolls back, releases, and is returned as is. A panic rolls
 //     back, releases, and is re-raised.
-//  4. The lease check: if the ticket's conservative Remaining() is not
+//  4. The transaction check: the transaction must still be the one that
+//     took the row locks in step 2. If fn ended it (COMMIT, ROLLBACK,
+//     the driver's Commit, a MySQL statement that commits implicitly
+//     such as TRUNCATE or CREATE TABLE, a deadlock that rolled it back),
+//     the fence no longer held: roll back what is open, release, and
+//     return an error matching ErrTxEnded (wrapping fn's error if fn
+//     returned one). What fn wrote before the end may be durable. The
+//     adapters tell by the connection's transaction status and a
+//     transaction-local setting (PostgreSQL) or a savepoint that every
+//     commit or rollback destroys (MySQL/MariaDB, SQLite).
+//  5. The lease check: if the ticket's conservative Remaining() is not
 //     above the commit margin (WithCommitMargin, default 0), roll back and
 //     return ErrLeaseExpired. The lock may belong to someone else by now;
 //     committing would still be safe for the fenced resources (a newer
 //     holder's token is higher), but other effects of the critical section
 //     would not be, so Run does not commit late.
-//  5. COMMIT. If COMMIT gets no definite answer (the connection broke, or
+//  6. COMMIT. If COMMIT gets no definite answer (the connection broke, or
 //     with pgx the context ended while COMMIT was in flight), the error
 //     matches ErrCommitUnknown: the write may or may not be durable.
 //     (database/sql never sends COMMIT once the context has ended, and
 //     rolls back instead; that rare case is also reported as
 //     ErrCommitUnknown, which is conservative.)
-//  6. Only then, on every path, release the ticket, exactly once, with a
+//  7. Only then, on every path, release the ticket, exactly once, with a
 //     context that ignores the caller's cancellation (the broker bounds
-//     releases itself). A release failure is returned as a *ReleaseError
+//     releases itself). After a stale token the release's "not held"
+//     (broker.ErrNotHeld: the lease was over) is expected, and the
+//     *StaleError is returned alone. Any other release failure is
+//     returned as a *ReleaseError
 //     that carries the primary outcome, never hides it: use Committed(err)
 //     to tell "committed, but the release failed" from a failed
 //     transaction. "Every path" includes a panic anywhere in Run (fn,
@@ -59,7 +72,7 @@
 //     transaction is rolled back, the ticket released, and the panic
 //     goes on.
 //
-// The row lock taken in step 2 is held until step 5 ends, so two
+// The row lock taken in step 2 is held until step 6 ends, so two
 // transactions on the same resource cannot both pass the check with tokens
 // out of order: the accepted tokens of a resource are strictly increasing
 // in commit order (rule 19). A resource without a row yet is just as safe:
@@ -119,8 +132,11 @@
 //
 //   - roll back if Guard returns an error (a *StaleError or a database
 //     error);
-//   - do the protected write in the same transaction;
-//   - call CheckLease right before COMMIT, and roll back if it fails;
+//   - do the protected write in the same transaction, and never commit
+//     or roll back in between (explicitly or implicitly);
+//   - call the adapter's CheckTx and CheckLease right before COMMIT, and
+//     roll back if either fails (CheckTx returns ErrTxEnded if the
+//     transaction is no longer the one Guard ran in);
 //   - commit, and only after commit or rollback release the ticket.
 //
 // Guard never releases the ticket and never commits.
@@ -161,7 +177,10 @@
 //
 // Every error of this package and the adapters starts with the package
 // name. Branch with errors.Is and errors.As: ErrStale / *StaleError,
-// ErrLeaseExpired, ErrCommitUnknown, ErrRelease / *ReleaseError,
-// ErrInvalidResource, ErrTokenRange, ErrInvalidTable, ErrNilTicket; the
-// caller's own errors come back unchanged.
+// ErrTxEnded, ErrLeaseExpired, ErrCommitUnknown, ErrRelease /
+// *ReleaseError, ErrInvalidResource, ErrTokenRange, ErrInvalidTable,
+// ErrNilTicket (also for a nil *broker.Ticket inside the Ticket
+// interface: see NilTicket); each outcome matches one of them only. The
+// caller's own errors come back unchanged (wrapped only in ErrTxEnded,
+// when fn ended the transaction and then failed).
 package fence

@@ -14,6 +14,7 @@
 //	case err == nil: // committed and released
 //	case errors.As(err, &stale): // a newer holder has written; do not retry with this ticket
 //	case errors.Is(err, fence.ErrCommitUnknown): // check the data before retrying
+//	case errors.Is(err, fence.ErrTxEnded): // fn committed or rolled back: a bug; check the data
 //	}
 //
 // db is a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn. A pgx.Tx is refused
@@ -30,7 +31,7 @@
 //	INSERT INTO ticketing_fence AS f (resource, high_water, updated_at) VALUES ($1, $2, now())
 //	ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at
 //	WHERE f.high_water < EXCLUDED.high_water
-//	RETURNING f.high_water
+//	RETURNING f.high_water, set_config('ticketing.fence_tx', 'fenced', true)
 //
 // A row comes back only if the token was accepted. Either way the
 // resource's row is locked until the transaction ends, so concurrent
@@ -53,9 +54,22 @@
 //
 // Guard is the check-and-bump alone, for a transaction you manage (for
 // instance one opened with pgx.BeginTxFunc and other options). Call it
-// before the protected write; then call fence.CheckLease right before
-// commit, commit, and release the ticket yourself afterwards. Roll back on
-// any error from Guard.
+// before the protected write; then call CheckTx and fence.CheckLease
+// right before commit, commit, and release the ticket yourself
+// afterwards. Roll back on any error from Guard, CheckTx or CheckLease.
+//
+// # A function that ends the transaction
+//
+// The fence holds only while the transaction that ran the check-and-bump
+// is open. If fn commits or rolls back (tx.Exec(ctx, "COMMIT"),
+// "ROLLBACK", tx.Commit, even followed by a new BEGIN), Run does not
+// commit and returns an error matching fence.ErrTxEnded: what fn wrote
+// before the end may be durable, what it wrote after ran unfenced. Run
+// tells from the connection's transaction status (pgconn's TxStatus,
+// free) and, inside a transaction, a transaction-local setting
+// (ticketing.fence_tx) that the check-and-bump statement sets with
+// set_config(..., true) in its RETURNING clause: one SELECT before
+// COMMIT.
 //
 // # Commit failures
 //

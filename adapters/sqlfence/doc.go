@@ -23,8 +23,9 @@
 // # PostgreSQL
 //
 // One statement per resource: INSERT ... ON CONFLICT (resource) DO UPDATE
-// ... WHERE high_water < EXCLUDED.high_water RETURNING high_water; the same
-// as package pgxfence. READ COMMITTED is right: the upsert locks the row
+// ... WHERE high_water < EXCLUDED.high_water RETURNING high_water,
+// set_config('ticketing.fence_tx', 'fenced', true); the same as package
+// pgxfence. READ COMMITTED is right: the upsert locks the row
 // and compares with its latest committed version. Under REPEATABLE READ or
 // SERIALIZABLE (sql.TxOptions with Guard, or default_transaction_isolation)
 // a concurrent committed bump fails with SQLSTATE 40001 instead.
@@ -97,8 +98,29 @@
 //
 // Guard is the check-and-bump alone, inside a *sql.Tx you manage (for
 // instance with other sql.TxOptions). Call it before the protected write;
-// then call fence.CheckLease right before tx.Commit, commit, and release
-// the ticket yourself afterwards. Roll back on any error from Guard.
+// then call CheckTx and fence.CheckLease right before tx.Commit, commit,
+// and release the ticket yourself afterwards. Roll back on any error from
+// Guard, CheckTx or CheckLease.
+//
+// # A function that ends the transaction
+//
+// The fence holds only while the transaction that ran the check-and-bump
+// is open. If fn ends it, Run does not commit and returns an error
+// matching fence.ErrTxEnded: what fn wrote before the end may be
+// durable, what it wrote after ran unfenced (autocommitted, or in a new
+// transaction that Run rolls back). Ways to end it: COMMIT or ROLLBACK
+// through tx.ExecContext, tx.Commit or tx.Rollback, on MySQL/MariaDB
+// every statement that commits implicitly (DDL such as TRUNCATE, CREATE,
+// ALTER, DROP, RENAME; LOCK TABLES; BEGIN or START TRANSACTION; account
+// statements; ANALYZE/OPTIMIZE/REPAIR/CHECK TABLE; the full list is in
+// docs/fence.md) and a deadlock (which rolls back the whole transaction),
+// on SQLite the errors after which it rolls back by itself. Run tells
+// with one statement before COMMIT: on PostgreSQL it reads a
+// transaction-local setting that the upsert sets (set_config(...,
+// true)); on MySQL/MariaDB and SQLite, Guard sets a savepoint
+// (SAVEPOINT ticketing_fence_tx, one more statement), and Run releases
+// it (RELEASE SAVEPOINT fails once a commit or rollback has destroyed it,
+// also in a new transaction).
 //
 // # Commit failures
 //

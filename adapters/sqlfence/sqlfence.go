@@ -58,14 +58,22 @@ type Beginner interface {
 //   - a *fence.StaleError (errors.Is(err, fence.ErrStale)) if the token was
 //     not above a stored high-water;
 //   - fn's error, as is;
+//   - an error matching fence.ErrTxEnded (and wrapping fn's error, if
+//     any) if fn ended the transaction: committed or rolled back it,
+//     explicitly or implicitly. Run does not commit then, but what fn
+//     wrote before the end may be durable, unfenced: check the data;
 //   - an error matching fence.ErrLeaseExpired if the lease ran out before
 //     commit;
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
 //   - ErrDialect or a validation error of fence.NewPlan, before anything
 //     is sent;
+//   - fence.ErrNilTicket for a nil ticket, also a nil *broker.Ticket,
+//     before anything is sent (nothing to release);
 //   - a *fence.ReleaseError if the release failed: it carries the outcome
-//     above as Primary (nil if committed; see fence.Committed).
+//     above as Primary (nil if committed; see fence.Committed). After a
+//     stale token, a release answered "not held" (broker.ErrNotHeld) is
+//     expected and the *fence.StaleError is returned alone.
 //
 // If fn panics, Run rolls back, releases the ticket and re-panics.
 // The transaction uses the driver's default isolation level (see the
@@ -79,9 +87,11 @@ func Run(ctx context.Context, db Beginner, d Dialect, ticket fence.Ticket, fn fu
 // caller manages, for dialect d. It returns a *fence.StaleError if the
 // token is not above the high-water of every resource; then the caller
 // must roll back. After a nil return, the high-water rows stay locked until
-// tx ends, and the caller must: do the protected write in tx, call
-// fence.CheckLease right before commit (roll back if it fails), commit, and
-// only then release the ticket. Guard never releases the ticket. After any
+// tx ends, and the caller must: do the protected write in tx without
+// ending it, call CheckTx and fence.CheckLease right before commit (roll
+// back if either fails), commit, and only then release the ticket. On
+// MySQL and SQLite, Guard leaves a savepoint in tx for CheckTx; do not
+// release or roll back to it. Guard never releases the ticket. After any
 // error the transaction must be rolled back. Call Guard once per
 // transaction: a second call with the same ticket finds the high-water
 // equal to the token and returns a *fence.StaleError. See package fence

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 	"github.com/ticketing-dev/ticketing/migrations"
@@ -136,6 +138,23 @@ func TestTxEndedThenError(t *testing.T) {
 		if err != errBoom {
 			t.Fatalf("err = %v, want the business error itself", err)
 		}
+		if tg.dialect != migrations.MySQL {
+			return
+		}
+		// On MySQL/MariaDB a statement that commits implicitly does so
+		// before it runs, so even when it fails (the table exists) the
+		// transaction has ended.
+		tk = fencetest.NewTicket("ended-err", 7)
+		err = tg.run(t.Context(), tk, func(q querier) error {
+			return q.exec(t.Context(), "CREATE TABLE items (id INT)")
+		})
+		if !errors.Is(err, fence.ErrTxEnded) || errors.Is(err, fence.ErrCommitUnknown) {
+			t.Fatalf("failed CREATE TABLE: err = %v, want ErrTxEnded", err)
+		}
+		t.Logf("failed CREATE TABLE: %v; high-water %d", err, tg.highWater(t, "ended-err"))
+		if hw := tg.highWater(t, "ended-err"); hw != 7 {
+			t.Errorf("high-water = %d, want 7: committed by the failed statement", hw)
+		}
 	})
 }
 
@@ -225,4 +244,53 @@ func TestGuardCheckTx(t *testing.T) {
 			})
 		}
 	})
+}
+
+// On MySQL/MariaDB a deadlock rolls back the whole InnoDB transaction,
+// the fence's bump and row lock included. A business function that
+// ignores the error (a retry loop, say) goes on outside the fence; Run
+// must not commit and report success.
+func TestMySQLDeadlockEndsTx(t *testing.T) {
+	tg := mysqlTarget(t, func(*mysql.Config) {})
+	ctx := ctxTimeout(t, 20*time.Second)
+	tg.mustExec(t, "INSERT INTO items (id, v) VALUES (1, 0), (2, 0)")
+	// The other transaction changes many rows, so InnoDB picks the fenced
+	// one, the smaller, as the deadlock victim.
+	other, err := tg.admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback()
+	for i := range 20 {
+		if _, err := other.ExecContext(ctx, "INSERT INTO fence_log (token) VALUES (?)", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.ExecContext(ctx, "UPDATE items SET v = 1 WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	tk := fencetest.NewTicket("deadlock", 3)
+	var victim, otherErr error
+	err = tg.run(ctx, tk, func(q querier) error {
+		if err := q.exec(ctx, "UPDATE items SET v = 3 WHERE id = 1"); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := other.ExecContext(ctx, "UPDATE items SET v = 1 WHERE id = 1") // waits for fn's row
+			done <- err
+		}()
+		victim = q.exec(ctx, "UPDATE items SET v = 3 WHERE id = 2") // waits for other's row: a cycle
+		otherErr = <-done
+		return nil // the function ignores the deadlock
+	})
+	var myErr *mysql.MySQLError
+	if !errors.As(victim, &myErr) || myErr.Number != 1213 || otherErr != nil {
+		t.Fatalf("fn's statement: %v, the other's: %v; want fn's to be the deadlock victim (1213)", victim, otherErr)
+	}
+	t.Logf("after a deadlock that fn ignored: %v", err)
+	wantTxEnded(t, err)
+	if hw := tg.highWater(t, "deadlock"); hw != -1 {
+		t.Errorf("high-water = %d, want no row (rolled back by the deadlock)", hw)
+	}
 }

@@ -46,7 +46,7 @@ type Driver[T any] struct {
 // TxEnded is the error for a transaction that fn ended, wrapping fn's own
 // error, if any.
 func TxEnded(pkg string, fnErr error) error {
-	const msg = "the business function committed or rolled back; its writes may be durable, unfenced"
+	const msg = "committed or rolled back since the check-and-bump; writes may be durable, unfenced"
 	if fnErr != nil {
 		return fmt.Errorf("%s: %w: %s: %w", pkg, fence.ErrTxEnded, msg, fnErr)
 	}

@@ -125,14 +125,14 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if err := d.Guard(ctx, tx, plan); err != nil {
 		return rollback(err)
 	}
-	ended := func() (bool, error) {
+	txEnded := func() (bool, error) {
 		if d.Ended == nil {
 			return false, nil
 		}
 		return d.Ended(ctx, tx)
 	}
 	if err := fn(tx); err != nil {
-		if ended, _ := ended(); ended {
+		if ended, _ := txEnded(); ended {
 			return rollback(TxEnded(d.Pkg, err))
 		}
 		return rollback(err)
@@ -143,7 +143,7 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	// The high-water row lock is only ours while Guard's transaction is
 	// open: if fn ended it, committing now would report unfenced writes
 	// as fenced.
-	if ended, err := ended(); err != nil {
+	if ended, err := txEnded(); err != nil {
 		return rollback(fmt.Errorf("%s: before commit: %w", d.Pkg, err))
 	} else if ended {
 		return rollback(TxEnded(d.Pkg, nil))

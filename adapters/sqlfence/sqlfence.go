@@ -91,7 +91,10 @@ func Run(ctx context.Context, db Beginner, d Dialect, ticket fence.Ticket, fn fu
 // ending it, call CheckTx and fence.CheckLease right before commit (roll
 // back if either fails), commit, and only then release the ticket. On
 // MySQL and SQLite, Guard leaves a savepoint in tx for CheckTx; do not
-// release or roll back to it. Guard never releases the ticket. After any
+// release or roll back to it. It is nested in any savepoint of yours
+// that is open when Guard runs: releasing (or rolling back to) that one
+// destroys Guard's too, and CheckTx then reports fence.ErrTxEnded
+// although the transaction is open; call Guard outside your savepoints. Guard never releases the ticket. After any
 // error the transaction must be rolled back. Call Guard once per
 // transaction: a second call with the same ticket finds the high-water
 // equal to the token and returns a *fence.StaleError. See package fence

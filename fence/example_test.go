@@ -110,6 +110,9 @@ func Example_guard() {
 		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = 0 WHERE id = 1"); err != nil {
 			return err
 		}
+		if err := sqlfence.CheckTx(ctx, tx, sqlfence.SQLite); err != nil {
+			return err // fence.ErrTxEnded: something committed or rolled back tx
+		}
 		if err := fence.CheckLease(ticket); err != nil {
 			return err
 		}

@@ -36,6 +36,8 @@ func ExampleRun() {
 		log.Printf("a newer holder has written (high-water %d)", stale.HighWater)
 	case errors.Is(err, fence.ErrCommitUnknown):
 		log.Print("check the account before retrying")
+	case errors.Is(err, fence.ErrTxEnded):
+		log.Print("the function committed or rolled back (a bug): check the account")
 	default:
 		log.Print(err)
 	}

@@ -106,7 +106,8 @@ type Broker struct {
 // background. It never dials synchronously and never fails because a server
 // is down; it fails only for an invalid configuration (matching
 // ErrInvalidConfig): no address, a bad address, an unreadable or invalid CA
-// file, a negative duration.
+// file, a CAFile with a TLS mode that would ignore it, a negative duration,
+// BackoffMin above BackoffMax.
 func New(cfg Config) (*Broker, error) {
 	set, err := cfg.normalize()
 	if err != nil {

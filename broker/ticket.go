@@ -54,8 +54,9 @@ func (t *Ticket) Token() uint64 { return t.st.token }
 
 // Deadline returns the conservative deadline of PROTOCOL.md: t0 + (waited_ms
 // + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
-// have been written. The server's expiry is no earlier. It carries a
-// monotonic clock reading.
+// have been written, and waited_ms is at most the broker's own time from t0
+// to the reply's handling (a larger value is taken as that time, rule 15a).
+// The server's expiry is no earlier. It carries a monotonic clock reading.
 func (t *Ticket) Deadline() time.Time { return t.st.deadline }
 
 // Remaining returns the conservative remaining lease, Deadline minus now

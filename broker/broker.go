@@ -230,7 +230,9 @@ func (b *Broker) ReadySessions() int {
 // When that holds for every session at once, WaitReady returns that
 // refusal at once instead of waiting for ctx. The sessions keep trying,
 // at the maximum backoff (BackoffMax), so that fixing the server side
-// (adding the token, say) is still picked up.
+// (adding the token, say) is still picked up. WaitReady reports their
+// latest attempts: right after such a fix it may still return the
+// refusal, until the next redial (at most BackoffMax later) succeeds.
 //
 // When ctx ends first, the error matches ErrNotReady and ctx's error, and
 // its message carries the last session error. After Close it returns

@@ -197,9 +197,14 @@ func newErr(kind error, msg string, cause error) error {
 
 // newCtxErr is newErr for a cancelled call: ctxErr (ctx.Err()) stays
 // matchable, cause only if it matches no outcome.
+//
+// A cause matching a context error is not unwrapped either: it is not the
+// caller's (a dial timeout, another caller's cancel), and a call that was
+// not cancelled must not look cancelled.
 func newCtxErr(kind error, msg string, ctxErr, cause error) error {
 	e := &opError{kind: kind, msg: msg, ctx: ctxErr, cause: cause}
-	e.hidden = cause != nil && hasOutcome(cause)
+	e.hidden = cause != nil && (hasOutcome(cause) ||
+		errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded))
 	return e
 }
 

@@ -181,6 +181,25 @@ func TestOutcomes_AcquireNoSession(t *testing.T) {
 	waitHellos(t, f, 2)
 	_, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
 	check(t, err, "ErrUnsent") // the refusal is in the message only
+
+	// The last session error is a dial timeout: the Acquire, not
+	// cancelled, must not match context.DeadlineExceeded.
+	cfg := testConfig("127.0.0.1:1")
+	cfg.DialTimeout = 20 * time.Millisecond
+	var dials atomic.Int64
+	cfg.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	b2, _ := broker.New(cfg)
+	defer b2.Close()
+	eventually(t, "a dial timed out", func() bool { return dials.Load() >= 3 })
+	_, err = b2.Acquire(t.Context(), "k", 0, 5*s, 0)
+	check(t, err, "ErrUnsent")
+	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("an Acquire that was not cancelled: %v", err)
+	}
 }
 
 func TestOutcomes_Release(t *testing.T) {

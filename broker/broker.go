@@ -260,6 +260,9 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 			b.mu.Lock()
 			last := b.lastErr
 			b.mu.Unlock()
+			if last != nil {
+				last = fmt.Errorf("last session error: %w", last)
+			}
 			return newCtxErr(ErrNotReady, "", ctx.Err(), last)
 		}
 	}

@@ -351,7 +351,7 @@ func TestOutcomes_New(t *testing.T) {
 }
 
 func TestOutcomes_RealServer(t *testing.T) {
-	rs := startServer(t, server.Config{ClientTokens: []string{"good"}}, "127.0.0.1:0")
+	rs := startServer(t, server.Config{ClientTokens: []string{"good"}, MaxLocks: 2}, "127.0.0.1:0")
 	cfg := testConfig(rs.Addr)
 	cfg.Token = "good"
 	cfg.ReleaseWindow = 300 * time.Millisecond
@@ -360,6 +360,15 @@ func TestOutcomes_RealServer(t *testing.T) {
 	check(t, err, "")
 	_, err = b.Acquire(t.Context(), "k", 0, 5*s, 0)
 	check(t, err, "ErrTimedOut")
+	_, err = b.Acquire(t.Context(), "k2", 0, 5*s, 5*s)
+	check(t, err, "ErrLeaseTooShort")
+	_, err = b.Acquire(t.Context(), "k", 0, 251*s, 0)
+	check(t, err, "ErrInvalidArgument")
+	other, err := b.Acquire(t.Context(), "k3", 0, 5*s, 0)
+	check(t, err, "")
+	_, err = b.Acquire(t.Context(), "k4", 0, 5*s, 0) // a third lock: MaxLocks 2
+	check(t, err, "ErrBusy")
+	check(t, other.Release(t.Context()), "")
 	eventually(t, "lease over", func() bool { return tk.Remaining() < -100*time.Millisecond })
 	check(t, tk.Release(t.Context()), "ErrNotHeld")
 

@@ -98,7 +98,7 @@ type Broker struct {
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
-	readyC  chan struct{}
+	readyC  chan struct{}             // closed and replaced to wake WaitReady
 	lastErr error
 }
 
@@ -106,7 +106,8 @@ type Broker struct {
 // background. It never dials synchronously and never fails because a server
 // is down; it fails only for an invalid configuration (matching
 // ErrInvalidConfig): no address, a bad address, an unreadable or invalid CA
-// file, a negative duration.
+// file, a CAFile with a TLS mode that would ignore it, a negative duration,
+// BackoffMin above BackoffMax.
 func New(cfg Config) (*Broker, error) {
 	set, err := cfg.normalize()
 	if err != nil {
@@ -155,11 +156,31 @@ func (b *Broker) setLastErr(err error) {
 	b.mu.Unlock()
 }
 
-func (b *Broker) signalReady() {
+// openFailed records a failed attempt of s to open a session; refused says
+// that it was refused for good (see WaitReady), which wakes WaitReady.
+func (b *Broker) openFailed(s *session, err error, refused bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lastErr = err
+	if !refused {
+		s.refused = nil
+		return
+	}
+	s.refused, s.refusedAt = err, time.Now()
+	b.wakeLocked()
+}
+
+// signalReady wakes WaitReady: s is ready.
+func (b *Broker) signalReady(s *session) {
+	b.mu.Lock()
+	s.refused = nil
+	b.wakeLocked()
+	b.mu.Unlock()
+}
+
+func (b *Broker) wakeLocked() {
 	close(b.readyC)
 	b.readyC = make(chan struct{})
-	b.mu.Unlock()
 }
 
 // sleep waits d or until the broker closes; false means closed.
@@ -198,20 +219,38 @@ func (b *Broker) ReadySessions() int {
 	return n
 }
 
-// WaitReady waits until at least one session is ready, or ctx ends. It is
-// a start-up convenience, never required. When it gives up, its error
-// matches ctx's error and carries the last session error (so a refused client
-// token matches ErrUnauthorized). After Close it returns ErrClosed.
+// WaitReady waits until at least one session is ready, or every session
+// has been refused for good, or ctx ends. It is a start-up convenience,
+// never required.
+//
+// A session is refused for good when its latest attempt ended in a refusal
+// that retrying cannot cure: the client token refused (E code 3: the error
+// matches ErrUnauthorized), the protocol version refused (E code 2: a
+// *ServerError), or the server's TLS certificate rejected (ErrCertificate).
+// When that holds for every session at once, WaitReady returns that
+// refusal at once instead of waiting for ctx. The sessions keep trying,
+// at the maximum backoff (BackoffMax), so that fixing the server side
+// (adding the token, say) is still picked up. WaitReady reports their
+// latest attempts: right after such a fix it may still return the
+// refusal, until the next redial (at most BackoffMax later) succeeds.
+//
+// When ctx ends first, the error matches ErrNotReady and ctx's error, and
+// its message carries the last session error. After Close it returns
+// ErrClosed.
 func (b *Broker) WaitReady(ctx context.Context) error {
 	for {
 		b.mu.Lock()
 		ch := b.readyC
+		refused := b.refusedLocked()
 		b.mu.Unlock()
 		if b.closing.Load() {
 			return ErrClosed
 		}
 		if b.pick() != nil {
 			return nil
+		}
+		if refused != nil {
+			return &refusedError{err: refused}
 		}
 		select {
 		case <-ch:
@@ -221,13 +260,40 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 			b.mu.Lock()
 			last := b.lastErr
 			b.mu.Unlock()
-			if last == nil {
-				return fmt.Errorf("broker: no ready session: %w", ctx.Err())
+			if last != nil {
+				last = fmt.Errorf("last session error: %w", last)
 			}
-			return fmt.Errorf("broker: no ready session: %w; last session error: %w", ctx.Err(), last)
+			return newCtxErr(ErrNotReady, "", ctx.Err(), last)
 		}
 	}
 }
+
+// refusedLocked returns the refusal of the last session to be refused
+// for good if every session's latest attempt was refused for good, or nil.
+// Called under b.mu.
+func (b *Broker) refusedLocked() error {
+	var last error
+	var at time.Time
+	for _, s := range b.sessions {
+		if s.refused == nil {
+			return nil
+		}
+		if last == nil || s.refusedAt.After(at) {
+			last, at = s.refused, s.refusedAt
+		}
+	}
+	return last
+}
+
+// refusedError is WaitReady's error when every session was refused for
+// good: it matches what the refusal matches.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string {
+	return "broker: every session was refused for good: " + e.err.Error()
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
 
 func (b *Broker) noSession() error {
 	b.mu.Lock()
@@ -441,7 +507,7 @@ func (b *Broker) cancelledOutcome(ctx context.Context, key string, res result, l
 		return nil, newErr(ErrIndeterminate, "cancelled; the concurrent grant is being released", ctx.Err())
 	}
 	if res.typ == 0 && res.sent {
-		return nil, newErr(ErrIndeterminate, "cancelled", joinCause(ctx.Err(), res.cause))
+		return nil, newCtxErr(ErrIndeterminate, "cancelled", ctx.Err(), res.cause)
 	}
 	if res.typ == 0 {
 		return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
@@ -449,19 +515,19 @@ func (b *Broker) cancelledOutcome(ctx context.Context, key string, res result, l
 	return b.outcome(key, res, leaseS, workS)
 }
 
-func joinCause(a, b error) error {
-	if b == nil {
-		return a
-	}
-	return fmt.Errorf("%w (%w)", a, b)
-}
-
 func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, error) {
 	switch res.typ {
 	case wire.TypeGranted:
-		total := time.Duration(uint64(res.waitedMS)+uint64(leaseS)*1000) * time.Millisecond
+		// Rule 15a: the server cannot have waited longer than the time
+		// since t0, so a larger waited_ms is taken as that time, and the
+		// deadline never exceeds t0 + elapsed + lease. (Reading the clock
+		// here rather than at the reply only makes elapsed larger: still
+		// a true bound.)
+		now := time.Now()
+		waited := min(time.Duration(res.waitedMS)*time.Millisecond, now.Sub(res.t0))
+		total := waited + time.Duration(leaseS)*time.Second
 		deadline := res.t0.Add(total * (100 - rhoPercent) / 100)
-		remaining := time.Until(deadline)
+		remaining := deadline.Sub(now)
 		if remaining <= 0 || remaining < time.Duration(workS)*time.Second {
 			rerr := b.release(context.Background(), key, res.token, time.Now(), true)
 			msg := fmt.Sprintf("remaining %v < work budget %ds; compensating release: ", remaining.Round(time.Millisecond), workS)
@@ -541,6 +607,12 @@ func (b *Broker) compensate(key string, token uint64, why string) {
 // until the window from start ends; it resends only after a session drop.
 // fresh says that start was taken just now, so that the first attempt
 // need not read the clock again to check the window.
+//
+// Its outcome is exactly one of: nil (R), ErrNotHeld (N), ErrUnsent (no
+// attempt may have been sent, whether the window ended or ctx did),
+// ErrReleaseUnconfirmed (an attempt may have been sent, and no final reply
+// came), ErrClosed, ErrInvalidArgument. The last attempt's failure is in
+// the message only (see newErr).
 func (b *Broker) release(ctx context.Context, key string, token uint64, start time.Time, fresh bool) error {
 	deadline := start.Add(b.set.Config.ReleaseWindow)
 	r := b.getReq()
@@ -553,19 +625,20 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 		return newErr(ErrInvalidArgument, "encoding RELEASE", err)
 	}
 	var last error
-	sentAny := false // an earlier attempt may have reached the server
-	unsent := func(msg string) error {
+	sentAny := false // an attempt may have reached the server
+	// ended is the outcome when the window or ctx ends with no final reply.
+	ended := func(msg string, ctxErr error) error {
 		if sentAny {
-			return newErr(ErrReleaseUnconfirmed, msg+" (an earlier attempt may have been sent)", ctx.Err())
+			return newCtxErr(ErrReleaseUnconfirmed, msg+" (an attempt may have been sent)", ctxErr, last)
 		}
-		return newErr(ErrUnsent, msg, ctx.Err())
+		return newCtxErr(ErrUnsent, msg+" (nothing was sent)", ctxErr, last)
 	}
 	for {
 		if fresh {
 			fresh = false
 		} else if !time.Now().Before(deadline) {
 			b.putReq(r)
-			return newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
+			return ended("no final reply within the release window", nil)
 		}
 		c := b.pick()
 		if c == nil {
@@ -585,7 +658,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			case <-ctx.Done():
 				t.Stop()
 				b.putReq(r)
-				return unsent("release cancelled before sending")
+				return ended("release cancelled", ctx.Err())
 			}
 			continue
 		}
@@ -596,9 +669,10 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			switch c.withdraw(r, false, nil) {
 			case withdrawnUnsent:
 				b.putReq(r)
-				return unsent("release cancelled before sending")
+				return ended("release cancelled", ctx.Err())
 			case withdrawnSent: // r now belongs to the conn, which absorbs its reply
-				return newErr(ErrReleaseUnconfirmed, "release cancelled after sending", ctx.Err())
+				sentAny = true
+				return ended("release cancelled after sending", ctx.Err())
 			}
 			b.recv(r) // the result raced with the cancel: use it
 		}
@@ -608,7 +682,7 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 			if !res.sent { // a sent one stays with its conn, abandoned
 				b.putReq(r)
 			}
-			return newErr(ErrReleaseUnconfirmed, "no final reply within the release window", last)
+			return ended("no final reply within the release window", nil)
 		}
 		switch res.typ {
 		case wire.TypeReleased:

@@ -66,7 +66,9 @@ type TLSConfig struct {
 	// Mode: default TLSOff.
 	Mode TLSMode
 	// CAFile is the PEM file of the CA certificates for TLSCAFile. Required
-	// in that mode, ignored in the others.
+	// in that mode. A CAFile with Mode unset (TLSOff, the zero value)
+	// selects TLSCAFile, as ParseURL's ca= does; with TLSSystemRoots or
+	// TLSInsecureSkipVerify it is an error from New.
 	CAFile string
 	// ServerName is the name verified in the server's certificate (and sent
 	// as SNI). Default: the host part of each address.
@@ -96,7 +98,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// BackoffMin and BackoffMax bound the reconnect backoff: the delay
 	// before attempt n (from 0) is min(BackoffMax, BackoffMin*2^n), of which
-	// a random half is jitter (defaults 100 ms and 5 s).
+	// a random half is jitter (defaults 100 ms and 5 s). After a refusal for
+	// good (see Broker.WaitReady) the delay is BackoffMax at once. BackoffMin
+	// above BackoffMax (after defaults) is an error from New.
 	BackoffMin, BackoffMax time.Duration
 	// KeepAlive is the interval between PINGs on each session (default
 	// 10 s).
@@ -163,8 +167,9 @@ func (cfg Config) normalize() (*settings, error) {
 	if s.Config.ReleaseWindow > ReleaseWindow {
 		return nil, newErr(ErrInvalidConfig, "ReleaseWindow above 5s", nil)
 	}
-	if s.BackoffMax < s.BackoffMin {
-		s.BackoffMax = s.BackoffMin
+	if s.BackoffMin > s.BackoffMax {
+		return nil, newErr(ErrInvalidConfig, fmt.Sprintf("BackoffMin %v above BackoffMax %v (defaults: %v and %v)",
+			s.BackoffMin, s.BackoffMax, DefaultBackoffMin, DefaultBackoffMax), nil)
 	}
 	if s.Dialer == nil {
 		d := &net.Dialer{KeepAlive: 30 * time.Second}
@@ -183,7 +188,10 @@ func (cfg Config) normalize() (*settings, error) {
 	}
 	s.addrs = addrs
 
-	base, err := cfg.TLS.build()
+	if err := s.Config.TLS.impliedMode(); err != nil {
+		return nil, err
+	}
+	base, err := s.Config.TLS.build()
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +232,24 @@ func normalizeAddr(a string) (string, error) {
 	return a, nil
 }
 
+// impliedMode applies the one CAFile rule of New and ParseURL: a CAFile
+// selects TLSCAFile; with the mode unset (TLSOff, the zero value) it
+// implies TLSCAFile, and with another mode (system roots, skip-verify),
+// which would ignore it, it is an error.
+func (t *TLSConfig) impliedMode() error {
+	if t.CAFile == "" {
+		return nil
+	}
+	switch t.Mode {
+	case TLSOff:
+		t.Mode = TLSCAFile
+	case TLSCAFile:
+	default:
+		return newErr(ErrInvalidConfig, fmt.Sprintf("CAFile set with TLS mode %s, which would ignore it (a CAFile implies mode %s)", t.Mode, TLSCAFile), nil)
+	}
+	return nil
+}
+
 func (t TLSConfig) build() (*tls.Config, error) {
 	switch t.Mode {
 	case TLSOff:
@@ -253,8 +279,9 @@ func (t TLSConfig) build() (*tls.Config, error) {
 //
 //	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI]
 //
-// MODE is off (default), system, ca (requires ca=PATH; also implied by ca=
-// alone) or insecure-skip-verify. The token may be percent-encoded. Only the
+// MODE is off (default), system, ca (requires ca=PATH) or
+// insecure-skip-verify. As for Config.TLS.CAFile, ca=PATH alone implies
+// tls=ca, and ca=PATH with any other tls= is an error. The token may be percent-encoded. Only the
 // fields in the URL are set; the returned Config can be adjusted before New.
 func ParseURL(s string) (Config, error) {
 	var cfg Config
@@ -301,11 +328,10 @@ func ParseURL(s string) (Config, error) {
 	cfg.TLS.ServerName = q.Get("server_name")
 	switch mode := q.Get("tls"); mode {
 	case "":
-		if cfg.TLS.CAFile != "" {
-			cfg.TLS.Mode = TLSCAFile
-		}
 	case "off":
-		cfg.TLS.Mode = TLSOff
+		if cfg.TLS.CAFile != "" {
+			return cfg, newErr(ErrInvalidConfig, "ca=PATH with tls=off (ca= implies tls=ca)", nil)
+		}
 	case "system", "system-roots":
 		cfg.TLS.Mode = TLSSystemRoots
 	case "ca", "ca-file":
@@ -317,6 +343,11 @@ func ParseURL(s string) (Config, error) {
 		cfg.TLS.Mode = TLSInsecureSkipVerify
 	default:
 		return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("unknown tls mode %q", mode), nil)
+	}
+	// The CAFile rule of New: ca= alone implies tls=ca; with another mode
+	// it is an error.
+	if err := cfg.TLS.impliedMode(); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

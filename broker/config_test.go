@@ -48,3 +48,56 @@ func TestParseURL(t *testing.T) {
 		})
 	}
 }
+
+// TestConfig_CAFileAndBackoff: one CAFile rule for New and ParseURL (a
+// CAFile implies CA-file TLS; with a mode that would ignore it, an error),
+// and BackoffMin above BackoffMax is an error.
+func TestConfig_CAFileAndBackoff(t *testing.T) {
+	pki := newPKI(t)
+	t.Run("CAFile with the mode unset is CA-file TLS", func(t *testing.T) {
+		f := newFakeOn(t, "127.0.0.1:0", pki.ServerTLS)
+		cfg := testConfig(f.Addr)
+		cfg.TLS = broker.TLSConfig{CAFile: pki.CAFile, ServerName: testServerName}
+		b := newBroker(t, cfg) // plaintext would never get a HELLO_OK here
+		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("CAFile with a mode that ignores it", func(t *testing.T) {
+		for _, m := range []broker.TLSMode{broker.TLSSystemRoots, broker.TLSInsecureSkipVerify} {
+			cfg := testConfig("127.0.0.1:1")
+			cfg.TLS = broker.TLSConfig{Mode: m, CAFile: pki.CAFile}
+			_, err := broker.New(cfg)
+			mustIs(t, err, broker.ErrInvalidConfig)
+		}
+	})
+	t.Run("BackoffMin above BackoffMax", func(t *testing.T) {
+		cfg := testConfig("127.0.0.1:1")
+		cfg.BackoffMin, cfg.BackoffMax = 2*s, s
+		_, err := broker.New(cfg)
+		mustIs(t, err, broker.ErrInvalidConfig)
+		cfg.BackoffMin, cfg.BackoffMax = 10*s, 0 // above the default maximum
+		_, err = broker.New(cfg)
+		mustIs(t, err, broker.ErrInvalidConfig)
+		cfg.BackoffMin, cfg.BackoffMax = s, s
+		b, err := broker.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	})
+	t.Run("ParseURL follows the same CAFile rule", func(t *testing.T) {
+		for _, u := range []string{"ticketing://h?tls=system&ca=/x.pem", "ticketing://h?tls=off&ca=/x.pem", "ticketing://h?tls=insecure-skip-verify&ca=/x.pem"} {
+			_, err := broker.ParseURL(u)
+			mustIs(t, err, broker.ErrInvalidConfig)
+		}
+		cfg, err := broker.ParseURL("ticketing://h?ca=/x.pem")
+		if err != nil || cfg.TLS.Mode != broker.TLSCAFile {
+			t.Fatalf("ca= alone: %+v, %v", cfg.TLS, err)
+		}
+	})
+}

@@ -46,8 +46,27 @@
 //
 // With no ready session, Acquire fails at once with ErrUnsent; it never
 // waits for one. WaitReady is a start-up convenience that waits for the first
-// ready session; when it gives up its error carries the last session error,
-// so a refused client token matches ErrUnauthorized.
+// ready session. A session whose latest attempt was refused for good (the
+// client token refused, E code 3: ErrUnauthorized; the protocol version
+// refused, E code 2: *ServerError; the server's certificate rejected:
+// ErrCertificate) redials only after BackoffMax; when every session is in
+// that state, WaitReady returns the refusal at once. A fix on the server side
+// is picked up by the next redial. When ctx ends first, WaitReady's error
+// matches ErrNotReady and ctx's error, and its message carries the last
+// session error.
+//
+// # Errors: exactly one outcome
+//
+// Every error of this package matches exactly one outcome with errors.Is:
+// one of the sentinels (ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut,
+// ErrBusy, ErrIndeterminate, ErrUnsent, ErrLeaseTooShort, ErrNotHeld,
+// ErrReleaseUnconfirmed, ErrClosed, ErrUnauthorized, ErrNotActive,
+// ErrNotReady, ErrCertificate), or a *ServerError for an E other than
+// code 3. A cancelled call may also match ctx's error. The cause behind an
+// outcome is in its message; it is matchable too only when it matches no
+// outcome itself (a dial or x509 error is; the "no ready session" behind an
+// ErrReleaseUnconfirmed, or the *ServerError that ended the session behind
+// an ErrIndeterminate, is not). So the sentinels can be tested in any order.
 //
 // # Acquire outcomes
 //
@@ -77,7 +96,10 @@
 // A Ticket is returned only when its conservative remaining time
 // (Ticket.Deadline: t0 + (waited_ms + lease_s*1000)*0.99, t0 taken just
 // before the ACQUIRE may have been written) is positive and at least the
-// rounded work budget.
+// rounded work budget. The server's word is bounded (rule 15a): a waited_ms
+// above the broker's own time since t0 is taken as that time, so the
+// deadline never exceeds t0 + elapsed + lease, and a G with token 0 is a
+// malformed reply (session-fatal; the ACQUIRE is Indeterminate).
 //
 // Indeterminate covers: the session dropped after a byte may have been
 // written; the session turned fatal (an M or E naming another request, a
@@ -94,9 +116,12 @@
 // session, only within 5 s (absolute) of the call, and resends only after the
 // session that carried it dropped, never after silence on a live session.
 // nil means R (released); ErrNotHeld means N (expired, or no longer this
-// token's); ErrReleaseUnconfirmed means no final reply within the window
-// (never assumed success). A second Release returns the first result and
-// sends nothing. A RELEASE left unanswered on a live session is kept in the
+// token's); ErrReleaseUnconfirmed means that an attempt may have been sent
+// and no final reply came within the window (never assumed success);
+// ErrUnsent means that nothing was sent within the window (no ready
+// session): definitely not released, the ticket is still held and Release
+// may be called again. A second Release after any other result returns the
+// first result and sends nothing. A RELEASE left unanswered on a live session is kept in the
 // session's in-flight map so that a late reply is absorbed silently; if no
 // reply comes within the window plus ReplyGrace, the session is closed (its
 // caller was told ErrReleaseUnconfirmed long before, so nothing is resent).
@@ -142,7 +167,9 @@
 // Config.TLS.Mode: TLSOff (default), TLSSystemRoots (system trust store),
 // TLSCAFile (only the CAs in CAFile, read and parsed by New: an unreadable or
 // invalid file is an error there), TLSInsecureSkipVerify (no verification;
-// for tests only). ServerName defaults to the host of each address. The
+// for tests only). A CAFile selects TLSCAFile: with the mode unset it
+// implies it, with another mode it is an error from New (ParseURL applies
+// the same rule to ca=), so a CA file never ends in plain TCP. ServerName defaults to the host of each address. The
 // client Token is sent in HELLO and never appears in errors or logs.
 //
 // # Concurrency

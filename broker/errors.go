@@ -1,16 +1,22 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
-// Sentinel errors. Every error returned by this package matches at most one
-// of the outcome sentinels below with errors.Is (plus, for a cancelled call,
-// context.Canceled or context.DeadlineExceeded, and for a server E frame the
-// typed *ServerError).
+// Sentinel errors. Every error returned by this package matches exactly one
+// outcome: one of the sentinels below with errors.Is, or, for a server E
+// frame other than code 3, the typed *ServerError (code 3 matches
+// ErrUnauthorized). A cancelled call also matches context.Canceled or
+// context.DeadlineExceeded. An error's earlier causes (the session error
+// behind an ErrUnsent or ErrIndeterminate, the last attempt behind an
+// ErrReleaseUnconfirmed) are in its message; they stay reachable with
+// errors.Is and errors.As only when they match no outcome (a dial or TLS
+// error, say), so that an error never matches two outcomes.
 var (
 	// ErrInvalidArgument: an argument of Acquire was out of range (after
 	// rounding up to whole seconds) or a key was empty or longer than 255
@@ -40,7 +46,9 @@ var (
 
 	// ErrUnsent: the request definitely never left the client, because the
 	// call was cancelled before any byte was written, or because there was
-	// no ready session. Safe to retry.
+	// no ready session (for a RELEASE: at any time within the release
+	// window). Safe to retry; a Ticket whose Release returned it is still
+	// held and may be released again.
 	ErrUnsent = errors.New("broker: request not sent")
 
 	// ErrLeaseTooShort: the lock was granted, but the conservative remaining
@@ -52,8 +60,10 @@ var (
 	// holds that token (it expired, was released, or was never held).
 	ErrNotHeld = errors.New("broker: lock not held by this token")
 
-	// ErrReleaseUnconfirmed: no final reply to a RELEASE came within the
-	// 5 s release window. The lock may still be held until its lease ends.
+	// ErrReleaseUnconfirmed: a RELEASE may have reached the server, and no
+	// final reply to it came within the 5 s release window. The lock may
+	// still be held until its lease ends. (A RELEASE that was never sent
+	// within the window is ErrUnsent instead.)
 	ErrReleaseUnconfirmed = errors.New("broker: release unconfirmed")
 
 	// ErrClosed: the Broker was closed.
@@ -62,6 +72,16 @@ var (
 	// ErrUnauthorized is matched by a *ServerError with code 3: the client
 	// token was refused.
 	ErrUnauthorized = errors.New("broker: unauthorized")
+
+	// ErrNotReady: WaitReady gave up (its ctx ended) with no ready session
+	// and without every session having been refused for good. The error
+	// also matches ctx's error; its message carries the last session error.
+	ErrNotReady = errors.New("broker: no ready session")
+
+	// ErrCertificate: the server's TLS certificate failed verification. It
+	// is a refusal for good (see WaitReady); the error also matches the
+	// *tls.CertificateVerificationError and the x509 error behind it.
+	ErrCertificate = errors.New("broker: server certificate rejected")
 
 	// ErrNotActive: the node answered M (it does not serve: passive node or
 	// follower). For an ACQUIRE it names, it is a definite "not granted".
@@ -103,18 +123,49 @@ func (e *NotActiveError) Error() string {
 // Is makes errors.Is(err, ErrNotActive) true.
 func (e *NotActiveError) Is(target error) bool { return target == ErrNotActive }
 
-// opError joins an outcome sentinel with its cause (a context error, a
-// session error, a server error), so that errors.Is matches both.
+// outcomes are the sentinels of which every returned error matches exactly
+// one (besides *ServerError, see hasOutcome).
+var outcomes = [...]error{
+	ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut, ErrBusy, ErrIndeterminate,
+	ErrUnsent, ErrLeaseTooShort, ErrNotHeld, ErrReleaseUnconfirmed, ErrClosed,
+	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate,
+}
+
+// hasOutcome reports whether err matches an outcome: one of the outcome
+// sentinels, or a *ServerError.
+func hasOutcome(err error) bool {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return true
+	}
+	for _, o := range outcomes {
+		if errors.Is(err, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// opError is an outcome sentinel (kind) with, for a cancelled call, the
+// context's error (ctx), and the cause that led to it. errors.Is and
+// errors.As see kind, ctx and, only if it matches no outcome itself, cause:
+// an error matches exactly one outcome (rule 15a's companion in
+// docs/semantics.md). The cause is always in the message.
 type opError struct {
-	kind  error
-	msg   string
-	cause error
+	kind   error
+	msg    string
+	ctx    error
+	cause  error
+	hidden bool // cause matches an outcome: shown, not unwrapped
 }
 
 func (e *opError) Error() string {
 	s := e.kind.Error()
 	if e.msg != "" {
 		s += ": " + e.msg
+	}
+	if e.ctx != nil {
+		s += ": " + e.ctx.Error()
 	}
 	if e.cause != nil {
 		s += ": " + e.cause.Error()
@@ -123,14 +174,38 @@ func (e *opError) Error() string {
 }
 
 func (e *opError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{e.kind}
+	errs := make([]error, 1, 3)
+	errs[0] = e.kind
+	if e.ctx != nil {
+		errs = append(errs, e.ctx)
 	}
-	return []error{e.kind, e.cause}
+	if e.cause != nil && !e.hidden {
+		errs = append(errs, e.cause)
+	}
+	return errs
 }
 
+// newErr is an outcome kind with a cause. A context error as cause is kept
+// matchable (a cancelled call matches its context's error); any other
+// cause only if it matches no outcome.
 func newErr(kind error, msg string, cause error) error {
-	return &opError{kind: kind, msg: msg, cause: cause}
+	if cause == context.Canceled || cause == context.DeadlineExceeded {
+		return &opError{kind: kind, msg: msg, ctx: cause}
+	}
+	return newCtxErr(kind, msg, nil, cause)
+}
+
+// newCtxErr is newErr for a cancelled call: ctxErr (ctx.Err()) stays
+// matchable, cause only if it matches no outcome.
+//
+// A cause matching a context error is not unwrapped either: it is not the
+// caller's (a dial timeout, another caller's cancel), and a call that was
+// not cancelled must not look cancelled.
+func newCtxErr(kind error, msg string, ctxErr, cause error) error {
+	e := &opError{kind: kind, msg: msg, ctx: ctxErr, cause: cause}
+	e.hidden = cause != nil && (hasOutcome(cause) ||
+		errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded))
+	return e
 }
 
 // sessionError describes why a session ended.

@@ -234,7 +234,8 @@ func (f *fakeServer) later(d time.Duration, fn func()) {
 //
 //	busy timeout never close closepartial malformed oversized unknowntype
 //	unknownid wrongtype pong empty fatalthengrant notactive error grantclose
-//	delay:<dur> waited:<ms> (anything else: G)
+//	delay:<dur> waited:<ms> (G at once, claiming waited_ms) honest:<dur> (G
+//	after dur, waited_ms dur) token0 (G with token 0) (anything else: G)
 //	release: rel-never rel-notheld rel-late (R after 400ms) rel-granted (G)
 //	rel-closeonce (else R)
 func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
@@ -306,6 +307,11 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	case strings.HasPrefix(word, "delay:"):
 		d, _ := time.ParseDuration(strings.TrimPrefix(word, "delay:"))
 		f.later(d, func() { fc.send(grant(0)) })
+	case word == "token0":
+		fc.send(wire.AppendGranted(nil, id, 0, 0))
+	case strings.HasPrefix(word, "honest:"):
+		d, _ := time.ParseDuration(strings.TrimPrefix(word, "honest:"))
+		f.later(d, func() { fc.send(grant(uint32(d / time.Millisecond))) })
 	case strings.HasPrefix(word, "waited:"):
 		ms, _ := strconv.Atoi(strings.TrimPrefix(word, "waited:"))
 		fc.send(grant(uint32(ms)))
@@ -406,12 +412,64 @@ func allReady(t testing.TB, f *fakeServer, cfg broker.Config) *broker.Broker {
 	return b
 }
 
+// mustIs checks that err matches every target, and that it matches exactly
+// one outcome (see outcomesOf).
 func mustIs(t testing.TB, err error, targets ...error) {
 	t.Helper()
 	for _, target := range targets {
 		if !errors.Is(err, target) {
 			t.Fatalf("error %v: want errors.Is(%v)", err, target)
 		}
+	}
+	mustOneOutcome(t, err)
+}
+
+// outcomeSentinels are the broker's outcome sentinels, by name.
+var outcomeSentinels = []struct {
+	name string
+	err  error
+}{
+	{"ErrInvalidArgument", broker.ErrInvalidArgument},
+	{"ErrInvalidConfig", broker.ErrInvalidConfig},
+	{"ErrTimedOut", broker.ErrTimedOut},
+	{"ErrBusy", broker.ErrBusy},
+	{"ErrIndeterminate", broker.ErrIndeterminate},
+	{"ErrUnsent", broker.ErrUnsent},
+	{"ErrLeaseTooShort", broker.ErrLeaseTooShort},
+	{"ErrNotHeld", broker.ErrNotHeld},
+	{"ErrReleaseUnconfirmed", broker.ErrReleaseUnconfirmed},
+	{"ErrClosed", broker.ErrClosed},
+	{"ErrUnauthorized", broker.ErrUnauthorized},
+	{"ErrNotActive", broker.ErrNotActive},
+	{"ErrNotReady", broker.ErrNotReady},
+	{"ErrCertificate", broker.ErrCertificate},
+}
+
+// outcomesOf returns the outcomes err matches: the names of the sentinels
+// it matches with errors.Is, and "*ServerError" for a *ServerError other
+// than code 3 (code 3 is ErrUnauthorized).
+func outcomesOf(err error) []string {
+	var out []string
+	for _, o := range outcomeSentinels {
+		if errors.Is(err, o.err) {
+			out = append(out, o.name)
+		}
+	}
+	var se *broker.ServerError
+	if errors.As(err, &se) && !errors.Is(err, broker.ErrUnauthorized) {
+		out = append(out, "*ServerError")
+	}
+	return out
+}
+
+// mustOneOutcome checks that err matches exactly one outcome.
+func mustOneOutcome(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if got := outcomesOf(err); len(got) != 1 {
+		t.Fatalf("error %q matches %d outcomes %v, want exactly one", err, len(got), got)
 	}
 }
 

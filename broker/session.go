@@ -68,6 +68,11 @@ type session struct {
 	addr string
 	tls  *tls.Config
 	cur  atomic.Pointer[conn]
+
+	// Guarded by b.mu: the refusal for good of the latest attempt to open
+	// the session (nil: it was not refused for good), and when it came.
+	refused   error
+	refusedAt time.Time
 }
 
 // conn is one open connection of a session, from HELLO_OK to its end.
@@ -114,17 +119,27 @@ func (s *session) run() {
 			if b.ctx.Err() != nil {
 				return
 			}
-			b.setLastErr(err)
-			b.log.Debug("broker: session open failed", "addr", s.addr, "session", s.idx, "err", err)
-			if !b.sleep(s.backoff(attempt)) {
+			refused := refusedForGood(err)
+			b.openFailed(s, err, refused)
+			b.log.Debug("broker: session open failed", "addr", s.addr, "session", s.idx, "err", err, "for_good", refused)
+			d := s.backoff(attempt)
+			if refused {
+				// Retrying soon cannot help; retrying at all lets a fix on
+				// the server side (the token added) be picked up.
+				d = s.backoffMax()
+				attempt = maxAttempt
+			}
+			if !b.sleep(d) {
 				return
 			}
-			attempt++
+			if attempt < maxAttempt {
+				attempt++
+			}
 			continue
 		}
 		opened := time.Now()
 		s.cur.Store(c)
-		b.signalReady()
+		b.signalReady(s)
 		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx)
 		var wg sync.WaitGroup
 		wg.Add(2)
@@ -146,20 +161,48 @@ func (s *session) run() {
 		if !b.sleep(s.backoff(attempt)) {
 			return
 		}
-		attempt++
+		if attempt < maxAttempt {
+			attempt++
+		}
 	}
 }
+
+// maxAttempt caps the attempt counter of the backoff (2^62 is beyond any
+// BackoffMax/BackoffMin).
+const maxAttempt = 62
 
 // backoff is min(max, min*2^attempt), half of it random jitter.
 func (s *session) backoff(attempt int) time.Duration {
 	cfg := s.b.set
 	d := cfg.BackoffMin
 	for i := 0; i < attempt && d < cfg.BackoffMax; i++ {
-		d *= 2
+		if d > cfg.BackoffMax/2 {
+			d = cfg.BackoffMax
+		} else {
+			d *= 2
+		}
 	}
-	d = min(d, cfg.BackoffMax)
+	return jitter(min(d, cfg.BackoffMax))
+}
+
+// backoffMax is the backoff at its cap, BackoffMax, half of it jitter.
+func (s *session) backoffMax() time.Duration { return jitter(s.b.set.BackoffMax) }
+
+func jitter(d time.Duration) time.Duration {
 	half := d / 2
 	return half + rand.N(half+1)
+}
+
+// refusedForGood reports whether a failed open is a refusal that retrying
+// cannot cure (see WaitReady): the client token refused (E code 3), the
+// protocol version refused (E code 2), or the server's certificate
+// rejected.
+func refusedForGood(err error) bool {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Code == wire.CodeUnauthorized || se.Code == wire.CodeVersion
+	}
+	return errors.Is(err, ErrCertificate)
 }
 
 func (s *session) errorf(cause error, format string, args ...any) error {
@@ -193,6 +236,10 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 	if s.tls != nil {
 		tc := tls.Client(raw, s.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
+			var cv *tls.CertificateVerificationError
+			if errors.As(err, &cv) {
+				err = newErr(ErrCertificate, "", err)
+			}
 			return nil, s.errorf(err, "TLS handshake (mode %s)", b.set.TLS.Mode)
 		}
 		nc = tc
@@ -322,7 +369,9 @@ func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
 	if closeIfSent {
 		c.inflight.del(r)
 		c.cancelled[r.id] = string(r.key)
-		c.failLocked(c.s.errorf(why, "closed after cancelling a possibly sent ACQUIRE"))
+		// why (the caller's ctx error) only in the text: the other
+		// requests failed with this error were not cancelled.
+		c.failLocked(c.s.errorf(nil, "closed after cancelling a possibly sent ACQUIRE (%v)", why))
 	} else {
 		r.abandoned = true
 	}
@@ -624,7 +673,7 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 		// Frames read after a close: only a grant for an ACQUIRE that was
 		// possibly sent (cancelled, or in flight when the session failed)
 		// matters; its caller got no Ticket, so release it.
-		if resp.Type == wire.TypeGranted {
+		if resp.Type == wire.TypeGranted && resp.Token != 0 {
 			if key, ok := c.cancelled[resp.ReqID]; ok {
 				delete(c.cancelled, resp.ReqID)
 				ready = append(ready, delivery{key: key, token: resp.Token})
@@ -661,6 +710,10 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 	default:
 		r := c.inflight.get(id)
 		switch {
+		case resp.Type == wire.TypeGranted && resp.Token == 0:
+			// Rule 15a: tokens start at 1; a G with token 0 is malformed,
+			// fatal like any malformed reply (its ACQUIRE: Indeterminate).
+			c.failLocked(c.s.errorf(nil, "malformed reply: G with token 0 (req_id %d)", id))
 		case r == nil || !r.sent:
 			c.failLocked(c.s.errorf(nil, "reply %q with unknown req_id %d", resp.Type, id))
 		case !answers(r.typ, resp.Type):

@@ -54,8 +54,9 @@ func (t *Ticket) Token() uint64 { return t.st.token }
 
 // Deadline returns the conservative deadline of PROTOCOL.md: t0 + (waited_ms
 // + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
-// have been written. The server's expiry is no earlier. It carries a
-// monotonic clock reading.
+// have been written, and waited_ms is at most the broker's own time from t0
+// to the reply's handling (a larger value is taken as that time, rule 15a).
+// The server's expiry is no earlier. It carries a monotonic clock reading.
 func (t *Ticket) Deadline() time.Time { return t.st.deadline }
 
 // Remaining returns the conservative remaining lease, Deadline minus now
@@ -64,15 +65,18 @@ func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
 
 // Release releases the lock by its exact token. It retries on any ready
 // session only within 5 s of the call, and resends only after a session
-// dropped. It returns nil for R (released), ErrNotHeld for N (the lock had
-// expired or is no longer this token's), ErrReleaseUnconfirmed when no final
-// reply came within the window (never assumed success), ErrClosed if the
-// Broker was closed first, and, if ctx ends first, an error matching ctx's
-// error (with ErrUnsent if nothing was sent, in which case Release may be
-// called again).
+// dropped. Its error matches exactly one of: nil for R (released),
+// ErrNotHeld for N (the lock had expired or is no longer this token's),
+// ErrReleaseUnconfirmed when an attempt may have been sent and no final
+// reply came within the window (never assumed success), ErrUnsent when
+// nothing was sent within the window (no ready session all along, or ctx
+// ended first), ErrClosed if the Broker was closed first. If ctx ended
+// first, the error also matches ctx's error.
 //
-// Calling Release again returns the first call's result without sending
-// anything; concurrent calls wait for the first.
+// After ErrUnsent the ticket is still held: Release may be called again
+// (and Close or a drop still release it). Calling Release again after any
+// other result returns that result without sending anything; concurrent
+// calls wait for the first.
 func (t *Ticket) Release(ctx context.Context) error {
 	b, st := t.b, t.st
 	if st.done.Load() {
@@ -105,8 +109,8 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 		return st.err
 	}
 	err := b.release(ctx, st.key, st.token, start, fresh)
-	if errors.Is(err, ErrUnsent) && ctx.Err() != nil {
-		return err // nothing sent: the caller may try again
+	if errors.Is(err, ErrUnsent) {
+		return err // nothing sent: still held, the caller may try again
 	}
 	st.err = err
 	st.done.Store(true)

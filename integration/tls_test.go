@@ -59,15 +59,16 @@ func initDeployment(t *testing.T, bin string) (dir, token string) {
 // Pass:
 //   - the right token with TLSCAFile D/ca.pem: WaitReady, Acquire and
 //     Release succeed; so does TLSInsecureSkipVerify;
-//   - a wrong token, or none: WaitReady fails with an error matching
-//     broker.ErrUnauthorized;
-//   - TLSSystemRoots: WaitReady fails, its error naming the unknown
-//     authority (x509.UnknownAuthorityError, "certificate signed by
-//     unknown authority");
+//   - a wrong token, or none: WaitReady fails at once (refused for good)
+//     with an error matching broker.ErrUnauthorized;
+//   - TLSSystemRoots: WaitReady fails at once, its error naming the
+//     unknown authority (x509.UnknownAuthorityError, "certificate signed
+//     by unknown authority");
 //   - TLSCAFile with ServerName "localhost" (not in the certificate):
-//     WaitReady fails with an x509 host name error;
-//   - TLSOff against the TLS server: WaitReady fails, not matching
-//     ErrUnauthorized, with a session error in its text.
+//     WaitReady fails at once with an x509 host name error;
+//   - TLSOff against the TLS server: WaitReady fails when its ctx ends
+//     (broker.ErrNotReady), not matching ErrUnauthorized, with a session
+//     error in its text.
 func TestAuthAndTLS(t *testing.T) {
 	bin := harness.Ticketingd(t)
 	dir, token := initDeployment(t, bin)
@@ -108,14 +109,20 @@ func TestAuthAndTLS(t *testing.T) {
 			t.Fatalf("Release: %v", err)
 		}
 	}
-	fails := func(t *testing.T, cfg broker.Config) error {
+	// fails expects WaitReady to fail: at once, with the refusal, if every
+	// session is refused for good (a refused token, a rejected
+	// certificate), else when its ctx ends, with broker.ErrNotReady.
+	fails := func(t *testing.T, cfg broker.Config, forGood bool) error {
 		t.Helper()
 		_, err := waitReady(t, cfg, 2*time.Second)
 		if err == nil {
 			t.Fatal("WaitReady succeeded, want an error")
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("WaitReady error %v does not match context.DeadlineExceeded", err)
+		if forGood && errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitReady error %v waited for its ctx, want the refusal at once", err)
+		}
+		if !forGood && (!errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, broker.ErrNotReady)) {
+			t.Errorf("WaitReady error %v does not match context.DeadlineExceeded and broker.ErrNotReady", err)
 		}
 		if strings.Contains(err.Error(), token) {
 			t.Errorf("the client token appears in the error")
@@ -142,21 +149,21 @@ func TestAuthAndTLS(t *testing.T) {
 	})
 	t.Run("wrong-token", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{Token: "not-" + token, TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca}})
+		err := fails(t, broker.Config{Token: "not-" + token, TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca}}, true)
 		if !errors.Is(err, broker.ErrUnauthorized) {
 			t.Errorf("WaitReady: %v, want errors.Is ErrUnauthorized", err)
 		}
 	})
 	t.Run("no-token", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca}})
+		err := fails(t, broker.Config{TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca}}, true)
 		if !errors.Is(err, broker.ErrUnauthorized) {
 			t.Errorf("WaitReady: %v, want errors.Is ErrUnauthorized", err)
 		}
 	})
 	t.Run("system-roots", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{Token: token, TLS: broker.TLSConfig{Mode: broker.TLSSystemRoots}})
+		err := fails(t, broker.Config{Token: token, TLS: broker.TLSConfig{Mode: broker.TLSSystemRoots}}, true)
 		var ua x509.UnknownAuthorityError
 		if !errors.As(err, &ua) {
 			t.Errorf("WaitReady: %v, want an x509.UnknownAuthorityError in the chain", err)
@@ -170,7 +177,7 @@ func TestAuthAndTLS(t *testing.T) {
 	})
 	t.Run("wrong-server-name", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{Token: token, TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca, ServerName: "localhost"}})
+		err := fails(t, broker.Config{Token: token, TLS: broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca, ServerName: "localhost"}}, true)
 		var he x509.HostnameError
 		if !errors.As(err, &he) {
 			t.Errorf("WaitReady: %v, want an x509.HostnameError in the chain", err)
@@ -178,7 +185,7 @@ func TestAuthAndTLS(t *testing.T) {
 	})
 	t.Run("tls-off", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{Token: token})
+		err := fails(t, broker.Config{Token: token}, false)
 		if errors.Is(err, broker.ErrUnauthorized) {
 			t.Errorf("plain TCP to a TLS server matches ErrUnauthorized: %v", err)
 		}

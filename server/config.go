@@ -69,7 +69,8 @@ type Config struct {
 	MaxSessionsPerPeer int
 
 	// MaxPendingConns limits the connections that have not completed HELLO
-	// yet (TLS handshake included). A connection accepted beyond it is
+	// yet (TLS handshake included); one peer address may hold a quarter of
+	// them (but at least 64). A connection accepted beyond either limit is
 	// closed at once, without a reply. Default: a tenth of MaxSessions, but
 	// at least 64. A negative value is an error in New.
 	MaxPendingConns int

@@ -337,11 +337,11 @@ func (c *conn) serve() {
 	defer s.wg.Done()
 	if !c.handshakeAndHello() {
 		c.closePending()
-		s.pending.Add(-1)
+		s.donePending(c.peer)
 		s.untrack(c)
 		return
 	}
-	s.pending.Add(-1)
+	s.donePending(c.peer)
 	c.readLoop()
 
 	// Stop the writer (it flushes what is queued), then close.

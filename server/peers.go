@@ -36,15 +36,16 @@ func peerOf(a net.Addr) netip.Addr {
 	return ip
 }
 
-// peerSessions counts the open sessions per peer address, for
-// Config.MaxSessionsPerPeer. Its size is bounded by MaxSessions.
-type peerSessions struct {
+// peerCounts counts connections per peer address: the open sessions (for
+// Config.MaxSessionsPerPeer; at most MaxSessions entries) or the
+// connections before HELLO (at most MaxPendingConns entries).
+type peerCounts struct {
 	mu sync.Mutex
 	n  map[netip.Addr]int
 }
 
 // add counts a new session of p unless p already has max.
-func (ps *peerSessions) add(p netip.Addr, max int) bool {
+func (ps *peerCounts) add(p netip.Addr, max int) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	n := ps.n[p]
@@ -55,7 +56,7 @@ func (ps *peerSessions) add(p netip.Addr, max int) bool {
 	return true
 }
 
-func (ps *peerSessions) remove(p netip.Addr) {
+func (ps *peerCounts) remove(p netip.Addr) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if n := ps.n[p]; n > 1 {

@@ -135,6 +135,22 @@ func TestPendingConnsCapped(t *testing.T) {
 	session(t, addr)
 }
 
+// TestPendingConnsPerPeer: one address may hold a quarter of
+// MaxPendingConns (at least 64) before HELLO, so that it cannot keep other
+// addresses from connecting.
+func TestPendingConnsPerPeer(t *testing.T) {
+	s, addr := startServer(t, server.Config{MaxPendingConns: 300})
+	for range 75 {
+		dial(t, addr)
+	}
+	eventually(t, "75 pending", func() bool { return s.Stats().Pending == 75 })
+	extra := dialFrom(t, "127.0.0.1", addr)
+	if _, err := extra.recvErr(5 * time.Second); !errors.Is(err, io.EOF) && !isReset(err) {
+		t.Fatalf("connection beyond the per-address share: %v, want closed", err)
+	}
+	dialFrom(t, "127.0.0.2", addr).hello("")
+}
+
 // TestPendingConnsCostOneGoroutine: a connection before HELLO runs only its
 // reader goroutine; the writer starts with HELLO_OK.
 func TestPendingConnsCostOneGoroutine(t *testing.T) {

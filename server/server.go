@@ -54,7 +54,9 @@ type Server struct {
 	lastCapSweep atomic.Int64
 	m            counters
 
-	peerSessions peerSessions
+	peerSessions peerCounts
+	peerPending  peerCounts
+	pendingPer   int // connections before HELLO one peer may hold
 	auth         authThrottle
 	logs         logLimiter
 	writeChunk   int           // bytes per socket write (see conn.writeLocked)
@@ -94,6 +96,8 @@ func New(cfg Config) (*Server, error) {
 		closingCh: make(chan struct{}),
 	}
 	s.peerSessions.n = make(map[netip.Addr]int)
+	s.peerPending.n = make(map[netip.Addr]int)
+	s.pendingPer = min(max(cfg.MaxPendingConns/4, minPerPeerDefault), cfg.MaxPendingConns)
 	s.writeChunk = cfg.SocketBuffer
 	if s.writeChunk <= 0 {
 		s.writeChunk = DefaultSocketBuffer
@@ -165,13 +169,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		peer := peerOf(nc.RemoteAddr())
-		if s.pending.Add(1) > int64(s.cfg.MaxPendingConns) {
+		if !s.addPending(peer) {
 			// Refused as cheaply as possible: no goroutine, no buffer.
-			s.pending.Add(-1)
 			s.m.pendingRefused.Add(1)
 			nc.Close()
 			if s.logs.allow(peer) {
-				s.log.Warn("connection refused: too many connections before HELLO", "peer", nc.RemoteAddr().String(), "limit", s.cfg.MaxPendingConns)
+				s.log.Warn("connection refused: too many connections before HELLO", "peer", nc.RemoteAddr().String(),
+					"limit", s.cfg.MaxPendingConns, "per_address_limit", s.pendingPer)
 			} else {
 				s.m.logSuppressed.Add(1)
 			}
@@ -187,7 +191,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			s.pending.Add(-1)
+			s.donePending(peer)
 			nc.Close()
 			return ErrServerClosed
 		}
@@ -197,6 +201,26 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go c.serve()
 	}
+}
+
+// addPending counts a new connection before HELLO from peer, unless
+// MaxPendingConns, or the per-address share of them (a quarter, at least 64),
+// is reached.
+func (s *Server) addPending(peer netip.Addr) bool {
+	if s.pending.Add(1) > int64(s.cfg.MaxPendingConns) {
+		s.pending.Add(-1)
+		return false
+	}
+	if !s.peerPending.add(peer, s.pendingPer) {
+		s.pending.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Server) donePending(peer netip.Addr) {
+	s.peerPending.remove(peer)
+	s.pending.Add(-1)
 }
 
 // errTemporary returns err if it says it is temporary (as accept errors

@@ -43,7 +43,6 @@ type conn struct {
 	remote string
 	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
-	open   bool // HELLO done (reader only)
 
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
@@ -80,7 +79,7 @@ func (s *Server) newConn(nc net.Conn, peer netip.Addr) *conn {
 	}
 }
 
-// warnf logs a warning about the peer, subject to the per-peer log rate
+// warn logs a warning about the peer, subject to the per-peer log rate
 // limit (see logLimiter).
 func (c *conn) warn(msg string, args ...any) {
 	if c.s.logs.allow(c.peer) {
@@ -567,7 +566,6 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		s.peerSessions.remove(c.peer)
 		return false
 	}
-	c.open = true
 	c.started = true
 	c.nc.SetReadDeadline(time.Time{})
 	c.out = append(c.out, s.helloOK...)
@@ -586,7 +584,10 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 func (c *conn) authFailed(reqID uint32) bool {
 	s := c.s
 	s.m.authFailures.Add(1)
-	wait, ok := s.auth.failure(c.peer, time.Now())
+	wait, held, ok := s.auth.failure(c.peer, time.Now())
+	if held != nil {
+		defer s.auth.done(held)
+	}
 	if !ok {
 		s.m.authThrottled.Add(1)
 		c.warn("HELLO closed without a reply: too many client authentication failures from this address")

@@ -33,11 +33,15 @@
 // are compared as SHA-256 digests with crypto/subtle against every configured
 // token, so neither which token matched nor the token's length shows in the
 // timing; tokens are never logged. An address that keeps sending wrong
-// tokens is slowed down: after 5 recent failures (decaying with a 10 s
-// half-life) each E(3) waits 10 ms, doubling per failure up to 1 s, and the
-// answers to one address are serialised (about one E(3) per second at most);
-// a failure that would wait more than 2 s is closed without an answer. A
-// correct token is never delayed; other addresses are not affected.
+// tokens is slowed down: after 20 recent failures (decaying with a 10 s
+// half-life) each E(3) waits 10 ms, doubling per failure up to 500 ms, and
+// the answers to one address are serialised; one that would wait more than
+// 1 s in that queue waits 1 s beside it, for at most 16 connections of the
+// address at a time, and beyond those the connection is closed without an
+// answer. A flooding address gets at most about 18 E(3) per second; a
+// misconfigured client with a few connections always gets its E(3), at
+// most 1 s late. A correct token is never delayed; other addresses are not
+// affected.
 //
 // A session that sends no complete frame for IdleTimeout (30 s by default,
 // three keepalive intervals of the broker) is closed with E(1) "idle

@@ -71,16 +71,17 @@ func (ps *peerCounts) remove(p netip.Addr) {
 // of each peer in an interval, and for at most logBurst peers; the rest are
 // counted per peer and summed up in one line at the end of the interval.
 const (
-	logInterval  = 10 * time.Second
-	logBurst     = 20  // full lines per interval, over all peers
-	logPeers     = 256 // peers counted one by one in a summary; the rest as "other"
-	logTopPeers  = 10  // peers named in the summary line
-	authFree     = 5   // recent failures of a peer answered without delay
-	authBase     = 10 * time.Millisecond
-	authMaxDelay = time.Second
-	authMaxQueue = 2 * time.Second // a failure that would wait longer is closed unanswered
-	authHalfLife = 10 * time.Second
-	authMaxPeers = 4096
+	logInterval    = 10 * time.Second
+	logBurst       = 20  // full lines per interval, over all peers
+	logPeers       = 256 // peers counted one by one in a summary; the rest as "other"
+	logTopPeers    = 10  // peers named in the summary line
+	authFree       = 20  // recent failures of a peer answered without delay
+	authBase       = 10 * time.Millisecond
+	authMaxDelay   = 500 * time.Millisecond
+	authMaxQueue   = time.Second // the longest wait for an E(3)
+	authMaxWaiting = 16          // E(3)s of one peer waiting authMaxQueue outside the queue
+	authHalfLife   = 10 * time.Second
+	authMaxPeers   = 4096
 )
 
 type logLimiter struct {
@@ -162,12 +163,16 @@ func (l *logLimiter) flush(log *slog.Logger, interval time.Duration) int {
 // the first authFree recent failures of a peer are answered at once, then
 // each E(3) waits authBase doubling per further failure, at most
 // authMaxDelay, and the answers to one peer are serialised, so a peer
-// gets at most about one E(3) per authMaxDelay however many connections
-// it opens; a failure that would wait more than authMaxQueue is closed
-// without an answer. "Recent" decays with a half-life of authHalfLife.
-// Successful HELLOs are never delayed, and other peers' failures are not
-// affected. The table holds at most authMaxPeers peers; beyond that the
-// peers not in it share one entry.
+// gets at most about one E(3) per authMaxDelay from that queue however
+// many connections it opens. A failure that would wait more than
+// authMaxQueue in the queue waits authMaxQueue outside it, for at most
+// authMaxWaiting connections of the peer at a time; beyond those it is
+// closed without an answer (a misconfigured client, which has a few
+// connections, always gets its E(3); a flood gets about
+// 1/authMaxDelay + authMaxWaiting/authMaxQueue per second). "Recent" decays
+// with a half-life of authHalfLife. Successful HELLOs are never delayed, and
+// other peers' failures are not affected. The table holds at most
+// authMaxPeers peers; beyond that the peers not in it share one entry.
 type authThrottle struct {
 	mu        sync.Mutex
 	peers     map[netip.Addr]*authPeer
@@ -175,9 +180,10 @@ type authThrottle struct {
 }
 
 type authPeer struct {
-	score float64   // failures, decayed
-	last  time.Time // of the last failure
-	next  time.Time // the earliest time of this peer's next E(3)
+	score   float64   // failures, decayed
+	last    time.Time // of the last failure
+	next    time.Time // the earliest time of this peer's next E(3)
+	waiting int       // connections waiting authMaxQueue outside the queue
 }
 
 var overflowPeer = netip.AddrFrom4([4]byte{255, 255, 255, 255})
@@ -188,8 +194,9 @@ func (a *authPeer) decayed(now time.Time) float64 {
 
 // failure records a failed HELLO of p at now. It returns how long to wait
 // before answering E(3), or ok false if the connection is to be closed
-// without an answer.
-func (t *authThrottle) failure(p netip.Addr, now time.Time) (wait time.Duration, ok bool) {
+// without an answer. A non-nil held must be passed to done once the wait is
+// over.
+func (t *authThrottle) failure(p netip.Addr, now time.Time) (wait time.Duration, held *authPeer, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.peers == nil {
@@ -221,10 +228,21 @@ func (t *authThrottle) failure(p netip.Addr, now time.Time) (wait time.Duration,
 	}
 	at = at.Add(d)
 	if at.Sub(now) > authMaxQueue {
-		return 0, false
+		if e.waiting >= authMaxWaiting {
+			return 0, nil, false
+		}
+		e.waiting++
+		return authMaxQueue, e, true
 	}
 	e.next = at
-	return at.Sub(now), true
+	return at.Sub(now), nil, true
+}
+
+// done ends a wait outside the queue.
+func (t *authThrottle) done(e *authPeer) {
+	t.mu.Lock()
+	e.waiting--
+	t.mu.Unlock()
 }
 
 // prune drops the peers whose failures are no longer recent.
@@ -237,7 +255,7 @@ func (t *authThrottle) prune(now time.Time) {
 func (t *authThrottle) pruneLocked(now time.Time) {
 	t.lastPrune = now
 	for p, e := range t.peers {
-		if e.decayed(now) < 0.5 && !e.next.After(now) {
+		if e.decayed(now) < 0.5 && !e.next.After(now) && e.waiting == 0 {
 			delete(t.peers, p)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"net/netip"
 	"runtime"
 	"syscall"
 	"testing"
@@ -161,5 +162,50 @@ func TestSocketBuffersCapped(t *testing.T) {
 				t.Fatalf("SO_SNDBUF %d, SO_RCVBUF %d; want %d (2 x SocketBuffer)", snd, rcv, 2*size)
 			}
 		})
+	}
+}
+
+// TestAuthThrottleBounds: for one address, failures at one instant get
+// authFree immediate answers, then a serialised queue of at most
+// authMaxQueue, then authMaxWaiting waits beside it, and the rest no answer;
+// another address is not affected, and the waits beside the queue are
+// given back.
+func TestAuthThrottleBounds(t *testing.T) {
+	var at authThrottle
+	now := time.Now()
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	var free, queued, beside, refused int
+	var held []*authPeer
+	for range 1000 {
+		w, h, ok := at.failure(a, now)
+		switch {
+		case !ok:
+			refused++
+		case h != nil:
+			beside++
+			held = append(held, h)
+			if w != authMaxQueue {
+				t.Fatalf("wait beside the queue %v", w)
+			}
+		case w == 0:
+			free++
+		default:
+			queued++
+			if w > authMaxQueue {
+				t.Fatalf("queued wait %v", w)
+			}
+		}
+	}
+	if free != authFree || queued > 10 || beside != authMaxWaiting || free+queued+beside+refused != 1000 {
+		t.Fatalf("free %d queued %d beside %d refused %d", free, queued, beside, refused)
+	}
+	if w, h, ok := at.failure(b, now); w != 0 || h != nil || !ok {
+		t.Fatalf("another address: wait %v held %v ok %v", w, h, ok)
+	}
+	for _, h := range held {
+		at.done(h)
+	}
+	if _, h, ok := at.failure(a, now); !ok || h == nil {
+		t.Fatal("the waits beside the queue were not given back")
 	}
 }

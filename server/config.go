@@ -18,6 +18,18 @@ const (
 	DefaultMaxSessions   = 10_000
 	DefaultHelloTimeout  = 5 * time.Second
 	DefaultTokenBlock    = 10_000
+
+	// DefaultIdleTimeout is three keepalive intervals of the broker
+	// (broker.DefaultKeepAlive, 10 s): a healthy broker session sends a
+	// PING at least every 10 s, so it is never idle that long.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultWriteTimeout: a session whose socket takes no reply bytes for
+	// this long is dropped. It is below the broker's keepalive timeout
+	// (5 s), after which a broker gives up on a session by itself.
+	DefaultWriteTimeout = 3 * time.Second
+	// DefaultSocketBuffer is the kernel send and receive buffer size set
+	// on every accepted TCP connection.
+	DefaultSocketBuffer = 64 << 10
 )
 
 // Config configures a Server. The zero value of every field except DataDir is
@@ -48,6 +60,27 @@ type Config struct {
 	// default DefaultMaxSessions. A negative value is an error in New.
 	MaxLocks, MaxWaiters, MaxKeyWaiters, MaxSessions int
 
+	// MaxSessionsPerPeer limits the open sessions of one peer address (an
+	// IPv4 address, or the /64 prefix of an IPv6 address), enforced at HELLO
+	// with E(7) like MaxSessions. Default: a quarter of MaxSessions, but at
+	// least 64 (and at most MaxSessions), so that one host cannot hold
+	// every slot. Set it to MaxSessions to turn the per-peer limit off. A
+	// negative value is an error in New.
+	MaxSessionsPerPeer int
+
+	// MaxPendingConns limits the connections that have not completed HELLO
+	// yet (TLS handshake included); one peer address may hold a quarter of
+	// them (but at least 64). A connection accepted beyond either limit is
+	// closed at once, without a reply. Default: a tenth of MaxSessions, but
+	// at least 64. A negative value is an error in New.
+	MaxPendingConns int
+
+	// IdleTimeout drops a session that has sent no complete frame for this
+	// long (with E(1) "idle timeout", req_id 0). Clients keep a session
+	// alive with PINGs; the broker sends one every 10 s by default.
+	// Default DefaultIdleTimeout; a negative value turns the timeout off.
+	IdleTimeout time.Duration
+
 	// HelloTimeout is how long a connection may take to complete HELLO
 	// (including the TLS handshake); default DefaultHelloTimeout.
 	HelloTimeout time.Duration
@@ -71,8 +104,18 @@ type Config struct {
 
 	// WriteTimeout is how long a session's socket may accept no bytes while
 	// replies for it are pending before the session is dropped (a peer that
-	// does not read). Default 10 s. (Addition to the agreed contract.)
+	// does not read). Replies are written in pieces of at most SocketBuffer
+	// bytes, each of which must be taken within WriteTimeout: a slow reader
+	// that makes progress is not dropped. Default DefaultWriteTimeout.
+	// (Addition to the agreed contract.)
 	WriteTimeout time.Duration
+
+	// SocketBuffer is the kernel send and receive buffer size
+	// (SO_SNDBUF/SO_RCVBUF) set on every accepted TCP connection, TLS or
+	// not, so that peers that do not read cannot grow the kernel's TCP
+	// memory without bound. Default DefaultSocketBuffer (64 KiB); a
+	// negative value leaves the operating system's defaults (autotuning).
+	SocketBuffer int
 
 	// OutputBuffer bounds the bytes of replies queued for one session that
 	// its peer has not read yet; a session that exceeds it is dropped.
@@ -82,7 +125,7 @@ type Config struct {
 
 const (
 	defaultOutputBuffer = 1 << 20
-	defaultWriteTimeout = 10 * time.Second
+	minPerPeerDefault   = 64
 )
 
 func (c *Config) normalize() error {
@@ -98,6 +141,8 @@ func (c *Config) normalize() error {
 		{"MaxWaiters", &c.MaxWaiters, DefaultMaxWaiters},
 		{"MaxKeyWaiters", &c.MaxKeyWaiters, DefaultMaxKeyWaiters},
 		{"MaxSessions", &c.MaxSessions, DefaultMaxSessions},
+		{"MaxSessionsPerPeer", &c.MaxSessionsPerPeer, -1},
+		{"MaxPendingConns", &c.MaxPendingConns, -1},
 		{"OutputBuffer", &c.OutputBuffer, defaultOutputBuffer},
 	} {
 		if *v.v < 0 {
@@ -107,6 +152,13 @@ func (c *Config) normalize() error {
 			*v.v = v.def
 		}
 	}
+	// The defaults that depend on MaxSessions (marked -1 above).
+	if c.MaxSessionsPerPeer < 0 {
+		c.MaxSessionsPerPeer = min(max(c.MaxSessions/4, minPerPeerDefault), c.MaxSessions)
+	}
+	if c.MaxPendingConns < 0 {
+		c.MaxPendingConns = max(c.MaxSessions/10, minPerPeerDefault)
+	}
 	if c.HelloTimeout < 0 {
 		return fmt.Errorf("server: Config.HelloTimeout is negative (%v)", c.HelloTimeout)
 	}
@@ -114,7 +166,13 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("server: Config.WriteTimeout is negative (%v)", c.WriteTimeout)
 	}
 	if c.WriteTimeout == 0 {
-		c.WriteTimeout = defaultWriteTimeout
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout

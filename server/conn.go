@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,11 @@ const (
 // conn is one client connection: a reader goroutine that handles requests
 // in order, and a writer goroutine that sends batched replies.
 //
+// Until HELLO succeeds a connection is "pending": only its reader goroutine
+// runs, it reads the HELLO frame exactly (no read buffer) and writes its
+// own replies; the read buffer, the in-flight map and the writer goroutine
+// come with HELLO_OK, so a connection that never sends HELLO costs little.
+//
 // Replies are appended to out under mu by whichever goroutine produces them
 // (the reader, a timer, another session's RELEASE); nothing ever blocks on
 // the socket except the writer. If out grows beyond Config.OutputBuffer the
@@ -35,18 +41,22 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	remote string
+	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
-	open   bool // HELLO done (reader only)
 
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
+	session   atomic.Bool  // HELLO_OK given (the idle scan looks only at these)
+	active    atomic.Bool  // a complete frame since the last idle scan
+	idleScans int          // scans without a frame (idle scan only)
 
 	mu       sync.Mutex
 	out      []byte
 	spare    []byte
-	closing  bool // no more replies; the writer flushes what is queued and finishes
-	killed   bool // close at once, no flush
-	inflight map[uint32]*waiter
+	closing  bool               // no more replies; the writer flushes what is queued and finishes
+	killed   bool               // close at once, no flush
+	started  bool               // the writer goroutine runs (from HELLO_OK on)
+	inflight map[uint32]*waiter // made by the first queued ACQUIRE
 
 	// wmu is held for every write to nc, by the reader (inline flush) or
 	// the writer goroutine; whoever holds it takes all of out, so replies
@@ -58,14 +68,24 @@ type conn struct {
 	writerDone chan struct{}
 }
 
-func (s *Server) newConn(nc net.Conn) *conn {
+func (s *Server) newConn(nc net.Conn, peer netip.Addr) *conn {
 	return &conn{
 		s:          s,
 		nc:         nc,
 		remote:     nc.RemoteAddr().String(),
-		inflight:   make(map[uint32]*waiter),
+		peer:       peer,
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
+	}
+}
+
+// warn logs a warning about the peer, subject to the per-peer log rate
+// limit (see logLimiter).
+func (c *conn) warn(msg string, args ...any) {
+	if c.s.logs.allow(c.peer) {
+		c.s.log.Warn(msg, append([]any{"peer", c.remote}, args...)...)
+	} else {
+		c.s.m.logSuppressed.Add(1)
 	}
 }
 
@@ -82,7 +102,7 @@ func (c *conn) afterAppendLocked(wake bool) {
 		c.closing, c.killed = true, true
 		c.dead.Store(true)
 		c.mu.Unlock()
-		c.s.log.Warn("session dropped: output buffer overflow (peer not reading)", "peer", c.remote, "limit", c.s.cfg.OutputBuffer)
+		c.warn("session dropped: output buffer overflow (peer not reading)", "limit", c.s.cfg.OutputBuffer)
 		c.s.m.overflows.Add(1)
 		c.nc.Close()
 		c.signal()
@@ -153,6 +173,9 @@ func (c *conn) addInflight(w *waiter) bool {
 	if c.closing {
 		return false
 	}
+	if c.inflight == nil {
+		c.inflight = make(map[uint32]*waiter)
+	}
 	c.inflight[w.reqID] = w
 	c.nInflight.Add(1)
 	return true
@@ -179,9 +202,18 @@ func (c *conn) closeWith(frame []byte) {
 	c.out = append(c.out, frame...)
 	c.closing = true
 	c.dead.Store(true)
+	started := c.started
 	c.mu.Unlock()
-	c.signal()
+	if started {
+		c.signal()
+	} else {
+		// Before HELLO_OK there is no writer: wake the reader, which
+		// writes the frame itself (closePending).
+		c.nc.SetReadDeadline(aLongTimeAgo)
+	}
 }
+
+var aLongTimeAgo = time.Unix(1, 0)
 
 // kill closes the connection at once.
 func (c *conn) kill() {
@@ -231,26 +263,34 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// writeLocked writes buf (under wmu) with a deadline of Config.WriteTimeout,
-// refreshed only when an eighth of it has passed, so that it costs nothing
-// per write.
+// writeLocked writes buf (under wmu) in pieces of at most writeChunk
+// bytes, each with a deadline of Config.WriteTimeout (refreshed only when
+// an eighth of it has passed, so that it costs nothing per write): a peer
+// that reads slowly but steadily is not dropped, one that takes no piece
+// within WriteTimeout is.
 func (c *conn) writeLocked(buf []byte) error {
 	c.mu.Lock()
 	closing := c.closing
 	c.mu.Unlock()
-	if !closing {
-		st := c.s.cfg.WriteTimeout
-		if now := time.Now(); c.wdeadline.Sub(now) < st-st/8 {
-			c.wdeadline = now.Add(st)
-			c.nc.SetWriteDeadline(c.wdeadline)
+	st := c.s.cfg.WriteTimeout
+	for len(buf) > 0 {
+		n := min(len(buf), c.s.writeChunk)
+		if !closing {
+			if now := time.Now(); c.wdeadline.Sub(now) < st-st/8 {
+				c.wdeadline = now.Add(st)
+				c.nc.SetWriteDeadline(c.wdeadline)
+			}
 		}
+		if _, err := c.nc.Write(buf[:n]); err != nil {
+			if isTimeout(err) && !closing {
+				c.warn("session dropped: peer not reading", "write_timeout", st)
+				c.s.m.overflows.Add(1)
+			}
+			return err
+		}
+		buf = buf[n:]
 	}
-	_, err := c.nc.Write(buf)
-	if err != nil && isTimeout(err) && !closing {
-		c.s.log.Warn("session dropped: peer not reading", "peer", c.remote, "write_timeout", c.s.cfg.WriteTimeout)
-		c.s.m.overflows.Add(1)
-	}
-	return err
+	return nil
 }
 
 func (c *conn) recycle(buf []byte) {
@@ -290,11 +330,17 @@ func (c *conn) flushInline() {
 	}
 }
 
-// serve runs the session; it is the reader goroutine.
+// serve runs the connection; it is the reader goroutine.
 func (c *conn) serve() {
 	s := c.s
 	defer s.wg.Done()
-	go c.writeLoop()
+	if !c.handshakeAndHello() {
+		c.closePending()
+		s.donePending(c.peer)
+		s.untrack(c)
+		return
+	}
+	s.donePending(c.peer)
 	c.readLoop()
 
 	// Stop the writer (it flushes what is queued), then close.
@@ -320,10 +366,66 @@ func (c *conn) serve() {
 	for _, w := range ws {
 		s.dropWaiter(w)
 	}
-	if c.open {
-		s.sessions.Add(-1)
-	}
+	s.sessions.Add(-1)
+	s.peerSessions.remove(c.peer)
 	s.untrack(c)
+}
+
+// closePending ends a connection that did not complete HELLO: it writes
+// the frame queued for it (an E, or M from a standby), if any, half-closes
+// and drains input for a moment so that the peer reads it, then closes.
+func (c *conn) closePending() {
+	c.mu.Lock()
+	buf, killed := c.out, c.killed
+	c.out = nil
+	c.mu.Unlock()
+	if len(buf) > 0 && !killed {
+		c.nc.SetWriteDeadline(time.Now().Add(finalFlushTimeout))
+		if _, err := c.nc.Write(buf); err == nil {
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+			c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+			io.Copy(io.Discard, c.nc)
+		}
+	}
+	c.nc.Close()
+}
+
+// handshakeAndHello runs the TLS handshake, if any, and reads and checks
+// HELLO within HelloTimeout. It returns true once HELLO_OK is queued and
+// the writer runs; otherwise the reply (if any) is queued for
+// closePending.
+func (c *conn) handshakeAndHello() bool {
+	s := c.s
+	c.nc.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			if !c.dead.Load() {
+				c.warn("TLS handshake failed", "err", err)
+			}
+			c.kill() // nothing can be written on it
+			return false
+		}
+	}
+	c.nc.SetWriteDeadline(time.Time{})
+	// Unbuffered: the reader reads the length prefix, then exactly the
+	// body, and nothing past the HELLO.
+	body, err := wire.NewReader(c.nc).Next()
+	if err != nil {
+		switch {
+		case errors.Is(err, wire.ErrFrameSize):
+			c.protoError(wire.CodeMalformed, 0, "frame length out of range")
+		case isTimeout(err) && !c.dead.Load():
+			c.protoError(wire.CodeMalformed, 0, "HELLO timeout")
+		}
+		return false
+	}
+	if c.dead.Load() {
+		return false
+	}
+	var req wire.Request
+	return c.hello(body, &req)
 }
 
 // drain discards input until the peer closes or the linger deadline set by
@@ -342,28 +444,18 @@ func reqIDOf(body []byte) uint32 {
 	return id
 }
 
+// readLoop reads and handles the requests of a session after HELLO_OK.
 func (c *conn) readLoop() {
 	s := c.s
-	c.nc.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	if tc, ok := c.nc.(*tls.Conn); ok {
-		if err := tc.Handshake(); err != nil {
-			s.log.Warn("TLS handshake failed", "peer", c.remote, "err", err)
-			return
-		}
-	}
-	c.nc.SetWriteDeadline(time.Time{})
 	c.br = bufio.NewReaderSize(c.nc, readBufSize)
 	fr := wire.NewReader(c.br)
 	var req wire.Request
 	for {
 		body, err := fr.Next()
 		if err != nil {
-			switch {
-			case errors.Is(err, wire.ErrFrameSize):
+			if errors.Is(err, wire.ErrFrameSize) {
 				c.protoError(wire.CodeMalformed, 0, "frame length out of range")
 				c.drain()
-			case !c.open && isTimeout(err) && !c.dead.Load():
-				c.protoError(wire.CodeMalformed, 0, "HELLO timeout")
 			}
 			return
 		}
@@ -371,12 +463,8 @@ func (c *conn) readLoop() {
 			c.drain()
 			return
 		}
-		if !c.open {
-			if !c.hello(body, &req) {
-				c.drain()
-				return
-			}
-			continue
+		if !c.active.Load() {
+			c.active.Store(true)
 		}
 		if body[0] == wire.TypeHello {
 			c.protoError(wire.CodeMalformed, reqIDOf(body), "second HELLO")
@@ -452,8 +540,7 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		return false
 	}
 	if !s.checkToken(req.AuthToken) {
-		c.protoError(wire.CodeUnauthorized, req.ReqID, "unauthorized")
-		return false
+		return c.authFailed(req.ReqID)
 	}
 	if s.cfg.Standby {
 		f, _ := wire.AppendResponse(nil, &wire.Response{Type: wire.TypeNotActive, ReqID: req.ReqID, Hint: []byte(s.cfg.StandbyHint)})
@@ -465,20 +552,58 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeTooManySession, req.ReqID, "too many sessions")
 		return false
 	}
+	if !s.peerSessions.add(c.peer, s.cfg.MaxSessionsPerPeer) {
+		s.sessions.Add(-1)
+		s.m.peerLimited.Add(1)
+		c.protoError(wire.CodeTooManySession, req.ReqID, "too many sessions from this address")
+		return false
+	}
 	c.mu.Lock()
 	if c.closing {
 		// Shutdown (E(5)) or a drop came first: no HELLO_OK after it.
 		c.mu.Unlock()
 		s.sessions.Add(-1)
+		s.peerSessions.remove(c.peer)
 		return false
 	}
-	c.open = true
+	c.started = true
 	c.nc.SetReadDeadline(time.Time{})
 	c.out = append(c.out, s.helloOK...)
 	binary.BigEndian.PutUint32(c.out[len(c.out)-len(s.helloOK)+5:], req.ReqID)
 	c.mu.Unlock()
+	c.active.Store(true)
+	c.session.Store(true)
+	go c.writeLoop()
 	c.signal()
 	return true
+}
+
+// authFailed answers a HELLO with a wrong client token: E(3), after the
+// delay the peer's recent failures call for (authThrottle), or no answer
+// at all if that delay is too long. It returns false.
+func (c *conn) authFailed(reqID uint32) bool {
+	s := c.s
+	s.m.authFailures.Add(1)
+	wait, held, ok := s.auth.failure(c.peer, time.Now())
+	if held != nil {
+		defer s.auth.done(held)
+	}
+	if !ok {
+		s.m.authThrottled.Add(1)
+		c.warn("HELLO closed without a reply: too many client authentication failures from this address")
+		return false
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.closingCh:
+			t.Stop()
+			return false // Shutdown has queued E(5), or Close kills us
+		}
+	}
+	c.protoError(wire.CodeUnauthorized, reqID, "unauthorized")
+	return false
 }
 
 // checkToken compares the SHA-256 digest of tok with those of every
@@ -499,7 +624,7 @@ func (s *Server) checkToken(tok []byte) bool {
 // protoError sends E(code) and closes the session.
 func (c *conn) protoError(code uint16, reqID uint32, msg string) {
 	c.s.m.protoErrs[code&7].Add(1)
-	c.s.log.Warn("protocol violation", "peer", c.remote, "code", code, "req_id", reqID, "reason", msg)
+	c.warn("protocol violation", "code", code, "req_id", reqID, "reason", msg)
 	c.closeWith(wire.AppendError(nil, reqID, code, msg))
 }
 

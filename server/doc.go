@@ -18,9 +18,13 @@
 // # Sessions
 //
 // One connection is one session, served by a reader goroutine (requests are
-// handled in arrival order) and a writer goroutine. The first frame must be
+// handled in arrival order) and a writer goroutine. Before HELLO_OK a
+// connection has only its reader goroutine, which reads exactly the HELLO
+// frame without a read buffer; the buffer and the writer come with HELLO_OK.
+// The first frame must be
 // HELLO, checked in this order: version byte (E(2)), exact length (E(1)),
-// client token (E(3)), then session limit (E(7)); a Standby server answers a
+// client token (E(3)), then session limit (E(7)), then the per-address
+// session limit MaxSessionsPerPeer (E(7)); a Standby server answers a
 // HELLO that passed the token check with NOT_ACTIVE (M, with StandbyHint) and
 // closes. A connection that has not completed HELLO within HelloTimeout
 // (counted from accept, TLS handshake included) gets E(1) with req_id 0 and
@@ -28,7 +32,21 @@
 // closed without a frame. Client tokens
 // are compared as SHA-256 digests with crypto/subtle against every configured
 // token, so neither which token matched nor the token's length shows in the
-// timing; tokens are never logged.
+// timing; tokens are never logged. An address that keeps sending wrong
+// tokens is slowed down: after 20 recent failures (decaying with a 10 s
+// half-life) each E(3) waits 10 ms, doubling per failure up to 500 ms, and
+// the answers to one address are serialised; one that would wait more than
+// 1 s in that queue waits 1 s beside it, for at most 16 connections of the
+// address at a time, and beyond those the connection is closed without an
+// answer. A flooding address gets at most about 18 E(3) per second; a
+// misconfigured client with a few connections always gets its E(3), at
+// most 1 s late. A correct token is never delayed; other addresses are not
+// affected.
+//
+// A session that sends no complete frame for IdleTimeout (30 s by default,
+// three keepalive intervals of the broker) is closed with E(1) "idle
+// timeout" and req_id 0, between 1 and 1.25 IdleTimeouts after its last
+// frame; a partly received frame does not count.
 //
 // After HELLO_OK requests may be pipelined and replies come out of order: an
 // ACQUIRE may wait in a queue while later requests (PING included) are
@@ -45,9 +63,11 @@
 // buffered (one write for a pipeline of requests), and the writer goroutine
 // writes replies produced elsewhere (a grant pushed by another session's
 // RELEASE, a lease timer, a wait timeout). No lock is held while writing, so
-// a slow peer stalls only its own session. A session whose unsent replies
-// exceed OutputBuffer, or whose socket accepts no bytes for WriteTimeout, is
-// dropped.
+// a slow peer stalls only its own session. Every accepted TCP connection
+// gets SocketBuffer (64 KiB) kernel send and receive buffers, so peers that
+// do not read cannot grow the kernel's TCP memory. A session whose unsent
+// replies exceed OutputBuffer, or whose socket does not take a piece of at
+// most SocketBuffer bytes within WriteTimeout (3 s), is dropped.
 //
 // When a session closes for any reason its waiting ACQUIREs are dropped;
 // its granted locks are not: they stay held until released by exact token
@@ -114,8 +134,11 @@
 // would add a held lock or a waiter beyond one of them gets B at once. The
 // holder's retry still gets G and wait_s 0 on a held key still gets T,
 // whatever the load. An owner taking over its own place in a queue adds no
-// waiter. MaxSessions is enforced at HELLO with E(7); connections that have
-// not sent HELLO yet are bounded by HelloTimeout only.
+// waiter. MaxSessions and MaxSessionsPerPeer are enforced at HELLO with
+// E(7). Connections that have not completed HELLO are bounded by
+// HelloTimeout and by MaxPendingConns, of which one address may hold a
+// quarter (at least 64); a connection beyond is closed at accept. A peer
+// address is the IPv4 address, or the /64 prefix of an IPv6 address.
 //
 // # TLS
 //
@@ -141,13 +164,24 @@
 //	ticketing_not_held_total             counter: N replies
 //	ticketing_expired_total              counter: leases that ran out
 //	ticketing_output_overflows_total     counter: sessions dropped for not reading
+//	ticketing_pending_conns              gauge: connections before HELLO_OK
+//	ticketing_idle_timeouts_total        counter: sessions dropped by IdleTimeout
+//	ticketing_pending_refused_total      counter: connections closed by MaxPendingConns
+//	ticketing_peer_session_limit_total   counter: E(7) by MaxSessionsPerPeer
+//	ticketing_auth_failures_total        counter: HELLOs with a wrong token
+//	ticketing_auth_throttled_total       counter: of those, closed unanswered
+//	ticketing_log_suppressed_total       counter: peer log lines rate-limited
 //	ticketing_protocol_errors_total      counter by code: E frames sent (all but 5)
 //	ticketing_grant_wait_seconds         histogram: ACQUIRE read to grant
 //
 // The hot path only increments atomics; the collector reads them at scrape
 // time. Stats returns the same numbers as a struct. Logs go to
 // Config.Logger (nil discards): a Warn per protocol violation with the
-// peer address, code and req_id, never the client token.
+// peer address, code and req_id, never the client token. Warnings caused by
+// peers are rate-limited: the first per address in each 10 s, for at most 20
+// addresses, is logged in full; the rest are counted and summed up in one
+// Warn per 10 s (and at Close), "log lines about peers suppressed (rate
+// limit)", with the counts of the addresses with the most lines.
 //
 // # Shutdown
 //

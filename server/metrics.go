@@ -22,9 +22,13 @@ var waitBoundsNs = func() [len(waitBounds)]int64 {
 // them at scrape time.
 type counters struct {
 	grants, timeouts, busy, released, notHeld, expired, overflows atomic.Uint64
-	protoErrs                                                     [8]atomic.Uint64
-	waitBuckets                                                   [len(waitBounds) + 1]atomic.Uint64 // last: +Inf
-	waitSumNs                                                     atomic.Uint64
+
+	// Sessions and resources.
+	idleTimeouts, pendingRefused, peerLimited  atomic.Uint64
+	authFailures, authThrottled, logSuppressed atomic.Uint64
+	protoErrs                                  [8]atomic.Uint64
+	waitBuckets                                [len(waitBounds) + 1]atomic.Uint64 // last: +Inf
+	waitSumNs                                  atomic.Uint64
 }
 
 func (m *counters) granted(waitedNs int64) {
@@ -45,6 +49,9 @@ type collector struct {
 	sessions, held, waiters, lastToken, ceiling        *prometheus.Desc
 	grants, timeouts, busy, released, notHeld, expired *prometheus.Desc
 	overflows, protoErrs, wait                         *prometheus.Desc
+
+	pending, idleTimeouts, pendingRefused, peerLimited *prometheus.Desc
+	authFailures, authThrottled, logSuppressed         *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -67,11 +74,20 @@ func newCollector(s *Server) *collector {
 		overflows: d("output_overflows_total", "Sessions dropped because their peer did not read."),
 		protoErrs: d("protocol_errors_total", "E frames sent for protocol violations and internal errors, by code.", "code"),
 		wait:      d("grant_wait_seconds", "Time from reading an ACQUIRE to granting it."),
+
+		pending:        d("pending_conns", "Connections that have not completed HELLO."),
+		idleTimeouts:   d("idle_timeouts_total", "Sessions dropped for sending no frame within the idle timeout."),
+		pendingRefused: d("pending_refused_total", "Connections closed at accept: too many connections before HELLO."),
+		peerLimited:    d("peer_session_limit_total", "HELLOs refused with E(7) by the per-peer session limit."),
+		authFailures:   d("auth_failures_total", "HELLOs with a wrong client token."),
+		authThrottled:  d("auth_throttled_total", "HELLOs with a wrong client token closed without a reply (too many recent failures from the address)."),
+		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval)."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait} {
+	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait,
+		c.pending, c.idleTimeouts, c.pendingRefused, c.peerLimited, c.authFailures, c.authThrottled, c.logSuppressed} {
 		ch <- d
 	}
 }
@@ -96,6 +112,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.notHeld, &s.m.notHeld)
 	k(c.expired, &s.m.expired)
 	k(c.overflows, &s.m.overflows)
+	g(c.pending, float64(s.pending.Load()))
+	k(c.idleTimeouts, &s.m.idleTimeouts)
+	k(c.pendingRefused, &s.m.pendingRefused)
+	k(c.peerLimited, &s.m.peerLimited)
+	k(c.authFailures, &s.m.authFailures)
+	k(c.authThrottled, &s.m.authThrottled)
+	k(c.logSuppressed, &s.m.logSuppressed)
 	for code := 1; code <= 7; code++ {
 		if code == 5 {
 			continue // shutting down is not an error of the peer

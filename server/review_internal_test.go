@@ -27,7 +27,7 @@ func pipeConn(t *testing.T, s *Server) *conn {
 	t.Helper()
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
-	return s.newConn(a)
+	return s.newConn(a, peerOf(a.RemoteAddr()))
 }
 
 func (c *conn) queued() []byte {

@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 // Stats is a point-in-time snapshot of a Server's state and counters.
 type Stats struct {
 	Sessions     int    `json:"sessions"`      // sessions that completed HELLO and are open
+	Pending      int    `json:"pending"`       // connections that have not completed HELLO yet
 	HeldLocks    int    `json:"held_locks"`    // granted, unexpired locks (expired ones are swept within ~100 ms)
 	Waiters      int    `json:"waiters"`       // queued ACQUIREs over all keys
 	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out (or skipped)
@@ -48,8 +50,18 @@ type Server struct {
 	held         atomic.Int64
 	waiters      atomic.Int64
 	sessions     atomic.Int64
+	pending      atomic.Int64 // connections before HELLO_OK
 	lastCapSweep atomic.Int64
 	m            counters
+
+	peerSessions peerCounts
+	peerPending  peerCounts
+	pendingPer   int // connections before HELLO one peer may hold
+	auth         authThrottle
+	logs         logLimiter
+	writeChunk   int           // bytes per socket write (see conn.writeLocked)
+	idleScans    int           // idle scans without a frame that drop a session
+	closingCh    chan struct{} // closed when Shutdown or Close begins
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -81,6 +93,14 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		stopBg:    make(chan struct{}),
+		closingCh: make(chan struct{}),
+	}
+	s.peerSessions.n = make(map[netip.Addr]int)
+	s.peerPending.n = make(map[netip.Addr]int)
+	s.pendingPer = min(max(cfg.MaxPendingConns/4, minPerPeerDefault), cfg.MaxPendingConns)
+	s.writeChunk = cfg.SocketBuffer
+	if s.writeChunk <= 0 {
+		s.writeChunk = DefaultSocketBuffer
 	}
 	for _, t := range cfg.ClientTokens {
 		s.tokenDigests = append(s.tokenDigests, sha256.Sum256([]byte(t)))
@@ -102,8 +122,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.sweeper()
+	go s.housekeeping()
 	return s, nil
 }
 
@@ -147,21 +168,59 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
+		peer := peerOf(nc.RemoteAddr())
+		if !s.addPending(peer) {
+			// Refused as cheaply as possible: no goroutine, no buffer.
+			s.m.pendingRefused.Add(1)
+			nc.Close()
+			if s.logs.allow(peer) {
+				s.log.Warn("connection refused: too many connections before HELLO", "peer", nc.RemoteAddr().String(),
+					"limit", s.cfg.MaxPendingConns, "per_address_limit", s.pendingPer)
+			} else {
+				s.m.logSuppressed.Add(1)
+			}
+			continue
+		}
+		if tc, ok := nc.(*net.TCPConn); ok && s.cfg.SocketBuffer > 0 {
+			tc.SetReadBuffer(s.cfg.SocketBuffer)
+			tc.SetWriteBuffer(s.cfg.SocketBuffer)
+		}
 		if s.cfg.TLS != nil {
 			nc = tls.Server(nc, s.cfg.TLS)
 		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			s.donePending(peer)
 			nc.Close()
 			return ErrServerClosed
 		}
-		c := s.newConn(nc)
+		c := s.newConn(nc, peer)
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go c.serve()
 	}
+}
+
+// addPending counts a new connection before HELLO from peer, unless
+// MaxPendingConns, or the per-address share of them (a quarter, at least 64),
+// is reached.
+func (s *Server) addPending(peer netip.Addr) bool {
+	if s.pending.Add(1) > int64(s.cfg.MaxPendingConns) {
+		s.pending.Add(-1)
+		return false
+	}
+	if !s.peerPending.add(peer, s.pendingPer) {
+		s.pending.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (s *Server) donePending(peer netip.Addr) {
+	s.peerPending.remove(peer)
+	s.pending.Add(-1)
 }
 
 // errTemporary returns err if it says it is temporary (as accept errors
@@ -216,6 +275,9 @@ func (s *Server) untrack(c *conn) {
 func (s *Server) stopAccepting() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.closed {
+		close(s.closingCh)
+	}
 	s.closed = true
 	for ln := range s.listeners {
 		ln.Close()
@@ -273,6 +335,7 @@ func (s *Server) finish() {
 	s.teardown.Do(func() {
 		close(s.stopBg)
 		s.bg.Wait()
+		s.logs.flush(s.log, logInterval)
 		s.tokens.close()
 		if s.cfg.Registerer != nil {
 			// Unregister so that a new Server can register on the same
@@ -292,6 +355,7 @@ func (s *Server) Stats() Stats {
 	}
 	return Stats{
 		Sessions:       int(s.sessions.Load()),
+		Pending:        int(s.pending.Load()),
 		HeldLocks:      int(s.held.Load()),
 		Waiters:        int(s.waiters.Load()),
 		LastToken:      s.tokens.last.Load(),
@@ -304,5 +368,66 @@ func (s *Server) Stats() Stats {
 		NotHeld:        s.m.notHeld.Load(),
 		ProtocolErrors: pe,
 		Expired:        s.m.expired.Load(),
+	}
+}
+
+// idleScansPerTimeout is how many idle scans one IdleTimeout spans: a
+// session is dropped after between IdleTimeout and 1.25 IdleTimeout
+// without a complete frame.
+const idleScansPerTimeout = 4
+
+// housekeeping drops idle sessions, writes the summaries of rate-limited
+// log lines and prunes the authentication-failure table.
+func (s *Server) housekeeping() {
+	defer s.bg.Done()
+	tick := logInterval
+	if it := s.cfg.IdleTimeout; it > 0 {
+		tick = max(min(tick, it/idleScansPerTimeout), time.Millisecond)
+		s.idleScans = int((it + tick - 1) / tick)
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastFlush := time.Now()
+	for {
+		select {
+		case <-s.stopBg:
+			return
+		case now := <-t.C:
+			if s.idleScans > 0 {
+				s.dropIdle()
+			}
+			if now.Sub(lastFlush) >= logInterval {
+				lastFlush = now
+				s.logs.flush(s.log, logInterval)
+				s.auth.prune(now)
+			}
+		}
+	}
+}
+
+// dropIdle closes, with E(1) "idle timeout", the sessions that have sent
+// no complete frame for s.idleScans scans.
+func (s *Server) dropIdle() {
+	var idle []*conn
+	s.mu.Lock()
+	for c := range s.conns {
+		if !c.session.Load() {
+			continue // before HELLO_OK: HelloTimeout applies
+		}
+		if c.active.Swap(false) {
+			c.idleScans = 0
+			continue
+		}
+		if c.idleScans++; c.idleScans >= s.idleScans {
+			idle = append(idle, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range idle {
+		if c.dead.Load() {
+			continue
+		}
+		s.m.idleTimeouts.Add(1)
+		c.protoError(wire.CodeMalformed, 0, "idle timeout")
 	}
 }

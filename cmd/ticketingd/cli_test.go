@@ -42,7 +42,7 @@ func TestHelp(t *testing.T) {
 	}
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
-		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--admin-listen",
+		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
@@ -137,6 +137,9 @@ max-locks: 10
 max-waiters: 20
 max-key-waiters: 30
 max-sessions: 40
+max-sessions-per-peer: 50
+max-pending-conns: 60
+idle-timeout: 45s
 admin-listen: 127.0.0.1:9225
 log-level: debug
 log-format: json
@@ -166,6 +169,9 @@ token-block: 500
 		MaxWaiters:       20,
 		MaxKeyWaiters:    30,
 		MaxSessions:      40,
+		MaxPerPeer:       50,
+		MaxPending:       60,
+		IdleTimeout:      45 * time.Second,
 		AdminListen:      "127.0.0.1:9225",
 		LogLevel:         "debug",
 		LogFormat:        "json",

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // serveOptions are the settings of 'ticketingd serve'. Every field is a flag
@@ -31,6 +33,9 @@ type serveOptions struct {
 	MaxWaiters       int
 	MaxKeyWaiters    int
 	MaxSessions      int
+	MaxPerPeer       int
+	MaxPending       int
+	IdleTimeout      time.Duration
 	AdminListen      string
 	LogLevel         string
 	LogFormat        string
@@ -60,6 +65,9 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxWaiters, "max-waiters", 0, "limit on queued ACQUIREs over all keys; 0 means the default (1000000)")
 	fs.IntVar(&o.MaxKeyWaiters, "max-key-waiters", 0, "limit on queued ACQUIREs for one key; 0 means the default (10000)")
 	fs.IntVar(&o.MaxSessions, "max-sessions", 0, "limit on open sessions; 0 means the default (10000)")
+	fs.IntVar(&o.MaxPerPeer, "max-sessions-per-peer", 0, "limit on open sessions from one address (IPv4 address or IPv6 /64); 0 means the default (a quarter of max-sessions, at least 64)")
+	fs.IntVar(&o.MaxPending, "max-pending-conns", 0, "limit on connections that have not completed HELLO; more are closed at accept; 0 means the default (a tenth of max-sessions, at least 64)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long (brokers PING every 10s); 0 turns it off")
 	fs.StringVar(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status (off when empty)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
@@ -95,6 +103,9 @@ type fileConfig struct {
 	MaxWaiters       *int           `yaml:"max-waiters"`
 	MaxKeyWaiters    *int           `yaml:"max-key-waiters"`
 	MaxSessions      *int           `yaml:"max-sessions"`
+	MaxPerPeer       *int           `yaml:"max-sessions-per-peer"`
+	MaxPending       *int           `yaml:"max-pending-conns"`
+	IdleTimeout      *time.Duration `yaml:"idle-timeout"`
 	AdminListen      *string        `yaml:"admin-listen"`
 	LogLevel         *string        `yaml:"log-level"`
 	LogFormat        *string        `yaml:"log-format"`
@@ -155,6 +166,11 @@ func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	setInt("max-waiters", &o.MaxWaiters, fc.MaxWaiters)
 	setInt("max-key-waiters", &o.MaxKeyWaiters, fc.MaxKeyWaiters)
 	setInt("max-sessions", &o.MaxSessions, fc.MaxSessions)
+	setInt("max-sessions-per-peer", &o.MaxPerPeer, fc.MaxPerPeer)
+	setInt("max-pending-conns", &o.MaxPending, fc.MaxPending)
+	if fc.IdleTimeout != nil && !fs.Changed("idle-timeout") {
+		o.IdleTimeout = *fc.IdleTimeout
+	}
 	setStr("admin-listen", &o.AdminListen, fc.AdminListen, false)
 	setStr("log-level", &o.LogLevel, fc.LogLevel, false)
 	setStr("log-format", &o.LogFormat, fc.LogFormat, false)
@@ -215,7 +231,8 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	for _, l := range []struct {
 		name string
 		v    int
-	}{{"max-locks", o.MaxLocks}, {"max-waiters", o.MaxWaiters}, {"max-key-waiters", o.MaxKeyWaiters}, {"max-sessions", o.MaxSessions}} {
+	}{{"max-locks", o.MaxLocks}, {"max-waiters", o.MaxWaiters}, {"max-key-waiters", o.MaxKeyWaiters}, {"max-sessions", o.MaxSessions},
+		{"max-sessions-per-peer", o.MaxPerPeer}, {"max-pending-conns", o.MaxPending}} {
 		if l.v < 0 {
 			return usagef("invalid %s %d: must be >= 0 (0 means the default)", src(l.name), l.v)
 		}
@@ -239,6 +256,9 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if len(o.StandbyHint) > 255 {
 		return usagef("%s is longer than 255 bytes", src("standby-hint"))
+	}
+	if o.IdleTimeout < 0 {
+		return usagef("invalid %s %v: must be >= 0 (0 turns it off)", src("idle-timeout"), o.IdleTimeout)
 	}
 	if o.ShutdownTimeout <= 0 {
 		return usagef("invalid %s %v: must be > 0", src("shutdown-timeout"), o.ShutdownTimeout)

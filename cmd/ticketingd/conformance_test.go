@@ -570,7 +570,8 @@ func TestConformanceSessionLimit(t *testing.T) {
 }
 
 // TestConformanceDefaultSessionLimit: the default limit is 10,000 sessions;
-// the server holds them all and refuses the next with E(7).
+// the server holds them all (2,500 from each of four addresses, the default
+// per-address limit) and refuses the next with E(7).
 func TestConformanceDefaultSessionLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 10,001 connections")
@@ -597,7 +598,10 @@ func TestConformanceDefaultSessionLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < 10_000; i += 50 {
-				c, err := net.Dial("tcp", s.addr)
+				// From four loopback addresses: one address may hold a
+				// quarter of the sessions (--max-sessions-per-peer).
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%4))}}
+				c, err := d.Dial("tcp", s.addr)
 				if err != nil {
 					select {
 					case errs <- err:

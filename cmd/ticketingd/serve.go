@@ -89,7 +89,23 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return runtimef("data dir %s: not a directory", o.DataDir)
 	}
 
-	checkFileLimit(log, o.MaxSessions)
+	checkFileLimit(log, o.MaxSessions, o.MaxPending)
+
+	// Listen before the token store is opened (which creates the data dir
+	// and writes the ceiling): a start that fails here, a port in use say,
+	// leaves the data dir as it found it.
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return runtimef("--listen: %w", err)
+	}
+	var aln net.Listener
+	if o.AdminListen != "" {
+		if aln, err = net.Listen("tcp", o.AdminListen); err != nil {
+			_ = ln.Close()
+			return runtimef("--admin-listen: %w", err)
+		}
+	}
+	warnExposure(log, ln.Addr(), aln, len(tokens) > 0, tlsConf != nil)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -111,15 +127,17 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		Logger:        log,
 		Registerer:    reg,
 		TokenBlock:    o.TokenBlock,
+
+		MaxSessionsPerPeer: o.MaxPerPeer,
+		MaxPendingConns:    o.MaxPending,
+		IdleTimeout:        idleTimeout(o.IdleTimeout),
 	})
 	if err != nil {
+		_ = ln.Close()
+		if aln != nil {
+			_ = aln.Close()
+		}
 		return &runtimeError{err} // names the data dir or file itself
-	}
-
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		_ = srv.Close()
-		return runtimef("--listen: %w", err)
 	}
 
 	var (
@@ -127,18 +145,8 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		wg           sync.WaitGroup
 		adminSrv     *http.Server
 	)
-	if o.AdminListen != "" {
-		aln, err := net.Listen("tcp", o.AdminListen)
-		if err != nil {
-			_ = ln.Close()
-			_ = srv.Close()
-			return runtimef("--admin-listen: %w", err)
-		}
-		adminSrv = &http.Server{
-			Handler:           adminHandler(srv, reg, &shuttingDown),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
+	if aln != nil {
+		adminSrv = newAdminServer(adminHandler(srv, reg, &shuttingDown), log)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -198,23 +206,98 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	return result
 }
 
-// fdReserve is the file descriptors needed besides sessions: listeners,
-// the data directory, logs, connections before HELLO and the admin server.
+// idleTimeout maps --idle-timeout (0: off) to Config.IdleTimeout (0:
+// default, negative: off).
+func idleTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// warnExposure warns when the lock port is reachable from other hosts
+// (not a loopback address: a wildcard address counts as reachable) without
+// client tokens or without TLS, and when the admin port, which has no
+// authentication, is.
+func warnExposure(log *slog.Logger, addr net.Addr, admin net.Listener, tokens, tls bool) {
+	if !isLoopback(addr) {
+		if !tokens {
+			log.Warn("listening on a non-loopback address without client tokens: anyone who can reach it can take and release locks; set --client-tokens-file",
+				"addr", addr.String())
+		}
+		if !tls {
+			log.Warn("listening on a non-loopback address without TLS: client tokens and lock traffic cross the network in clear; set --tls-cert and --tls-key",
+				"addr", addr.String())
+		}
+	}
+	if admin != nil && !isLoopback(admin.Addr()) {
+		log.Warn("admin listening on a non-loopback address: /metrics and /status have no authentication; restrict it with a firewall or listen on 127.0.0.1",
+			"addr", admin.Addr().String())
+	}
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// Admin HTTP server limits: a client that sends nothing, trickles its
+// request or keeps an idle keep-alive connection is closed instead of
+// holding a file descriptor the lock port may need.
+const (
+	adminReadHeaderTimeout = 5 * time.Second
+	adminReadTimeout       = 10 * time.Second
+	adminWriteTimeout      = 30 * time.Second
+	adminIdleTimeout       = 2 * time.Second
+	adminMaxHeaderBytes    = 16 << 10
+)
+
+func newAdminServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// fdReserve is the file descriptors needed besides sessions and
+// connections before HELLO: listeners, the data directory, logs and the
+// admin server.
 const fdReserve = 64
 
 // checkFileLimit warns when the open-file limit cannot hold max-sessions
-// sessions: past it, accept fails (EMFILE) and further clients wait in the
-// listen backlog with no answer instead of getting E(7).
-func checkFileLimit(log *slog.Logger, maxSessions int) {
+// sessions plus max-pending-conns connections before HELLO: past it, accept
+// fails (EMFILE) and further clients wait in the listen backlog with no
+// answer instead of getting E(7).
+func checkFileLimit(log *slog.Logger, maxSessions, maxPending int) {
 	if maxSessions == 0 {
 		maxSessions = server.DefaultMaxSessions
 	}
+	if maxPending == 0 {
+		maxPending = max(maxSessions/10, 64) // server.Config's default
+	}
+	need := uint64(maxSessions) + uint64(maxPending) + fdReserve
 	lim, ok := openFileLimit()
-	if !ok || lim >= uint64(maxSessions)+fdReserve {
+	if !ok || lim >= need {
 		return
 	}
 	log.Warn("open-file limit is too low for max-sessions: clients beyond it will hang instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions",
-		"nofile_limit", lim, "max_sessions", maxSessions, "needed", uint64(maxSessions)+fdReserve)
+		"nofile_limit", lim, "max_sessions", maxSessions, "max_pending_conns", maxPending, "needed", need)
+}
+
+// aeadSuites are the TLS 1.2 cipher suites the lock port accepts: ECDHE
+// with AES-GCM or ChaCha20-Poly1305.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 func loadTLS(o *serveOptions) (*tls.Config, error) {
@@ -228,6 +311,9 @@ func loadTLS(o *serveOptions) (*tls.Config, error) {
 	conf := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS12,
+		// For TLS 1.2, forward-secret AEAD suites only (no CBC, no RSA key
+		// exchange); TLS 1.3's suites are all AEAD and not configurable.
+		CipherSuites: aeadSuites,
 	}
 	if o.TLSClientCA != "" {
 		pem, err := os.ReadFile(o.TLSClientCA)

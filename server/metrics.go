@@ -25,6 +25,10 @@ type counters struct {
 	protoErrs                                                     [8]atomic.Uint64
 	waitBuckets                                                   [len(waitBounds) + 1]atomic.Uint64 // last: +Inf
 	waitSumNs                                                     atomic.Uint64
+
+	tokenUnavailable atomic.Uint64 // ACQUIREs answered B for want of a token
+	noTokenLogged    atomic.Uint64 // tokenUnavailable at the last log line
+	noTokenLogAt     atomic.Int64  // server clock + 1 of the last log line; 0: none
 }
 
 func (m *counters) granted(waitedNs int64) {
@@ -45,6 +49,7 @@ type collector struct {
 	sessions, held, waiters, lastToken, ceiling        *prometheus.Desc
 	grants, timeouts, busy, released, notHeld, expired *prometheus.Desc
 	overflows, protoErrs, wait                         *prometheus.Desc
+	tokenUnavailable, tokenStoreOK                     *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -67,11 +72,14 @@ func newCollector(s *Server) *collector {
 		overflows: d("output_overflows_total", "Sessions dropped because their peer did not read."),
 		protoErrs: d("protocol_errors_total", "E frames sent for protocol violations and internal errors, by code.", "code"),
 		wait:      d("grant_wait_seconds", "Time from reading an ACQUIRE to granting it."),
+
+		tokenUnavailable: d("token_unavailable_total", "ACQUIREs answered B because no fencing token could be reserved in time (stalled disk, exhausted token space)."),
+		tokenStoreOK:     d("token_store_ok", "1 while the token store can reserve tokens, 0 while its last reservation failed, one has been running for over a second, or the token space is exhausted."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait} {
+	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait, c.tokenUnavailable, c.tokenStoreOK} {
 		ch <- d
 	}
 }
@@ -96,6 +104,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.notHeld, &s.m.notHeld)
 	k(c.expired, &s.m.expired)
 	k(c.overflows, &s.m.overflows)
+	k(c.tokenUnavailable, &s.m.tokenUnavailable)
+	ok := 1.0
+	if s.TokenStoreErr() != nil {
+		ok = 0
+	}
+	g(c.tokenStoreOK, ok)
 	for code := 1; code <= 7; code++ {
 		if code == 5 {
 			continue // shutting down is not an error of the peer
@@ -110,4 +124,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	cum += s.m.waitBuckets[len(waitBounds)].Load()
 	ch <- prometheus.MustNewConstHistogram(c.wait, cum, float64(s.m.waitSumNs.Load())/1e9, buckets)
+}
+
+// TokenStoreErr returns nil while the durable token store can reserve
+// tokens, and otherwise why not: the last reservation failed (its error),
+// one has been running for over a second (a stalled disk), or the token
+// space is exhausted (ErrTokensExhausted). While it is non-nil, ACQUIREs
+// that need a new token may get B or E(6); ticketingd's /healthz answers 503.
+func (s *Server) TokenStoreErr() error {
+	return s.tokens.health(tokenWait)
 }

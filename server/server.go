@@ -31,6 +31,9 @@ type Stats struct {
 	NotHeld        uint64 `json:"not_held"`        // N replies
 	ProtocolErrors uint64 `json:"protocol_errors"` // E frames sent for protocol violations and internal errors (all codes but 5)
 	Expired        uint64 `json:"expired"`         // leases that ran out before a release (addition to the contract)
+
+	TokenUnavailable uint64 `json:"token_unavailable"`           // B replies because no token could be reserved in time (included in Busy)
+	TokenStoreError  string `json:"token_store_error,omitempty"` // why the token store cannot reserve (TokenStoreErr); empty while it can
 }
 
 // Server is a single-node Ticketing lock server. Its methods are safe for
@@ -93,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*lockState)
 	}
-	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock); err != nil {
+	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, s.now); err != nil {
 		return nil, err
 	}
 	if cfg.Registerer != nil {
@@ -290,19 +293,25 @@ func (s *Server) Stats() Stats {
 			pe += s.m.protoErrs[code].Load()
 		}
 	}
+	var tse string
+	if err := s.TokenStoreErr(); err != nil {
+		tse = err.Error()
+	}
 	return Stats{
-		Sessions:       int(s.sessions.Load()),
-		HeldLocks:      int(s.held.Load()),
-		Waiters:        int(s.waiters.Load()),
-		LastToken:      s.tokens.last.Load(),
-		TokenCeiling:   s.tokens.ceiling.Load(),
-		Standby:        s.cfg.Standby,
-		Grants:         s.m.grants.Load(),
-		TimedOut:       s.m.timeouts.Load(),
-		Busy:           s.m.busy.Load(),
-		Released:       s.m.released.Load(),
-		NotHeld:        s.m.notHeld.Load(),
-		ProtocolErrors: pe,
-		Expired:        s.m.expired.Load(),
+		TokenUnavailable: s.m.tokenUnavailable.Load(),
+		TokenStoreError:  tse,
+		Sessions:         int(s.sessions.Load()),
+		HeldLocks:        int(s.held.Load()),
+		Waiters:          int(s.waiters.Load()),
+		LastToken:        s.tokens.last.Load(),
+		TokenCeiling:     s.tokens.ceiling.Load(),
+		Standby:          s.cfg.Standby,
+		Grants:           s.m.grants.Load(),
+		TimedOut:         s.m.timeouts.Load(),
+		Busy:             s.m.busy.Load(),
+		Released:         s.m.released.Load(),
+		NotHeld:          s.m.notHeld.Load(),
+		ProtocolErrors:   pe,
+		Expired:          s.m.expired.Load(),
 	}
 }

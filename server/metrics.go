@@ -65,7 +65,7 @@ func newCollector(s *Server) *collector {
 		ceiling:   d("token_ceiling", "Durable token ceiling."),
 		grants:    d("grants_total", "Grants with a new token."),
 		timeouts:  d("timeouts_total", "ACQUIREs answered T."),
-		busy:      d("busy_total", "ACQUIREs answered B (capacity)."),
+		busy:      d("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time)."),
 		released:  d("released_total", "RELEASEs answered R."),
 		notHeld:   d("not_held_total", "RELEASEs answered N."),
 		expired:   d("expired_total", "Leases that ran out before a release."),

@@ -131,7 +131,8 @@
 // E(6) instead, the session closes, and the error is logged; grants resume
 // above every earlier token once a reservation succeeds. TokenStoreErr
 // reports a failed, stalled (running over a second) or exhausted store.
-// Close and Shutdown wait for a reservation in progress.
+// Close and Shutdown wait at most a second for a reservation in progress;
+// if it is still stuck, they return and DataDir stays locked until it ends.
 //
 // Locks themselves are kept in memory only: a restarted server starts with
 // no locks (clients' leases on the old process are gone; fencing tokens keep

@@ -385,8 +385,14 @@ func (t *tokenStore) health(stall time.Duration) error {
 	return nil
 }
 
-// close stops the reserving goroutine (after a reservation in progress) and
-// releases the directory lock.
+// closeWait bounds how long close waits for a reservation in progress (a
+// stalled disk must not stall Shutdown).
+var closeWait = time.Second
+
+// close stops the reserving goroutine and releases the directory lock. If a
+// reservation is still in progress after closeWait, close returns and the
+// lock is released only when it ends: no other store may open the directory
+// while a ceiling write of this one could still land.
 func (t *tokenStore) close() {
 	t.mu.Lock()
 	if t.closed {
@@ -398,6 +404,15 @@ func (t *tokenStore) close() {
 	t.changed = make(chan struct{})
 	t.mu.Unlock()
 	close(t.kick)
-	<-t.done
-	unlockDir(t.lock)
+	tm := time.NewTimer(closeWait)
+	defer tm.Stop()
+	select {
+	case <-t.done:
+		unlockDir(t.lock)
+	case <-tm.C:
+		go func() {
+			<-t.done
+			unlockDir(t.lock)
+		}()
+	}
 }

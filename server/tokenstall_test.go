@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -127,4 +128,43 @@ func TestTokenStallDoesNotStallLockTable(t *testing.T) {
 	if errors.Is(s.TokenStoreErr(), server.ErrTokensExhausted) {
 		t.Fatal("exhausted")
 	}
+}
+
+// TestCloseWithStalledDisk: Close returns although a ceiling reservation is
+// stuck on the disk, and the data dir stays locked until that write ends (a
+// new server on it could otherwise see its ceiling overwritten later).
+func TestCloseWithStalledDisk(t *testing.T) {
+	disk := freezeDisk(t)
+	dir := t.TempDir()
+	s, addr := startServer(t, server.Config{DataDir: dir, TokenBlock: 4})
+	t.Cleanup(disk.unfreeze)
+	a := session(t, addr)
+	for i := range 3 { // token 3 starts the reservation of the next block
+		a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+	}
+	<-disk.entered
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second): // a hang guard, not a speed assertion
+		t.Fatal("Close hangs on a stalled disk")
+	}
+	if disk.thawed.Load() {
+		t.Fatal("disk thawed before Close returned")
+	}
+	if _, err := server.New(server.Config{DataDir: dir}); err == nil {
+		t.Fatal("data dir reopened while a ceiling write of the closed server is pending")
+	}
+	disk.unfreeze()
+	eventually(t, "data dir unlocked", func() bool {
+		s2, err := server.New(server.Config{DataDir: dir})
+		if err == nil {
+			s2.Close()
+		}
+		return err == nil
+	})
 }

@@ -20,7 +20,7 @@ type Stats struct {
 	Sessions     int    `json:"sessions"`      // sessions that completed HELLO and are open
 	HeldLocks    int    `json:"held_locks"`    // granted, unexpired locks (expired ones are swept within ~100 ms)
 	Waiters      int    `json:"waiters"`       // queued ACQUIREs over all keys
-	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out (or skipped)
+	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out; never above TokenCeiling
 	TokenCeiling uint64 `json:"token_ceiling"` // durable ceiling: no token above it is ever issued
 	Standby      bool   `json:"standby"`
 

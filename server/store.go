@@ -107,6 +107,13 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 	if err != nil {
 		return nil, err
 	}
+	if fresh {
+		// Another process may have used the directory between ReadDir and
+		// the lock: fresh only if LOCK is still all there is.
+		if ents, err = os.ReadDir(dir); err != nil || len(ents) != 1 {
+			fresh = false
+		}
+	}
 	ceil, err := readCeiling(dir, fresh || initial > 0)
 	if err != nil {
 		unlockDir(lf)

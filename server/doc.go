@@ -104,7 +104,8 @@
 // it never restarts tokens at 1 except in an empty or new directory. A first
 // start that dies before its first ceiling is durable leaves such a
 // directory, and it is refused too (it cannot be told from one whose ceiling
-// was deleted); no token was issued from it, so it may be removed.
+// was deleted); no token was issued from it, so it may be removed. (A first
+// start that fails with an error removes its LOCK again.)
 // Config.InitialToken makes tokens continue strictly above it (or above the
 // stored ceiling if that is higher, never backwards): the way to restart a
 // directory whose ceiling was lost, or to continue above another server's

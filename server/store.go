@@ -114,24 +114,31 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 			fresh = false
 		}
 	}
-	ceil, err := readCeiling(dir, fresh || initial > 0)
-	if err != nil {
+	// A start that fails leaves a fresh directory as it found it (empty),
+	// so that the next start is not refused as a used one.
+	fail := func(err error) (*tokenStore, error) {
+		if fresh {
+			os.Remove(filepath.Join(dir, ceilingTemp))
+			os.Remove(filepath.Join(dir, lockFile))
+		}
 		unlockDir(lf)
 		return nil, err
 	}
+	ceil, err := readCeiling(dir, fresh || initial > 0)
+	if err != nil {
+		return fail(err)
+	}
 	start := max(ceil, initial)
 	if start > MaxToken || MaxToken-start < block {
-		unlockDir(lf)
-		return nil, fmt.Errorf("%w: data dir %s: tokens would continue above %d, and a block of %d more passes the maximum token %d; refusing to start, since tokens never wrap or go back",
-			ErrTokensExhausted, dir, start, block, MaxToken)
+		return fail(fmt.Errorf("%w: data dir %s: tokens would continue above %d, and a block of %d more passes the maximum token %d; refusing to start, since tokens never wrap or go back",
+			ErrTokensExhausted, dir, start, block, MaxToken))
 	}
 	t := &tokenStore{dir: dir, block: block, write: writeCeilingFunc, clock: clock,
 		changed: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), lock: lf}
 	t.last.Store(start)
 	t.ceiling.Store(start)
 	if err := t.reserve(); err != nil {
-		unlockDir(lf)
-		return nil, err
+		return fail(err)
 	}
 	go t.run()
 	return t, nil

@@ -197,6 +197,25 @@ func TestTokenStoreLockOnly(t *testing.T) {
 	}
 }
 
+// TestTokenStoreFailedFirstStart: a first start that fails before any
+// ceiling is durable (here the first reservation fails) leaves the new
+// data dir empty, so the next start is not refused as a used one.
+func TestTokenStoreFailedFirstStart(t *testing.T) {
+	d := t.TempDir()
+	restore := server.SetCeilingWriter(func(string, uint64) error { return errors.New("injected: disk full") })
+	_, err := newServer(t, server.Config{DataDir: d})
+	restore()
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("New: %v, want the write error", err)
+	}
+	if ents, _ := os.ReadDir(d); len(ents) != 0 {
+		t.Fatalf("data dir holds %v after a failed first start", ents)
+	}
+	if tok := firstToken(t, server.Config{DataDir: d}); tok != 1 {
+		t.Fatalf("first token %d", tok)
+	}
+}
+
 // TestTokenStoreTempFile: a ceiling that survives only as the temporary
 // file (a crash between fsync and rename, then the old file lost) is
 // recovered; of two valid ceilings the higher wins; an invalid temporary

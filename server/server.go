@@ -293,25 +293,24 @@ func (s *Server) Stats() Stats {
 			pe += s.m.protoErrs[code].Load()
 		}
 	}
-	var tse string
+	st := Stats{
+		Sessions:       int(s.sessions.Load()),
+		HeldLocks:      int(s.held.Load()),
+		Waiters:        int(s.waiters.Load()),
+		LastToken:      s.tokens.last.Load(),
+		TokenCeiling:   s.tokens.ceiling.Load(),
+		Standby:        s.cfg.Standby,
+		Grants:         s.m.grants.Load(),
+		TimedOut:       s.m.timeouts.Load(),
+		Busy:           s.m.busy.Load(),
+		Released:       s.m.released.Load(),
+		NotHeld:        s.m.notHeld.Load(),
+		ProtocolErrors: pe,
+		Expired:        s.m.expired.Load(),
+	}
+	st.TokenUnavailable = s.m.tokenUnavailable.Load()
 	if err := s.TokenStoreErr(); err != nil {
-		tse = err.Error()
+		st.TokenStoreError = err.Error()
 	}
-	return Stats{
-		TokenUnavailable: s.m.tokenUnavailable.Load(),
-		TokenStoreError:  tse,
-		Sessions:         int(s.sessions.Load()),
-		HeldLocks:        int(s.held.Load()),
-		Waiters:          int(s.waiters.Load()),
-		LastToken:        s.tokens.last.Load(),
-		TokenCeiling:     s.tokens.ceiling.Load(),
-		Standby:          s.cfg.Standby,
-		Grants:           s.m.grants.Load(),
-		TimedOut:         s.m.timeouts.Load(),
-		Busy:             s.m.busy.Load(),
-		Released:         s.m.released.Load(),
-		NotHeld:          s.m.notHeld.Load(),
-		ProtocolErrors:   pe,
-		Expired:          s.m.expired.Load(),
-	}
+	return st
 }

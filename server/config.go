@@ -99,8 +99,18 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// TokenBlock is how many tokens are reserved per fsync of the token
-	// ceiling; default DefaultTokenBlock.
+	// ceiling; default DefaultTokenBlock, at most MaxTokenBlock (2^32).
 	TokenBlock uint64
+
+	// InitialToken, if non-zero, makes tokens continue strictly above it
+	// (and above the stored ceiling, whichever is higher: an InitialToken
+	// below the ceiling is ignored, tokens never go back). It lets a data
+	// dir whose ceiling was lost start again (New refuses a used data dir
+	// without a valid ceiling, ErrCeilingMissing), and a migration continue
+	// above the tokens of another server. Set it to at least the highest
+	// token ever issued to the fenced resources; at most MaxToken minus one
+	// TokenBlock.
+	InitialToken uint64
 
 	// WriteTimeout is how long a session's socket may accept no bytes while
 	// replies for it are pending before the session is dropped (a peer that
@@ -193,6 +203,12 @@ func (c *Config) normalize() error {
 	}
 	if c.TokenBlock == 0 {
 		c.TokenBlock = DefaultTokenBlock
+	}
+	if c.TokenBlock > MaxTokenBlock {
+		return fmt.Errorf("server: Config.TokenBlock %d is above the maximum %d", c.TokenBlock, MaxTokenBlock)
+	}
+	if c.InitialToken > MaxToken-c.TokenBlock {
+		return fmt.Errorf("server: Config.InitialToken %d leaves no room for a block of %d tokens below the maximum token %d", c.InitialToken, c.TokenBlock, MaxToken)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

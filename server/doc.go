@@ -82,7 +82,8 @@
 // ACQUIRE waits in a FIFO queue per key: when the key frees, the oldest
 // waiter whose session is still open is granted (new token, waited_ms from
 // when its frame was read, rounded down); when its wait_s passes first it
-// gets T. An ACQUIRE by an owner that is already waiting for the same key
+// gets T. A waiter whose wait_s has passed when the key frees gets T, never
+// G, even if its timer has not run yet (a stalled process, a late timer). An ACQUIRE by an owner that is already waiting for the same key
 // takes that earlier ACQUIRE's place in the queue, and the earlier one is
 // answered T at once (one queue position per owner; a deliberate retry does
 // not produce two grants).
@@ -115,13 +116,44 @@
 // stored ceiling (up to one block of tokens is skipped per restart).
 //
 // The file is one line, "ticketing-token-ceiling v1 <ceiling> <crc32c>": a
-// format version and a checksum. New fails, naming the path, if the file is
-// corrupt, if the directory cannot be created or written, or if the file is
-// missing from a directory that holds other files; it never restarts tokens
-// at 1 except in an empty or new directory. New also takes an exclusive
-// flock on DataDir/LOCK so that two servers never share a store. If the
-// ceiling cannot be raised at run time, the ACQUIREs that need a token get
-// E(6) and the error is logged.
+// format version and a checksum. A complete tokens.ceiling.tmp (what a crash
+// between its fsync and the rename leaves) counts too: the higher valid
+// ceiling wins. New fails, naming the path, if the file is corrupt, if the
+// directory cannot be created or written, or if no valid ceiling is found in
+// a directory that holds anything (LOCK alone included: ErrCeilingMissing);
+// it never restarts tokens at 1 except in an empty or new directory. A first
+// start that dies before its first ceiling is durable leaves such a
+// directory, and it is refused too (it cannot be told from one whose ceiling
+// was deleted); no token was issued from it, so it may be removed. (A first
+// start that fails with an error removes its LOCK again.)
+// Config.InitialToken makes tokens continue strictly above it (or above the
+// stored ceiling if that is higher, never backwards): the way to restart a
+// directory whose ceiling was lost, or to continue above another server's
+// tokens. New also takes an exclusive flock on DataDir/LOCK so that two
+// servers never share a store.
+//
+// Tokens never exceed MaxToken (2^63-1, what the fence and signed 64-bit
+// columns accept) and nothing wraps: TokenBlock is 1..2^32, New fails with
+// ErrTokensExhausted if the stored ceiling (or InitialToken) plus one block
+// would pass MaxToken, and a running server reserves its last block only up
+// to MaxToken, after which ACQUIREs of free keys get B at once.
+//
+// No lock-table mutex is ever held while waiting for the disk. A grant
+// takes a token without waiting; if the reservation has fallen behind (no
+// token below the durable ceiling), the ACQUIRE of a free key waits for it
+// outside the shard mutex for at most one second (its session's later
+// requests wait behind it; other sessions, RELEASE, PING and other keys do
+// not), then tries again once; if there is still no token it gets B
+// (definitely not granted; the session stays open). A waiter whose turn
+// comes while no token is available is answered B at once, and the next
+// waiter is tried. Those B replies are counted in ticketing_busy_total and
+// ticketing_token_unavailable_total and logged at most once a second. If
+// the reservation failed (the disk returned an error), the ACQUIRE gets
+// E(6) instead, the session closes, and the error is logged; grants resume
+// above every earlier token once a reservation succeeds. TokenStoreErr
+// reports a failed, stalled (running over a second) or exhausted store.
+// Close and Shutdown wait at most a second for a reservation in progress;
+// if it is still stuck, they return and DataDir stays locked until it ends.
 //
 // Locks themselves are kept in memory only: a restarted server starts with
 // no locks (clients' leases on the old process are gone; fencing tokens keep
@@ -173,6 +205,8 @@
 //	ticketing_log_suppressed_total       counter: peer log lines rate-limited
 //	ticketing_protocol_errors_total      counter by code: E frames sent (all but 5)
 //	ticketing_grant_wait_seconds         histogram: ACQUIRE read to grant
+//	ticketing_token_unavailable_total    counter: B replies for want of a token
+//	ticketing_token_store_ok             gauge: 1 while TokenStoreErr is nil
 //
 // The hot path only increments atomics; the collector reads them at scrape
 // time. Stats returns the same numbers as a struct. Logs go to

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -60,6 +61,7 @@ type waiter struct {
 	owner      [wire.OwnerLen]byte
 	lease      uint8
 	arrived    int64
+	deadline   int64 // arrived + wait_s: past it the waiter gets T, never G
 	prev, next *waiter
 	timer      *time.Timer // wait_s deadline
 	done       bool        // granted, timed out or dropped (under sh.mu)
@@ -172,12 +174,44 @@ func waitedMS(now, arrived int64) uint32 {
 	return uint32(min((now-arrived)/msNs, math.MaxUint32))
 }
 
+// tokenWait bounds how long an ACQUIRE of a free key waits, outside any
+// lock, for the token store to reserve tokens when none is left below the
+// durable ceiling (a slow or stalled disk); past it the ACQUIRE gets B. It
+// is also how long a reservation may run before TokenStoreErr reports the
+// store as stalled.
+var tokenWait = time.Second
+
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
 func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	if s.held.Load() >= int64(s.cfg.MaxLocks) {
 		s.sweepForCapacity()
 	}
 	sh := s.shardFor(req.Key)
+	for try := 0; ; try++ {
+		if s.acquireOnce(c, req, arrived, sh, try > 0) {
+			return
+		}
+		// A free key and no token: wait for the reservation without the
+		// shard mutex (RELEASE, PING and other keys go on), then decide
+		// again from scratch, once.
+		err := s.tokens.await(tokenWait)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, errTokenStall) || errors.Is(err, ErrTokensExhausted) {
+			s.noToken(err)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+		} else {
+			s.internalError(c, req.ReqID, err) // the disk failed: E(6)
+		}
+		return
+	}
+}
+
+// acquireOnce decides an ACQUIRE under the shard mutex. It returns false,
+// having answered nothing, when the key is free but no token is available
+// and final is false.
+func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shard, final bool) bool {
 	sh.mu.Lock()
 	now := s.now()
 	ls := sh.m[string(req.Key)]
@@ -191,14 +225,19 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
 			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
+			return true
 		}
-		tok, err := s.tokens.next()
-		if err != nil {
+		tok, ok := s.tokens.take()
+		if !ok {
 			s.held.Add(-1)
 			sh.mu.Unlock()
-			s.internalError(c, req.ReqID, err)
-			return
+			if !final {
+				return false
+			}
+			// The reservation ended but others took its tokens first.
+			s.noToken(errTokenStall)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return true
 		}
 		if ls == nil {
 			ls = &lockState{key: string(req.Key)}
@@ -212,20 +251,20 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 		sh.mu.Unlock()
 		s.m.granted(now - arrived)
 		c.replyGranted(req.ReqID, tok, waitedMS(now, arrived))
-		return
+		return true
 	}
 	if ls.owner == req.Owner {
 		// Idempotent retry by the holder: same token, lease not extended.
 		tok := ls.token
 		sh.mu.Unlock()
 		c.replyGranted(req.ReqID, tok, 0)
-		return
+		return true
 	}
 	if req.WaitS == 0 {
 		sh.mu.Unlock()
 		s.m.timeouts.Add(1)
 		c.replySimple(wire.TypeTimedOut, req.ReqID)
-		return
+		return true
 	}
 	q := ls.q
 	var old *waiter
@@ -237,24 +276,25 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
 			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
+			return true
 		}
 		if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
 			s.waiters.Add(-1)
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
 			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
+			return true
 		}
 	}
-	w := &waiter{c: c, sh: sh, ls: ls, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived}
+	w := &waiter{c: c, sh: sh, ls: ls, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
+		deadline: arrived + int64(req.WaitS)*secondNs}
 	if !c.addInflight(w) {
 		// The session is closing; its waits are dropped anyway.
 		if old == nil {
 			s.waiters.Add(-1)
 		}
 		sh.mu.Unlock()
-		return
+		return true
 	}
 	if q == nil {
 		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
@@ -275,8 +315,9 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	}
 	// wait_s counts from the ACQUIRE's arrival, not from now: a capacity
 	// sweep or a contended shard in between must not lengthen the wait.
-	w.timer = time.AfterFunc(time.Duration(req.WaitS)*time.Second-time.Duration(now-arrived), func() { s.waitTimeout(w) })
+	w.timer = time.AfterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })
 	sh.mu.Unlock()
+	return true
 }
 
 // release handles a well-formed, in-range RELEASE from c's reader.
@@ -310,7 +351,10 @@ func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {
 }
 
 // freeLocked ends the current holding of ls and grants the key to the
-// oldest live waiter, if any; otherwise ls becomes an idle entry.
+// oldest live waiter whose wait has not run out, if any; otherwise ls
+// becomes an idle entry. It never waits: a waiter whose turn comes while no
+// token is available below the durable ceiling gets B (or E(6) if the last
+// reservation failed), and the next waiter is tried.
 func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 	ls.token = 0
 	sh.unlink(ls)
@@ -325,9 +369,25 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 			if w.c.dead.Load() {
 				continue // not live: its session is closing
 			}
-			tok, err := s.tokens.next()
-			if err != nil {
-				s.internalErrorQueued(w.c, w.reqID, err)
+			if now >= w.deadline {
+				// Its wait ran out before its timer could run (a stalled
+				// process, a late timer): it was not granted in time, and
+				// its client has given up. T, never a grant nobody uses.
+				s.m.timeouts.Add(1)
+				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+				continue
+			}
+			tok, ok := s.tokens.take()
+			if !ok {
+				if err := s.tokens.failed(); err != nil && !errors.Is(err, ErrTokensExhausted) {
+					s.internalErrorQueued(w.c, w.reqID, err)
+				} else {
+					if err == nil {
+						err = errTokenStall
+					}
+					s.noToken(err)
+					w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
+				}
 				continue
 			}
 			s.held.Add(1)
@@ -349,6 +409,19 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 	}
 	ls.expires = now + idleTTL
 	sh.link(ls, 0)
+}
+
+// noToken counts an ACQUIRE answered B because no token was available,
+// and logs at most once per second with the count since the last line.
+func (s *Server) noToken(reason error) {
+	s.m.busy.Add(1)
+	n := s.m.tokenUnavailable.Add(1)
+	now := s.now() + 1 // 0 means never logged
+	last := s.m.noTokenLogAt.Load()
+	if (last == 0 || now-last >= secondNs) && s.m.noTokenLogAt.CompareAndSwap(last, now) {
+		prev := s.m.noTokenLogged.Swap(n)
+		s.log.Warn("no fencing token available: ACQUIREs of free keys answered B", "reason", reason, "count", n-prev)
+	}
 }
 
 // keyTimer runs at the lease end of a key with waiters.

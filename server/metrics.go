@@ -29,6 +29,10 @@ type counters struct {
 	protoErrs                                  [8]atomic.Uint64
 	waitBuckets                                [len(waitBounds) + 1]atomic.Uint64 // last: +Inf
 	waitSumNs                                  atomic.Uint64
+
+	tokenUnavailable atomic.Uint64 // ACQUIREs answered B for want of a token
+	noTokenLogged    atomic.Uint64 // tokenUnavailable at the last log line
+	noTokenLogAt     atomic.Int64  // server clock + 1 of the last log line; 0: none
 }
 
 func (m *counters) granted(waitedNs int64) {
@@ -52,6 +56,7 @@ type collector struct {
 
 	pending, idleTimeouts, pendingRefused, peerLimited *prometheus.Desc
 	authFailures, authThrottled, logSuppressed         *prometheus.Desc
+	tokenUnavailable, tokenStoreOK                     *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -67,7 +72,7 @@ func newCollector(s *Server) *collector {
 		ceiling:   d("token_ceiling", "Durable token ceiling."),
 		grants:    d("grants_total", "Grants with a new token."),
 		timeouts:  d("timeouts_total", "ACQUIREs answered T."),
-		busy:      d("busy_total", "ACQUIREs answered B (capacity)."),
+		busy:      d("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time)."),
 		released:  d("released_total", "RELEASEs answered R."),
 		notHeld:   d("not_held_total", "RELEASEs answered N."),
 		expired:   d("expired_total", "Leases that ran out before a release."),
@@ -81,13 +86,12 @@ func newCollector(s *Server) *collector {
 		peerLimited:    d("peer_session_limit_total", "HELLOs refused with E(7) by the per-peer session limit."),
 		authFailures:   d("auth_failures_total", "HELLOs with a wrong client token."),
 		authThrottled:  d("auth_throttled_total", "HELLOs with a wrong client token closed without a reply (too many recent failures from the address)."),
-		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval)."),
-	}
+		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval).")}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait,
-		c.pending, c.idleTimeouts, c.pendingRefused, c.peerLimited, c.authFailures, c.authThrottled, c.logSuppressed} {
+		c.pending, c.idleTimeouts, c.pendingRefused, c.peerLimited, c.authFailures, c.authThrottled, c.logSuppressed, c.tokenUnavailable, c.tokenStoreOK} {
 		ch <- d
 	}
 }
@@ -119,6 +123,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.authFailures, &s.m.authFailures)
 	k(c.authThrottled, &s.m.authThrottled)
 	k(c.logSuppressed, &s.m.logSuppressed)
+	k(c.tokenUnavailable, &s.m.tokenUnavailable)
+	ok := 1.0
+	if s.TokenStoreErr() != nil {
+		ok = 0
+	}
+	g(c.tokenStoreOK, ok)
 	for code := 1; code <= 7; code++ {
 		if code == 5 {
 			continue // shutting down is not an error of the peer
@@ -133,4 +143,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	cum += s.m.waitBuckets[len(waitBounds)].Load()
 	ch <- prometheus.MustNewConstHistogram(c.wait, cum, float64(s.m.waitSumNs.Load())/1e9, buckets)
+}
+
+// TokenStoreErr returns nil while the durable token store can reserve
+// tokens, and otherwise why not: the last reservation failed (its error),
+// one has been running for over a second (a stalled disk), or the token
+// space is exhausted (ErrTokensExhausted). While it is non-nil, ACQUIREs
+// that need a new token may get B or E(6); ticketingd's /healthz answers 503.
+func (s *Server) TokenStoreErr() error {
+	return s.tokens.health(tokenWait)
 }

@@ -22,7 +22,7 @@ type Stats struct {
 	Pending      int    `json:"pending"`       // connections that have not completed HELLO yet
 	HeldLocks    int    `json:"held_locks"`    // granted, unexpired locks (expired ones are swept within ~100 ms)
 	Waiters      int    `json:"waiters"`       // queued ACQUIREs over all keys
-	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out (or skipped)
+	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out; never above TokenCeiling
 	TokenCeiling uint64 `json:"token_ceiling"` // durable ceiling: no token above it is ever issued
 	Standby      bool   `json:"standby"`
 
@@ -33,6 +33,9 @@ type Stats struct {
 	NotHeld        uint64 `json:"not_held"`        // N replies
 	ProtocolErrors uint64 `json:"protocol_errors"` // E frames sent for protocol violations and internal errors (all codes but 5)
 	Expired        uint64 `json:"expired"`         // leases that ran out before a release (addition to the contract)
+
+	TokenUnavailable uint64 `json:"token_unavailable"`           // B replies because no token could be reserved in time (included in Busy)
+	TokenStoreError  string `json:"token_store_error,omitempty"` // why the token store cannot reserve (TokenStoreErr); empty while it can
 }
 
 // Server is a single-node Ticketing lock server. Its methods are safe for
@@ -113,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*lockState)
 	}
-	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock); err != nil {
+	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, s.now); err != nil {
 		return nil, err
 	}
 	if cfg.Registerer != nil {
@@ -353,7 +356,7 @@ func (s *Server) Stats() Stats {
 			pe += s.m.protoErrs[code].Load()
 		}
 	}
-	return Stats{
+	st := Stats{
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
 		HeldLocks:      int(s.held.Load()),
@@ -369,6 +372,11 @@ func (s *Server) Stats() Stats {
 		ProtocolErrors: pe,
 		Expired:        s.m.expired.Load(),
 	}
+	st.TokenUnavailable = s.m.tokenUnavailable.Load()
+	if err := s.TokenStoreErr(); err != nil {
+		st.TokenStoreError = err.Error()
+	}
+	return st
 }
 
 // idleScansPerTimeout is how many idle scans one IdleTimeout spans: a

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Token store files in Config.DataDir.
@@ -21,25 +22,59 @@ const (
 	ceilingMagic = "ticketing-token-ceiling v1"
 )
 
-// errStoreClosed is returned by next after the store has been closed.
+// MaxToken is the highest fencing token a server ever issues: 2^63-1, so
+// that a token fits every signed 64-bit database column and the fence, which
+// refuses larger ones. A server whose ceiling would pass it stops granting
+// (ErrTokensExhausted) rather than wrap.
+const MaxToken uint64 = 1<<63 - 1
+
+// MaxTokenBlock is the largest Config.TokenBlock (2^32).
+const MaxTokenBlock uint64 = 1 << 32
+
+// ErrTokensExhausted is the error of New when the token space is used up
+// (the stored ceiling, or Config.InitialToken, plus one TokenBlock would pass
+// MaxToken), and of Server.TokenStoreErr once a running server has reserved
+// up to MaxToken: from then on a free key's ACQUIRE gets B.
+var ErrTokensExhausted = errors.New("server: fencing token space exhausted")
+
+// ErrCeilingMissing is the error of New for a data directory that has been
+// used but holds no valid token ceiling: starting again at token 1 could
+// reissue tokens that fenced databases already hold. Restore the ceiling
+// file, or set Config.InitialToken (ticketingd serve --initial-token) to at
+// least the highest token ever issued from the directory.
+var ErrCeilingMissing = errors.New("server: token ceiling missing from a used data dir")
+
+// errStoreClosed is returned by await after the store has been closed.
 var errStoreClosed = errors.New("server: token store closed")
+
+// errTokenStall is what await reports when no reservation ended within its
+// bound: the disk is slow or stalled.
+var errTokenStall = errors.New("server: token store stalled: no ceiling reservation completed in time")
+
+// writeCeilingFunc writes the ceiling; tests replace it (before New) to
+// inject a slow or failing disk.
+var writeCeilingFunc = writeCeiling
 
 // tokenStore hands out fencing tokens from an atomic counter that never
 // passes a durable ceiling. The ceiling is reserved a block at a time by a
-// background goroutine, ahead of need; a grant only waits for the disk when
-// the reservation falls behind.
+// background goroutine, ahead of need. take never waits: a caller that gets
+// no token may wait for the reservation with await, outside any lock.
 type tokenStore struct {
 	dir   string
 	block uint64
+	write func(dir string, v uint64) error
 
-	last    atomic.Uint64 // last token handed out (or skipped)
-	ceiling atomic.Uint64 // durable: no token above it is used
-	kicked  atomic.Bool   // a reservation has been requested and not yet done
+	last      atomic.Uint64 // last token handed out; never above ceiling
+	ceiling   atomic.Uint64 // durable: no token above it is used
+	kicked    atomic.Bool   // a reservation has been requested and not yet done
+	exhausted atomic.Bool   // the ceiling is MaxToken and a further block was asked for
+	pending   atomic.Int64  // when the running reservation began (Server clock ns + 1); 0: none
+	clock     func() int64
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	err    error // last reservation error; cleared by a successful one
-	closed bool
+	mu      sync.Mutex
+	err     error         // last reservation error; cleared by a successful one
+	changed chan struct{} // closed (and replaced) when a reservation ends or the store closes
+	closed  bool
 
 	kick chan struct{}
 	done chan struct{}
@@ -48,8 +83,9 @@ type tokenStore struct {
 
 // openStore opens or creates the store in dir, reserves the first block
 // synchronously (so that an unwritable directory fails here), and starts the
-// reserving goroutine.
-func openStore(dir string, block uint64) (*tokenStore, error) {
+// reserving goroutine. Tokens continue above the stored ceiling or initial,
+// whichever is higher.
+func openStore(dir string, block, initial uint64, clock func() int64) (*tokenStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data dir %s: %w", dir, err)
 	}
@@ -60,56 +96,108 @@ func openStore(dir string, block uint64) (*tokenStore, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("server: data dir %s is not a directory", dir)
 	}
+	// Whether the directory is fresh (empty) must be decided before lockDir
+	// creates LOCK in it.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: data dir %s: %w", dir, err)
+	}
+	fresh := len(ents) == 0
 	lf, err := lockDir(filepath.Join(dir, lockFile))
 	if err != nil {
 		return nil, err
 	}
-	t := &tokenStore{dir: dir, block: block, kick: make(chan struct{}, 1), done: make(chan struct{}), lock: lf}
-	t.cond = sync.NewCond(&t.mu)
-	ceil, err := readCeiling(dir)
-	if err != nil {
+	if fresh {
+		// Another process may have used the directory between ReadDir and
+		// the lock: fresh only if LOCK is still all there is.
+		if ents, err = os.ReadDir(dir); err != nil || len(ents) != 1 {
+			fresh = false
+		}
+	}
+	// A start that fails leaves a fresh directory as it found it (empty),
+	// so that the next start is not refused as a used one.
+	fail := func(err error) (*tokenStore, error) {
+		if fresh {
+			os.Remove(filepath.Join(dir, ceilingTemp))
+			os.Remove(filepath.Join(dir, lockFile))
+		}
 		unlockDir(lf)
 		return nil, err
 	}
-	t.last.Store(ceil)
-	t.ceiling.Store(ceil)
+	ceil, err := readCeiling(dir, fresh || initial > 0)
+	if err != nil {
+		return fail(err)
+	}
+	start := max(ceil, initial)
+	if start > MaxToken || MaxToken-start < block {
+		return fail(fmt.Errorf("%w: data dir %s: tokens would continue above %d, and a block of %d more passes the maximum token %d; refusing to start, since tokens never wrap or go back",
+			ErrTokensExhausted, dir, start, block, MaxToken))
+	}
+	t := &tokenStore{dir: dir, block: block, write: writeCeilingFunc, clock: clock,
+		changed: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), lock: lf}
+	t.last.Store(start)
+	t.ceiling.Store(start)
 	if err := t.reserve(); err != nil {
-		unlockDir(lf)
-		return nil, err
+		return fail(err)
 	}
 	go t.run()
 	return t, nil
 }
 
-// readCeiling returns the durable ceiling in dir, 0 for a fresh directory.
-func readCeiling(dir string) (uint64, error) {
+// readCeiling returns the durable ceiling in dir. A valid temporary file (a
+// crash between writing it and the rename, or a ceiling file lost after one)
+// counts: the higher valid ceiling wins. Without any valid ceiling it returns
+// 0 if mayStart (the directory was empty before this start, or
+// Config.InitialToken is set), and otherwise refuses: a directory that holds
+// anything, even LOCK alone, has been used, and starting again at 1 would
+// reissue tokens.
+func readCeiling(dir string, mayStart bool) (uint64, error) {
 	path := filepath.Join(dir, ceilingFile)
+	var ceil uint64
+	found := false
 	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		// A missing file is a fresh start only if the directory holds nothing
-		// else of ours: otherwise someone deleted the ceiling, and starting
-		// again at 1 would reissue tokens.
-		ents, derr := os.ReadDir(dir)
-		if derr != nil {
-			return 0, fmt.Errorf("server: data dir %s: %w", dir, derr)
-		}
-		for _, e := range ents {
-			switch e.Name() {
-			case lockFile, ceilingTemp:
-				continue
+	switch {
+	case err == nil:
+		v, perr := parseCeiling(b)
+		if perr != nil {
+			if mayStart {
+				break // the operator gave an initial token
 			}
-			return 0, fmt.Errorf("server: token store %s is missing but data dir %s is not empty (found %q); refusing to restart tokens at 1: restore the file or use an empty directory", path, dir, e.Name())
+			return 0, fmt.Errorf("server: token store %s is corrupt (%v); refusing to start: restore it from a backup, or start with --initial-token N (Config.InitialToken), N at least the highest token ever issued from this directory, or, if tokens may restart, remove the data dir", path, perr)
 		}
-		return 0, nil
-	}
-	if err != nil {
+		ceil, found = v, true
+	case !errors.Is(err, fs.ErrNotExist):
 		return 0, fmt.Errorf("server: token store %s: %w", path, err)
 	}
-	v, err := parseCeiling(b)
-	if err != nil {
-		return 0, fmt.Errorf("server: token store %s is corrupt (%v); refusing to start: restore it or, if tokens may restart, remove the data dir", path, err)
+	// The temporary file counts only if it was written completely (its
+	// checksum holds); a partly written one is what a crash during a
+	// reservation leaves, next to the previous ceiling file.
+	if tb, terr := os.ReadFile(filepath.Join(dir, ceilingTemp)); terr == nil {
+		if v, perr := parseCeiling(tb); perr == nil {
+			ceil, found = max(ceil, v), true
+		}
 	}
-	return v, nil
+	if found {
+		if ceil > MaxToken {
+			return 0, fmt.Errorf("%w: token store %s holds ceiling %d, above the maximum token %d; refusing to start", ErrTokensExhausted, path, ceil, MaxToken)
+		}
+		return ceil, nil
+	}
+	if mayStart {
+		return 0, nil
+	}
+	ents, derr := os.ReadDir(dir)
+	if derr != nil {
+		return 0, fmt.Errorf("server: data dir %s: %w", dir, derr)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return 0, fmt.Errorf("%w: %s is missing but data dir %s has been used (it holds %q); refusing to start tokens again at 1, which could reissue tokens a fenced database already holds. "+
+		"Restore the file from a backup, or start with --initial-token N (Config.InitialToken) where N is at least the highest token ever issued from this directory (the highest token your fenced databases hold, or the last ticketing_token_ceiling you saw): tokens continue above N. "+
+		"If this directory never granted a lock (its first start failed), you may instead remove it",
+		ErrCeilingMissing, path, dir, names)
 }
 
 // formatCeiling renders the ceiling file: one line,
@@ -182,14 +270,19 @@ func writeCeiling(dir string, v uint64) error {
 	return err
 }
 
-// reserve makes the ceiling at least last+block durable.
+// reserve makes the ceiling at least last+block durable, capped at
+// MaxToken.
 func (t *tokenStore) reserve() error {
 	cur := t.ceiling.Load()
-	want := max(cur, t.last.Load()) + t.block
-	if cur > t.last.Load()+t.block/2 {
+	if cur-t.last.Load() > t.block/2 { // last <= cur always
 		return nil // already well ahead (a redundant request)
 	}
-	if err := writeCeiling(t.dir, want); err != nil {
+	if cur >= MaxToken {
+		t.exhausted.Store(true)
+		return fmt.Errorf("%w: the ceiling in %s is the maximum token %d", ErrTokensExhausted, filepath.Join(t.dir, ceilingFile), MaxToken)
+	}
+	want := cur + min(t.block, MaxToken-cur) // no wrap: cur < MaxToken
+	if err := t.write(t.dir, want); err != nil {
 		return fmt.Errorf("server: token store %s: reserving tokens up to %d: %w", filepath.Join(t.dir, ceilingFile), want, err)
 	}
 	t.ceiling.Store(want)
@@ -199,16 +292,22 @@ func (t *tokenStore) reserve() error {
 func (t *tokenStore) run() {
 	defer close(t.done)
 	for range t.kick {
+		t.pending.Store(t.clock() + 1)
 		err := t.reserve()
+		t.pending.Store(0)
 		t.kicked.Store(false)
 		t.mu.Lock()
 		t.err = err
-		t.cond.Broadcast()
+		close(t.changed)
+		t.changed = make(chan struct{})
 		t.mu.Unlock()
 	}
 }
 
 func (t *tokenStore) wake() {
+	if t.exhausted.Load() {
+		return // nothing left to reserve
+	}
 	if !t.kicked.Swap(true) {
 		select {
 		case t.kick <- struct{}{}:
@@ -217,36 +316,97 @@ func (t *tokenStore) wake() {
 	}
 }
 
-// next returns a new token, strictly greater than every token returned
-// before (in this process and, through the ceiling, any earlier one).
-func (t *tokenStore) next() (uint64, error) {
-	v := t.last.Add(1)
-	c := t.ceiling.Load()
-	if v+t.block/2 > c {
-		t.wake()
-	}
-	if v <= c {
-		return v, nil
-	}
-	// The reservation fell behind: wait for the disk.
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for t.ceiling.Load() < v {
-		if t.closed {
-			return 0, errStoreClosed
+// take returns a new token, strictly greater than every token returned
+// before (in this process and, through the ceiling, any earlier one), or
+// false if none is available below the durable ceiling right now. It never
+// waits: it is called under shard mutexes.
+func (t *tokenStore) take() (uint64, bool) {
+	for {
+		v := t.last.Load()
+		c := t.ceiling.Load()
+		if v >= c {
+			t.wake()
+			return 0, false
 		}
-		if t.err != nil && !t.kicked.Load() {
-			err := t.err
-			t.err = nil // let the next call try again
-			return 0, err
+		if c-v <= t.block/2+1 {
+			t.wake() // reserve the next block ahead of need
 		}
-		t.wake()
-		t.cond.Wait()
+		if t.last.CompareAndSwap(v, v+1) {
+			return v + 1, true
+		}
 	}
-	return v, nil
 }
 
-// close stops the reserving goroutine and releases the directory lock.
+// await waits, up to d, for a token to be available (nil) or for the
+// reservation that would make one available to end. It returns the
+// reservation's error, ErrTokensExhausted, errTokenStall after d, or
+// errStoreClosed. It must not be called under a shard mutex.
+func (t *tokenStore) await(d time.Duration) error {
+	t.mu.Lock()
+	ch, closed := t.changed, t.closed
+	t.mu.Unlock()
+	if closed {
+		return errStoreClosed
+	}
+	if t.last.Load() < t.ceiling.Load() {
+		return nil // a reservation ended since take
+	}
+	if t.exhausted.Load() {
+		return ErrTokensExhausted
+	}
+	t.wake()
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ch:
+	case <-tm.C:
+		return errTokenStall
+	}
+	t.mu.Lock()
+	err := t.err
+	if t.closed {
+		err = errStoreClosed
+	}
+	t.mu.Unlock()
+	if err != nil && t.last.Load() < t.ceiling.Load() {
+		err = nil // an earlier reservation succeeded meanwhile
+	}
+	return err
+}
+
+// failed returns the last reservation's error, if it failed.
+func (t *tokenStore) failed() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// health returns nil while the store can reserve: not exhausted, the last
+// reservation did not fail, and none has been running for longer than
+// stall (server clock ns).
+func (t *tokenStore) health(stall time.Duration) error {
+	if t.exhausted.Load() {
+		return fmt.Errorf("%w: the ceiling is the maximum token %d", ErrTokensExhausted, MaxToken)
+	}
+	if err := t.failed(); err != nil {
+		return err
+	}
+	if p := t.pending.Load(); p != 0 {
+		if d := time.Duration(t.clock() + 1 - p); d > stall {
+			return fmt.Errorf("%w: a reservation has been running for %v", errTokenStall, d.Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// closeWait bounds how long close waits for a reservation in progress (a
+// stalled disk must not stall Shutdown).
+var closeWait = time.Second
+
+// close stops the reserving goroutine and releases the directory lock. If a
+// reservation is still in progress after closeWait, close returns and the
+// lock is released only when it ends: no other store may open the directory
+// while a ceiling write of this one could still land.
 func (t *tokenStore) close() {
 	t.mu.Lock()
 	if t.closed {
@@ -254,9 +414,19 @@ func (t *tokenStore) close() {
 		return
 	}
 	t.closed = true
-	t.cond.Broadcast()
+	close(t.changed)
+	t.changed = make(chan struct{})
 	t.mu.Unlock()
 	close(t.kick)
-	<-t.done
-	unlockDir(t.lock)
+	tm := time.NewTimer(closeWait)
+	defer tm.Stop()
+	select {
+	case <-t.done:
+		unlockDir(t.lock)
+	case <-tm.C:
+		go func() {
+			<-t.done
+			unlockDir(t.lock)
+		}()
+	}
 }

@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
 
@@ -137,20 +140,198 @@ func TestTokenStoreUnwritable(t *testing.T) {
 	})
 }
 
-// TestTokenStoreMissingFileInUsedDir: a data dir with other files but no
-// ceiling is not silently restarted at 1.
+// usedDir runs a server on a fresh dir, grants n tokens, and closes it
+// (what survives a kill -9 is the same: the files). It returns the ceiling.
+func usedDir(t *testing.T, dir string, n int) uint64 {
+	t.Helper()
+	s, addr := startServer(t, server.Config{DataDir: dir, TokenBlock: 16})
+	c := session(t, addr)
+	for i := range n {
+		tok := c.acquireOK(1, owner(i), 0, 30, "k")
+		c.send(rel(2, tok, "k"))
+		c.expect(wire.TypeReleased, 2)
+	}
+	ceil := s.Stats().TokenCeiling
+	s.Close()
+	return ceil
+}
+
+func firstToken(t *testing.T, cfg server.Config) uint64 {
+	t.Helper()
+	_, addr := startServer(t, cfg)
+	return session(t, addr).acquireOK(1, owner(1), 0, 30, "first")
+}
+
+// TestTokenStoreMissingFileInUsedDir: a data dir that has served, whose
+// ceiling file is gone (LOCK kept, as after kill -9 and a careless rm), is
+// refused with an error naming the file and the way out; InitialToken makes
+// tokens continue above it.
 func TestTokenStoreMissingFileInUsedDir(t *testing.T) {
 	d := t.TempDir()
-	s, err := newServer(t, server.Config{DataDir: d})
-	if err != nil {
+	ceil := usedDir(t, d, 50)
+	if err := os.Remove(filepath.Join(d, "tokens.ceiling")); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	os.WriteFile(filepath.Join(d, "something-else"), nil, 0o600)
-	os.Remove(filepath.Join(d, "tokens.ceiling"))
-	if _, err := newServer(t, server.Config{DataDir: d}); err == nil {
-		t.Fatal("New restarted tokens in a used data dir")
+	if ents, _ := os.ReadDir(d); len(ents) != 1 || ents[0].Name() != "LOCK" {
+		t.Fatalf("data dir holds %v, want only LOCK", ents)
 	}
+	_, err := newServer(t, server.Config{DataDir: d})
+	if !errors.Is(err, server.ErrCeilingMissing) || !strings.Contains(err.Error(), filepath.Join(d, "tokens.ceiling")) || !strings.Contains(err.Error(), "--initial-token") {
+		t.Fatalf("New: %v, want ErrCeilingMissing naming the file and --initial-token", err)
+	}
+	if tok := firstToken(t, server.Config{DataDir: d, InitialToken: ceil}); tok <= ceil {
+		t.Fatalf("first token %d with InitialToken %d", tok, ceil)
+	}
+}
+
+// TestTokenStoreLockOnly: a first start that created LOCK and died before
+// its first ceiling was durable leaves a directory that is refused too (it
+// cannot be told from one whose ceiling was deleted).
+func TestTokenStoreLockOnly(t *testing.T) {
+	d := t.TempDir()
+	if err := os.WriteFile(filepath.Join(d, "LOCK"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(t, server.Config{DataDir: d}); !errors.Is(err, server.ErrCeilingMissing) {
+		t.Fatalf("New: %v, want ErrCeilingMissing", err)
+	}
+}
+
+// TestTokenStoreFailedFirstStart: a first start that fails before any
+// ceiling is durable (here the first reservation fails) leaves the new
+// data dir empty, so the next start is not refused as a used one.
+func TestTokenStoreFailedFirstStart(t *testing.T) {
+	d := t.TempDir()
+	restore := server.SetCeilingWriter(func(string, uint64) error { return errors.New("injected: disk full") })
+	_, err := newServer(t, server.Config{DataDir: d})
+	restore()
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("New: %v, want the write error", err)
+	}
+	if ents, _ := os.ReadDir(d); len(ents) != 0 {
+		t.Fatalf("data dir holds %v after a failed first start", ents)
+	}
+	if tok := firstToken(t, server.Config{DataDir: d}); tok != 1 {
+		t.Fatalf("first token %d", tok)
+	}
+}
+
+// TestTokenStoreTempFile: a ceiling that survives only as the temporary
+// file (a crash between fsync and rename, then the old file lost) is
+// recovered; of two valid ceilings the higher wins; an invalid temporary
+// file alone is refused.
+func TestTokenStoreTempFile(t *testing.T) {
+	t.Run("only tmp", func(t *testing.T) {
+		d := t.TempDir()
+		ceil := usedDir(t, d, 50)
+		if err := os.Rename(filepath.Join(d, "tokens.ceiling"), filepath.Join(d, "tokens.ceiling.tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if tok := firstToken(t, server.Config{DataDir: d}); tok <= ceil {
+			t.Fatalf("first token %d, ceiling was %d", tok, ceil)
+		}
+	})
+	t.Run("tmp higher", func(t *testing.T) {
+		d := t.TempDir()
+		usedDir(t, d, 5)
+		writeFile(t, filepath.Join(d, "tokens.ceiling.tmp"), server.FormatCeiling(1000))
+		if tok := firstToken(t, server.Config{DataDir: d}); tok <= 1000 {
+			t.Fatalf("first token %d, tmp ceiling 1000", tok)
+		}
+	})
+	t.Run("tmp lower or partial", func(t *testing.T) {
+		for name, content := range map[string][]byte{"lower": server.FormatCeiling(3), "partial": server.FormatCeiling(99999)[:20]} {
+			d := t.TempDir()
+			ceil := usedDir(t, d, 20)
+			writeFile(t, filepath.Join(d, "tokens.ceiling.tmp"), content)
+			if tok := firstToken(t, server.Config{DataDir: d}); tok <= ceil {
+				t.Fatalf("%s: first token %d, ceiling %d", name, tok, ceil)
+			}
+		}
+	})
+	t.Run("only invalid tmp", func(t *testing.T) {
+		d := t.TempDir()
+		usedDir(t, d, 5)
+		os.Remove(filepath.Join(d, "tokens.ceiling"))
+		writeFile(t, filepath.Join(d, "tokens.ceiling.tmp"), []byte("ticketing-token-ceiling v1 12"))
+		if _, err := newServer(t, server.Config{DataDir: d}); !errors.Is(err, server.ErrCeilingMissing) {
+			t.Fatalf("New: %v, want ErrCeilingMissing", err)
+		}
+	})
+}
+
+// TestTokenStoreInitialToken: tokens continue strictly above InitialToken
+// in a fresh dir, and above the stored ceiling when that is higher (never
+// backwards).
+func TestTokenStoreInitialToken(t *testing.T) {
+	if tok := firstToken(t, server.Config{DataDir: t.TempDir(), InitialToken: 5000}); tok != 5001 {
+		t.Fatalf("fresh dir, InitialToken 5000: first token %d", tok)
+	}
+	d := t.TempDir()
+	ceil := usedDir(t, d, 40)
+	if tok := firstToken(t, server.Config{DataDir: d, InitialToken: 3}); tok <= ceil {
+		t.Fatalf("InitialToken 3 below ceiling %d: first token %d", ceil, tok)
+	}
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTokenSpaceLimits: tokens never pass MaxToken (2^63-1) and nothing
+// wraps: a ceiling at or near the end refuses to start, or serves the last
+// tokens and then answers B at once (not a spin, not a hang), with the
+// store reporting ErrTokensExhausted.
+func TestTokenSpaceLimits(t *testing.T) {
+	for name, ceil := range map[string]uint64{
+		"one block short": server.MaxToken - 3,
+		"at max":          server.MaxToken,
+		"above max":       server.MaxToken + 1,
+		"near 2^64":       math.MaxUint64 - 2,
+		"2^64-1":          math.MaxUint64,
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := t.TempDir()
+			writeFile(t, filepath.Join(d, "tokens.ceiling"), server.FormatCeiling(ceil))
+			_, err := newServer(t, server.Config{DataDir: d, TokenBlock: 4})
+			if !errors.Is(err, server.ErrTokensExhausted) || !strings.Contains(err.Error(), d) {
+				t.Fatalf("New: %v, want ErrTokensExhausted naming %s", err, d)
+			}
+		})
+	}
+	t.Run("last tokens", func(t *testing.T) {
+		d := t.TempDir()
+		writeFile(t, filepath.Join(d, "tokens.ceiling"), server.FormatCeiling(server.MaxToken-6))
+		s, addr := startServer(t, server.Config{DataDir: d, TokenBlock: 4})
+		c := session(t, addr)
+		for i := range 6 {
+			if tok := c.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i))); tok != server.MaxToken-5+uint64(i) {
+				t.Fatalf("token %d, want %d", tok, server.MaxToken-5+uint64(i))
+			}
+		}
+		c.send(acq(20, owner(1), 0, 30, "z"))
+		c.expect(wire.TypeBusy, 20)
+		c.send(ping(21)) // the session stays open
+		c.expect(wire.TypePong, 21)
+		st := s.Stats()
+		if st.LastToken != server.MaxToken || st.TokenCeiling != server.MaxToken || st.TokenUnavailable != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+		if err := s.TokenStoreErr(); !errors.Is(err, server.ErrTokensExhausted) {
+			t.Fatalf("TokenStoreErr %v", err)
+		}
+		// A waiter whose turn comes gets B too.
+		w := session(t, addr)
+		w.send(acq(2, owner(2), 30, 30, "a"))
+		eventually(t, "waiter", func() bool { return s.Stats().Waiters == 1 })
+		c.send(rel(22, server.MaxToken-5, "a"))
+		c.expect(wire.TypeReleased, 22)
+		w.expect(wire.TypeBusy, 2)
+		s.Close() // prompt: nothing spins or waits
+	})
 }
 
 func TestTokenStoreFreshDirCreated(t *testing.T) {
@@ -176,14 +357,21 @@ func TestDataDirExclusive(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for name, cfg := range map[string]server.Config{
-		"no data dir":    {},
-		"negative limit": {DataDir: t.TempDir(), MaxLocks: -1},
-		"long node name": {DataDir: t.TempDir(), NodeName: strings.Repeat("n", 256)},
+		"no data dir":             {},
+		"negative limit":          {DataDir: t.TempDir(), MaxLocks: -1},
+		"long node name":          {DataDir: t.TempDir(), NodeName: strings.Repeat("n", 256)},
+		"token block 2^64-1":      {DataDir: t.TempDir(), TokenBlock: math.MaxUint64},
+		"token block 2^32+1":      {DataDir: t.TempDir(), TokenBlock: 1<<32 + 1},
+		"initial token too large": {DataDir: t.TempDir(), InitialToken: server.MaxToken - 10, TokenBlock: 11},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := newServer(t, cfg); err == nil {
 				t.Fatal("New accepted it")
 			}
 		})
+	}
+	// The largest block is accepted.
+	if _, err := newServer(t, server.Config{DataDir: t.TempDir(), TokenBlock: server.MaxTokenBlock}); err != nil {
+		t.Fatalf("TokenBlock 2^32: %v", err)
 	}
 }

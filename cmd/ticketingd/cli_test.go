@@ -43,7 +43,7 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--admin-listen",
-		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block"} {
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -83,6 +83,10 @@ func TestUsageErrors(t *testing.T) {
 		{"cert without key", []string{"serve", "--tls-cert", "c.pem"}, 2, []string{"--tls-key"}},
 		{"client ca without cert", []string{"serve", "--tls-client-ca", "ca.pem"}, 2, []string{"--tls-client-ca"}},
 		{"bad shutdown timeout", []string{"serve", "--shutdown-timeout", "0s"}, 2, []string{"--shutdown-timeout"}},
+		{"token block 2^64-1", []string{"serve", "--token-block", "18446744073709551615"}, 2, []string{"--token-block", "4294967296"}},
+		{"token block 2^32+1", []string{"serve", "--token-block", "4294967297"}, 2, []string{"--token-block"}},
+		{"initial token too large", []string{"serve", "--initial-token", "9223372036854775800"}, 2, []string{"--initial-token"}},
+		{"negative initial token", []string{"serve", "--initial-token", "-1"}, 2, []string{"--initial-token"}},
 		{"config unknown key", []string{"serve", "--config", unknownKey}, 2, []string{unknownKey, `unknown key "max-lockz"`, "line 2"}},
 		{"config bad type", []string{"serve", "--config", badType}, 2, []string{badType, "lots"}},
 		{"config bad duration", []string{"serve", "--config", badDur}, 2, []string{badDur, "soon"}},
@@ -148,6 +152,7 @@ standby: true
 standby-hint: other:5225
 shutdown-timeout: 3s
 token-block: 500
+initial-token: 7000
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -180,6 +185,7 @@ token-block: 500
 		StandbyHint:      "other:5225",
 		ShutdownTimeout:  3 * time.Second,
 		TokenBlock:       500,
+		InitialToken:     7000,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

@@ -44,6 +44,7 @@ type serveOptions struct {
 	StandbyHint      string
 	ShutdownTimeout  time.Duration
 	TokenBlock       uint64
+	InitialToken     uint64
 }
 
 const (
@@ -74,7 +75,8 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")")
 	fs.BoolVar(&o.Standby, "standby", false, "run as a standby: answer every session with NOT_ACTIVE and --standby-hint")
 	fs.StringVar(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby")
-	fs.Uint64Var(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling; 0 means the default (10000). A crash skips at most this many tokens")
+	fs.Uint64Var(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens")
+	fs.Uint64Var(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them")
 }
 
@@ -114,6 +116,7 @@ type fileConfig struct {
 	StandbyHint      *string        `yaml:"standby-hint"`
 	ShutdownTimeout  *time.Duration `yaml:"shutdown-timeout"`
 	TokenBlock       *uint64        `yaml:"token-block"`
+	InitialToken     *uint64        `yaml:"initial-token"`
 }
 
 // applyConfigFile reads o.Config and sets every option that is in the file
@@ -184,6 +187,9 @@ func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	}
 	if fc.TokenBlock != nil && !fs.Changed("token-block") {
 		o.TokenBlock = *fc.TokenBlock
+	}
+	if fc.InitialToken != nil && !fs.Changed("initial-token") {
+		o.InitialToken = *fc.InitialToken
 	}
 	return nil
 }
@@ -259,6 +265,16 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if o.IdleTimeout < 0 {
 		return usagef("invalid %s %v: must be >= 0 (0 turns it off)", src("idle-timeout"), o.IdleTimeout)
+	}
+	if o.TokenBlock > server.MaxTokenBlock {
+		return usagef("invalid %s %d: must be at most %d (0 means the default)", src("token-block"), o.TokenBlock, server.MaxTokenBlock)
+	}
+	block := o.TokenBlock
+	if block == 0 {
+		block = server.DefaultTokenBlock
+	}
+	if o.InitialToken > server.MaxToken-block {
+		return usagef("invalid %s %d: tokens must stay at most %d with room for a block of %d", src("initial-token"), o.InitialToken, server.MaxToken, block)
 	}
 	if o.ShutdownTimeout <= 0 {
 		return usagef("invalid %s %v: must be > 0", src("shutdown-timeout"), o.ShutdownTimeout)

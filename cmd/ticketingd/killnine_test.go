@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,5 +228,76 @@ func TestServeRefusesBadDataDir(t *testing.T) {
 				t.Errorf("error does not name %s (and %q):\n%s", dir, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestKill9CeilingLost: the real binary grants 50 tokens and is SIGKILLed;
+// then the ceiling file is lost. With only LOCK left, serve refuses (exit 1,
+// naming the file and --initial-token); with --initial-token N it continues
+// above N. A ceiling that survives only as tokens.ceiling.tmp is recovered.
+func TestKill9CeilingLost(t *testing.T) {
+	bin := buildBinary(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	ceiling := filepath.Join(dataDir, "tokens.ceiling")
+	// grant50 runs the server, grants 50 tokens, kills it and returns the
+	// highest token and the ceiling file's content.
+	grant50 := func(args ...string) (uint64, []byte) {
+		t.Helper()
+		sp := startBinary(t, bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-format", "json", "--token-block", "64"}, args...)...)
+		conn, err := net.Dial("tcp", sp.addr(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cl, _, err := dialRaw(conn, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		for i := range 50 {
+			r, err := cl.acquire(fmt.Sprintf("k%d", i), 0, 30)
+			if err != nil || r.Type != wire.TypeGranted || r.Token <= last {
+				t.Fatalf("acquire %d: %q token %d (last %d) %v", i, r.Type, r.Token, last, err)
+			}
+			last = r.Token
+		}
+		_ = sp.cmd.Process.Signal(syscall.SIGKILL)
+		<-sp.done
+		b, err := os.ReadFile(ceiling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return last, b
+	}
+
+	last, _ := grant50()
+	if err := os.Remove(ceiling); err != nil {
+		t.Fatal(err)
+	}
+	sp := startBinary(t, bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-format", "json")
+	if _, err := sp.stderr.WaitJSON(0, "listening", sp.done, 30*time.Second); err == nil {
+		t.Fatalf("restart without the ceiling is serving:\n%s", sp.stderr.String())
+	}
+	code, out := sp.exitCode(), sp.stderr.String()
+	if code != 1 || strings.Contains(out, `"msg":"listening"`) || !strings.Contains(out, ceiling) || !strings.Contains(out, "--initial-token") {
+		t.Fatalf("restart without the ceiling: exit %d, want 1 with an error naming %s and --initial-token:\n%s", code, ceiling, out)
+	}
+	t.Logf("refused: %s", out)
+
+	// The operator knows (from the databases) that tokens went up to last.
+	last2, kept := grant50("--initial-token", strconv.FormatUint(last, 10))
+	if first := last2 - 49; first <= last {
+		t.Fatalf("with --initial-token %d: first token %d", last, first)
+	}
+
+	// Only the temporary file survives.
+	if err := os.Remove(ceiling); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ceiling+".tmp", kept, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if last3, _ := grant50(); last3-49 <= last2 {
+		t.Fatalf("after recovering the temporary file: first token %d, earlier up to %d", last3-49, last2)
 	}
 }

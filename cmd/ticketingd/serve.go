@@ -127,6 +127,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		Logger:        log,
 		Registerer:    reg,
 		TokenBlock:    o.TokenBlock,
+		InitialToken:  o.InitialToken,
 
 		MaxSessionsPerPeer: o.MaxPerPeer,
 		MaxPendingConns:    o.MaxPending,
@@ -138,6 +139,14 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			_ = aln.Close()
 		}
 		return &runtimeError{err} // names the data dir or file itself
+	}
+	if o.InitialToken != 0 {
+		if st := srv.Stats(); st.LastToken > o.InitialToken {
+			log.Warn("initial-token is below the stored token ceiling and is ignored: tokens never go back",
+				"initial_token", o.InitialToken, "continuing_above", st.LastToken)
+		} else {
+			log.Info("tokens continue above initial-token", "initial_token", o.InitialToken)
+		}
 	}
 
 	var (
@@ -339,6 +348,12 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 		if shuttingDown.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "shutting down\n")
+			return
+		}
+		if err := srv.TokenStoreErr(); err != nil {
+			// No new token can be reserved: grants of free keys fail.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "token store: %v\n", err)
 			return
 		}
 		io.WriteString(w, "ok\n")

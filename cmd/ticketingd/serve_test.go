@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -138,6 +139,82 @@ func TestAdminHealthzWhileShuttingDown(t *testing.T) {
 	}
 	if rec := get("/nope"); rec.Code != 404 {
 		t.Errorf("/nope: %d", rec.Code)
+	}
+}
+
+// TestAdminTokenStoreHealth: /healthz answers 503 while the token store
+// cannot reserve (here: the ceiling's temporary file cannot be created), and
+// 200 again once it can; /status never shows last_token above token_ceiling,
+// even after grants failed for want of a token.
+func TestAdminTokenStoreHealth(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := server.New(server.Config{DataDir: dir, TokenBlock: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	h := adminHandler(srv, prometheus.NewRegistry(), new(atomic.Bool))
+	get := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec
+	}
+	dialOK := func() *client {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		cl, r, err := dialRaw(conn, "")
+		if err != nil || r.Type != wire.TypeHelloOK {
+			t.Fatalf("HELLO: %q %v", r.Type, err)
+		}
+		return cl
+	}
+	if rec := get("/healthz"); rec.Code != 200 {
+		t.Fatalf("healthy store: %d %q", rec.Code, rec.Body)
+	}
+
+	tmp := filepath.Join(dir, "tokens.ceiling.tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil { // every reservation fails
+		t.Fatal(err)
+	}
+	cl := dialOK()
+	for i := range 4 { // the block 1..4; the reservation of the next fails
+		if r, err := cl.acquire(fmt.Sprintf("k%d", i), 0, 30); err != nil || r.Type != wire.TypeGranted {
+			t.Fatalf("acquire %d: %q %v", i, r.Type, err)
+		}
+	}
+	for range 3 { // no token: these fail (E(6): the disk failed)
+		if r, err := dialOK().acquire("more", 0, 30); err == nil && r.Type == wire.TypeGranted {
+			t.Fatalf("granted token %d with a failing store", r.Token)
+		}
+	}
+	rec := get("/healthz")
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "token store") {
+		t.Errorf("failing store: /healthz %d %q, want 503 naming the token store", rec.Code, rec.Body)
+	}
+	var st server.Stats
+	if err := json.Unmarshal(get("/status").Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.LastToken > st.TokenCeiling || st.LastToken != 4 {
+		t.Errorf("/status last_token %d, token_ceiling %d: want last 4, never above the ceiling", st.LastToken, st.TokenCeiling)
+	}
+
+	if err := os.Remove(tmp); err != nil { // the disk recovers
+		t.Fatal(err)
+	}
+	if r, err := dialOK().acquire("after", 0, 30); err != nil || r.Type != wire.TypeGranted || r.Token <= 4 {
+		t.Fatalf("after recovery: %q token %d %v", r.Type, r.Token, err)
+	}
+	if rec := get("/healthz"); rec.Code != 200 {
+		t.Errorf("recovered store: /healthz %d %q", rec.Code, rec.Body)
 	}
 }
 

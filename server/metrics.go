@@ -86,7 +86,11 @@ func newCollector(s *Server) *collector {
 		peerLimited:    d("peer_session_limit_total", "HELLOs refused with E(7) by the per-peer session limit."),
 		authFailures:   d("auth_failures_total", "HELLOs with a wrong client token."),
 		authThrottled:  d("auth_throttled_total", "HELLOs with a wrong client token closed without a reply (too many recent failures from the address)."),
-		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval).")}
+		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval)."),
+
+		tokenUnavailable: d("token_unavailable_total", "ACQUIREs answered B because no fencing token could be reserved in time (stalled disk, exhausted token space)."),
+		tokenStoreOK:     d("token_store_ok", "1 while the token store can reserve tokens, 0 while its last reservation failed, one has been running for over a second, or the token space is exhausted."),
+	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {

@@ -61,14 +61,14 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sqlfence.Run(ctx, db, sqlfence.SQLite, newer, deposit); err != nil {
+		if err := sqlfence.Run(ctx, db, fence.SQLite, newer, deposit); err != nil {
 			t.Fatalf("newer holder: %v", err)
 		}
 		return old
 	}
 
 	old := zombie("account/1")
-	err = sqlfence.Run(ctx, db, sqlfence.SQLite, old, deposit)
+	err = sqlfence.Run(ctx, db, fence.SQLite, old, deposit)
 	var stale *fence.StaleError
 	if !errors.As(err, &stale) || err != error(stale) || errors.Is(err, fence.ErrRelease) {
 		t.Fatalf("stale Run: %v (%T), want the *fence.StaleError alone", err, err)

@@ -22,7 +22,9 @@
 //     SQLite (modernc.org/sqlite).
 //
 // The high-water table is created by package
-// github.com/ticketing-dev/ticketing/migrations.
+// github.com/ticketing-dev/ticketing/migrations (for a pgx pool:
+// migrations/pgxmigrations). Dialect names the database for sqlfence and
+// migrations alike: one type, fence.Postgres, fence.MySQL, fence.SQLite.
 //
 // # The transaction
 //

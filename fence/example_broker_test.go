@@ -93,11 +93,11 @@ func Example_withBroker() {
 		log.Fatal(err)
 	}
 	fmt.Println("B holds token", bt.Token())
-	err = sqlfence.Run(ctx, db, sqlfence.SQLite, bt, deposit) // commits, then releases
+	err = sqlfence.Run(ctx, db, fence.SQLite, bt, deposit) // commits, then releases
 	fmt.Println("B's deposit committed:", err == nil)
 
 	// A wakes up, unaware that its lease has ended, and deposits.
-	err = sqlfence.Run(ctx, db, sqlfence.SQLite, a, deposit)
+	err = sqlfence.Run(ctx, db, fence.SQLite, a, deposit)
 	var stale *fence.StaleError
 	if errors.As(err, &stale) {
 		fmt.Printf("A's deposit rejected: token %d, high-water %d\n", stale.Token, stale.HighWater)

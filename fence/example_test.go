@@ -27,7 +27,7 @@ func openExampleDB(ctx context.Context) (db *sql.DB, cleanup func(), err error) 
 	dsn := "file:" + filepath.Join(dir, "app.db") + "?_txlock=immediate&_pragma=busy_timeout(5000)"
 	db, err = sql.Open("sqlite", dsn)
 	if err == nil {
-		err = migrations.Up(ctx, db, migrations.SQLite)
+		err = migrations.Up(ctx, db, fence.SQLite)
 	}
 	if err == nil {
 		_, err = db.ExecContext(ctx, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL); INSERT INTO accounts VALUES (1, 100)")
@@ -63,14 +63,14 @@ func Example() {
 
 	// The current holder: token 42.
 	ticket := fencetest.NewTicket("account/1", 42)
-	if err := sqlfence.Run(ctx, db, sqlfence.SQLite, ticket, deposit); err != nil {
+	if err := sqlfence.Run(ctx, db, fence.SQLite, ticket, deposit); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("token 42 committed; released:", ticket.Releases() == 1)
 
 	// A paused former holder wakes up with token 41.
 	late := fencetest.NewTicket("account/1", 41)
-	err = sqlfence.Run(ctx, db, sqlfence.SQLite, late, deposit)
+	err = sqlfence.Run(ctx, db, fence.SQLite, late, deposit)
 	var stale *fence.StaleError
 	if errors.As(err, &stale) {
 		fmt.Printf("token %d rejected: high-water of %s is %d\n", stale.Token, stale.Resource, stale.HighWater)
@@ -104,13 +104,13 @@ func Example_guard() {
 			return err
 		}
 		defer tx.Rollback() // no-op after Commit
-		if err := sqlfence.Guard(ctx, tx, sqlfence.SQLite, ticket); err != nil {
+		if err := sqlfence.Guard(ctx, tx, fence.SQLite, ticket); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = 0 WHERE id = 1"); err != nil {
 			return err
 		}
-		if err := sqlfence.CheckTx(ctx, tx, sqlfence.SQLite); err != nil {
+		if err := sqlfence.CheckTx(ctx, tx, fence.SQLite); err != nil {
 			return err // fence.ErrTxEnded: something committed or rolled back tx
 		}
 		if err := fence.CheckLease(ticket); err != nil {
@@ -138,7 +138,7 @@ func Example_leaseExpired() {
 	defer cleanup()
 
 	ticket := fencetest.NewTicket("account/1", 9)
-	err = sqlfence.Run(ctx, db, sqlfence.SQLite, ticket, func(tx *sql.Tx) error {
+	err = sqlfence.Run(ctx, db, fence.SQLite, ticket, func(tx *sql.Tx) error {
 		ticket.SetRemaining(0) // a long pause
 		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = 0 WHERE id = 1")
 		return err

@@ -2,7 +2,14 @@
 // "ticketing_fence") with goose v3 SQL migrations, embedded in the binary,
 // one directory per dialect: postgres/, mysql/, sqlite3/.
 //
-//	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil { ... }
+//	if err := migrations.Up(ctx, db, fence.Postgres); err != nil { ... } // or fence.MySQL, fence.SQLite
+//
+// The dialect is fence.Dialect, the same type and values that package
+// sqlfence takes (Dialect and the constants here are aliases of fence's).
+// With pgx, without database/sql, use package
+// github.com/ticketing-dev/ticketing/migrations/pgxmigrations:
+//
+//	if err := pgxmigrations.Up(ctx, pool); err != nil { ... } // pool is a *pgxpool.Pool; it stays open
 //
 // The table has one row per resource:
 //
@@ -26,18 +33,25 @@
 //
 // # The goose CLI
 //
-// The same files work with the goose command; pass the version table so
-// that the CLI and Up agree on what is applied:
+// The same files work with the goose command. Write them into a
+// directory of your module with the command ticketing-migrations (it
+// writes the files of the module version in your go.mod), then pass that
+// directory and the version table to goose, so that the CLI and Up agree
+// on what is applied. From your module's directory:
 //
-//	goose -dir migrations/postgres -table ticketing_goose_version postgres "postgres://user@host/db" up
-//	goose -dir migrations/mysql    -table ticketing_goose_version mysql    "user@tcp(host:3306)/db?parseTime=true" up
-//	goose -dir migrations/sqlite3  -table ticketing_goose_version sqlite3  ./app.db up
+//	go run github.com/ticketing-dev/ticketing/migrations/cmd/ticketing-migrations postgres db/ticketing
+//	go run github.com/pressly/goose/v3/cmd/goose@v3.30.1 -dir db/ticketing -table ticketing_goose_version postgres "postgres://user@host/db" up
 //
-// Without goose installed, "go run github.com/pressly/goose/v3/cmd/goose@v3.30.1"
-// in place of "goose" works (the version this module uses). The CLI and Up
-// agree: after the CLI's up, Up finds version 1 applied; after Down, the
-// CLI's status shows it pending. (The CLI uses its own locking, or none.)
-// To embed the files in your own Provider, use Files.
+// For MySQL/MariaDB, write mysql for postgres in both commands and give
+// goose a DSN such as "user@tcp(host:3306)/db?parseTime=true"; for SQLite,
+// sqlite3 and a file name such as ./app.db. With goose installed, "goose"
+// does for the second command (v3.30.1 is the version this module uses). If go
+// reports a missing go.sum entry for goose, run the "go get" it names.
+// This was run from a scratch module against PostgreSQL, MariaDB and
+// SQLite: after the CLI's up, Up found version 1 applied and did
+// nothing; after Down, the CLI's status showed it pending. (The CLI uses
+// its own locking, or none: run it from one place.) To embed the files in
+// your own goose Provider, use Files.
 //
 // # Custom tables
 //

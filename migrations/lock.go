@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/ticketing-dev/ticketing/fence"
 )
 
 // lockKey identifies the migration lock: the Postgres advisory lock key
@@ -23,11 +25,11 @@ const (
 	pollInterval = 25 * time.Millisecond
 )
 
-func newLocker(d Dialect) lock.SessionLocker {
+func newLocker(d fence.Dialect) lock.SessionLocker {
 	switch d {
-	case MySQL:
+	case fence.MySQL:
 		return mysqlLocker{}
-	case SQLite:
+	case fence.SQLite:
 		return sqliteLocker{}
 	}
 	return pgLocker{}

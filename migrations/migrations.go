@@ -10,47 +10,42 @@ import (
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
+
+	"github.com/ticketing-dev/ticketing/fence"
 )
 
 // VersionTable is goose's version table for these migrations, separate
 // from the application's own goose_db_version.
 const VersionTable = "ticketing_goose_version"
 
-// Dialect selects the SQL files. The zero value is invalid.
-type Dialect int
+// Dialect is fence.Dialect, the module's one dialect type: pass
+// fence.Postgres, fence.MySQL or fence.SQLite. Its String is the name of
+// the dialect's directory of files and goose's dialect name ("postgres",
+// "mysql", "sqlite3"). The alias and the constants below keep code
+// written against migrations' names compiling.
+type Dialect = fence.Dialect
 
+// The dialects, the same values as fence's: PostgreSQL 11+ (files in
+// postgres/), MySQL 8 or MariaDB 10.5+ (mysql/), SQLite 3.35+ (sqlite3/).
+//
+// Deprecated: use fence.Postgres, fence.MySQL and fence.SQLite.
 const (
-	// Postgres is PostgreSQL 11+ (files in postgres/).
-	Postgres Dialect = iota + 1
-	// MySQL is MySQL 8 or MariaDB 10.5+ (files in mysql/).
-	MySQL
-	// SQLite is SQLite 3.35+ (files in sqlite3/).
-	SQLite
+	Postgres = fence.Postgres
+	MySQL    = fence.MySQL
+	SQLite   = fence.SQLite
 )
 
-// ErrDialect is returned for a Dialect that is not Postgres, MySQL or SQLite.
-var ErrDialect = errors.New("migrations: unknown dialect")
-
-// String returns the directory name of the dialect's files, which is also
-// goose's dialect name.
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite3"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
+// ErrDialect is fence.ErrDialect: errors.Is matches either name.
+//
+// Deprecated: use fence.ErrDialect.
+var ErrDialect = fence.ErrDialect
 
 //go:embed postgres/*.sql mysql/*.sql sqlite3/*.sql
 var files embed.FS
 
 // Files returns the goose SQL files of dialect d, for use with a goose
 // Provider of your own.
-func Files(d Dialect) (fs.FS, error) {
+func Files(d fence.Dialect) (fs.FS, error) {
 	if _, err := gooseDialect(d); err != nil {
 		return nil, err
 	}
@@ -61,19 +56,19 @@ func Files(d Dialect) (fs.FS, error) {
 	return sub, nil
 }
 
-func gooseDialect(d Dialect) (goose.Dialect, error) {
+func gooseDialect(d fence.Dialect) (goose.Dialect, error) {
 	switch d {
-	case Postgres:
+	case fence.Postgres:
 		return goose.DialectPostgres, nil
-	case MySQL:
+	case fence.MySQL:
 		return goose.DialectMySQL, nil
-	case SQLite:
+	case fence.SQLite:
 		return goose.DialectSQLite3, nil
 	}
-	return "", fmt.Errorf("%w: %v", ErrDialect, d)
+	return "", fmt.Errorf("%w: %v", fence.ErrDialect, d)
 }
 
-func provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
+func provider(db *sql.DB, d fence.Dialect) (*goose.Provider, error) {
 	if db == nil {
 		return nil, errors.New("migrations: nil db")
 	}
@@ -101,7 +96,7 @@ func provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
 // running Up again is a no-op. Concurrent Up/Down calls, from any number
 // of processes, are serialised by a database lock (see the package
 // documentation).
-func Up(ctx context.Context, db *sql.DB, d Dialect) error {
+func Up(ctx context.Context, db *sql.DB, d fence.Dialect) error {
 	p, err := provider(db, d)
 	if err != nil {
 		return err
@@ -118,7 +113,7 @@ func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 // Down rolls back every migration of dialect d, dropping the table
 // fence.DefaultTable and all its high-water marks. The version table and,
 // on SQLite, the lock table stay. Down is a no-op if nothing is applied.
-func Down(ctx context.Context, db *sql.DB, d Dialect) error {
+func Down(ctx context.Context, db *sql.DB, d fence.Dialect) error {
 	p, err := provider(db, d)
 	if err != nil {
 		return err
@@ -138,7 +133,7 @@ func Down(ctx context.Context, db *sql.DB, d Dialect) error {
 // migration"); on SQLite the concurrent creations could fail with
 // SQLITE_BUSY. With the table made here, goose's unlocked check only
 // reads, and its migrations still run under its own lock.
-func initVersionTable(ctx context.Context, db *sql.DB, d Dialect) (err error) {
+func initVersionTable(ctx context.Context, db *sql.DB, d fence.Dialect) (err error) {
 	gd, err := gooseDialect(d)
 	if err != nil {
 		return err

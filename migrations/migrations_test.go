@@ -12,6 +12,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/pressly/goose/v3/database"
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
@@ -22,16 +23,16 @@ type dialect struct {
 	name    string
 	driver  string
 	dsn     func(testing.TB) string
-	dialect migrations.Dialect
+	dialect fence.Dialect
 	insert  string
 }
 
 var dialects = []dialect{
-	{"postgres", "pgx", testdb.Postgres, migrations.Postgres,
+	{"postgres", "pgx", testdb.Postgres, fence.Postgres,
 		"INSERT INTO ticketing_fence (resource, high_water) VALUES ($1, $2)"},
-	{"mysql", "mysql", testdb.MySQL, migrations.MySQL,
+	{"mysql", "mysql", testdb.MySQL, fence.MySQL,
 		"INSERT INTO ticketing_fence (resource, high_water) VALUES (?, ?)"},
-	{"sqlite", "sqlite", testdb.SQLite, migrations.SQLite,
+	{"sqlite", "sqlite", testdb.SQLite, fence.SQLite,
 		"INSERT INTO ticketing_fence (resource, high_water, updated_at) VALUES (?, ?, 'now')"},
 }
 
@@ -126,10 +127,10 @@ func TestInvalidDialect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := migrations.Up(context.Background(), db, 0); !errors.Is(err, migrations.ErrDialect) {
+	if err := migrations.Up(context.Background(), db, 0); !errors.Is(err, fence.ErrDialect) {
 		t.Fatalf("Up with dialect 0: %v, want ErrDialect", err)
 	}
-	if _, err := migrations.Files(migrations.Dialect(9)); !errors.Is(err, migrations.ErrDialect) {
+	if _, err := migrations.Files(fence.Dialect(9)); !errors.Is(err, fence.ErrDialect) {
 		t.Fatalf("Files with dialect 9: %v, want ErrDialect", err)
 	}
 }
@@ -143,10 +144,10 @@ func TestUpAfterHalfInitialisedVersionTable(t *testing.T) {
 			ctx := t.Context()
 			dsn := d.dsn(t)
 			db := open2(t, d.driver, dsn)
-			gd := map[migrations.Dialect]database.Dialect{
-				migrations.Postgres: database.DialectPostgres,
-				migrations.MySQL:    database.DialectMySQL,
-				migrations.SQLite:   database.DialectSQLite3,
+			gd := map[fence.Dialect]database.Dialect{
+				fence.Postgres: database.DialectPostgres,
+				fence.MySQL:    database.DialectMySQL,
+				fence.SQLite:   database.DialectSQLite3,
 			}[d.dialect]
 			store, err := database.NewStore(gd, migrations.VersionTable)
 			if err != nil {

@@ -24,6 +24,12 @@
 // and release the ticket after your commit. Run always releases the
 // ticket, exactly once.
 //
+// The high-water table is created, once at start-up, by
+// github.com/ticketing-dev/ticketing/migrations/pgxmigrations on the same
+// pool (which it leaves open):
+//
+//	if err := pgxmigrations.Up(ctx, pool); err != nil { ... }
+//
 // # The statement
 //
 // The check-and-bump is one statement per resource, one round trip:

@@ -8,9 +8,11 @@
 //
 // # Run and the dialect
 //
-// The dialect is an explicit argument, never guessed from the driver:
+// The dialect is an explicit argument, never guessed from the driver: a
+// fence.Dialect (fence.Postgres, fence.MySQL, fence.SQLite), the same
+// value that migrations.Up takes to create the table:
 //
-//	err := sqlfence.Run(ctx, db, sqlfence.MySQL, ticket, func(tx *sql.Tx) error {
+//	err := sqlfence.Run(ctx, db, fence.MySQL, ticket, func(tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - ? WHERE id = ?", amount, id)
 //		return err
 //	})

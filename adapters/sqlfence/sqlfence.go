@@ -13,35 +13,24 @@ import (
 	"github.com/ticketing-dev/ticketing/fence"
 )
 
-// Dialect selects the SQL of the check-and-bump. The zero value is invalid.
-type Dialect int
+// Dialect is fence.Dialect, the module's one dialect type: pass
+// fence.Postgres, fence.MySQL or fence.SQLite. The alias and the
+// constants below keep code written against sqlfence's names compiling.
+type Dialect = fence.Dialect
 
+// The dialects, the same values as fence's.
+//
+// Deprecated: use fence.Postgres, fence.MySQL and fence.SQLite.
 const (
-	// Postgres is PostgreSQL through pgx's database/sql driver
-	// (github.com/jackc/pgx/v5/stdlib, driver name "pgx").
-	Postgres Dialect = iota + 1
-	// MySQL is MySQL 8 or MariaDB 10.5+ through github.com/go-sql-driver/mysql.
-	MySQL
-	// SQLite is SQLite through modernc.org/sqlite (driver name "sqlite").
-	// Use _txlock=immediate in the DSN (see the package documentation).
-	SQLite
+	Postgres = fence.Postgres
+	MySQL    = fence.MySQL
+	SQLite   = fence.SQLite
 )
 
-// String returns the dialect's name.
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
-
-// ErrDialect is returned for a Dialect that is not Postgres, MySQL or SQLite.
-var ErrDialect = errors.New("sqlfence: unknown dialect")
+// ErrDialect is fence.ErrDialect: errors.Is matches either name.
+//
+// Deprecated: use fence.ErrDialect.
+var ErrDialect = fence.ErrDialect
 
 // Beginner starts a transaction. *sql.DB and *sql.Conn satisfy it.
 type Beginner interface {
@@ -66,7 +55,7 @@ type Beginner interface {
 //     commit;
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
-//   - ErrDialect or a validation error of fence.NewPlan, before anything
+//   - fence.ErrDialect or a validation error of fence.NewPlan, before anything
 //     is sent;
 //   - fence.ErrNilTicket for a nil ticket, also a nil *broker.Ticket,
 //     before anything is sent (nothing to release);
@@ -174,14 +163,14 @@ const (
 
 func statements(d Dialect, table string) (stmts, error) {
 	switch d {
-	case Postgres:
+	case fence.Postgres:
 		return stmts{
 			upsert: "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES ($1, $2, now()) " +
 				"ON CONFLICT (resource) DO UPDATE SET high_water = EXCLUDED.high_water, updated_at = EXCLUDED.updated_at " +
 				"WHERE f.high_water < EXCLUDED.high_water RETURNING f.high_water, set_config('" + pgMarkerName + "', '" + pgMarkerValue + "', true)",
 			read: "SELECT high_water FROM " + table + " WHERE resource = $1",
 		}, nil
-	case MySQL:
+	case fence.MySQL:
 		// The token is passed four times (see bump) instead of being
 		// read back with VALUES(col), which MySQL deprecates since 8.0.20
 		// (warning 1287, "will be removed in a future release"), and
@@ -206,7 +195,7 @@ func statements(d Dialect, table string) (stmts, error) {
 			read: "SELECT high_water FROM " + table + " WHERE resource = ? FOR UPDATE",
 			mark: "SAVEPOINT " + savepoint,
 		}, nil
-	case SQLite:
+	case fence.SQLite:
 		return stmts{
 			upsert: "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) " +
 				"ON CONFLICT (resource) DO UPDATE SET high_water = excluded.high_water, updated_at = excluded.updated_at " +
@@ -215,7 +204,7 @@ func statements(d Dialect, table string) (stmts, error) {
 			mark: "SAVEPOINT " + savepoint,
 		}, nil
 	}
-	return stmts{}, fmt.Errorf("%w: %v", ErrDialect, d)
+	return stmts{}, fmt.Errorf("%w: %v", fence.ErrDialect, d)
 }
 
 func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
@@ -261,12 +250,12 @@ func ended(ctx context.Context, tx *sql.Tx, d Dialect) (bool, error) {
 	}
 	var err error
 	switch d {
-	case Postgres:
+	case fence.Postgres:
 		var m string
 		if err = tx.QueryRowContext(ctx, pgMarkerSQL).Scan(&m); err == nil {
 			return m != pgMarkerValue, nil
 		}
-	case MySQL, SQLite:
+	case fence.MySQL, fence.SQLite:
 		if _, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err == nil {
 			return false, nil
 		}
@@ -274,7 +263,7 @@ func ended(ctx context.Context, tx *sql.Tx, d Dialect) (bool, error) {
 			return true, nil
 		}
 	default:
-		return false, fmt.Errorf("%w: %v", ErrDialect, d)
+		return false, fmt.Errorf("%w: %v", fence.ErrDialect, d)
 	}
 	if errors.Is(err, sql.ErrTxDone) && ctx.Err() == nil {
 		return true, nil // fn called tx.Commit or tx.Rollback

@@ -9,18 +9,22 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// TestDialect: sqlfence's dialect names are fence's, the one dialect type
+// of the module (a fence.Dialect passed to migrations.Up is the same value
+// here, and sqlfence.ErrDialect is fence.ErrDialect).
 func TestDialect(t *testing.T) {
-	for d, want := range map[sqlfence.Dialect]string{
-		sqlfence.Postgres: "postgres", sqlfence.MySQL: "mysql", sqlfence.SQLite: "sqlite", 0: "Dialect(0)",
-	} {
-		if got := d.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(d), got, want)
-		}
+	var d fence.Dialect = sqlfence.SQLite // compiles only if the types are one
+	if d != fence.SQLite || sqlfence.Postgres != fence.Postgres || sqlfence.MySQL != fence.MySQL {
+		t.Errorf("sqlfence's dialects differ from fence's")
+	}
+	if sqlfence.ErrDialect != fence.ErrDialect {
+		t.Errorf("sqlfence.ErrDialect is not fence.ErrDialect")
 	}
 }
 
@@ -34,17 +38,17 @@ func TestInvalidArguments(t *testing.T) {
 	noop := func(*sql.Tx) error { return nil }
 
 	tk := fencetest.NewTicket("k", 1)
-	if err := sqlfence.Run(ctx, db, 0, tk, noop); !errors.Is(err, sqlfence.ErrDialect) {
+	if err := sqlfence.Run(ctx, db, 0, tk, noop); !errors.Is(err, fence.ErrDialect) {
 		t.Errorf("dialect 0: %v", err)
 	}
 	if tk.Releases() != 1 {
 		t.Errorf("ticket not released after a refused dialect")
 	}
 	tk = fencetest.NewTicket("k", 1)
-	if err := sqlfence.Run(ctx, nil, sqlfence.SQLite, tk, noop); err == nil || tk.Releases() != 1 {
+	if err := sqlfence.Run(ctx, nil, fence.SQLite, tk, noop); err == nil || tk.Releases() != 1 {
 		t.Errorf("nil db: %v, releases %d", err, tk.Releases())
 	}
-	if err := sqlfence.Guard(ctx, nil, sqlfence.SQLite, tk); err == nil {
+	if err := sqlfence.Guard(ctx, nil, fence.SQLite, tk); err == nil {
 		t.Error("nil tx accepted")
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -52,7 +56,7 @@ func TestInvalidArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := sqlfence.Guard(ctx, tx, 7, tk); !errors.Is(err, sqlfence.ErrDialect) {
+	if err := sqlfence.Guard(ctx, tx, 7, tk); !errors.Is(err, fence.ErrDialect) {
 		t.Errorf("Guard with dialect 7: %v", err)
 	}
 }

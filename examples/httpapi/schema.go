@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/ticketing-dev/ticketing/migrations"
+	"github.com/ticketing-dev/ticketing/migrations/pgxmigrations"
 )
 
 // schema is the example's own tables. payments.order_id is UNIQUE: a last
@@ -31,16 +29,14 @@ INSERT INTO orders (id, amount_cents) VALUES (1, 1999), (2, 4500), (3, 120)
 ON CONFLICT (id) DO NOTHING;
 `
 
-// setUp creates the fence's high-water table (migrations.Up, through a
-// database/sql view of the pool) and the example's tables. A real
-// application runs its migrations with its own tool; see package migrations
-// for using the fence migrations with goose.
+// setUp creates the fence's high-water table (pgxmigrations.Up, on the
+// pool; the pool stays open) and the example's tables. A real application
+// runs its migrations with its own tool; see package migrations for using
+// the fence migrations with goose.
 func setUp(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool) // closing it does not close the pool
-	err := migrations.Up(ctx, db, migrations.Postgres)
-	if err := errors.Join(err, db.Close()); err != nil {
+	if err := pgxmigrations.Up(ctx, pool); err != nil {
 		return err
 	}
-	_, err = pool.Exec(ctx, schema)
+	_, err := pool.Exec(ctx, schema)
 	return err
 }

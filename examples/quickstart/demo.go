@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", pure Go
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/migrations"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -68,7 +69,7 @@ func startDemo(ctx context.Context) (d *demo, err error) {
 	if d.db, err = sql.Open("sqlite", dsn); err != nil {
 		return d, err
 	}
-	if err := migrations.Up(ctx, d.db, migrations.SQLite); err != nil { // the fence's high-water table
+	if err := migrations.Up(ctx, d.db, fence.SQLite); err != nil { // the fence's high-water table
 		return d, err
 	}
 	if _, err := d.db.ExecContext(ctx, `

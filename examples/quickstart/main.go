@@ -133,7 +133,7 @@ func (d *demo) worker(ctx context.Context, say sayFunc, name string, token *uint
 	say("%s: got the lock, fencing token %d", name, ticket.Token())
 	pause()
 
-	err = sqlfence.Run(ctx, d.db, sqlfence.SQLite, ticket, func(tx *sql.Tx) error {
+	err = sqlfence.Run(ctx, d.db, fence.SQLite, ticket, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx,
 			"UPDATE orders SET status = 'shipped', shipped_by = ?, token = ? WHERE id = 42",
 			name, int64(ticket.Token()))

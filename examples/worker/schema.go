@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
 
@@ -33,7 +34,7 @@ CREATE TABLE IF NOT EXISTS job_results (
 // example's tables. A real application runs its migrations with its own
 // tool; see package migrations for using the fence migrations with goose.
 func setUp(ctx context.Context, db *sql.DB) error {
-	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+	if err := migrations.Up(ctx, db, fence.MySQL); err != nil {
 		return err
 	}
 	for _, stmt := range schema {

@@ -121,7 +121,7 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("job %d: process: %w", job.ID, err)
 	}
 
-	err = sqlfence.Run(ctx, w.DB, sqlfence.MySQL, ticket, func(tx *sql.Tx) error {
+	err = sqlfence.Run(ctx, w.DB, fence.MySQL, ticket, func(tx *sql.Tx) error {
 		var status string
 		if err := tx.QueryRowContext(ctx, "SELECT status FROM jobs WHERE id = ? FOR UPDATE", job.ID).Scan(&status); err != nil {
 			return err

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
-	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // BenchmarkUpdate measures one single-row UPDATE in a transaction, plain
@@ -32,10 +31,10 @@ func BenchmarkUpdate(b *testing.B) {
 	}{
 		{"postgres", openPgx},
 		{"mysql", func(tb testing.TB) *target {
-			return openSQL(tb, "sql/mysql", "mysql", testdb.MySQL(tb), sqlfence.MySQL, migrations.MySQL)
+			return openSQL(tb, "sql/mysql", "mysql", testdb.MySQL(tb), fence.MySQL, fence.MySQL)
 		}},
 		{"sqlite", func(tb testing.TB) *target {
-			return openSQL(tb, "sql/sqlite", "sqlite", testdb.SQLite(tb), sqlfence.SQLite, migrations.SQLite)
+			return openSQL(tb, "sql/sqlite", "sqlite", testdb.SQLite(tb), fence.SQLite, fence.SQLite)
 		}},
 	} {
 		b.Run(db.name, func(b *testing.B) {

@@ -38,7 +38,7 @@ type isoBackend struct {
 	hw     func(t testing.TB, resource string) int64
 }
 
-func sqlIsoTx(ctx context.Context, db *sql.DB, d sqlfence.Dialect, level sql.IsolationLevel) (*isoTx, error) {
+func sqlIsoTx(ctx context.Context, db *sql.DB, d fence.Dialect, level sql.IsolationLevel) (*isoTx, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: level})
 	if err != nil {
 		return nil, err
@@ -72,9 +72,9 @@ func isoBackends(t *testing.T) []isoBackend {
 	var out []isoBackend
 
 	pgDSN := testdb.Postgres(t)
-	pg := openSQL(t, "sql/postgres", "pgx", pgDSN, sqlfence.Postgres, migrations.Postgres)
+	pg := openSQL(t, "sql/postgres", "pgx", pgDSN, fence.Postgres, fence.Postgres)
 	out = append(out, isoBackend{"sql/postgres", pgLevels, func(ctx context.Context, level string) (*isoTx, error) {
-		return sqlIsoTx(ctx, pg.admin, sqlfence.Postgres, sqlLevels[level])
+		return sqlIsoTx(ctx, pg.admin, fence.Postgres, sqlLevels[level])
 	}, pg.highWater})
 
 	pool, err := pgxpool.New(context.Background(), pgDSN) // the same database
@@ -98,11 +98,11 @@ func isoBackends(t *testing.T) []isoBackend {
 		}, nil
 	}, pg.highWater})
 
-	my := openSQL(t, "sql/mysql", "mysql", testdb.MySQL(t), sqlfence.MySQL, migrations.MySQL)
+	my := openSQL(t, "sql/mysql", "mysql", testdb.MySQL(t), fence.MySQL, fence.MySQL)
 	my.admin.SetMaxOpenConns(8)
 	out = append(out, isoBackend{"sql/mysql", []string{"READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"},
 		func(ctx context.Context, level string) (*isoTx, error) {
-			return sqlIsoTx(ctx, my.admin, sqlfence.MySQL, sqlLevels[level])
+			return sqlIsoTx(ctx, my.admin, fence.MySQL, sqlLevels[level])
 		}, my.highWater})
 	return out
 }
@@ -247,7 +247,7 @@ func TestSQLiteDeferred(t *testing.T) {
 	}
 	imm, def := open("immediate"), open("deferred")
 	ctx := ctxTimeout(t, 30*time.Second)
-	if err := migrations.Up(ctx, imm, migrations.SQLite); err != nil {
+	if err := migrations.Up(ctx, imm, fence.SQLite); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := imm.Exec("CREATE TABLE items (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)"); err != nil {
@@ -266,7 +266,7 @@ func TestSQLiteDeferred(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer t1.Rollback()
-		if err := sqlfence.Guard(ctx, t1, sqlfence.SQLite, fencetest.NewTicket("imm", 30)); err != nil {
+		if err := sqlfence.Guard(ctx, t1, fence.SQLite, fencetest.NewTicket("imm", 30)); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -277,7 +277,7 @@ func TestSQLiteDeferred(t *testing.T) {
 				return
 			}
 			defer t2.Rollback()
-			done <- sqlfence.Guard(ctx, t2, sqlfence.SQLite, fencetest.NewTicket("imm", 20))
+			done <- sqlfence.Guard(ctx, t2, fence.SQLite, fencetest.NewTicket("imm", 20))
 		}()
 		time.Sleep(200 * time.Millisecond)
 		if err := t1.Commit(); err != nil {
@@ -294,7 +294,7 @@ func TestSQLiteDeferred(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer t1.Rollback()
-		if err := sqlfence.Guard(ctx, t1, sqlfence.SQLite, fencetest.NewTicket("def1", 30)); err != nil {
+		if err := sqlfence.Guard(ctx, t1, fence.SQLite, fencetest.NewTicket("def1", 30)); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -305,7 +305,7 @@ func TestSQLiteDeferred(t *testing.T) {
 				return
 			}
 			defer t2.Rollback()
-			done <- sqlfence.Guard(ctx, t2, sqlfence.SQLite, fencetest.NewTicket("def1", 20))
+			done <- sqlfence.Guard(ctx, t2, fence.SQLite, fencetest.NewTicket("def1", 20))
 		}()
 		time.Sleep(200 * time.Millisecond)
 		if err := t1.Commit(); err != nil {
@@ -328,10 +328,10 @@ func TestSQLiteDeferred(t *testing.T) {
 			if err := t2.QueryRowContext(ctx, "SELECT COUNT(*) FROM items").Scan(&n); err != nil {
 				t.Fatal(err)
 			}
-			if err := sqlfence.Run(ctx, imm, sqlfence.SQLite, fencetest.NewTicket(res, 30), nil2sql); err != nil {
+			if err := sqlfence.Run(ctx, imm, fence.SQLite, fencetest.NewTicket(res, 30), nil2sql); err != nil {
 				t.Fatal(err)
 			}
-			err = sqlfence.Guard(ctx, t2, sqlfence.SQLite, fencetest.NewTicket(res, tok))
+			err = sqlfence.Guard(ctx, t2, fence.SQLite, fencetest.NewTicket(res, tok))
 			var liteErr interface{ Code() int }
 			if !errors.As(err, &liteErr) || liteErr.Code()&0xff != 5 {
 				t.Fatalf("Guard on a stale snapshot: %v, want SQLITE_BUSY*", err)

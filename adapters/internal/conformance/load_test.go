@@ -12,7 +12,6 @@ import (
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 	"github.com/ticketing-dev/ticketing/internal/rule19"
-	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // TestRule19 is SEMANTICS.md rule 19 under load (internal/rule19): 16
@@ -79,7 +78,7 @@ type runFunc func(ctx context.Context, tk fence.Ticket, fn func(querier) error, 
 // rule19Config is the rule-19 load on tg's fence_log with run as the fence.
 func rule19Config(tg *target, run runFunc) rule19.Config {
 	placeholder := "?"
-	if tg.dialect == migrations.Postgres {
+	if tg.dialect == fence.Postgres {
 		placeholder = "$1"
 	}
 	return rule19.Config{

@@ -6,11 +6,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
-	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // With clientFoundRows=true, MySQL reports 1 affected row both for an
@@ -23,7 +21,7 @@ func TestMySQLClientFoundRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ClientFoundRows = true
-	tg := openSQL(t, "sql/mysql", "mysql", cfg.FormatDSN(), sqlfence.MySQL, migrations.MySQL)
+	tg := openSQL(t, "sql/mysql", "mysql", cfg.FormatDSN(), fence.MySQL, fence.MySQL)
 	ctx := t.Context()
 	for _, tc := range []struct {
 		token uint64

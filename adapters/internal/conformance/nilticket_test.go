@@ -40,7 +40,7 @@ func TestNilBrokerTicket(t *testing.T) {
 	if err := pgxfence.Run(t.Context(), nil, tk, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrNilTicket) {
 		t.Errorf("pgxfence.Run: %v", err)
 	}
-	if err := sqlfence.Run(t.Context(), nil, sqlfence.SQLite, tk, func(*sql.Tx) error { return nil }); !errors.Is(err, fence.ErrNilTicket) {
+	if err := sqlfence.Run(t.Context(), nil, fence.SQLite, tk, func(*sql.Tx) error { return nil }); !errors.Is(err, fence.ErrNilTicket) {
 		t.Errorf("sqlfence.Run: %v", err)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
-	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // Tokens start at 1: the implicit high-water of a resource without a row
@@ -51,7 +50,7 @@ func TestTokenZero(t *testing.T) {
 
 // sqlTargets are the database/sql targets, whose admin pool is a plain
 // *sql.DB for tests that manage transactions themselves.
-var sqlTargets = map[string]sqlfence.Dialect{"sql/postgres": sqlfence.Postgres, "sql/mysql": sqlfence.MySQL, "sql/sqlite": sqlfence.SQLite}
+var sqlTargets = map[string]fence.Dialect{"sql/postgres": fence.Postgres, "sql/mysql": fence.MySQL, "sql/sqlite": fence.SQLite}
 
 // Guard twice in one transaction with the same ticket: the first call
 // raised the high-water to the token, so the second sees token <=
@@ -196,7 +195,7 @@ func mysqlTarget(t *testing.T, change func(cfg *mysql.Config)) *target {
 		t.Fatal(err)
 	}
 	change(cfg)
-	return openSQL(t, "sql/mysql", "mysql", cfg.FormatDSN(), sqlfence.MySQL, migrations.MySQL)
+	return openSQL(t, "sql/mysql", "mysql", cfg.FormatDSN(), fence.MySQL, fence.MySQL)
 }
 
 // The MySQL statements under strict and unusual SQL modes, with and
@@ -282,7 +281,7 @@ func TestMySQLLastInsertID(t *testing.T) {
 			t.Fatal(err)
 		}
 		mine, _ := res.LastInsertId()
-		if err := sqlfence.Guard(ctx, tx, sqlfence.MySQL, fencetest.NewTicket(r, uint64(10+i))); err != nil {
+		if err := sqlfence.Guard(ctx, tx, fence.MySQL, fencetest.NewTicket(r, uint64(10+i))); err != nil {
 			t.Fatalf("Guard %d: %v", i, err)
 		}
 		if got := lastID(tx); got != uint64(mine) {
@@ -297,7 +296,7 @@ func TestMySQLLastInsertID(t *testing.T) {
 		token uint64
 		stale bool
 	}{{5, true}, {12, false}, {12, true}, {13, false}} {
-		err := sqlfence.Run(ctx, conn, sqlfence.MySQL, fencetest.NewTicket("lid-new", tc.token), nil2sql)
+		err := sqlfence.Run(ctx, conn, fence.MySQL, fencetest.NewTicket("lid-new", tc.token), nil2sql)
 		if errors.Is(err, fence.ErrStale) != tc.stale || (err != nil && !tc.stale) {
 			t.Fatalf("token %d on one connection: %v, want stale=%v", tc.token, err, tc.stale)
 		}

@@ -35,7 +35,7 @@ type querier interface {
 // the migrations applied plus the tables items and fence_log.
 type target struct {
 	name    string
-	dialect migrations.Dialect
+	dialect fence.Dialect
 	// admin is a separate pool for set-up and assertions.
 	admin *sql.DB
 	// run is the adapter's Run.
@@ -56,7 +56,7 @@ type target struct {
 
 // q rewrites ? placeholders for PostgreSQL.
 func (tg *target) q(query string) string {
-	if tg.dialect != migrations.Postgres {
+	if tg.dialect != fence.Postgres {
 		return query
 	}
 	var b strings.Builder
@@ -145,20 +145,20 @@ func (p pgxQ) commit(ctx context.Context) error { return p.tx.Commit(ctx) }
 
 type kind struct {
 	name    string
-	dialect migrations.Dialect
+	dialect fence.Dialect
 	open    func(t testing.TB) *target
 }
 
 var kinds = []kind{
-	{"pgx/postgres", migrations.Postgres, openPgx},
-	{"sql/postgres", migrations.Postgres, func(t testing.TB) *target {
-		return openSQL(t, "sql/postgres", "pgx", testdb.Postgres(t), sqlfence.Postgres, migrations.Postgres)
+	{"pgx/postgres", fence.Postgres, openPgx},
+	{"sql/postgres", fence.Postgres, func(t testing.TB) *target {
+		return openSQL(t, "sql/postgres", "pgx", testdb.Postgres(t), fence.Postgres, fence.Postgres)
 	}},
-	{"sql/mysql", migrations.MySQL, func(t testing.TB) *target {
-		return openSQL(t, "sql/mysql", "mysql", testdb.MySQL(t), sqlfence.MySQL, migrations.MySQL)
+	{"sql/mysql", fence.MySQL, func(t testing.TB) *target {
+		return openSQL(t, "sql/mysql", "mysql", testdb.MySQL(t), fence.MySQL, fence.MySQL)
 	}},
-	{"sql/sqlite", migrations.SQLite, func(t testing.TB) *target {
-		return openSQL(t, "sql/sqlite", "sqlite", testdb.SQLite(t), sqlfence.SQLite, migrations.SQLite)
+	{"sql/sqlite", fence.SQLite, func(t testing.TB) *target {
+		return openSQL(t, "sql/sqlite", "sqlite", testdb.SQLite(t), fence.SQLite, fence.SQLite)
 	}},
 }
 
@@ -173,7 +173,7 @@ func forEach(t *testing.T, f func(t *testing.T, tg *target)) {
 	}
 }
 
-func openAdmin(t testing.TB, driver, dsn string, d migrations.Dialect) *sql.DB {
+func openAdmin(t testing.TB, driver, dsn string, d fence.Dialect) *sql.DB {
 	t.Helper()
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -185,17 +185,17 @@ func openAdmin(t testing.TB, driver, dsn string, d migrations.Dialect) *sql.DB {
 	}
 	var stmts []string
 	switch d {
-	case migrations.Postgres:
+	case fence.Postgres:
 		stmts = []string{
 			"CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
 			"CREATE TABLE fence_log (id BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL)",
 		}
-	case migrations.MySQL:
+	case fence.MySQL:
 		stmts = []string{
 			"CREATE TABLE items (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB",
 			"CREATE TABLE fence_log (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB",
 		}
-	case migrations.SQLite:
+	case fence.SQLite:
 		stmts = []string{
 			"CREATE TABLE items (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)",
 			"CREATE TABLE fence_log (id INTEGER PRIMARY KEY AUTOINCREMENT, token INTEGER NOT NULL)",
@@ -209,7 +209,7 @@ func openAdmin(t testing.TB, driver, dsn string, d migrations.Dialect) *sql.DB {
 	return db
 }
 
-func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migrations.Dialect) *target {
+func openSQL(t testing.TB, name, driver, dsn string, d fence.Dialect, md fence.Dialect) *target {
 	t.Helper()
 	tg := &target{name: name, dialect: md, admin: openAdmin(t, driver, dsn, md)}
 	db, err := sql.Open(driver, dsn)
@@ -218,7 +218,7 @@ func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migr
 	}
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
-	if md == migrations.SQLite {
+	if md == fence.SQLite {
 		// SQLite's busy handler polls with growing sleeps and is not fair:
 		// with 16 writers polling, one can starve past the busy timeout.
 		// A small pool makes writers queue in database/sql instead, as
@@ -263,9 +263,9 @@ func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migr
 		return tx.Commit()
 	}
 	switch md {
-	case migrations.Postgres:
+	case fence.Postgres:
 		tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
-	case migrations.MySQL:
+	case fence.MySQL:
 		tg.backendID, tg.kill = "SELECT CONNECTION_ID()", "KILL CONNECTION ?"
 	}
 	return tg
@@ -274,7 +274,7 @@ func openSQL(t testing.TB, name, driver, dsn string, d sqlfence.Dialect, md migr
 func openPgx(t testing.TB) *target {
 	t.Helper()
 	dsn := testdb.Postgres(t)
-	tg := &target{name: "pgx/postgres", dialect: migrations.Postgres, admin: openAdmin(t, "pgx", dsn, migrations.Postgres)}
+	tg := &target{name: "pgx/postgres", dialect: fence.Postgres, admin: openAdmin(t, "pgx", dsn, fence.Postgres)}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)

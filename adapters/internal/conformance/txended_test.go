@@ -11,7 +11,6 @@ import (
 
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
-	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // ender is a way for a business function to end the fenced transaction
@@ -25,7 +24,7 @@ type ender struct {
 // enders returns the ways fn can end the transaction on tg's database.
 func enders(tg *target) []ender {
 	begin := "BEGIN"
-	if tg.dialect == migrations.MySQL {
+	if tg.dialect == fence.MySQL {
 		begin = "START TRANSACTION"
 	}
 	es := []ender{
@@ -35,7 +34,7 @@ func enders(tg *target) []ender {
 		{name: "exec ROLLBACK then BEGIN", stmts: []string{"ROLLBACK", begin}},
 		{name: "driver Commit", commit: true},
 	}
-	if tg.dialect == migrations.MySQL {
+	if tg.dialect == fence.MySQL {
 		// Statements that commit implicitly (docs/fence.md lists them).
 		es = append(es,
 			ender{name: "TRUNCATE", stmts: []string{"TRUNCATE TABLE fence_log"}},
@@ -138,7 +137,7 @@ func TestTxEndedThenError(t *testing.T) {
 		if err != errBoom {
 			t.Fatalf("err = %v, want the business error itself", err)
 		}
-		if tg.dialect != migrations.MySQL {
+		if tg.dialect != fence.MySQL {
 			return
 		}
 		// On MySQL/MariaDB a statement that commits implicitly does so
@@ -178,7 +177,7 @@ func TestZombieAfterTxEnded(t *testing.T) {
 			{"COMMIT", []string{"COMMIT"}, 10},
 			{"ROLLBACK", []string{"ROLLBACK"}, 10},
 		}
-		if tg.dialect == migrations.MySQL {
+		if tg.dialect == fence.MySQL {
 			scs = append(scs,
 				scenario{"TRUNCATE", []string{"TRUNCATE TABLE fence_log"}, 10},
 				scenario{"TRUNCATE with autocommit=0", []string{"SET autocommit = 0", "TRUNCATE TABLE fence_log"}, 20})

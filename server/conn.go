@@ -404,6 +404,11 @@ func (c *conn) closePending() {
 func (c *conn) handshakeAndHello() bool {
 	s := c.s
 	c.nc.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	if c.dead.Load() {
+		// closeWith (Shutdown's E(5)) came before that deadline and its
+		// wake-up was just overwritten: wake ourselves, as it would have.
+		c.nc.SetReadDeadline(aLongTimeAgo)
+	}
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
 			if !c.dead.Load() {

@@ -75,10 +75,16 @@ type Config struct {
 	// at least 64. A negative value is an error in New.
 	MaxPendingConns int
 
-	// IdleTimeout drops a session that has sent no complete frame for this
-	// long (with E(1) "idle timeout", req_id 0). Clients keep a session
-	// alive with PINGs; the broker sends one every 10 s by default.
-	// Default DefaultIdleTimeout; a negative value turns the timeout off.
+	// IdleTimeout drops an idle session with E(1) "idle timeout", req_id 0.
+	// A session is idle when it has sent no complete frame for IdleTimeout
+	// and no request of it awaits a reply: while one of its ACQUIREs waits
+	// in a queue it is never idle, and its clock restarts when the reply to
+	// the last such ACQUIRE is queued. It is dropped between 1 and 1.25
+	// IdleTimeouts after the later of its last complete frame and that
+	// reply; a partly received frame does not count. Clients that have
+	// nothing to wait for keep a session alive with PINGs; the broker sends
+	// one every 10 s by default. Default DefaultIdleTimeout; a negative
+	// value turns the timeout off.
 	IdleTimeout time.Duration
 
 	// HelloTimeout is how long a connection may take to complete HELLO

@@ -47,7 +47,7 @@ type conn struct {
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
 	session   atomic.Bool  // HELLO_OK given (the idle scan looks only at these)
-	active    atomic.Bool  // a complete frame since the last idle scan
+	active    atomic.Bool  // a complete frame, or the last awaited reply queued, since the last idle scan
 	idleScans int          // scans without a frame (idle scan only)
 
 	mu       sync.Mutex
@@ -160,10 +160,15 @@ func (c *conn) replyGrantedQueued(reqID uint32, tok uint64, waited uint32) {
 	c.afterAppendLocked(true)
 }
 
+// dropInflightLocked forgets a queued ACQUIRE whose reply is being
+// queued. When it was the last one the session awaits, the idle clock
+// restarts from now (the scan spares sessions with a request in flight).
 func (c *conn) dropInflightLocked(reqID uint32) {
 	if _, ok := c.inflight[reqID]; ok {
 		delete(c.inflight, reqID)
-		c.nInflight.Add(-1)
+		if c.nInflight.Add(-1) == 0 {
+			c.active.Store(true)
+		}
 	}
 }
 
@@ -399,6 +404,11 @@ func (c *conn) closePending() {
 func (c *conn) handshakeAndHello() bool {
 	s := c.s
 	c.nc.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	if c.dead.Load() {
+		// closeWith (Shutdown's E(5)) came before that deadline and its
+		// wake-up was just overwritten: wake ourselves, as it would have.
+		c.nc.SetReadDeadline(aLongTimeAgo)
+	}
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
 			if !c.dead.Load() {

@@ -44,9 +44,11 @@
 // affected.
 //
 // A session that sends no complete frame for IdleTimeout (30 s by default,
-// three keepalive intervals of the broker) is closed with E(1) "idle
-// timeout" and req_id 0, between 1 and 1.25 IdleTimeouts after its last
-// frame; a partly received frame does not count.
+// three keepalive intervals of the broker) while none of its requests
+// awaits a reply is closed with E(1) "idle timeout" and req_id 0, between 1
+// and 1.25 IdleTimeouts after the later of its last complete frame and the
+// reply to its last queued ACQUIRE; a partly received frame does not count,
+// and a session never is idle while an ACQUIRE of it waits in a queue.
 //
 // After HELLO_OK requests may be pipelined and replies come out of order: an
 // ACQUIRE may wait in a queue while later requests (PING included) are

@@ -81,7 +81,7 @@ func newCollector(s *Server) *collector {
 		wait:      d("grant_wait_seconds", "Time from reading an ACQUIRE to granting it."),
 
 		pending:        d("pending_conns", "Connections that have not completed HELLO."),
-		idleTimeouts:   d("idle_timeouts_total", "Sessions dropped for sending no frame within the idle timeout."),
+		idleTimeouts:   d("idle_timeouts_total", "Sessions dropped for sending no frame within the idle timeout while awaiting no reply."),
 		pendingRefused: d("pending_refused_total", "Connections closed at accept: too many connections before HELLO."),
 		peerLimited:    d("peer_session_limit_total", "HELLOs refused with E(7) by the per-peer session limit."),
 		authFailures:   d("auth_failures_total", "HELLOs with a wrong client token."),

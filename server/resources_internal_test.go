@@ -209,3 +209,38 @@ func TestAuthThrottleBounds(t *testing.T) {
 		t.Fatal("the waits beside the queue were not given back")
 	}
 }
+
+// TestCloseBeforeHelloDeadline: a connection that Shutdown closes (E(5))
+// before its goroutine has set the HELLO deadline is closed at once, not
+// after HelloTimeout: setting that deadline must not undo closeWith's wake-up.
+func TestCloseBeforeHelloDeadline(t *testing.T) {
+	s, err := New(Config{DataDir: t.TempDir(), HelloTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sc, cl := tcpPair(t)
+	peer := peerOf(sc.RemoteAddr())
+	if !s.addPending(peer) {
+		t.Fatal("addPending refused")
+	}
+	c := s.newConn(sc, peer)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	c.closeWith(wire.AppendError(nil, 0, wire.CodeShuttingDown, "shutting down")) // before serve runs
+	done := make(chan struct{})
+	go func() { c.serve(); close(done) }()
+	cl.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang guard (HelloTimeout is a minute)
+	body, err := wire.NewReader(cl).Next()
+	if err != nil {
+		t.Fatalf("no E(5) before the guard: %v", err)
+	}
+	var r wire.Response
+	if err := wire.DecodeResponse(body, &r); err != nil || r.Type != wire.TypeError || r.Code != wire.CodeShuttingDown {
+		t.Fatalf("got %+v (%v), want E(5)", r, err)
+	}
+	cl.Close()
+	<-done
+}

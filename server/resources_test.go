@@ -73,6 +73,78 @@ func TestIdleTimeoutDropsStalledSession(t *testing.T) {
 	session(t, addr)
 }
 
+// TestIdleTimeoutSparesWaitingSession: a raw-frame client that sends
+// nothing while its ACQUIRE waits (1 s, over twice the idle timeout) is not
+// dropped: it gets its G (the key frees while it waits) or its T (the wait
+// runs out), even with a partly sent frame behind the ACQUIRE. From that
+// reply on, the idle clock runs again: with no further frame the session is
+// dropped with E(1) "idle timeout" an idle timeout after the reply.
+func TestIdleTimeoutSparesWaitingSession(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	_, addr := startServer(t, server.Config{IdleTimeout: idle})
+	holder := session(t, addr)
+	holder.acquireOK(1, owner(1), 0, 1, "frees") // lease 1 s: granted to a waiter
+	holder.acquireOK(2, owner(1), 0, 3, "stays") // lease 3 s: the waiter gets T
+	holder.nc.Close()                            // its grants stay
+
+	type result struct {
+		reply, last wire.Response
+		sinceReply  time.Duration
+		err         error
+	}
+	wait := func(c *client) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			var res result
+			if res.reply, res.err = c.recvErr(5 * time.Second); res.err != nil {
+				ch <- res
+				return
+			}
+			at := time.Now()
+			res.last, res.err = c.recvErr(5 * time.Second)
+			res.sinceReply = time.Since(at)
+			ch <- res
+		}()
+		return ch
+	}
+	g := session(t, addr)
+	g.send(acq(10, owner(2), 3, 1, "frees"))
+	gRes := wait(g)
+	tm := session(t, addr)
+	tm.send(acq(20, owner(3), 1, 1, "stays"))
+	tm.sendRaw([]byte{0, 0, 0}) // part of a length prefix, then nothing
+	tRes := wait(tm)
+
+	for _, w := range []struct {
+		name  string
+		ch    <-chan result
+		typ   byte
+		reqID uint32
+	}{{"granted", gRes, wire.TypeGranted, 10}, {"timed out", tRes, wire.TypeTimedOut, 20}} {
+		res := <-w.ch
+		if res.err != nil && res.reply.Type == 0 {
+			t.Fatalf("%s waiter: %v", w.name, res.err)
+		}
+		if res.reply.Type != w.typ || res.reply.ReqID != w.reqID {
+			t.Fatalf("%s waiter got %s, want %c req %d", w.name, show(res.reply), w.typ, w.reqID)
+		}
+		if res.err != nil {
+			t.Fatalf("%s waiter, after its reply: %v, want E(1) \"idle timeout\"", w.name, res.err)
+		}
+		if r := res.last; r.Type != wire.TypeError || r.Code != wire.CodeMalformed || r.ReqID != 0 || string(r.Msg) != "idle timeout" {
+			t.Fatalf("%s waiter, after its reply, got %s, want E(1) req 0 \"idle timeout\"", w.name, show(r))
+		}
+		t.Logf("%s waiter: %s, then E(1) \"idle timeout\" %v after it", w.name, show(res.reply), res.sinceReply)
+		// Both times are taken by the client; a tenth of the timeout
+		// allows for it reading the reply late.
+		if res.sinceReply < idle-idle/10 {
+			t.Fatalf("%s waiter dropped %v after its reply, before the idle timeout %v", w.name, res.sinceReply, idle)
+		}
+	}
+	g.expectClosed()
+	tm.expectClosed()
+}
+
 // TestIdleTimeoutKeepsBrokerSessions: the broker's keepalive PINGs keep
 // its session open through several idle timeouts (scaled down: PINGs every
 // 100 ms, timeout 300 ms, as the defaults are 10 s and 30 s), also while an

@@ -413,8 +413,10 @@ func (s *Server) housekeeping() {
 	}
 }
 
-// dropIdle closes, with E(1) "idle timeout", the sessions that have sent
-// no complete frame for s.idleScans scans.
+// dropIdle closes, with E(1) "idle timeout", the sessions that for
+// s.idleScans scans have sent no complete frame and awaited no reply: a
+// session with a queued ACQUIRE is never idle, and its clock restarts when
+// the reply to the last one is queued (dropInflightLocked sets active).
 func (s *Server) dropIdle() {
 	var idle []*conn
 	s.mu.Lock()
@@ -422,7 +424,7 @@ func (s *Server) dropIdle() {
 		if !c.session.Load() {
 			continue // before HELLO_OK: HelloTimeout applies
 		}
-		if c.active.Swap(false) {
+		if c.active.Swap(false) || c.nInflight.Load() > 0 {
 			c.idleScans = 0
 			continue
 		}

@@ -241,6 +241,9 @@ func TestShutdownSendsE5(t *testing.T) {
 	b.send(acq(3, owner(2), 60, 30, "k")) // waiting
 	pre := dial(t, addr)                  // no HELLO yet
 	eventually(t, "waiter", func() bool { return s.Stats().Waiters == 1 })
+	// pre must have been accepted: one still in the listen backlog is
+	// closed with the listener, without E(5).
+	eventually(t, "pre accepted", func() bool { return s.Stats().Pending == 1 })
 
 	ctx, cancel := shutdownCtx(t)
 	defer cancel()

@@ -42,7 +42,7 @@ func TestHelp(t *testing.T) {
 	}
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
-		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--admin-listen",
+		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
@@ -66,6 +66,7 @@ func TestUsageErrors(t *testing.T) {
 	badLevel := writeTemp(t, "badlevel.yaml", "log-level: loud\n", 0o644)
 	badYAML := writeTemp(t, "bad.yaml", "listen: [\n", 0o644)
 	emptyTokens := writeTemp(t, "tokens", "# nothing here\n\n", 0o600)
+	zeroWrite := writeTemp(t, "zerowrite.yaml", "write-timeout: 0s\n", 0o644)
 	tests := []struct {
 		name string
 		args []string
@@ -83,10 +84,10 @@ func TestUsageErrors(t *testing.T) {
 		{"cert without key", []string{"serve", "--tls-cert", "c.pem"}, 2, []string{"--tls-key"}},
 		{"client ca without cert", []string{"serve", "--tls-client-ca", "ca.pem"}, 2, []string{"--tls-client-ca"}},
 		{"bad shutdown timeout", []string{"serve", "--shutdown-timeout", "0s"}, 2, []string{"--shutdown-timeout"}},
-		{"token block 2^64-1", []string{"serve", "--token-block", "18446744073709551615"}, 2, []string{"--token-block", "4294967296"}},
-		{"token block 2^32+1", []string{"serve", "--token-block", "4294967297"}, 2, []string{"--token-block"}},
-		{"initial token too large", []string{"serve", "--initial-token", "9223372036854775800"}, 2, []string{"--initial-token"}},
-		{"negative initial token", []string{"serve", "--initial-token", "-1"}, 2, []string{"--initial-token"}},
+		{"negative socket buffer", []string{"serve", "--socket-buffer", "-1"}, 2, []string{"--socket-buffer", "at least 16384"}},
+		{"tiny socket buffer", []string{"serve", "--socket-buffer", "100"}, 2, []string{"--socket-buffer", "at least 16384"}},
+		{"zero write timeout", []string{"serve", "--write-timeout", "0s"}, 2, []string{"--write-timeout", "> 0"}},
+		{"config zero write timeout", []string{"serve", "--config", zeroWrite}, 2, []string{"write-timeout in config file " + zeroWrite}},
 		{"config unknown key", []string{"serve", "--config", unknownKey}, 2, []string{unknownKey, `unknown key "max-lockz"`, "line 2"}},
 		{"config bad type", []string{"serve", "--config", badType}, 2, []string{badType, "lots"}},
 		{"config bad duration", []string{"serve", "--config", badDur}, 2, []string{badDur, "soon"}},
@@ -144,6 +145,8 @@ max-sessions: 40
 max-sessions-per-peer: 50
 max-pending-conns: 60
 idle-timeout: 45s
+socket-buffer: 32768
+write-timeout: 750ms
 admin-listen: 127.0.0.1:9225
 log-level: debug
 log-format: json
@@ -177,6 +180,8 @@ initial-token: 7000
 		MaxPerPeer:       50,
 		MaxPending:       60,
 		IdleTimeout:      45 * time.Second,
+		SocketBuffer:     32768,
+		WriteTimeout:     750 * time.Millisecond,
 		AdminListen:      "127.0.0.1:9225",
 		LogLevel:         "debug",
 		LogFormat:        "json",

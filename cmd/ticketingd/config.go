@@ -36,6 +36,8 @@ type serveOptions struct {
 	MaxPerPeer       int
 	MaxPending       int
 	IdleTimeout      time.Duration
+	SocketBuffer     int
+	WriteTimeout     time.Duration
 	AdminListen      string
 	LogLevel         string
 	LogFormat        string
@@ -51,6 +53,11 @@ const (
 	defaultListen          = "127.0.0.1:5225"
 	defaultDataDir         = "./ticketing-data"
 	defaultShutdownTimeout = 10 * time.Second
+	// minSocketBuffer is the smallest --socket-buffer. Replies are written
+	// in pieces of that size; and with 4 KiB buffers a loopback connection
+	// (64 KiB segments) whose peer pipelines requests without reading was
+	// seen to stall in TCP, so that the write timeout never fired.
+	minSocketBuffer = 16 << 10
 )
 
 func (o *serveOptions) register(fs *pflag.FlagSet) {
@@ -68,7 +75,9 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxSessions, "max-sessions", 0, "limit on open sessions; 0 means the default (10000)")
 	fs.IntVar(&o.MaxPerPeer, "max-sessions-per-peer", 0, "limit on open sessions from one address (IPv4 address or IPv6 /64); 0 means the default (a quarter of max-sessions, at least 64)")
 	fs.IntVar(&o.MaxPending, "max-pending-conns", 0, "limit on connections that have not completed HELLO; more are closed at accept; 0 means the default (a tenth of max-sessions, at least 64)")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long (brokers PING every 10s); 0 turns it off")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off")
+	fs.IntVar(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)")
+	fs.DurationVar(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0")
 	fs.StringVar(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status (off when empty)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
@@ -108,6 +117,8 @@ type fileConfig struct {
 	MaxPerPeer       *int           `yaml:"max-sessions-per-peer"`
 	MaxPending       *int           `yaml:"max-pending-conns"`
 	IdleTimeout      *time.Duration `yaml:"idle-timeout"`
+	SocketBuffer     *int           `yaml:"socket-buffer"`
+	WriteTimeout     *time.Duration `yaml:"write-timeout"`
 	AdminListen      *string        `yaml:"admin-listen"`
 	LogLevel         *string        `yaml:"log-level"`
 	LogFormat        *string        `yaml:"log-format"`
@@ -173,6 +184,10 @@ func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	setInt("max-pending-conns", &o.MaxPending, fc.MaxPending)
 	if fc.IdleTimeout != nil && !fs.Changed("idle-timeout") {
 		o.IdleTimeout = *fc.IdleTimeout
+	}
+	setInt("socket-buffer", &o.SocketBuffer, fc.SocketBuffer)
+	if fc.WriteTimeout != nil && !fs.Changed("write-timeout") {
+		o.WriteTimeout = *fc.WriteTimeout
 	}
 	setStr("admin-listen", &o.AdminListen, fc.AdminListen, false)
 	setStr("log-level", &o.LogLevel, fc.LogLevel, false)
@@ -275,6 +290,12 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if o.InitialToken > server.MaxToken-block {
 		return usagef("invalid %s %d: tokens must stay at most %d with room for a block of %d", src("initial-token"), o.InitialToken, server.MaxToken, block)
+	}
+	if o.SocketBuffer != 0 && o.SocketBuffer < minSocketBuffer {
+		return usagef("invalid %s %d: must be at least %d bytes (0 leaves the operating system's defaults)", src("socket-buffer"), o.SocketBuffer, minSocketBuffer)
+	}
+	if o.WriteTimeout <= 0 {
+		return usagef("invalid %s %v: must be > 0", src("write-timeout"), o.WriteTimeout)
 	}
 	if o.ShutdownTimeout <= 0 {
 		return usagef("invalid %s %v: must be > 0", src("shutdown-timeout"), o.ShutdownTimeout)

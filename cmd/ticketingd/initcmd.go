@@ -135,6 +135,7 @@ func initDeployment(o *initOptions, stdout io.Writer) error {
 	fmt.Fprintf(&cfg, "shutdown-timeout: 10s\n")
 	fmt.Fprintf(&cfg, "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n")
 	fmt.Fprintf(&cfg, "# max-sessions-per-peer: 2500\n# max-pending-conns: 1000\n# idle-timeout: 30s\n")
+	fmt.Fprintf(&cfg, "# socket-buffer: 65536\n# write-timeout: 3s\n")
 	cfgPath := filepath.Join(dir, initConfigFile)
 	if err := writeFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return err

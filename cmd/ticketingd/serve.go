@@ -113,26 +113,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
-	srv, err := server.New(server.Config{
-		DataDir:       o.DataDir,
-		ClientTokens:  tokens,
-		NodeName:      o.NodeName,
-		Standby:       o.Standby,
-		StandbyHint:   o.StandbyHint,
-		MaxLocks:      o.MaxLocks,
-		MaxWaiters:    o.MaxWaiters,
-		MaxKeyWaiters: o.MaxKeyWaiters,
-		MaxSessions:   o.MaxSessions,
-		TLS:           tlsConf,
-		Logger:        log,
-		Registerer:    reg,
-		TokenBlock:    o.TokenBlock,
-		InitialToken:  o.InitialToken,
-
-		MaxSessionsPerPeer: o.MaxPerPeer,
-		MaxPendingConns:    o.MaxPending,
-		IdleTimeout:        idleTimeout(o.IdleTimeout),
-	})
+	srv, err := server.New(serverConfig(o, tokens, tlsConf, log, reg))
 	if err != nil {
 		_ = ln.Close()
 		if aln != nil {
@@ -215,6 +196,33 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	return result
 }
 
+// serverConfig maps validated options (and the client tokens, TLS config,
+// logger and registry made from them) to the lock server's Config.
+func serverConfig(o *serveOptions, tokens []string, tlsConf *tls.Config, log *slog.Logger, reg prometheus.Registerer) server.Config {
+	return server.Config{
+		DataDir:       o.DataDir,
+		ClientTokens:  tokens,
+		NodeName:      o.NodeName,
+		Standby:       o.Standby,
+		StandbyHint:   o.StandbyHint,
+		MaxLocks:      o.MaxLocks,
+		MaxWaiters:    o.MaxWaiters,
+		MaxKeyWaiters: o.MaxKeyWaiters,
+		MaxSessions:   o.MaxSessions,
+		TLS:           tlsConf,
+		Logger:        log,
+		Registerer:    reg,
+		TokenBlock:    o.TokenBlock,
+		InitialToken:  o.InitialToken,
+
+		MaxSessionsPerPeer: o.MaxPerPeer,
+		MaxPendingConns:    o.MaxPending,
+		IdleTimeout:        idleTimeout(o.IdleTimeout),
+		SocketBuffer:       socketBuffer(o.SocketBuffer),
+		WriteTimeout:       o.WriteTimeout,
+	}
+}
+
 // idleTimeout maps --idle-timeout (0: off) to Config.IdleTimeout (0:
 // default, negative: off).
 func idleTimeout(d time.Duration) time.Duration {
@@ -222,6 +230,15 @@ func idleTimeout(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// socketBuffer maps --socket-buffer (0: the operating system's defaults)
+// to Config.SocketBuffer (0: default, negative: the operating system's).
+func socketBuffer(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // warnExposure warns when the lock port is reachable from other hosts

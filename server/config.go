@@ -30,6 +30,11 @@ const (
 	// DefaultSocketBuffer is the kernel send and receive buffer size set
 	// on every accepted TCP connection.
 	DefaultSocketBuffer = 64 << 10
+	// MinSocketBuffer is the smallest positive Config.SocketBuffer. Replies
+	// are written in pieces of that size; with 4 KiB buffers a loopback
+	// connection (64 KiB segments) whose peer pipelines requests without
+	// reading was seen to stall in TCP, so that the write timeout never fired.
+	MinSocketBuffer = 16 << 10
 )
 
 // Config configures a Server. The zero value of every field except DataDir is
@@ -130,7 +135,8 @@ type Config struct {
 	// (SO_SNDBUF/SO_RCVBUF) set on every accepted TCP connection, TLS or
 	// not, so that peers that do not read cannot grow the kernel's TCP
 	// memory without bound. Default DefaultSocketBuffer (64 KiB); a
-	// negative value leaves the operating system's defaults (autotuning).
+	// negative value leaves the operating system's defaults (autotuning); a
+	// positive value below MinSocketBuffer is an error in New.
 	SocketBuffer int
 
 	// OutputBuffer bounds the bytes of replies queued for one session that
@@ -189,6 +195,9 @@ func (c *Config) normalize() error {
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.SocketBuffer > 0 && c.SocketBuffer < MinSocketBuffer {
+		return fmt.Errorf("server: Config.SocketBuffer %d is below MinSocketBuffer (%d); use a negative value for the operating system's defaults", c.SocketBuffer, MinSocketBuffer)
 	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout

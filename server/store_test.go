@@ -363,6 +363,7 @@ func TestConfigValidation(t *testing.T) {
 		"token block 2^64-1":      {DataDir: t.TempDir(), TokenBlock: math.MaxUint64},
 		"token block 2^32+1":      {DataDir: t.TempDir(), TokenBlock: 1<<32 + 1},
 		"initial token too large": {DataDir: t.TempDir(), InitialToken: server.MaxToken - 10, TokenBlock: 11},
+		"socket buffer 4 KiB":     {DataDir: t.TempDir(), SocketBuffer: 4096},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := newServer(t, cfg); err == nil {
@@ -373,5 +374,11 @@ func TestConfigValidation(t *testing.T) {
 	// The largest block is accepted.
 	if _, err := newServer(t, server.Config{DataDir: t.TempDir(), TokenBlock: server.MaxTokenBlock}); err != nil {
 		t.Fatalf("TokenBlock 2^32: %v", err)
+	}
+	// The smallest socket buffer, and the operating system's own.
+	for _, sb := range []int{server.MinSocketBuffer, -1} {
+		if _, err := newServer(t, server.Config{DataDir: t.TempDir(), SocketBuffer: sb}); err != nil {
+			t.Fatalf("SocketBuffer %d: %v", sb, err)
+		}
 	}
 }

@@ -53,11 +53,9 @@ const (
 	defaultListen          = "127.0.0.1:5225"
 	defaultDataDir         = "./ticketing-data"
 	defaultShutdownTimeout = 10 * time.Second
-	// minSocketBuffer is the smallest --socket-buffer. Replies are written
-	// in pieces of that size; and with 4 KiB buffers a loopback connection
-	// (64 KiB segments) whose peer pipelines requests without reading was
-	// seen to stall in TCP, so that the write timeout never fired.
-	minSocketBuffer = 16 << 10
+	// minSocketBuffer is the smallest --socket-buffer (see
+	// server.MinSocketBuffer).
+	minSocketBuffer = server.MinSocketBuffer
 )
 
 func (o *serveOptions) register(fs *pflag.FlagSet) {

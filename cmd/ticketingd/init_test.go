@@ -154,7 +154,9 @@ func TestInitSnippetWorks(t *testing.T) {
 				listenHost = "127.0.0.1"
 			}
 			port := strconv.Itoa(freePort(t, listenHost))
-			dir := filepath.Join(t.TempDir(), "deploy")
+			// A directory name that needs escaping in the URL and quoting
+			// in sh: the printed lines must still work pasted as they are.
+			dir := filepath.Join(t.TempDir(), "de ploy+$HOME&'x'")
 			code, out, stderr := runCapture(t, append([]string{"init", "--dir", dir, "--port", port}, tc.args...)...)
 			if code != 0 {
 				t.Fatalf("init: exit %d: %s", code, stderr)
@@ -197,6 +199,14 @@ func TestInitSnippetWorks(t *testing.T) {
 				t.Errorf("printed TLS %+v for init %v", p.config.TLS, tc.args)
 			}
 
+			// The printed serve command names the config, quoted for sh.
+			m := regexp.MustCompile(`(?m)^    ticketingd serve --config (.+)$`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no serve command in:\n%s", out)
+			}
+			if got, err := exec.Command("sh", "-c", "printf %s "+m[1]).Output(); err != nil || string(got) != cfgPath {
+				t.Errorf("serve command names %q (%v), want %q", got, err, cfgPath)
+			}
 			srv := startInProc(t, "serve", "--config", cfgPath, "--log-format", "json")
 			srv.stderr.waitJSON(t, "listening", srv.done)
 			lockOnce(t, fromURL)

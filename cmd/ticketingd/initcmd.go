@@ -289,7 +289,7 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 
 	w := stdout
 	fmt.Fprintf(w, "Wrote a ticketingd deployment to %s (%s).\n\n", dir, strings.Join(files, ", "))
-	fmt.Fprintf(w, "Start the server:\n\n    ticketingd serve --config %s\n\n", cfgPath)
+	fmt.Fprintf(w, "Start the server:\n\n    ticketingd serve --config %s\n\n", shellQuote(cfgPath))
 	switch {
 	case plan.wildcard:
 		fmt.Fprintf(w, "It listens on %s (all interfaces).\n\n", plan.listen)
@@ -337,6 +337,17 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 			"Run init with --tls (and --force), or --listen 127.0.0.1:%s for clients on this machine only.\n", plan.listen, plan.port)
 	}
 	return nil
+}
+
+// shellQuote quotes s for sh if it holds anything but the characters of
+// plain paths.
+func shellQuote(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
 }
 
 // isLoopbackListen reports whether a listen address accepts connections

@@ -226,32 +226,34 @@ func TestInitSnippetWorks(t *testing.T) {
 // loopback address the listen address does not serve.
 func TestInitPlan(t *testing.T) {
 	tests := []struct {
-		hosts            []string
-		listen           string
-		wantListen       string
-		wantClient       string
-		wantHosts        []string
-		wantUnserved     []string
-		wantWildcardNote bool
+		hosts        []string
+		listen       string
+		wantListen   string
+		wantClient   string
+		wantHosts    []string
+		wantUnserved []string
+		wantWildcard bool
+		wantUnnamed  bool
 	}{
-		{nil, "", "127.0.0.1:5225", "127.0.0.1:5225", []string{"127.0.0.1", "localhost"}, nil, false},
-		{[]string{"localhost"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost"}, nil, false},
-		{[]string{"::1"}, "", "[::1]:5225", "[::1]:5225", []string{"::1"}, nil, false},
-		{[]string{"::1", "localhost"}, "", "[::1]:5225", "[::1]:5225", []string{"::1", "localhost"}, nil, false},
-		{[]string{"localhost", "::1"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost", "::1"}, []string{"::1"}, false},
-		{[]string{"127.0.0.1", "locks.example.test", "::1"}, "", ":5225", "locks.example.test:5225", []string{"127.0.0.1", "locks.example.test", "::1"}, nil, true},
-		{[]string{"2001:db8::5"}, "", ":5225", "[2001:db8::5]:5225", []string{"2001:db8::5"}, nil, true},
-		{nil, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"10.0.0.7"}, nil, false},
-		{nil, "[::1]:6000", "[::1]:6000", "[::1]:6000", []string{"::1", "localhost"}, nil, false},
-		{nil, "0.0.0.0:6000", "0.0.0.0:6000", "127.0.0.1:6000", []string{"127.0.0.1", "localhost"}, nil, true},
-		{[]string{"a.example.test", "10.0.0.7"}, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"a.example.test", "10.0.0.7"}, nil, false},
+		{nil, "", "127.0.0.1:5225", "127.0.0.1:5225", []string{"127.0.0.1", "localhost"}, nil, false, false},
+		{[]string{"localhost"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost"}, nil, false, false},
+		{[]string{"::1"}, "", "[::1]:5225", "[::1]:5225", []string{"::1"}, nil, false, false},
+		{[]string{"::1", "localhost"}, "", "[::1]:5225", "[::1]:5225", []string{"::1", "localhost"}, nil, false, false},
+		{[]string{"localhost", "::1"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost", "::1"}, []string{"::1"}, false, false},
+		{[]string{"127.0.0.1", "locks.example.test", "::1"}, "", ":5225", "locks.example.test:5225", []string{"127.0.0.1", "locks.example.test", "::1"}, nil, true, false},
+		{[]string{"2001:db8::5"}, "", ":5225", "[2001:db8::5]:5225", []string{"2001:db8::5"}, nil, true, false},
+		{nil, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"10.0.0.7"}, nil, false, false},
+		{nil, "[::1]:6000", "[::1]:6000", "[::1]:6000", []string{"::1", "localhost"}, nil, false, false},
+		{nil, "0.0.0.0:6000", "0.0.0.0:6000", "127.0.0.1:6000", []string{"127.0.0.1", "localhost"}, nil, true, false},
+		{[]string{"a.example.test", "10.0.0.7"}, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"a.example.test", "10.0.0.7"}, nil, false, false},
+		{[]string{"a.example.test"}, "127.0.0.1:6000", "127.0.0.1:6000", "a.example.test:6000", []string{"a.example.test"}, nil, false, true},
 	}
 	for _, tc := range tests {
 		p := planInit(&initOptions{Hosts: tc.hosts, Listen: tc.listen, Port: 5225})
 		if p.listen != tc.wantListen || p.client != tc.wantClient || !slices.Equal(p.hosts, tc.wantHosts) ||
-			!slices.Equal(p.unserved, tc.wantUnserved) || p.wildcard != tc.wantWildcardNote {
-			t.Errorf("hosts %q listen %q: got listen %q client %q hosts %q unserved %q wildcard %v",
-				tc.hosts, tc.listen, p.listen, p.client, p.hosts, p.unserved, p.wildcard)
+			!slices.Equal(p.unserved, tc.wantUnserved) || p.wildcard != tc.wantWildcard || p.unnamed != tc.wantUnnamed {
+			t.Errorf("hosts %q listen %q: got listen %q client %q hosts %q unserved %q wildcard %v unnamed %v",
+				tc.hosts, tc.listen, p.listen, p.client, p.hosts, p.unserved, p.wildcard, p.unnamed)
 		}
 	}
 }

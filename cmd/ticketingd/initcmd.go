@@ -139,7 +139,8 @@ type initPlan struct {
 	wildcard bool   // listen is on all interfaces
 	client   string // host:port printed for clients
 	port     string
-	unserved []string
+	unserved []string // loopback hosts the loopback listen address does not serve
+	unnamed  bool     // --listen is a specific address no host names
 }
 
 func planInit(o *initOptions) initPlan {
@@ -180,10 +181,11 @@ func planInit(o *initOptions) initPlan {
 		p.listen = o.Listen
 		if !p.wildcard {
 			// A specific address: print the host that names it if
-			// there is one.
+			// there is one, else warn.
+			p.unnamed = true
 			for _, h := range p.hosts {
 				if strings.EqualFold(h, lhost) || lip != nil && lip.Equal(net.ParseIP(h)) {
-					p.client = h
+					p.client, p.unnamed = h, false
 					break
 				}
 			}
@@ -330,6 +332,10 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	if len(plan.unserved) > 0 {
 		fmt.Fprintf(stderr, "ticketingd init: warning: the config listens on %s, so clients of %s cannot connect; give --listen to choose\n",
 			plan.listen, strings.Join(plan.unserved, ", "))
+	}
+	if plan.unnamed {
+		fmt.Fprintf(stderr, "ticketingd init: warning: --listen %s is an address none of the hosts (%s) names: the printed settings may not reach it\n",
+			plan.listen, strings.Join(plan.hosts, ", "))
 	}
 	if !o.TLS && !isLoopbackListen(plan.listen) {
 		fmt.Fprintf(stderr, "ticketingd init: warning: the config listens on %s, reachable from other machines, without TLS:\n"+

@@ -98,6 +98,9 @@ func TestUsageErrors(t *testing.T) {
 		{"tokens file empty", []string{"serve", "--client-tokens-file", emptyTokens, "--listen", "127.0.0.1:0"}, 2, []string{emptyTokens, "no tokens"}},
 		{"tls files missing", []string{"serve", "--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, 1, []string{"/nonexistent/c.pem"}},
 		{"init without dir", []string{"init"}, 2, []string{"--dir"}},
+		{"init bad host", []string{"init", "--dir", "/nonexistent/d", "--host", "locks:5225"}, 2, []string{`invalid --host "locks:5225"`}},
+		{"init port and listen", []string{"init", "--dir", "/nonexistent/d", "--port", "6000", "--listen", "127.0.0.1:6000"}, 2, []string{"--listen and --port"}},
+		{"init bad port", []string{"init", "--dir", "/nonexistent/d", "--port", "0"}, 2, []string{"--port"}},
 		{"version args", []string{"version", "x"}, 2, []string{"no arguments"}},
 	}
 	for _, tc := range tests {

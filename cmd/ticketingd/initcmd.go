@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
+	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
 // Names of the files 'ticketingd init' writes into its directory.
@@ -32,13 +35,14 @@ type initOptions struct {
 	Hosts  []string
 	TLS    bool
 	Force  bool
-	Listen string
+	Listen string // empty: derived from Hosts and Port
+	Port   int
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
 	var o initOptions
 	cmd := &cobra.Command{
-		Use:   "init --dir DIR [--host NAME ...] [--tls]",
+		Use:   "init --dir DIR [--host NAME ...] [--tls] [--port N | --listen ADDR]",
 		Short: "Write a ready deployment: config file, client token, and optionally a TLS CA and server certificate",
 		Long: `Write a ready deployment into DIR:
 
@@ -46,37 +50,168 @@ func newInitCmd(stdout io.Writer) *cobra.Command {
   client-tokens      one random client token (mode 0600); printed once
   data/              the data directory (token store)
   ca.pem, ca-key.pem           with --tls: a private CA (ECDSA P-256)
-  server.pem, server-key.pem   with --tls: a server certificate for --host
+  server.pem, server-key.pem   with --tls: a server certificate for every --host
 
-Hosts that parse as IP addresses become IP SANs, others DNS SANs; the default
-hosts are 127.0.0.1 and localhost. init refuses to overwrite an existing
-deployment unless --force is given.`,
+--host names the server as its clients reach it. Hosts that parse as IP
+addresses become IP SANs, others DNS SANs; the default hosts are 127.0.0.1
+and localhost. When every host is a loopback one (localhost, 127.0.0.1, ::1)
+the config listens on loopback only (127.0.0.1:PORT); otherwise on all
+interfaces (:PORT). --listen overrides that choice.
+
+init then prints how a client connects: the token as TICKETING_TOKEN and a
+TICKETING_URL (ticketing://TOKEN@HOST:PORT?ca=CA.PEM) for broker.ParseURL,
+using the first host other machines can reach. init refuses to overwrite an
+existing deployment unless --force is given.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {
 				return usagef("--dir is required")
 			}
-			for _, h := range o.Hosts {
-				if h == "" || strings.ContainsAny(h, " \t/") {
-					return usagef("invalid --host %q", h)
+			for i, h := range o.Hosts {
+				h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]") // [::1]
+				if !validHost(h) {
+					return usagef("invalid --host %q: want a DNS name or an IP address, without a port", o.Hosts[i])
+				}
+				o.Hosts[i] = h
+			}
+			if cmd.Flags().Changed("listen") && cmd.Flags().Changed("port") {
+				return usagef("--listen and --port exclude each other: put the port into --listen")
+			}
+			if o.Port < 1 || o.Port > 65535 {
+				return usagef("invalid --port %d: want 1..65535", o.Port)
+			}
+			if o.Listen != "" {
+				if _, port, err := net.SplitHostPort(o.Listen); err != nil {
+					return usagef("invalid --listen %q: %v", o.Listen, err)
+				} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+					return usagef("invalid --listen %q: want a port 1..65535", o.Listen)
 				}
 			}
-			if _, _, err := net.SplitHostPort(o.Listen); err != nil {
-				return usagef("invalid --listen %q: %v", o.Listen, err)
-			}
-			return initDeployment(&o, stdout)
+			return initDeployment(&o, stdout, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Dir, "dir", "", "`directory` to write the deployment into (created if missing)")
-	f.StringArrayVar(&o.Hosts, "host", nil, "host `name` or IP clients use: the server certificate's names with --tls (repeatable; default 127.0.0.1 and localhost)")
+	f.StringArrayVar(&o.Hosts, "host", nil, "host `name` or IP clients connect to: the server certificate's names with --tls (repeatable; default 127.0.0.1 and localhost)")
 	f.BoolVar(&o.TLS, "tls", false, "also create a private CA and a server certificate")
 	f.BoolVar(&o.Force, "force", false, "overwrite an existing deployment in --dir")
-	f.StringVar(&o.Listen, "listen", defaultListen, "listen `address` to put into the config file")
+	f.IntVar(&o.Port, "port", wire.DefaultPort, "TCP `port` to listen on and to print in the client settings")
+	f.StringVar(&o.Listen, "listen", "", "listen `address` to put into the config file (default: 127.0.0.1:PORT when every --host is loopback, else :PORT, all interfaces)")
 	return cmd
 }
 
-func initDeployment(o *initOptions, stdout io.Writer) error {
+// validHost reports whether h can be both a certificate name and the host
+// part of a client address: an IP address or a DNS name.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// loopbackIP returns the loopback address h stands for: 127.0.0.1 for
+// localhost, the address itself for a loopback IP, and nil for any host
+// that may be another machine's name.
+func loopbackIP(h string) net.IP {
+	if strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
+		return net.IPv4(127, 0, 0, 1)
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+		return ip
+	}
+	return nil
+}
+
+// initPlan is what init derives from its flags: the certificate's hosts,
+// the listen address for the config file, and the address it prints for
+// clients, which is always one of the hosts.
+type initPlan struct {
+	hosts    []string
+	listen   string
+	wildcard bool   // listen is on all interfaces
+	client   string // host:port printed for clients
+	port     string
+	unserved []string // loopback hosts the loopback listen address does not serve
+	unnamed  bool     // --listen is a specific address no host names
+}
+
+func planInit(o *initOptions) initPlan {
+	var p initPlan
+	port := strconv.Itoa(o.Port)
+	var lhost string
+	if o.Listen != "" {
+		lhost, port, _ = net.SplitHostPort(o.Listen) // validated
+	}
+	lip := net.ParseIP(lhost)
+	p.wildcard = lhost == "" || (lip != nil && lip.IsUnspecified())
+
+	p.hosts = o.Hosts
+	if len(p.hosts) == 0 {
+		switch ip := loopbackIP(lhost); {
+		case p.wildcard || ip != nil && ip.Equal(net.IPv4(127, 0, 0, 1)):
+			p.hosts = []string{"127.0.0.1", "localhost"}
+		case ip != nil: // ::1, say
+			p.hosts = []string{lhost, "localhost"}
+		default: // a specific interface: clients reach it by that name
+			p.hosts = []string{lhost}
+		}
+	}
+
+	// The printed host: the first one other machines can reach if there is
+	// one (the user named it for remote clients), else the first.
+	p.client = p.hosts[0]
+	remote := false
+	for _, h := range p.hosts {
+		if loopbackIP(h) == nil {
+			p.client, remote = h, true
+			break
+		}
+	}
+
+	switch {
+	case o.Listen != "":
+		p.listen = o.Listen
+		if !p.wildcard {
+			// A specific address: print the host that names it if
+			// there is one, else warn.
+			p.unnamed = true
+			for _, h := range p.hosts {
+				if strings.EqualFold(h, lhost) || lip != nil && lip.Equal(net.ParseIP(h)) {
+					p.client, p.unnamed = h, false
+					break
+				}
+			}
+		}
+	case remote:
+		p.listen, p.wildcard = net.JoinHostPort("", port), true
+	default:
+		// Every host is loopback: listen on the printed host's address.
+		// localhost counts as served by 127.0.0.1 and ::1 alike (it
+		// normally resolves to both, and clients fall back from one to the
+		// other); another loopback address is only served if it is that
+		// one.
+		ip := loopbackIP(p.client)
+		p.listen, p.wildcard = net.JoinHostPort(ip.String(), port), false
+		for _, h := range p.hosts {
+			if hip := loopbackIP(h); net.ParseIP(h) != nil && !hip.Equal(ip) {
+				p.unserved = append(p.unserved, h)
+			}
+		}
+	}
+	p.port = port
+	p.client = net.JoinHostPort(p.client, port)
+	return p
+}
+
+func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	dir := o.Dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return runtimef("--dir: %w", err)
@@ -110,12 +245,9 @@ func initDeployment(o *initOptions, stdout io.Writer) error {
 		return err
 	}
 
-	hosts := o.Hosts
-	if len(hosts) == 0 {
-		hosts = []string{"127.0.0.1", "localhost"}
-	}
+	plan := planInit(o)
 	if o.TLS {
-		if err := writeTLS(dir, hosts); err != nil {
+		if err := writeTLS(dir, plan.hosts); err != nil {
 			return err
 		}
 	}
@@ -123,7 +255,12 @@ func initDeployment(o *initOptions, stdout io.Writer) error {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "# ticketingd configuration, written by 'ticketingd init'.\n")
 	fmt.Fprintf(&cfg, "# Keys are the flag names of 'ticketingd serve'; relative paths are relative to this file.\n")
-	fmt.Fprintf(&cfg, "listen: %q\n", o.Listen)
+	if plan.wildcard {
+		fmt.Fprintf(&cfg, "# Clients connect to %s: listen on all interfaces.\n", strings.Join(plan.hosts, ", "))
+	} else {
+		fmt.Fprintf(&cfg, "# Clients connect to %s: listen on that address only.\n", strings.Join(plan.hosts, ", "))
+	}
+	fmt.Fprintf(&cfg, "listen: %q\n", plan.listen)
 	fmt.Fprintf(&cfg, "data-dir: %s\n", initDataDir)
 	fmt.Fprintf(&cfg, "client-tokens-file: %s\n", initTokensFile)
 	if o.TLS {
@@ -141,27 +278,97 @@ func initDeployment(o *initOptions, stdout io.Writer) error {
 		return err
 	}
 
-	addr := o.Listen
-	if host, port, err := net.SplitHostPort(o.Listen); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-		addr = net.JoinHostPort(hosts[0], port)
-	}
-	fmt.Fprintf(stdout, "Wrote a ticketingd deployment to %s (%s).\n\n", dir, strings.Join(files, ", "))
-	fmt.Fprintf(stdout, "Client token (shown once; also in %s):\n\n    %s\n\n", filepath.Join(dir, initTokensFile), token)
-	fmt.Fprintf(stdout, "Start the server:\n\n    ticketingd serve --config %s\n\n", cfgPath)
-	fmt.Fprintf(stdout, "Connect from Go:\n\n")
-	fmt.Fprintf(stdout, "    b, err := broker.New(broker.Config{\n")
-	fmt.Fprintf(stdout, "        Addrs: []string{%q},\n", addr)
-	fmt.Fprintf(stdout, "        Token: os.Getenv(\"TICKETING_TOKEN\"), // the token above\n")
+	tokensPath := filepath.Join(dir, initTokensFile)
+	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
+	// The URL as broker.ParseURL reads it. The token is left to the shell
+	// (${TICKETING_TOKEN}) so that it is printed once; the CA path is
+	// query-escaped (which also makes it safe inside double quotes), keeping
+	// its slashes readable.
+	query := ""
 	if o.TLS {
-		caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
-		fmt.Fprintf(stdout, "        TLS:   broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: %q},\n", caPath)
+		query = "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
 	}
-	fmt.Fprintf(stdout, "    })\n")
+	clientURL := "ticketing://${TICKETING_TOKEN}@" + plan.client + query
+
+	w := stdout
+	fmt.Fprintf(w, "Wrote a ticketingd deployment to %s (%s).\n\n", dir, strings.Join(files, ", "))
+	fmt.Fprintf(w, "Start the server:\n\n    ticketingd serve --config %s\n\n", shellQuote(cfgPath))
+	switch {
+	case plan.wildcard:
+		fmt.Fprintf(w, "It listens on %s (all interfaces).\n\n", plan.listen)
+	case isLoopbackListen(plan.listen):
+		fmt.Fprintf(w, "It listens on %s only: clients on other machines cannot reach it (see --host, --listen).\n\n", plan.listen)
+	default:
+		fmt.Fprintf(w, "It listens on %s.\n\n", plan.listen)
+	}
+	fmt.Fprintf(w, "Give each client the token and the server address through its environment\n")
+	fmt.Fprintf(w, "(the token is shown once, here; it is also in %s):\n\n", tokensPath)
+	fmt.Fprintf(w, "    export TICKETING_TOKEN='%s'\n", token)
+	fmt.Fprintf(w, "    export TICKETING_URL=\"%s\"\n\n", clientURL)
+	fmt.Fprintf(w, "The URL form is ticketing://[TOKEN@]HOST[:PORT][,HOST[:PORT]...][?ca=PATH|tls=system][&name=NAME];\n")
+	fmt.Fprintf(w, "keep it, like the token, out of code and repositories.")
 	if o.TLS {
-		fmt.Fprintf(stdout, "\nThe server certificate is valid for: %s. Keep %s offline if you can:\nit signs certificates every client trusts.\n",
-			strings.Join(hosts, ", "), filepath.Join(dir, initCAKey))
+		fmt.Fprintf(w, " A client on another machine needs a copy of\n%s and its path there in ca=.", caPath)
+	}
+	fmt.Fprintf(w, "\n\nConnect from Go:\n\n")
+	fmt.Fprintf(w, "    cfg, err := broker.ParseURL(os.Getenv(\"TICKETING_URL\"))\n")
+	fmt.Fprintf(w, "    if err != nil {\n        return err\n    }\n")
+	fmt.Fprintf(w, "    b, err := broker.New(cfg)\n")
+	fmt.Fprintf(w, "    if err != nil {\n        return err\n    }\n")
+	fmt.Fprintf(w, "    defer b.Close()\n")
+	fmt.Fprintf(w, "    if err := b.WaitReady(ctx); err != nil { // sessions open in the background\n        return err\n    }\n\n")
+	fmt.Fprintf(w, "or, without the URL:\n\n")
+	fmt.Fprintf(w, "    b, err := broker.New(broker.Config{\n")
+	fmt.Fprintf(w, "        Addrs: []string{%q},\n", plan.client)
+	fmt.Fprintf(w, "        Token: os.Getenv(\"TICKETING_TOKEN\"),\n")
+	if o.TLS {
+		fmt.Fprintf(w, "        TLS:   broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: %q},\n", caPath)
+	}
+	fmt.Fprintf(w, "    })\n")
+	if o.TLS {
+		fmt.Fprintf(w, "\nThe server certificate is valid for: %s; clients must connect with one of\nthese names. Keep %s offline if you can: it signs certificates every client trusts.\n",
+			strings.Join(plan.hosts, ", "), filepath.Join(dir, initCAKey))
+	}
+
+	if len(plan.unserved) > 0 {
+		fmt.Fprintf(stderr, "ticketingd init: warning: the config listens on %s, so clients of %s cannot connect; give --listen to choose\n",
+			plan.listen, strings.Join(plan.unserved, ", "))
+	}
+	if plan.unnamed {
+		fmt.Fprintf(stderr, "ticketingd init: warning: --listen %s is an address none of the hosts (%s) names: the printed settings may not reach it\n",
+			plan.listen, strings.Join(plan.hosts, ", "))
+	}
+	if !o.TLS && !isLoopbackListen(plan.listen) {
+		fmt.Fprintf(stderr, "ticketingd init: warning: the config listens on %s, reachable from other machines, without TLS:\n"+
+			"the client token and lock traffic cross the network in clear, and 'ticketingd serve' will warn at each start.\n"+
+			"Run init with --tls (and --force), or --listen 127.0.0.1:%s for clients on this machine only.\n", plan.listen, plan.port)
 	}
 	return nil
+}
+
+// shellQuote quotes s for sh if it holds anything but the characters of
+// plain paths.
+func shellQuote(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
+// isLoopbackListen reports whether a listen address accepts connections
+// from this machine only (the rule of serve's exposure warning).
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return strings.EqualFold(host, "localhost")
+	}
+	return ip.IsLoopback()
 }
 
 // writeFile creates path with perm (exactly: umask does not widen or narrow

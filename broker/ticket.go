@@ -66,7 +66,8 @@ func (t *Ticket) Deadline() time.Time { return t.st.deadline }
 // (negative once passed).
 func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
 
-// Release releases the lock by its exact token. It retries on any ready
+// Release releases the lock by its exact token (on a version-2 session,
+// RELEASE_OWNED: by its token and its acquire's owner). It retries on any ready
 // session only within 5 s of the call, and resends only after a session
 // dropped. Its error matches exactly one of: nil for R (released),
 // ErrNotHeld for N (the lock had expired or is no longer this token's),

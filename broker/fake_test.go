@@ -383,6 +383,15 @@ func (fc *fakeConn) Parked() int {
 	return len(fc.parked)
 }
 
+// IsParked reports whether the ACQUIRE with req_id id waits for a CANCEL
+// on fc.
+func (fc *fakeConn) IsParked(id uint32) bool {
+	fc.pmu.Lock()
+	defer fc.pmu.Unlock()
+	_, ok := fc.parked[id]
+	return ok
+}
+
 // SetHandle replaces the request handler (nil: script).
 func (f *fakeServer) SetHandle(h func(fc *fakeConn, req *wire.Request)) {
 	if h == nil {

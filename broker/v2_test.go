@@ -248,7 +248,7 @@ func acquireParked(t *testing.T, b *broker.Broker, f *fakeServer, key string) (c
 		}
 		acq = l[n]
 		for _, fc := range f.Conns() {
-			if fc.ID == acq.Conn && fc.Parked() > 0 {
+			if fc.ID == acq.Conn && fc.IsParked(acq.ReqID) {
 				return true
 			}
 		}
@@ -271,7 +271,7 @@ func TestV2_Cancel(t *testing.T) {
 		if !strings.Contains(err.Error(), "CANCEL sent") {
 			t.Fatalf("error %v", err)
 		}
-		eventually(t, "CANCEL received", func() bool { return f.Count(wire.TypeCancel) == 1 })
+		eventually(t, "CANCEL received", func() bool { return len(logOf(f, wire.TypeCancel)) == 1 })
 		if c := logOf(f, wire.TypeCancel)[0]; c.ReqID != acq.ReqID || c.Conn != acq.Conn {
 			t.Fatalf("CANCEL %+v does not name the ACQUIRE %+v", c, acq)
 		}

@@ -48,7 +48,7 @@ type fakeServer struct {
 	versionRefused atomic.Int64  // HELLOs answered E(2) by the fake
 	version        atomic.Uint32 // highest version spoken; 0 means 1
 	nextToken      atomic.Uint64
-	counts         [256]atomic.Int64 // requests received by type
+	counts         [256]atomic.Int64 // request frames received, by type byte
 
 	mu       sync.Mutex
 	all      []*fakeConn // every connection, closed by Close and DropAll
@@ -203,11 +203,13 @@ func (fc *fakeConn) serve() {
 		if err != nil {
 			return
 		}
+		// Counted by the frame's type byte before decoding: a C or V on a
+		// version-1 session counts, and gets E(1).
+		f.counts[body[0]].Add(1)
 		if err := wire.DecodeRequestVersion(body, &req, fc.Version); err != nil {
 			fc.send(wire.AppendError(nil, 0, wire.CodeMalformed, err.Error()))
 			return
 		}
-		f.counts[req.Type].Add(1)
 		if req.Type == wire.TypePing {
 			fc.pings.Add(1)
 		} else {

@@ -605,3 +605,60 @@ func TestV2_ReleaseOwned(t *testing.T) {
 		}
 	})
 }
+
+// A RELEASE resent after its session dropped is encoded for the session
+// that carries it: V on the version-2 node, U on the version-1 node.
+func TestV2_ReleaseRetryOnTheOtherVersion(t *testing.T) {
+	f1, f2 := newFake(t), newFakeV2(t)
+	var mu sync.Mutex
+	attempts := map[uint64][]byte{} // token -> the frame types of its release attempts
+	closeFirst := func(f *fakeServer) func(fc *fakeConn, req *wire.Request) {
+		return func(fc *fakeConn, req *wire.Request) {
+			if req.Type != wire.TypeRelease && req.Type != wire.TypeReleaseOwned {
+				f.script(fc, req)
+				return
+			}
+			mu.Lock()
+			attempts[req.Token] = append(attempts[req.Token], req.Type)
+			first := len(attempts[req.Token]) == 1
+			mu.Unlock()
+			if first {
+				fc.Close() // nothing answered: the broker resends on the other node
+				return
+			}
+			fc.send(wire.AppendSimple(nil, wire.TypeReleased, req.ReqID))
+		}
+	}
+	f1.SetHandle(closeFirst(f1))
+	f2.SetHandle(closeFirst(f2))
+	f2.nextToken.Store(1000) // tokens distinct across the two fakes
+	cfg := testConfig(f1.Addr, f2.Addr)
+	b := newBroker(t, cfg)
+	for i := range 4 {
+		eventually(t, "both nodes ready", func() bool { return b.ReadySessions() == 2 })
+		tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	crossed := 0
+	for tok, types := range attempts {
+		if len(types) != 2 {
+			t.Fatalf("token %d: %d release attempts, want 2", tok, len(types))
+		}
+		if types[0] != types[1] {
+			crossed++
+		}
+	}
+	// Every V went to the version-2 node and every U to the version-1
+	// node (the fakes refuse the others with E(1), which would have failed
+	// a Release), and the resends crossed to the other node.
+	if f1.Count(wire.TypeReleaseOwned) != 0 || f2.Count(wire.TypeRelease) != 0 || crossed != 4 {
+		t.Fatalf("V on the version-1 node %d, U on the version-2 node %d, crossed %d of 4", f1.Count(wire.TypeReleaseOwned), f2.Count(wire.TypeRelease), crossed)
+	}
+}

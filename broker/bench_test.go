@@ -37,6 +37,16 @@ import (
 // 128 B per cycle. The same rounds before this work gave
 // a median ratio of 0.74 (0.69 in the session before, on a quieter host).
 //
+// Protocol version 2 (issue 11): against today's server, which speaks
+// version 1, these sessions fall back to version 1 (one E(2) per session
+// at start), so BenchmarkAcquireRelease measures version 1;
+// BenchmarkAcquireReleaseFake runs version 2 (RELEASE_OWNED, 16 bytes
+// longer than RELEASE). Three alternating rounds of the code before it and
+// after it (-benchtime 300000x): BenchmarkAcquireRelease new/old cycles/s
+// 1.02, 0.93, 1.03 (median 1.02); BenchmarkAcquireReleaseFake (version 2
+// against version 1) 1.04, 0.99, 0.97 (median 0.99). Still 2 allocs per
+// cycle; 144 B instead of 128 B (a Ticket keeps its 16-byte owner).
+//
 // Where the CPU goes, per cycle (whole process, profiles): about 4.3 µs
 // against the tool's 3.8 µs; the caller's path 1.2 µs against the tool's
 // 0.53 µs, the reader and writer goroutines and the server about the same
@@ -115,8 +125,9 @@ func BenchmarkAcquireReleaseFake(b *testing.B) {
 	benchCycles(b, addr, true)
 }
 
-// fastFake answers HELLO with O, ACQUIRE with G, RELEASE with R, PING with
-// PONG, batching replies; it allocates nothing per request.
+// fastFake answers HELLO with O (versions 1 and 2), ACQUIRE with G,
+// RELEASE and RELEASE_OWNED with R, PING with PONG, batching replies; it
+// allocates nothing per request. The broker's sessions to it are version 2.
 func fastFake(tb testing.TB) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,21 +157,23 @@ func fastFake(tb testing.TB) (string, func()) {
 				w := bufio.NewWriterSize(nc, 64<<10)
 				var req wire.Request
 				var out []byte
+				ver := uint8(wire.MaxVersion) // until HELLO: the highest the fake speaks
 				for {
 					body, err := fr.Next()
 					if err != nil {
 						return
 					}
-					if err := wire.DecodeRequest(body, &req); err != nil {
+					if err := wire.DecodeRequestVersion(body, &req, ver); err != nil {
 						return
 					}
 					out = out[:0]
 					switch req.Type {
 					case wire.TypeHello:
-						out, _ = wire.AppendResponse(out, &wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
+						ver = req.Version
+						out, _ = wire.AppendResponse(out, &wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: ver, Role: 1})
 					case wire.TypeAcquire:
 						out = wire.AppendGranted(out, req.ReqID, token.Add(1), 0)
-					case wire.TypeRelease:
+					case wire.TypeRelease, wire.TypeReleaseOwned:
 						out = wire.AppendSimple(out, wire.TypeReleased, req.ReqID)
 					case wire.TypePing:
 						out = wire.AppendSimple(out, wire.TypePong, req.ReqID)

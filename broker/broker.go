@@ -13,12 +13,13 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
-// Limits of the arguments of Acquire, after rounding up to whole seconds.
+// Limits of the arguments of Acquire, after rounding up to whole seconds
+// (the protocol's own, PROTOCOL.md).
 const (
-	MaxWait   = 255 * time.Second
-	MaxLease  = 250 * time.Second
-	MinLease  = 1 * time.Second
-	MaxKeyLen = 255
+	MaxWait   = wire.MaxWait
+	MaxLease  = wire.MaxLease
+	MinLease  = wire.MinLease
+	MaxKeyLen = wire.MaxKeyLen
 )
 
 const ticketShards = 32
@@ -125,8 +126,14 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.reqs.New = newRequest
+	nodes := map[string]*node{}
 	for i, a := range set.addrs {
-		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, tls: set.tls[i]})
+		n := nodes[a]
+		if n == nil {
+			n = &node{}
+			nodes[a] = n
+		}
+		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, node: n, tls: set.tls[i]})
 	}
 	b.wg.Add(len(b.sessions))
 	for _, s := range b.sessions {
@@ -315,15 +322,15 @@ func roundUp(d time.Duration) (int64, bool) {
 }
 
 func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS int64, err error) {
-	if len(key) == 0 || len(key) > MaxKeyLen {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("key must be 1..255 bytes, got %d", len(key)), nil)
+	if len(key) < wire.MinKeyLen || len(key) > wire.MaxKeyLen {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("key must be %d..%d bytes, got %d", wire.MinKeyLen, wire.MaxKeyLen, len(key)), nil)
 	}
 	var ok bool
-	if waitS, ok = roundUp(wait); !ok || waitS > 255 {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("wait %v: must be 0..255s after rounding up", wait), nil)
+	if waitS, ok = roundUp(wait); !ok || waitS > wire.MaxWaitS {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("wait %v: must be 0..%ds after rounding up", wait, wire.MaxWaitS), nil)
 	}
-	if leaseS, ok = roundUp(lease); !ok || leaseS < 1 || leaseS > 250 {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("lease %v: must be 1..250s after rounding up", lease), nil)
+	if leaseS, ok = roundUp(lease); !ok || leaseS < wire.MinLeaseS || leaseS > wire.MaxLeaseS {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("lease %v: must be %d..%ds after rounding up", lease, wire.MinLeaseS, wire.MaxLeaseS), nil)
 	}
 	if workS, ok = roundUp(work); !ok || workS > leaseS {
 		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("work budget %v: must be 0..lease (%ds) after rounding up", work, leaseS), nil)
@@ -331,12 +338,19 @@ func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS
 	return waitS, leaseS, workS, nil
 }
 
-// encode encodes r into r.frame, with req_id 0 for enqueue to set.
-func (r *request) encode() error {
+// encode encodes r into r.frame for a session of protocol version ver,
+// with req_id 0 for enqueue to set. An ACQUIRE is the same in every
+// version; a RELEASE is RELEASE_OWNED (token and owner) on version 2.
+func (r *request) encode(ver uint8) error {
+	typ := r.typ
+	if typ == wire.TypeRelease && ver >= wire.Version2 {
+		typ = wire.TypeReleaseOwned
+	}
 	var err error
 	r.frame, err = wire.AppendRequest(r.frame[:0], &wire.Request{
-		Type: r.typ, Owner: r.owner, WaitS: r.waitS, LeaseS: r.leaseS, Key: r.key, Token: r.token,
+		Type: typ, Owner: r.owner, WaitS: r.waitS, LeaseS: r.leaseS, Key: r.key, Token: r.token,
 	})
+	r.frameVer = ver
 	return err
 }
 
@@ -418,10 +432,14 @@ func (b *Broker) consumed() {
 // Errors (see the package documentation for what to do with each):
 // ErrInvalidArgument, ErrTimedOut, ErrBusy, ErrIndeterminate, ErrUnsent,
 // ErrLeaseTooShort, ErrNotActive, *ServerError, ErrClosed. A cancelled call
-// also matches ctx's error. Cancelling after the request may have been sent
-// closes its session (the server then drops the queued wait); give ctx at
-// least wait plus a margin. Acquire never waits for a session: with none
-// ready it fails at once with ErrUnsent.
+// also matches ctx's error, and returns at once. Cancelling after the
+// request may have been sent is ErrIndeterminate: on a session of protocol
+// version 2 the broker sends CANCEL for it (the server drops the queued
+// wait) and releases a grant that still arrives, by token and owner, and
+// the session and every other request on it carry on; on a version-1
+// session (an older server) it closes the session, which makes the other
+// ACQUIREs waiting on it Indeterminate too. Acquire never waits for a
+// session: with none ready it fails at once with ErrUnsent.
 func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time.Duration) (*Ticket, error) {
 	waitS, leaseS, workS, err := validate(key, wait, lease, work)
 	if err != nil {
@@ -439,7 +457,8 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 	r.waitS, r.leaseS = uint8(waitS), uint8(leaseS)
 	r.deadline = time.Time{}
 	r.newOwner() // a fresh owner for every acquire
-	if err := r.encode(); err != nil {
+	owner := r.owner
+	if err := r.encode(wire.Version1); err != nil { // the same on version 2
 		b.putReq(r)
 		return nil, newErr(ErrInvalidArgument, "encoding ACQUIRE", err)
 	}
@@ -466,18 +485,20 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 				return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
 			case withdrawnSent:
 				b.putReq(r)
-				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; session closed", ctx.Err())
+				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; session closed (protocol version 1)", ctx.Err())
+			case withdrawnCancelled: // r is the conn's until its final reply
+				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; CANCEL sent, a late grant is released", ctx.Err())
 			}
 			b.recv(r)
 			res := r.res
 			b.putReq(r)
-			return b.cancelledOutcome(ctx, key, res, leaseS, workS)
+			return b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
 		}
 		res := r.res
 		if res.typ == wire.TypeGranted && ctx.Err() != nil {
 			// Cancelled while the grant was being read: never a Ticket.
 			b.putReq(r)
-			return b.cancelledOutcome(ctx, key, res, leaseS, workS)
+			return b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
 		}
 		if res.typ == 0 && !res.sent {
 			// The session ended before our bytes were written: definitely
@@ -486,7 +507,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 			continue
 		}
 		b.putReq(r)
-		return b.outcome(key, res, leaseS, workS)
+		return b.outcome(key, owner, res, leaseS, workS)
 	}
 	b.putReq(r)
 	if b.closing.Load() {
@@ -501,9 +522,9 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 // cancelledOutcome: ctx ended, but a final reply had already been read.
 // T, B, M and E stand; a grant is released (bounded, in the background) and
 // the caller gets Indeterminate, never a Ticket.
-func (b *Broker) cancelledOutcome(ctx context.Context, key string, res result, leaseS, workS int64) (*Ticket, error) {
+func (b *Broker) cancelledOutcome(ctx context.Context, key string, owner [wire.OwnerLen]byte, res result, leaseS, workS int64) (*Ticket, error) {
 	if res.typ == wire.TypeGranted {
-		b.compensate(key, res.token, "grant read concurrently with cancellation")
+		b.compensate(key, res.token, owner, "grant read concurrently with cancellation")
 		return nil, newErr(ErrIndeterminate, "cancelled; the concurrent grant is being released", ctx.Err())
 	}
 	if res.typ == 0 && res.sent {
@@ -512,10 +533,10 @@ func (b *Broker) cancelledOutcome(ctx context.Context, key string, res result, l
 	if res.typ == 0 {
 		return nil, newErr(ErrUnsent, "cancelled before sending", ctx.Err())
 	}
-	return b.outcome(key, res, leaseS, workS)
+	return b.outcome(key, owner, res, leaseS, workS)
 }
 
-func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, error) {
+func (b *Broker) outcome(key string, owner [wire.OwnerLen]byte, res result, leaseS, workS int64) (*Ticket, error) {
 	switch res.typ {
 	case wire.TypeGranted:
 		// Rule 15a: the server cannot have waited longer than the time
@@ -529,7 +550,7 @@ func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, 
 		deadline := res.t0.Add(total * (100 - rhoPercent) / 100)
 		remaining := deadline.Sub(now)
 		if remaining <= 0 || remaining < time.Duration(workS)*time.Second {
-			rerr := b.release(context.Background(), key, res.token, time.Now(), true)
+			rerr := b.release(context.Background(), key, res.token, owner, time.Now(), true)
 			msg := fmt.Sprintf("remaining %v < work budget %ds; compensating release: ", remaining.Round(time.Millisecond), workS)
 			if rerr == nil {
 				msg += "confirmed"
@@ -538,7 +559,7 @@ func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, 
 			}
 			return nil, newErr(ErrLeaseTooShort, msg, nil)
 		}
-		return b.newTicket(key, res.token, deadline)
+		return b.newTicket(key, res.token, owner, deadline)
 	case wire.TypeTimedOut:
 		return nil, ErrTimedOut
 	case wire.TypeBusy:
@@ -551,13 +572,13 @@ func (b *Broker) outcome(key string, res result, leaseS, workS int64) (*Ticket, 
 	return nil, newErr(ErrIndeterminate, "no final reply", res.cause)
 }
 
-func (b *Broker) newTicket(key string, token uint64, deadline time.Time) (*Ticket, error) {
-	st := &ticketState{key: key, token: token, deadline: deadline}
+func (b *Broker) newTicket(key string, token uint64, owner [wire.OwnerLen]byte, deadline time.Time) (*Ticket, error) {
+	st := &ticketState{key: key, token: token, owner: owner, deadline: deadline}
 	sh := b.shard(st)
 	sh.mu.Lock()
 	if b.closing.Load() { // Close has collected, or will not see, this shard
 		sh.mu.Unlock()
-		b.release(context.Background(), key, token, time.Now(), true)
+		b.release(context.Background(), key, token, owner, time.Now(), true)
 		return nil, ErrClosed
 	}
 	t := &Ticket{b: b, st: st}
@@ -593,10 +614,10 @@ func (b *Broker) spawn(f func()) bool {
 
 // compensate releases a grant nobody will use, in the background, within
 // the release window.
-func (b *Broker) compensate(key string, token uint64, why string) {
+func (b *Broker) compensate(key string, token uint64, owner [wire.OwnerLen]byte, why string) {
 	start := time.Now()
 	if !b.spawn(func() {
-		err := b.release(context.Background(), key, token, start, false)
+		err := b.release(context.Background(), key, token, owner, start, false)
 		b.log.Warn("broker: compensating release", "why", why, "key", key, "token", token, "err", err)
 	}) {
 		b.log.Warn("broker: compensating release skipped: broker closing", "why", why, "key", key, "token", token)
@@ -605,25 +626,25 @@ func (b *Broker) compensate(key string, token uint64, why string) {
 
 // release sends RELEASE for the exact token, retrying on any ready session
 // until the window from start ends; it resends only after a session drop.
-// fresh says that start was taken just now, so that the first attempt
-// need not read the clock again to check the window.
+// On a version-2 session it is RELEASE_OWNED, with the owner of the
+// ACQUIRE that was granted the token. fresh says that start was taken just
+// now, so that the first attempt need not read the clock again to check
+// the window.
 //
 // Its outcome is exactly one of: nil (R), ErrNotHeld (N), ErrUnsent (no
 // attempt may have been sent, whether the window ended or ctx did),
 // ErrReleaseUnconfirmed (an attempt may have been sent, and no final reply
 // came), ErrClosed, ErrInvalidArgument. The last attempt's failure is in
 // the message only (see newErr).
-func (b *Broker) release(ctx context.Context, key string, token uint64, start time.Time, fresh bool) error {
+func (b *Broker) release(ctx context.Context, key string, token uint64, owner [wire.OwnerLen]byte, start time.Time, fresh bool) error {
 	deadline := start.Add(b.set.Config.ReleaseWindow)
 	r := b.getReq()
 	r.typ = wire.TypeRelease
 	r.key = append(r.key[:0], key...)
 	r.token = token
-	r.deadline = deadline              // the conn delivers an expired result then
-	if err := r.encode(); err != nil { // a Ticket's key is valid: cannot happen
-		b.putReq(r)
-		return newErr(ErrInvalidArgument, "encoding RELEASE", err)
-	}
+	r.owner = owner
+	r.frameVer = 0        // encoded for the session picked
+	r.deadline = deadline // the conn delivers an expired result then
 	var last error
 	sentAny := false // an attempt may have reached the server
 	// ended is the outcome when the window or ctx ends with no final reply.
@@ -661,6 +682,12 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, start ti
 				return ended("release cancelled", ctx.Err())
 			}
 			continue
+		}
+		if r.frameVer != c.version {
+			if err := r.encode(c.version); err != nil { // a Ticket's key is valid: cannot happen
+				b.putReq(r)
+				return newErr(ErrInvalidArgument, "encoding RELEASE", err)
+			}
 		}
 		if !c.enqueue(r) {
 			continue

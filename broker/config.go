@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
 // Defaults of the Config fields.
@@ -26,7 +28,7 @@ const (
 	// retried (SEMANTICS.md rule 16).
 	ReleaseWindow = 5 * time.Second
 	// DefaultPort is used for an address given without a port.
-	DefaultPort = 5225
+	DefaultPort = wire.DefaultPort
 )
 
 // TLSMode selects how the client verifies the server (SEMANTICS.md rule 21).
@@ -132,11 +134,11 @@ func (cfg Config) normalize() (*settings, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, newErr(ErrInvalidConfig, "no address", nil)
 	}
-	if len(cfg.Token) > 255 {
-		return nil, newErr(ErrInvalidConfig, "token longer than 255 bytes", nil)
+	if len(cfg.Token) > wire.MaxTokenLen {
+		return nil, newErr(ErrInvalidConfig, fmt.Sprintf("token longer than %d bytes", wire.MaxTokenLen), nil)
 	}
-	if len(cfg.Name) > 255 {
-		return nil, newErr(ErrInvalidConfig, "name longer than 255 bytes", nil)
+	if len(cfg.Name) > wire.MaxNameLen {
+		return nil, newErr(ErrInvalidConfig, fmt.Sprintf("name longer than %d bytes", wire.MaxNameLen), nil)
 	}
 	def := func(d *time.Duration, v time.Duration, name string) error {
 		if *d < 0 {

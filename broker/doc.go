@@ -48,12 +48,27 @@
 // waits for one. WaitReady is a start-up convenience that waits for the first
 // ready session. A session whose latest attempt was refused for good (the
 // client token refused, E code 3: ErrUnauthorized; the protocol version
-// refused, E code 2: *ServerError; the server's certificate rejected:
+// refused, E code 2 to a version-1 HELLO: *ServerError; the server's
+// certificate rejected:
 // ErrCertificate) redials only after BackoffMax; when every session is in
 // that state, WaitReady returns the refusal at once. A fix on the server side
 // is picked up by the next redial. When ctx ends first, WaitReady's error
 // matches ErrNotReady and ctx's error, and its message carries the last
 // session error.
+//
+// # Protocol versions
+//
+// The broker asks every node for protocol version 2, which adds CANCEL
+// (drop one waiting ACQUIRE, the session lives on) and RELEASE_OWNED
+// (release by token and owner) to version 1. A node that answers E(2) (a
+// version-1 server) is asked again at once with version 1 (no backoff, not
+// a refusal), and every later session to that address asks for version 1,
+// for the life of the Broker. A HELLO_OK carrying another version than the
+// one asked is a protocol error: the session is not used. What version 2
+// changes is what a cancellation after a possible send does (see
+// Cancellation) and how a release is sent (see Release); everything else is
+// the same in both versions, and a version-1 session behaves exactly as
+// before version 2 existed.
 //
 // # Errors: exactly one outcome
 //
@@ -106,13 +121,17 @@
 // malformed, oversized or unknown frame, an unknown req_id, a reply of the
 // wrong type); no reply within wait plus ReplyGrace (the session is then
 // closed); a cancellation after a possible send. A grant still read from
-// the socket after its session ended (an ACQUIRE cancelled after a possible
-// send, or in flight when the session turned fatal) is released in the
-// background, within the release window: its caller has no Ticket.
+// the socket for an ACQUIRE whose caller has no Ticket (one cancelled after
+// a possible send, or in flight when its session turned fatal) is released
+// in the background, within the release window.
 //
 // # Release
 //
-// Ticket.Release sends RELEASE with the exact token. It retries, on any ready
+// Ticket.Release sends RELEASE with the exact token; on a version-2 session
+// it sends RELEASE_OWNED with the exact token and the owner of the ACQUIRE
+// that was granted it, so that no other client can free the lock by
+// guessing its token (compensating releases, Close and the drop safety net
+// do the same). It retries, on any ready
 // session, only within 5 s (absolute) of the call, and resends only after the
 // session that carried it dropped, never after silence on a live session.
 // nil means R (released); ErrNotHeld means N (expired, or no longer this
@@ -151,16 +170,26 @@
 //     (including a request still in the write queue): ErrUnsent. A queued
 //     request whose session drops moves to another session only if its
 //     ctx has not ended; otherwise it is ErrUnsent with nothing sent;
-//   - cancelled after a possible send: the session is closed (the server then
-//     drops the queued wait; the other requests on that session become
-//     Indeterminate or, if unsent, move to another session) and the result
-//     is ErrIndeterminate;
+//   - cancelled after a possible send, on a version-2 session: the result is
+//     ErrIndeterminate, at once. The broker sends CANCEL for that ACQUIRE
+//     (the server drops the queued wait and answers it T); the session and
+//     every other request on it carry on. The ACQUIRE's req_id stays
+//     reserved until its final reply; a G that still arrives (granted
+//     before the server read the CANCEL) is released in the background by
+//     token and owner. A server that never answers the ACQUIRE still has
+//     the session closed at wait plus ReplyGrace;
+//   - cancelled after a possible send, on a version-1 session (an older
+//     server): the session is closed (the server then drops the queued
+//     wait; the other requests on that session become Indeterminate or, if
+//     unsent, move to another session) and the result is ErrIndeterminate;
 //   - if the grant was already read when the cancel happened, a bounded
 //     compensating release is started and the result is ErrIndeterminate,
 //     never a Ticket;
 //   - if T or B had already arrived, that outcome stands.
 //
-// Give Acquire a context that lasts at least wait plus a margin.
+// On a version-1 session, give Acquire a context that lasts at least wait
+// plus a margin: a cancellation there costs the other waiters of the
+// session.
 //
 // # TLS
 //

@@ -23,6 +23,13 @@ import (
 // default it grants every ACQUIRE with a fresh token, answers RELEASE with R
 // and PING with PONG; the key of a request selects a scripted behaviour
 // (see script), and tests may replace Hello, Handle or AfterHello.
+//
+// It speaks protocol version 1 only, as today's server does, unless
+// SetVersion(2) says otherwise: a HELLO asking for a version above the
+// fake's is answered E(2) by the fake itself (counted in versionRefused,
+// not in hellos, and never shown to Hello), and C or V on a version-1
+// session get E(1). A connection so refused is not one of its sessions:
+// accepted, Conns and the fakeConn IDs count only the others.
 type fakeServer struct {
 	t    testing.TB
 	ln   net.Listener
@@ -35,19 +42,22 @@ type fakeServer struct {
 	// AfterHello, if set, takes over the raw byte stream after HELLO_OK.
 	AfterHello func(fc *fakeConn, r io.Reader)
 
-	bytes     atomic.Int64 // every byte received, on every conn
-	accepted  atomic.Int64
-	hellos    atomic.Int64
-	nextToken atomic.Uint64
-	counts    [256]atomic.Int64 // requests received by type
+	bytes          atomic.Int64 // every byte received, on every conn
+	accepted       atomic.Int64
+	hellos         atomic.Int64  // HELLOs of a version the fake speaks
+	versionRefused atomic.Int64  // HELLOs answered E(2) by the fake
+	version        atomic.Uint32 // highest version spoken; 0 means 1
+	nextToken      atomic.Uint64
+	counts         [256]atomic.Int64 // request frames received, by type byte
 
 	mu       sync.Mutex
-	conns    []*fakeConn
-	log      []fakeReq // every ACQUIRE and RELEASE, in order
-	tokens   []string  // HELLO tokens seen
+	all      []*fakeConn // every connection, closed by Close and DropAll
+	conns    []*fakeConn // sessions: past the HELLO's version check
+	log      []fakeReq   // every ACQUIRE, RELEASE, RELEASE_OWNED and CANCEL, in order
+	tokens   []string    // HELLO tokens seen
 	closed   bool
 	wg       sync.WaitGroup
-	released map[uint64]int // token -> RELEASEs received
+	released map[uint64]int // token -> RELEASEs and RELEASE_OWNEDs received
 }
 
 type fakeReq struct {
@@ -55,19 +65,23 @@ type fakeReq struct {
 	Type   byte
 	ReqID  uint32
 	Key    string
-	Owner  [16]byte
+	Owner  [16]byte // ACQUIRE and RELEASE_OWNED
 	WaitS  uint8
 	LeaseS uint8
 	Token  uint64
 }
 
 type fakeConn struct {
-	srv   *fakeServer
-	nc    net.Conn
-	ID    int
-	wmu   sync.Mutex
-	pings atomic.Int64
-	reqs  atomic.Int64
+	srv     *fakeServer
+	nc      net.Conn
+	ID      int
+	Version uint8 // the session's, set at HELLO
+	wmu     sync.Mutex
+	pings   atomic.Int64
+	reqs    atomic.Int64
+
+	pmu    sync.Mutex
+	parked map[uint32]string // version 2: ACQUIREs waiting for a CANCEL, by req_id: their script word
 }
 
 func newFake(t testing.TB) *fakeServer { return newFakeOn(t, "127.0.0.1:0", nil) }
@@ -96,7 +110,7 @@ func (f *fakeServer) Close() {
 	}
 	f.closed = true
 	f.ln.Close()
-	for _, c := range f.conns {
+	for _, c := range f.all {
 		c.nc.Close()
 	}
 	f.mu.Unlock()
@@ -107,7 +121,7 @@ func (f *fakeServer) Close() {
 func (f *fakeServer) DropAll() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range f.conns {
+	for _, c := range f.all {
 		c.nc.Close()
 	}
 }
@@ -125,9 +139,8 @@ func (f *fakeServer) acceptLoop() {
 			nc.Close()
 			return
 		}
-		fc := &fakeConn{srv: f, nc: nc, ID: len(f.conns)}
-		f.conns = append(f.conns, fc)
-		f.accepted.Add(1)
+		fc := &fakeConn{srv: f, nc: nc, ID: -1}
+		f.all = append(f.all, fc)
 		f.wg.Add(1)
 		f.mu.Unlock()
 		go fc.serve()
@@ -156,10 +169,22 @@ func (fc *fakeConn) serve() {
 		return
 	}
 	var req wire.Request
-	if err := wire.DecodeRequest(body, &req); err != nil || req.Type != wire.TypeHello {
+	err = wire.DecodeRequestVersion(body, &req, uint8(max(1, f.version.Load())))
+	if errors.Is(err, wire.ErrUnsupportedVersion) && req.Type == wire.TypeHello {
+		f.versionRefused.Add(1)
+		fc.send(wire.AppendError(nil, req.ReqID, wire.CodeVersion, "unsupported protocol version"))
+		return
+	}
+	f.mu.Lock()
+	fc.ID = len(f.conns)
+	f.conns = append(f.conns, fc)
+	f.accepted.Add(1)
+	f.mu.Unlock()
+	if err != nil || req.Type != wire.TypeHello {
 		fc.send(wire.AppendError(nil, 0, wire.CodeMalformed, "expected HELLO"))
 		return
 	}
+	fc.Version = req.Version
 	f.hellos.Add(1)
 	f.mu.Lock()
 	f.tokens = append(f.tokens, string(req.AuthToken))
@@ -167,7 +192,7 @@ func (fc *fakeConn) serve() {
 	if f.Hello != nil {
 		f.Hello(fc, &req)
 	} else {
-		fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1, Node: []byte("fake")})
+		fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: req.Version, Role: 1, Node: []byte("fake")})
 	}
 	if f.AfterHello != nil {
 		f.AfterHello(fc, cr)
@@ -178,11 +203,13 @@ func (fc *fakeConn) serve() {
 		if err != nil {
 			return
 		}
-		if err := wire.DecodeRequest(body, &req); err != nil {
+		// Counted by the frame's type byte before decoding: a C or V on a
+		// version-1 session counts, and gets E(1).
+		f.counts[body[0]].Add(1)
+		if err := wire.DecodeRequestVersion(body, &req, fc.Version); err != nil {
 			fc.send(wire.AppendError(nil, 0, wire.CodeMalformed, err.Error()))
 			return
 		}
-		f.counts[req.Type].Add(1)
 		if req.Type == wire.TypePing {
 			fc.pings.Add(1)
 		} else {
@@ -190,7 +217,7 @@ func (fc *fakeConn) serve() {
 			f.mu.Lock()
 			f.log = append(f.log, fakeReq{Conn: fc.ID, Type: req.Type, ReqID: req.ReqID, Key: string(req.Key),
 				Owner: req.Owner, WaitS: req.WaitS, LeaseS: req.LeaseS, Token: req.Token})
-			if req.Type == wire.TypeRelease {
+			if req.Type == wire.TypeRelease || req.Type == wire.TypeReleaseOwned {
 				f.released[req.Token]++
 			}
 			f.mu.Unlock()
@@ -230,12 +257,17 @@ func (f *fakeServer) later(d time.Duration, fn func()) {
 }
 
 // script answers by key. For an ACQUIRE the key's first word (before '/')
-// selects the behaviour; for a RELEASE, a word after "rel-" in the key does.
+// selects the behaviour; for a RELEASE or RELEASE_OWNED, a word after
+// "rel-" in the key does.
 //
 //	busy timeout never close closepartial malformed oversized unknowntype
 //	unknownid wrongtype pong empty fatalthengrant notactive error grantclose
 //	delay:<dur> waited:<ms> (G at once, claiming waited_ms) honest:<dur> (G
 //	after dur, waited_ms dur) token0 (G with token 0) (anything else: G)
+//	version 2 only: wait (queued until its CANCEL, then T) waitgrant
+//	(queued until its CANCEL, then G: granted just before the CANCEL was
+//	read) waitdeaf (queued; its CANCEL is ignored). A CANCEL naming
+//	nothing queued is ignored, as PROTOCOL.md says.
 //	release: rel-never rel-notheld rel-late (R after 400ms) rel-granted (G)
 //	rel-closeonce (else R)
 func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
@@ -245,7 +277,22 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	case wire.TypePing:
 		fc.send(wire.AppendSimple(nil, wire.TypePong, id))
 		return
-	case wire.TypeRelease:
+	case wire.TypeCancel:
+		fc.pmu.Lock()
+		word, ok := fc.parked[id]
+		if ok && word != "waitdeaf" {
+			delete(fc.parked, id)
+		}
+		fc.pmu.Unlock()
+		switch {
+		case !ok || word == "waitdeaf":
+		case word == "waitgrant":
+			fc.send(wire.AppendGranted(nil, id, f.nextToken.Add(1), 0))
+		default:
+			fc.send(wire.AppendSimple(nil, wire.TypeTimedOut, id))
+		}
+		return
+	case wire.TypeRelease, wire.TypeReleaseOwned:
 		switch {
 		case strings.Contains(key, "rel-never"):
 		case strings.Contains(key, "rel-notheld"):
@@ -273,6 +320,13 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 		return wire.AppendGranted(nil, id, f.nextToken.Add(1), waited)
 	}
 	switch {
+	case fc.Version >= 2 && (word == "wait" || word == "waitgrant" || word == "waitdeaf"):
+		fc.pmu.Lock()
+		if fc.parked == nil {
+			fc.parked = map[uint32]string{}
+		}
+		fc.parked[id] = word
+		fc.pmu.Unlock()
 	case word == "busy":
 		fc.send(wire.AppendSimple(nil, wire.TypeBusy, id))
 	case word == "timeout":
@@ -318,6 +372,26 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	default:
 		fc.send(grant(0))
 	}
+}
+
+// SetVersion sets the highest protocol version the fake speaks (1 or 2),
+// before the broker dials it.
+func (f *fakeServer) SetVersion(v uint8) { f.version.Store(uint32(v)) }
+
+// Parked returns how many ACQUIREs wait for a CANCEL on fc.
+func (fc *fakeConn) Parked() int {
+	fc.pmu.Lock()
+	defer fc.pmu.Unlock()
+	return len(fc.parked)
+}
+
+// IsParked reports whether the ACQUIRE with req_id id waits for a CANCEL
+// on fc.
+func (fc *fakeConn) IsParked(id uint32) bool {
+	fc.pmu.Lock()
+	defer fc.pmu.Unlock()
+	_, ok := fc.parked[id]
+	return ok
 }
 
 // SetHandle replaces the request handler (nil: script).

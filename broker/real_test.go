@@ -66,12 +66,17 @@ func (rs *realServer) Stop() {
 // countingDialer counts the bytes written on each connection it dials.
 type countingDialer struct {
 	mu    sync.Mutex
-	conns []*atomic.Int64
+	conns []*connCount
+}
+
+type connCount struct {
+	atomic.Int64             // bytes written
+	closed       atomic.Bool // closed by the broker
 }
 
 type countedConn struct {
 	net.Conn
-	n *atomic.Int64
+	n *connCount
 }
 
 func (c countedConn) Write(p []byte) (int, error) {
@@ -80,13 +85,31 @@ func (c countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
+func (c countedConn) Close() error {
+	c.n.closed.Store(true)
+	return c.Conn.Close()
+}
+
+// open returns the counts of the connections not closed.
+func (d *countingDialer) open() []*connCount {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*connCount
+	for _, c := range d.conns {
+		if !c.closed.Load() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func (d *countingDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var nd net.Dialer
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	n := new(atomic.Int64)
+	n := new(connCount)
 	d.mu.Lock()
 	d.conns = append(d.conns, n)
 	d.mu.Unlock()
@@ -150,9 +173,13 @@ func TestReal_RoundRobin(t *testing.T) {
 	cfg.Dialer = d.Dial
 	b := newBroker(t, cfg)
 	eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 && rs.Stats().Sessions == 2 })
-	d.mu.Lock()
-	before := []int64{d.conns[0].Load(), d.conns[1].Load()}
-	d.mu.Unlock()
+	// The sessions' connections: a server that answers a version-2 HELLO
+	// with E(2) closes those, and the broker retries with version 1.
+	conns := d.open()
+	if len(conns) != 2 {
+		t.Fatalf("%d open connections, want 2", len(conns))
+	}
+	before := []int64{conns[0].Load(), conns[1].Load()}
 	for range 10 {
 		tk, err := b.Acquire(t.Context(), "rr", 0, 30*s, 0)
 		if err != nil {
@@ -162,10 +189,8 @@ func TestReal_RoundRobin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for i := range 2 {
-		if d.conns[i].Load() == before[i] {
+		if conns[i].Load() == before[i] {
 			t.Fatalf("session %d carried no request", i)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 // from conn.allocID (which skips ids whose slot is taken), requests stay
 // for random spans, some for very long, and req_ids wrap around.
 func TestReqTable(t *testing.T) {
-	c := &conn{nextID: ^uint32(0) - 5000, cancelled: map[uint32]string{}} // wraps early
+	c := &conn{nextID: ^uint32(0) - 5000, cancelled: map[uint32]lostGrant{}} // wraps early
 	model := map[uint32]*request{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var live []*request

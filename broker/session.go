@@ -32,12 +32,19 @@ type request struct {
 	// delivers an expired result at this instant (see expireReleases).
 	deadline time.Time
 	// frame is the encoded request, encoded by its caller outside the
-	// conn's lock; enqueue writes the req_id into it.
-	frame []byte
+	// conn's lock; enqueue writes the req_id into it. frameVer is the
+	// protocol version it was encoded for: a RELEASE is U on a version-1
+	// session and RELEASE_OWNED (V, with owner) on a version-2 one, and
+	// is encoded again when a retry picks a session of the other version.
+	frame    []byte
+	frameVer uint8
 
 	// Guarded by the conn's mu while the request is in its inflight table.
-	sent      bool      // its bytes were handed to conn.Write
-	abandoned bool      // the caller stopped waiting; the conn drops it on its reply
+	sent bool // its bytes were handed to conn.Write
+	// abandoned: the caller stopped waiting; the conn drops it on its
+	// final reply. An abandoned ACQUIRE was cancelled on a version-2
+	// session (see withdraw): a G for it is released.
+	abandoned bool
 	t0        time.Time // taken just before the Write that carried it
 	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace; RELEASE: t0 + release window + reply grace
 
@@ -66,6 +73,7 @@ type session struct {
 	b    *Broker
 	idx  int
 	addr string
+	node *node // shared by the sessions of one address
 	tls  *tls.Config
 	cur  atomic.Pointer[conn]
 
@@ -75,31 +83,63 @@ type session struct {
 	refusedAt time.Time
 }
 
+// node is what the sessions of one address share: the protocol version to
+// ask it for. Every node is asked for version 2 until it answers E(2) to a
+// version-2 HELLO; from then on, for the life of the Broker, its sessions
+// open with version 1 (PROTOCOL.md, "Version 2 additions").
+type node struct {
+	v1 atomic.Bool
+}
+
+// version returns the version the next session to the node asks for.
+func (n *node) version() uint8 {
+	if n.v1.Load() {
+		return wire.Version1
+	}
+	return wire.Version2
+}
+
+// lostGrant is an ACQUIRE possibly sent whose caller will never get its
+// Ticket: a G for it is released by token and, on a version-2 session,
+// owner.
+type lostGrant struct {
+	key   string
+	owner [wire.OwnerLen]byte
+}
+
 // conn is one open connection of a session, from HELLO_OK to its end.
 type conn struct {
-	b      *Broker
-	s      *session
-	nc     net.Conn // what we read and write (TLS or raw)
-	raw    net.Conn // the TCP conn, closed to tear down at once
-	br     *bufio.Reader
-	done   chan struct{}
-	wake   chan struct{}
-	isDead atomic.Bool
-	qlen   atomic.Int32 // len(queue), for the writer's batching heuristic
+	b   *Broker
+	s   *session
+	nc  net.Conn // what we read and write (TLS or raw)
+	raw net.Conn // the TCP conn, closed to tear down at once
+	br  *bufio.Reader
+	// version is the protocol version of the session (the HELLO_OK's,
+	// equal to the one asked for).
+	version uint8
+	done    chan struct{}
+	wake    chan struct{}
+	isDead  atomic.Bool
+	qlen    atomic.Int32 // len(queue), for the writer's batching heuristic
 
-	mu        sync.Mutex
-	closed    bool
-	err       error
-	inflight  reqTable
-	queue     []*request
-	nextID    uint32
-	cancelled map[uint32]string // ACQUIREs cancelled after a possible send: req_id -> key
-	pingWant  bool
-	pingOut   bool
-	pingID    uint32
-	pingSent  time.Time // when the PING fell due (not when it was written)
-	lastPing  time.Time
-	wbuf      []byte
+	mu       sync.Mutex
+	closed   bool
+	err      error
+	inflight reqTable
+	queue    []*request
+	nextID   uint32
+	// cancelled: after the conn closed, the ACQUIREs that were possibly
+	// sent and had no final reply, by req_id (a G still read is released).
+	cancelled map[uint32]lostGrant
+	// cancels: req_ids of version-2 ACQUIREs cancelled by their callers,
+	// for the writer to send CANCEL for.
+	cancels  []uint32
+	pingWant bool
+	pingOut  bool
+	pingID   uint32
+	pingSent time.Time // when the PING fell due (not when it was written)
+	lastPing time.Time
+	wbuf     []byte
 	// One timer per conn bounds the waits of its RELEASEs: armed for the
 	// earliest window end among them (relAt; zero: not armed), it is
 	// touched only when a RELEASE with an earlier end is queued, not once
@@ -114,10 +154,20 @@ func (s *session) run() {
 	defer b.wg.Done()
 	attempt := 0
 	for b.ctx.Err() == nil {
-		c, err := s.open()
+		ver := s.node.version()
+		c, err := s.open(ver)
 		if err != nil {
 			if b.ctx.Err() != nil {
 				return
+			}
+			if ver == wire.Version2 && versionRefused(err) {
+				// A version-1 node: not a failure, and no refusal for
+				// good. Its sessions ask for version 1 from now on, this
+				// one at once.
+				if s.node.v1.CompareAndSwap(false, true) {
+					b.log.Info("broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
+				}
+				continue
 			}
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
@@ -140,7 +190,7 @@ func (s *session) run() {
 		opened := time.Now()
 		s.cur.Store(c)
 		b.signalReady(s)
-		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx)
+		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx, "version", c.version)
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); c.readLoop() }()
@@ -193,10 +243,17 @@ func jitter(d time.Duration) time.Duration {
 	return half + rand.N(half+1)
 }
 
+// versionRefused reports whether a failed open was the server's E(2).
+func versionRefused(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se) && se.Code == wire.CodeVersion
+}
+
 // refusedForGood reports whether a failed open is a refusal that retrying
 // cannot cure (see WaitReady): the client token refused (E code 3), the
-// protocol version refused (E code 2), or the server's certificate
-// rejected.
+// protocol version refused (E code 2 to a version-1 HELLO: to a version-2
+// one, it makes the node's next session ask for version 1, see run), or
+// the server's certificate rejected.
 func refusedForGood(err error) bool {
 	var se *ServerError
 	if errors.As(err, &se) {
@@ -209,8 +266,9 @@ func (s *session) errorf(cause error, format string, args ...any) error {
 	return &sessionError{addr: s.addr, msg: fmt.Sprintf(format, args...), cause: cause}
 }
 
-// open dials, runs the TLS handshake and HELLO, within DialTimeout.
-func (s *session) open() (*conn, error) {
+// open dials, runs the TLS handshake and HELLO asking for protocol
+// version ver, within DialTimeout.
+func (s *session) open(ver uint8) (*conn, error) {
 	b := s.b
 	ctx, cancel := context.WithTimeout(b.ctx, b.set.DialTimeout)
 	defer cancel()
@@ -219,7 +277,7 @@ func (s *session) open() (*conn, error) {
 		return nil, s.errorf(err, "dial")
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	c, err := s.handshake(ctx, raw)
+	c, err := s.handshake(ctx, raw, ver)
 	if !stop() || err != nil {
 		raw.Close()
 		if err == nil {
@@ -230,7 +288,7 @@ func (s *session) open() (*conn, error) {
 	return c, nil
 }
 
-func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
+func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn, error) {
 	b := s.b
 	nc := raw
 	if s.tls != nil {
@@ -248,7 +306,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 		nc.SetDeadline(dl)
 	}
 	frame, err := wire.AppendRequest(nil, &wire.Request{
-		Type: wire.TypeHello, ReqID: 1, Version: wire.Version,
+		Type: wire.TypeHello, ReqID: 1, Version: ver,
 		AuthToken: []byte(b.set.Token), Name: []byte(b.set.Name),
 	})
 	if err != nil {
@@ -271,6 +329,10 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 		if resp.ReqID != 1 {
 			return nil, s.errorf(nil, "HELLO_OK with req_id %d", resp.ReqID)
 		}
+		if resp.Version != ver {
+			// A server answers with the version asked for, or E(2).
+			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
+		}
 	case wire.TypeError:
 		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "HELLO refused")
 	case wire.TypeNotActive:
@@ -281,11 +343,12 @@ func (s *session) handshake(ctx context.Context, raw net.Conn) (*conn, error) {
 	nc.SetDeadline(time.Time{})
 	return &conn{
 		b: b, s: s, nc: nc, raw: raw, br: br,
+		version:   ver,
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		nextID:    1,
 		lastPing:  time.Now(),
-		cancelled: map[uint32]string{},
+		cancelled: map[uint32]lostGrant{},
 	}, nil
 }
 
@@ -297,10 +360,11 @@ func (c *conn) allocID() uint32 {
 		if id == 0 || (c.pingOut && id == c.pingID) {
 			continue
 		}
-		// Ids wrap around: skip one still awaiting its reply, or whose
-		// slot is taken (the next id will do). The ids in c.cancelled need
-		// no check: entries are added only as the conn closes, and a
-		// closed conn allocates no more ids.
+		// Ids wrap around: skip one still awaiting its reply (a cancelled
+		// version-2 ACQUIRE included: it stays in the table until its
+		// final reply), or whose slot is taken (the next id will do). The
+		// ids in c.cancelled need no check: entries are added only as the
+		// conn closes, and a closed conn allocates no more ids.
 		if !c.inflight.free(id) {
 			continue
 		}
@@ -317,7 +381,7 @@ func (c *conn) enqueue(r *request) bool {
 	}
 	c.inflight.reserve()
 	r.id = c.allocID()
-	binary.BigEndian.PutUint32(r.frame[5:9], r.id) // after length u32 and type
+	wire.PutReqID(r.frame, r.id)
 	r.sent, r.abandoned = false, false
 	c.inflight.put(r)
 	c.queue = append(c.queue, r)
@@ -346,16 +410,25 @@ func (c *conn) wakeWriter() {
 
 // Outcomes of withdraw.
 const (
-	withdrawnUnsent = iota // removed before any byte was written
-	withdrawnSent          // removed after a possible send
-	alreadyDone            // a result was delivered; read r.ch
+	withdrawnUnsent    = iota // removed before any byte was written
+	withdrawnSent             // removed after a possible send
+	withdrawnCancelled        // a version-2 ACQUIRE: CANCEL sent, r is the conn's now
+	alreadyDone               // a result was delivered; read r.ch
 )
 
-// withdraw takes r back from the conn when its caller stops waiting. If
-// closeIfSent, an ACQUIRE possibly sent is recorded as cancelled and the
-// session is closed (the server then drops its queued wait); otherwise the
-// request is left to the conn, abandoned, so that its reply is absorbed.
-func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
+// withdraw takes r back from the conn when its caller stops waiting.
+//
+// With cancel (an ACQUIRE), one possibly sent is cancelled. On a
+// version-2 session the writer sends CANCEL for it, and r stays in the
+// in-flight table, abandoned, until its final reply: its req_id stays
+// reserved, a T or B is absorbed, a G is released by token and owner
+// (dispatchLocked). The session and every other request on it are
+// untouched. On a version-1 session it is recorded as cancelled and the
+// session is closed (the server then drops its queued wait).
+//
+// Without cancel (a RELEASE), one possibly sent is left to the conn,
+// abandoned, so that its reply is absorbed.
+func (c *conn) withdraw(r *request, cancel bool, why error) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.inflight.get(r.id) != r || r.abandoned {
@@ -366,9 +439,15 @@ func (c *conn) withdraw(r *request, closeIfSent bool, why error) int {
 		c.unqueueLocked(r)
 		return withdrawnUnsent
 	}
-	if closeIfSent {
+	if cancel && c.version >= wire.Version2 {
+		r.abandoned = true
+		c.cancels = append(c.cancels, r.id)
+		c.wakeWriter()
+		return withdrawnCancelled
+	}
+	if cancel {
 		c.inflight.del(r)
-		c.cancelled[r.id] = string(r.key)
+		c.cancelled[r.id] = lostGrant{key: string(r.key), owner: r.owner}
 		// why (the caller's ctx error) only in the text: the other
 		// requests failed with this error were not cancelled.
 		c.failLocked(c.s.errorf(nil, "closed after cancelling a possibly sent ACQUIRE (%v)", why))
@@ -468,18 +547,23 @@ func (c *conn) failLocked(err error) {
 	}
 	c.raw.Close()
 	for _, r := range c.inflight.slots {
-		if r == nil || r.abandoned {
+		if r == nil {
 			continue
 		}
 		if r.sent && r.typ == wire.TypeAcquire {
-			// Its caller gets Indeterminate; a grant for it still read
-			// from the socket is released (see dispatch).
-			c.cancelled[r.id] = string(r.key)
+			// Its caller gets (or, cancelled on a version-2 session, has
+			// had) Indeterminate; a grant for it still read from the
+			// socket is released (see dispatch).
+			c.cancelled[r.id] = lostGrant{key: string(r.key), owner: r.owner}
+		}
+		if r.abandoned {
+			continue
 		}
 		r.deliver(c.b, result{sent: r.sent, t0: r.t0, cause: err})
 	}
 	c.inflight.clear()
 	c.queue = nil
+	c.cancels = nil
 }
 
 func (c *conn) writeLoop() {
@@ -522,6 +606,12 @@ func (c *conn) writeLoop() {
 		clear(c.queue)
 		c.queue = c.queue[:0]
 		c.qlen.Store(0)
+		// Each ACQUIRE cancelled was in an earlier Write (it was sent):
+		// its CANCEL follows it on the stream.
+		for _, id := range c.cancels {
+			buf = wire.AppendCancel(buf, id)
+		}
+		c.cancels = c.cancels[:0]
 		if c.pingWant && !c.pingOut {
 			c.pingWant = false
 			c.pingID = c.allocID()
@@ -638,10 +728,12 @@ func (c *conn) peekFrame(block bool) (int, error) {
 // delivery is work that dispatchLocked leaves for after c.mu is released:
 // a result for its request, or a compensating release.
 type delivery struct {
-	r     *request
-	res   result
-	key   string // compensation: the key and token of a grant nobody uses
+	r   *request
+	res result
+	// compensation: the grant nobody uses, and why
+	lost  lostGrant
 	token uint64
+	why   string
 }
 
 func (d *delivery) run(c *conn) {
@@ -649,7 +741,7 @@ func (d *delivery) run(c *conn) {
 		d.r.handOver(d.res) // counted in woken by readLoop
 		return
 	}
-	c.b.compensate(d.key, d.token, "grant read after its session ended")
+	c.b.compensate(d.lost.key, d.token, d.lost.owner, d.why)
 }
 
 // answers reports whether a reply of type typ answers a request of type req.
@@ -674,9 +766,9 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 		// possibly sent (cancelled, or in flight when the session failed)
 		// matters; its caller got no Ticket, so release it.
 		if resp.Type == wire.TypeGranted && resp.Token != 0 {
-			if key, ok := c.cancelled[resp.ReqID]; ok {
+			if lost, ok := c.cancelled[resp.ReqID]; ok {
 				delete(c.cancelled, resp.ReqID)
-				ready = append(ready, delivery{key: key, token: resp.Token})
+				ready = append(ready, delivery{lost: lost, token: resp.Token, why: "grant read after its session ended"})
 			}
 		}
 		return ready
@@ -720,8 +812,13 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 			c.failLocked(c.s.errorf(nil, "reply %q does not answer request %q (req_id %d)", resp.Type, r.typ, id))
 		default:
 			c.inflight.del(r)
-			if !r.abandoned {
+			switch {
+			case !r.abandoned:
 				ready = append(ready, delivery{r: r, res: result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0}})
+			case r.typ == wire.TypeAcquire && resp.Type == wire.TypeGranted:
+				// Granted before the server read our CANCEL: nobody
+				// holds this Ticket, release it (T and B need nothing).
+				ready = append(ready, delivery{lost: lostGrant{key: string(r.key), owner: r.owner}, token: resp.Token, why: "grant for a cancelled ACQUIRE"})
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
 // Ticket is a granted lock: its key, its fencing token and its conservative
@@ -26,6 +28,7 @@ type Ticket struct {
 type ticketState struct {
 	key      string
 	token    uint64
+	owner    [wire.OwnerLen]byte // released with it on a version-2 session
 	deadline time.Time
 
 	// The registry of unreleased tickets (see ticketShard), guarded by the
@@ -63,7 +66,8 @@ func (t *Ticket) Deadline() time.Time { return t.st.deadline }
 // (negative once passed).
 func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
 
-// Release releases the lock by its exact token. It retries on any ready
+// Release releases the lock by its exact token (on a version-2 session,
+// RELEASE_OWNED: by its token and its acquire's owner). It retries on any ready
 // session only within 5 s of the call, and resends only after a session
 // dropped. Its error matches exactly one of: nil for R (released),
 // ErrNotHeld for N (the lock had expired or is no longer this token's),
@@ -108,7 +112,7 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	if st.done.Load() {
 		return st.err
 	}
-	err := b.release(ctx, st.key, st.token, start, fresh)
+	err := b.release(ctx, st.key, st.token, st.owner, start, fresh)
 	if errors.Is(err, ErrUnsent) {
 		return err // nothing sent: still held, the caller may try again
 	}

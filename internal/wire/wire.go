@@ -1,7 +1,7 @@
-// Package wire is the frame codec of the Ticketing wire protocol, version 1
-// (docs/protocol.md). It knows nothing of sockets, sessions or locks: it turns
-// frames into structs and back, and checks that every frame has exactly the
-// length its type and its length fields say.
+// Package wire is the frame codec of the Ticketing wire protocol, versions 1
+// and 2 (docs/protocol.md). It knows nothing of sockets, sessions or locks:
+// it turns frames into structs and back, and checks that every frame has
+// exactly the length its type and its length fields say.
 //
 // # Frames
 //
@@ -11,12 +11,38 @@
 // decoded Request or Response alias the body they were decoded from and are
 // valid only until that buffer is reused.
 //
+// # Versions
+//
+// Version 2 keeps every frame of version 1 and adds two client frames,
+// CANCEL (TypeCancel) and RELEASE_OWNED (TypeReleaseOwned). Which frames a
+// peer may send depends on the version its session opened with, so the
+// request decoder takes that version: DecodeRequestVersion(body, r, v)
+// decodes by the rules of version v. For a HELLO, v is the highest version
+// the server speaks: a HELLO asking for a version from 1 to v decodes (the
+// layout is the same), any other version is ErrUnsupportedVersion. For
+// every later frame, v is the session's version, the Version of the HELLO
+// that opened it: on a version-1 session, C and V are unknown types
+// (ErrUnknownType, which matches ErrMalformed: the server answers E(1)), as
+// PROTOCOL.md requires. A server therefore needs no check of its own; it
+// switches on Request.Type and finds TypeCancel and TypeReleaseOwned only
+// on sessions that may send them. DecodeRequest is DecodeRequestVersion
+// with version 1: a server that calls it speaks exactly version 1 (a
+// version-2 HELLO gets ErrUnsupportedVersion, which it answers E(2)).
+//
+// A CANCEL carries the req_id of the ACQUIRE it names, which is still
+// awaiting its reply: a server must not treat it as a reused req_id.
+//
+// The server-to-client frames are the same in both versions; DecodeResponse
+// takes no version (a HELLO_OK carries the version the server chose, which
+// the client checks against the one it asked for).
+//
 // # Errors
 //
 // Every decoding error matches ErrMalformed with errors.Is, except a HELLO
-// with a version other than 1, which matches ErrUnsupportedVersion (the server
-// answers it with E(2) rather than E(1)). The decoders never panic, whatever
-// the input; they are fuzzed (see testdata/fuzz).
+// with a version the decoder does not accept, which matches
+// ErrUnsupportedVersion (the server answers it with E(2) rather than E(1)).
+// The decoders never panic, whatever the input; they are fuzzed (see
+// testdata/fuzz).
 package wire
 
 import (
@@ -24,22 +50,57 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
+)
+
+// Protocol versions, carried in HELLO and HELLO_OK.
+const (
+	// Version1 is the first version of the protocol.
+	Version1 = 1
+	// Version2 adds CANCEL and RELEASE_OWNED to version 1.
+	Version2 = 2
+	// MaxVersion is the highest version this codec speaks.
+	MaxVersion = Version2
+	// Version is version 1, the version DecodeRequest accepts and every
+	// server and client speaks.
+	Version = Version1
 )
 
 // Protocol constants.
 const (
-	// Version is the protocol version carried in HELLO and HELLO_OK.
-	Version = 1
 	// HeaderLen is the size of the length prefix of every frame.
 	HeaderLen = 4
 	// MaxBody is the largest body a frame may carry.
 	MaxBody = 1024
 	// MaxFrame is the largest whole frame, length prefix included.
 	MaxFrame = HeaderLen + MaxBody
-	// OwnerLen is the size of the owner field of ACQUIRE.
+	// OwnerLen is the size of the owner field of ACQUIRE and RELEASE_OWNED.
 	OwnerLen = 16
 	// DefaultPort is the TCP port a Ticketing server listens on by default.
 	DefaultPort = 5225
+)
+
+// Ranges of the request fields (PROTOCOL.md). The decoders do not check
+// them: a well-formed request with a field out of range is answered E(4)
+// (invalid argument), not E(1), so the check is the server's.
+const (
+	// MinKeyLen and MaxKeyLen bound key_len of ACQUIRE, RELEASE and
+	// RELEASE_OWNED.
+	MinKeyLen = 1
+	MaxKeyLen = 255
+	// MaxWaitS bounds wait_s of ACQUIRE (0 is one immediate try).
+	MaxWaitS = 255
+	// MinLeaseS and MaxLeaseS bound lease_s of ACQUIRE.
+	MinLeaseS = 1
+	MaxLeaseS = 250
+	// MaxTokenLen and MaxNameLen bound the client token and the client name
+	// of HELLO.
+	MaxTokenLen = 255
+	MaxNameLen  = 255
+	// MaxWait, MinLease and MaxLease are the same bounds as durations.
+	MaxWait  = MaxWaitS * time.Second
+	MinLease = MinLeaseS * time.Second
+	MaxLease = MaxLeaseS * time.Second
 )
 
 // Client-to-server frame types.
@@ -48,6 +109,9 @@ const (
 	TypeAcquire byte = 'A'
 	TypeRelease byte = 'U'
 	TypePing    byte = 'P'
+	// Version 2 only.
+	TypeCancel       byte = 'C'
+	TypeReleaseOwned byte = 'V'
 )
 
 // Server-to-client frame types. TypePong is the same letter as TypePing.
@@ -112,8 +176,9 @@ var (
 	// ErrUnknownType is returned for a frame type this direction does not
 	// have; it also matches ErrMalformed.
 	ErrUnknownType = &codecError{msg: "wire: unknown frame type", malformed: true}
-	// ErrUnsupportedVersion is returned for a HELLO whose version byte is not
-	// Version. It does not match ErrMalformed.
+	// ErrUnsupportedVersion is returned for a HELLO whose version byte is
+	// not one the decoder accepts (see DecodeRequestVersion). It does not
+	// match ErrMalformed.
 	ErrUnsupportedVersion = errors.New("wire: unsupported protocol version")
 	// ErrFieldTooLong is returned by the encoders for a variable-length field
 	// longer than its length prefix can express, or a frame above MaxBody.
@@ -148,15 +213,17 @@ type Request struct {
 	AuthToken []byte // client token
 	Name      []byte // client name, informational
 
+	// ACQUIRE and RELEASE_OWNED
+	Owner [OwnerLen]byte
+
 	// ACQUIRE
-	Owner  [OwnerLen]byte
 	WaitS  uint8
 	LeaseS uint8
 
-	// ACQUIRE and RELEASE
+	// ACQUIRE, RELEASE and RELEASE_OWNED
 	Key []byte
 
-	// RELEASE: the fencing token to release.
+	// RELEASE and RELEASE_OWNED: the fencing token to release.
 	Token uint64
 }
 
@@ -192,9 +259,32 @@ func ReqID(body []byte) (uint32, bool) {
 	return binary.BigEndian.Uint32(body[1:5]), true
 }
 
+// PutReqID writes id into the req_id of frame, a whole frame (length
+// prefix included) of at least HeaderLen+5 bytes: an encoded frame can be
+// reused with another req_id without encoding it again.
+func PutReqID(frame []byte, id uint32) {
+	binary.BigEndian.PutUint32(frame[HeaderLen+1:HeaderLen+5], id)
+}
+
 // DecodeRequest decodes one client-to-server frame body (without its length
-// prefix) into r. Slices in r alias body.
+// prefix) into r by the rules of version 1: it is DecodeRequestVersion(body,
+// r, Version1). Slices in r alias body.
 func DecodeRequest(body []byte, r *Request) error {
+	return DecodeRequestVersion(body, r, Version1)
+}
+
+// DecodeRequestVersion decodes one client-to-server frame body (without its
+// length prefix) into r by the rules of protocol version v (below 1 counts
+// as 1, above MaxVersion as MaxVersion). Slices in r alias body.
+//
+// For a HELLO, v is the highest version the caller speaks: a HELLO whose
+// version byte is 1..v decodes, with r.Version set to it (the version of
+// the session it opens); any other returns ErrUnsupportedVersion, with
+// r.ReqID and r.Version set. For any other frame, v is the version of the
+// session it arrived on: CANCEL and RELEASE_OWNED decode only for v >= 2,
+// and are ErrUnknownType (matching ErrMalformed) for v = 1.
+func DecodeRequestVersion(body []byte, r *Request, v uint8) error {
+	v = max(Version1, min(v, MaxVersion))
 	if len(body) < 5 {
 		return errNoHeader
 	}
@@ -208,7 +298,7 @@ func DecodeRequest(body []byte, r *Request) error {
 			return errShort
 		}
 		r.Version = p[0]
-		if r.Version != Version {
+		if r.Version < Version1 || r.Version > v {
 			return ErrUnsupportedVersion
 		}
 		p = p[1:]
@@ -243,6 +333,25 @@ func DecodeRequest(body []byte, r *Request) error {
 		}
 		return exhausted(p)
 	case TypePing:
+		return exhausted(p)
+	case TypeCancel:
+		if v < Version2 {
+			return ErrUnknownType
+		}
+		return exhausted(p)
+	case TypeReleaseOwned:
+		if v < Version2 {
+			return ErrUnknownType
+		}
+		if len(p) < 8+OwnerLen+1 {
+			return errShort
+		}
+		r.Token = binary.BigEndian.Uint64(p[:8])
+		copy(r.Owner[:], p[8:8+OwnerLen])
+		var err error
+		if r.Key, p, err = lenPrefixed(p[8+OwnerLen:]); err != nil {
+			return err
+		}
 		return exhausted(p)
 	}
 	return ErrUnknownType
@@ -322,6 +431,8 @@ func exhausted(p []byte) error {
 // It checks only what the encoding itself needs (field lengths that fit their
 // prefixes, a known type, a body of at most MaxBody); range rules such as
 // "lease 1..250" belong to the caller, so that tests can send them broken.
+// It encodes the frames of every version (CANCEL and RELEASE_OWNED
+// included): which ones a session may carry is the caller's concern.
 func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, r.Type)
@@ -349,7 +460,15 @@ func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 		dst = binary.BigEndian.AppendUint64(dst, r.Token)
 		dst = append(dst, byte(len(r.Key)))
 		dst = append(dst, r.Key...)
-	case TypePing:
+	case TypeReleaseOwned:
+		if len(r.Key) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = binary.BigEndian.AppendUint64(dst, r.Token)
+		dst = append(dst, r.Owner[:]...)
+		dst = append(dst, byte(len(r.Key)))
+		dst = append(dst, r.Key...)
+	case TypePing, TypeCancel:
 	default:
 		return dst[:start], ErrUnknownType
 	}
@@ -406,6 +525,13 @@ func finish(dst []byte, start int) ([]byte, error) {
 // P). It does not check typ.
 func AppendSimple(dst []byte, typ byte, reqID uint32) []byte {
 	dst = append(dst, 0, 0, 0, 5, typ)
+	return binary.BigEndian.AppendUint32(dst, reqID)
+}
+
+// AppendCancel appends a CANCEL frame (version 2) naming the ACQUIRE with
+// req_id reqID.
+func AppendCancel(dst []byte, reqID uint32) []byte {
+	dst = append(dst, 0, 0, 0, 5, TypeCancel)
 	return binary.BigEndian.AppendUint32(dst, reqID)
 }
 

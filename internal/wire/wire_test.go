@@ -38,6 +38,28 @@ var requestVectors = []struct {
 	{"ping", "000000055000000004", wire.Request{Type: 'P', ReqID: 4}},
 }
 
+// The version-2 test vectors of PROTOCOL.md ("Version 2 additions"), byte
+// for byte. They decode by the rules of version 2 only.
+var requestVectorsV2 = []struct {
+	name string
+	hex  string
+	req  wire.Request
+}{
+	{"hello v2 empty", "000000084800000001020000",
+		wire.Request{Type: 'H', ReqID: 1, Version: 2, AuthToken: []byte{}, Name: []byte{}}},
+	{"cancel", "000000054300000002", wire.Request{Type: 'C', ReqID: 2}},
+	{"release_owned", "000000265600000003000000000000002a000102030405060708090a0b0c0d0e0f086f726465722d3432",
+		wire.Request{Type: 'V', ReqID: 3, Token: 42, Owner: owner0f(), Key: []byte("order-42")}},
+}
+
+var responseVectorsV2 = []struct {
+	name string
+	hex  string
+	resp wire.Response
+}{
+	{"hello_ok v2", "0000000a4f000000010201026e31", wire.Response{Type: 'O', ReqID: 1, Version: 2, Role: 1, Node: []byte("n1")}},
+}
+
 var responseVectors = []struct {
 	name string
 	hex  string
@@ -85,8 +107,79 @@ func TestRequestVectors(t *testing.T) {
 	}
 }
 
+func TestRequestVectorsV2(t *testing.T) {
+	for _, tc := range requestVectorsV2 {
+		t.Run(tc.name, func(t *testing.T) {
+			want := mustHex(t, tc.hex)
+			got, err := wire.AppendRequest(nil, &tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encode = %x, want %x", got, want)
+			}
+			var r wire.Request
+			if err := wire.DecodeRequestVersion(want[4:], &r, wire.Version2); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r, tc.req) {
+				t.Fatalf("decode = %+v, want %+v", r, tc.req)
+			}
+			// Version 1 knows none of them: a version-2 HELLO is E(2), C and
+			// V on a version-1 session are E(1).
+			var want1 error = wire.ErrUnknownType
+			if tc.req.Type == wire.TypeHello {
+				want1 = wire.ErrUnsupportedVersion
+			}
+			for _, dec := range []func([]byte, *wire.Request) error{
+				wire.DecodeRequest,
+				func(b []byte, r *wire.Request) error { return wire.DecodeRequestVersion(b, r, wire.Version1) },
+			} {
+				if err := dec(want[4:], &r); !errors.Is(err, want1) {
+					t.Fatalf("version 1 decode: err = %v, want %v", err, want1)
+				}
+			}
+		})
+	}
+	if got := wire.AppendCancel(nil, 2); hex.EncodeToString(got) != "000000054300000002" {
+		t.Fatalf("AppendCancel = %x", got)
+	}
+}
+
+// Every version-1 frame decodes the same by the rules of version 2, and
+// an encoded frame takes another req_id with PutReqID.
+func TestVersion2KeepsVersion1(t *testing.T) {
+	for _, tc := range requestVectors {
+		var r wire.Request
+		if err := wire.DecodeRequestVersion(mustHex(t, tc.hex)[4:], &r, wire.Version2); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !reflect.DeepEqual(r, tc.req) {
+			t.Fatalf("%s: decode = %+v, want %+v", tc.name, r, tc.req)
+		}
+	}
+	// Versions outside 1..MaxVersion count as the nearest one.
+	var r wire.Request
+	hello2 := mustHex(t, requestVectorsV2[0].hex)[4:]
+	if err := wire.DecodeRequestVersion(hello2, &r, 0); !errors.Is(err, wire.ErrUnsupportedVersion) {
+		t.Fatalf("decoder version 0: %v", err)
+	}
+	if err := wire.DecodeRequestVersion(hello2, &r, 200); err != nil || r.Version != 2 {
+		t.Fatalf("decoder version 200: %v, version %d", err, r.Version)
+	}
+	hello3 := mustHex(t, "4800000001030000")
+	if err := wire.DecodeRequestVersion(hello3, &r, 200); !errors.Is(err, wire.ErrUnsupportedVersion) || r.Version != 3 || r.ReqID != 1 {
+		t.Fatalf("HELLO version 3: %v, version %d req_id %d", err, r.Version, r.ReqID)
+	}
+	frame := mustHex(t, requestVectorsV2[2].hex)
+	wire.PutReqID(frame, 0x01020304)
+	if err := wire.DecodeRequestVersion(frame[4:], &r, 2); err != nil || r.ReqID != 0x01020304 || r.Token != 42 {
+		t.Fatalf("PutReqID: %v, %+v", err, r)
+	}
+}
+
 func TestResponseVectors(t *testing.T) {
-	for _, tc := range responseVectors {
+	for _, tc := range append(responseVectors, responseVectorsV2...) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := mustHex(t, tc.hex)
 			got, err := wire.AppendResponse(nil, &tc.resp)
@@ -157,6 +250,8 @@ func TestDecodeRequestMalformed(t *testing.T) {
 		{"release no key len", "5500000003000000000000002a", wire.ErrMalformed},
 		{"release key past end", "5500000003000000000000002a096f726465722d3432", wire.ErrMalformed},
 		{"release trailing", "5500000003000000000000002a016f726465722d3432", wire.ErrMalformed},
+		{"cancel on version 1", "4300000002", wire.ErrUnknownType},
+		{"release_owned on version 1", "5600000003000000000000002a000102030405060708090a0b0c0d0e0f086f726465722d3432", wire.ErrUnknownType},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,6 +264,48 @@ func TestDecodeRequestMalformed(t *testing.T) {
 				t.Fatal("a version error must not match ErrMalformed (it is E(2), not E(1))")
 			}
 		})
+	}
+}
+
+// Every malformed shape of the version-2 frames, decoded by version 2.
+func TestDecodeRequestMalformedV2(t *testing.T) {
+	cases := []struct {
+		name string
+		hex  string // body, without length prefix
+		want error
+	}{
+		{"hello version 3", "4800000001030000", wire.ErrUnsupportedVersion},
+		{"hello version 255", "4800000001ff0000", wire.ErrUnsupportedVersion},
+		{"hello version 0", "4800000001000000", wire.ErrUnsupportedVersion},
+		{"hello v2 trailing", "48000000010200000000", wire.ErrMalformed},
+		{"hello v2 no name len", "48000000010200", wire.ErrMalformed},
+		{"cancel no full req_id", "43000000", wire.ErrMalformed},
+		{"cancel with payload", "430000000200", wire.ErrMalformed},
+		{"cancel with owner", "4300000002000102030405060708090a0b0c0d0e0f", wire.ErrMalformed},
+		{"release_owned token only", "5600000003000000000000002a", wire.ErrMalformed},
+		{"release_owned short owner", "5600000003000000000000002a000102030405060708090a0b0c0d0e", wire.ErrMalformed},
+		{"release_owned no key len", "5600000003000000000000002a000102030405060708090a0b0c0d0e0f", wire.ErrMalformed},
+		{"release_owned key past end", "5600000003000000000000002a000102030405060708090a0b0c0d0e0f096f726465722d3432", wire.ErrMalformed},
+		{"release_owned trailing", "5600000003000000000000002a000102030405060708090a0b0c0d0e0f076f726465722d3432", wire.ErrMalformed},
+		{"release_owned as release (no owner)", "5600000003000000000000002a086f726465722d3432", wire.ErrMalformed},
+		{"lowercase cancel", "6300000002", wire.ErrUnknownType},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var r wire.Request
+			err := wire.DecodeRequestVersion(mustHex(t, tc.hex), &r, wire.Version2)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tc.want == wire.ErrUnsupportedVersion && errors.Is(err, wire.ErrMalformed) {
+				t.Fatal("a version error must not match ErrMalformed (it is E(2), not E(1))")
+			}
+		})
+	}
+	// key_len 0 is well formed: out of range, answered E(4) by the server.
+	var r wire.Request
+	if err := wire.DecodeRequestVersion(mustHex(t, "5600000003000000000000002a000102030405060708090a0b0c0d0e0f00"), &r, 2); err != nil || len(r.Key) != 0 {
+		t.Fatalf("release_owned key_len 0: %v", err)
 	}
 }
 
@@ -259,6 +396,7 @@ func TestEncodeRefusesWhatCannotBeEncoded(t *testing.T) {
 	for _, r := range []wire.Request{
 		{Type: 'A', Key: long},
 		{Type: 'U', Key: long},
+		{Type: 'V', Key: long},
 		{Type: 'H', Version: 1, AuthToken: long},
 		{Type: 'H', Version: 1, Name: long},
 	} {
@@ -294,13 +432,13 @@ func randBytes(rng *rand.Rand, max int) []byte {
 // decoded frame re-encodes to the same bytes.
 func TestRoundTripProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	reqTypes := []byte{'H', 'A', 'U', 'P'}
+	reqTypes := []byte{'H', 'A', 'U', 'P', 'C', 'V'}
 	respTypes := []byte{'O', 'G', 'T', 'B', 'R', 'N', 'M', 'E', 'P'}
 	for i := 0; i < 20000; i++ {
 		q := wire.Request{Type: reqTypes[rng.IntN(len(reqTypes))], ReqID: rng.Uint32()}
 		switch q.Type {
 		case 'H':
-			q.Version, q.AuthToken, q.Name = 1, randBytes(rng, 255), randBytes(rng, 255)
+			q.Version, q.AuthToken, q.Name = byte(1+rng.IntN(2)), randBytes(rng, 255), randBytes(rng, 255)
 		case 'A':
 			for j := range q.Owner {
 				q.Owner[j] = byte(rng.UintN(256))
@@ -308,13 +446,18 @@ func TestRoundTripProperty(t *testing.T) {
 			q.WaitS, q.LeaseS, q.Key = byte(rng.UintN(256)), byte(rng.UintN(256)), randBytes(rng, 255)
 		case 'U':
 			q.Token, q.Key = rng.Uint64(), randBytes(rng, 255)
+		case 'V':
+			for j := range q.Owner {
+				q.Owner[j] = byte(rng.UintN(256))
+			}
+			q.Token, q.Key = rng.Uint64(), randBytes(rng, 255)
 		}
 		frame, err := wire.AppendRequest(nil, &q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got wire.Request
-		if err := wire.DecodeRequest(frame[4:], &got); err != nil {
+		if err := wire.DecodeRequestVersion(frame[4:], &got, wire.Version2); err != nil {
 			t.Fatalf("%+v: %v", q, err)
 		}
 		again, _ := wire.AppendRequest(nil, &got)
@@ -376,6 +519,15 @@ func TestNoAllocations(t *testing.T) {
 	bad := mustHex(t, "4100000002000102")
 	if a := testing.AllocsPerRun(500, func() { _ = wire.DecodeRequest(bad, &r) }); a != 0 {
 		t.Fatalf("rejecting a malformed frame allocates %.1f", a)
+	}
+	v := mustHex(t, requestVectorsV2[2].hex)
+	if a := testing.AllocsPerRun(500, func() {
+		_ = wire.DecodeRequestVersion(v[4:], &r, 2)
+		_ = wire.DecodeRequest(v[4:], &r) // rejected on version 1
+		buf, _ = wire.AppendRequest(buf[:0], &r)
+		buf = wire.AppendCancel(buf[:0], 2)
+	}); a != 0 {
+		t.Fatalf("RELEASE_OWNED and CANCEL allocate %.1f", a)
 	}
 }
 

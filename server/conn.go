@@ -57,6 +57,7 @@ type conn struct {
 	killed   bool               // close at once, no flush
 	started  bool               // the writer goroutine runs (from HELLO_OK on)
 	inflight map[uint32]*waiter // made by the first queued ACQUIRE
+	gone     chan struct{}      // made by the first ACQUIRE waiting for a token; closed when the session ends
 
 	// wmu is held for every write to nc, by the reader (inline flush) or
 	// the writer goroutine; whoever holds it takes all of out, so replies
@@ -167,6 +168,9 @@ func (c *conn) dropInflightLocked(reqID uint32) {
 	}
 }
 
+// addInflight records w as awaiting its reply. An entry of the same
+// req_id can only be w's own placeholder (an ACQUIRE that waited for a
+// token and is now queued): w takes its place.
 func (c *conn) addInflight(w *waiter) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -176,9 +180,50 @@ func (c *conn) addInflight(w *waiter) bool {
 	if c.inflight == nil {
 		c.inflight = make(map[uint32]*waiter)
 	}
+	if _, ok := c.inflight[w.reqID]; !ok {
+		c.nInflight.Add(1)
+	}
 	c.inflight[w.reqID] = w
-	c.nInflight.Add(1)
 	return true
+}
+
+// addTokenWaiter records tw, an ACQUIRE about to wait for a token off the
+// reader, as awaiting its reply, and returns the channel closed when the
+// session ends.
+func (c *conn) addTokenWaiter(tw *waiter) (<-chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, false
+	}
+	if c.inflight == nil {
+		c.inflight = make(map[uint32]*waiter)
+	}
+	if c.gone == nil {
+		c.gone = make(chan struct{})
+	}
+	c.inflight[tw.reqID] = tw
+	c.nInflight.Add(1)
+	return c.gone, true
+}
+
+// answer and answerGranted reply directly (from the reader) or, when
+// queued, as the answer to an ACQUIRE in the in-flight map (from any
+// goroutine).
+func (c *conn) answer(queued bool, typ byte, reqID uint32) {
+	if queued {
+		c.replySimpleQueued(typ, reqID)
+	} else {
+		c.replySimple(typ, reqID)
+	}
+}
+
+func (c *conn) answerGranted(queued bool, reqID uint32, tok uint64, waited uint32) {
+	if queued {
+		c.replyGrantedQueued(reqID, tok, waited)
+	} else {
+		c.replyGranted(reqID, tok, waited)
+	}
 }
 
 func (c *conn) isInflight(reqID uint32) bool {
@@ -354,7 +399,8 @@ func (c *conn) serve() {
 	<-c.writerDone
 	c.nc.Close()
 
-	// Drop the session's queued ACQUIREs; its grants stay.
+	// Drop the session's queued ACQUIREs, and end those waiting for a
+	// token; its grants stay.
 	c.mu.Lock()
 	ws := make([]*waiter, 0, len(c.inflight))
 	for _, w := range c.inflight {
@@ -362,6 +408,9 @@ func (c *conn) serve() {
 	}
 	clear(c.inflight)
 	c.nInflight.Store(0)
+	if c.gone != nil {
+		close(c.gone)
+	}
 	c.mu.Unlock()
 	for _, w := range ws {
 		s.dropWaiter(w)

@@ -141,9 +141,10 @@
 // No lock-table mutex is ever held while waiting for the disk. A grant
 // takes a token without waiting; if the reservation has fallen behind (no
 // token below the durable ceiling), the ACQUIRE of a free key waits for it
-// outside the shard mutex for at most one second (its session's later
-// requests wait behind it; other sessions, RELEASE, PING and other keys do
-// not), then tries again once; if there is still no token it gets B
+// outside the shard mutex and off its session's reader for at most one
+// second (the session's later requests, other sessions, RELEASE, PING and
+// other keys go on; its req_id stays awaited, and a session that closes
+// ends the wait), then tries again once; if there is still no token it gets B
 // (definitely not granted; the session stays open). A waiter whose turn
 // comes while no token is available is answered B at once, and the next
 // waiter is tried. Those B replies are counted in ticketing_busy_total and

@@ -43,6 +43,7 @@ type conn struct {
 	remote string
 	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
+	ver    uint8 // protocol version of the session (from its HELLO; reader only)
 
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
@@ -520,12 +521,15 @@ func (c *conn) readLoop() {
 			c.drain()
 			return
 		}
-		if err := wire.DecodeRequest(body, &req); err != nil {
+		// By the session's version: on version 1, C and V are unknown
+		// types (E(1)).
+		if err := wire.DecodeRequestVersion(body, &req, c.ver); err != nil {
 			c.protoError(wire.CodeMalformed, reqIDOf(body), err.Error())
 			c.drain()
 			return
 		}
-		if c.isInflight(req.ReqID) {
+		// A CANCEL names an ACQUIRE in flight: the one req_id allowed.
+		if req.Type != wire.TypeCancel && c.isInflight(req.ReqID) {
 			c.protoError(wire.CodeMalformed, req.ReqID, "req_id already in flight")
 			c.drain()
 			return
@@ -546,9 +550,18 @@ func (c *conn) readLoop() {
 				c.drain()
 				return
 			}
-			s.release(c, &req)
+			s.release(c, &req, false)
 		case wire.TypePing:
 			c.replySimple(wire.TypePong, req.ReqID)
+		case wire.TypeCancel: // version 2
+			s.cancel(c, req.ReqID)
+		case wire.TypeReleaseOwned: // version 2
+			if len(req.Key) == 0 {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255")
+				c.drain()
+				return
+			}
+			s.release(c, &req, true)
 		}
 		if !c.nextFrameBuffered() {
 			c.flushInline()
@@ -573,6 +586,10 @@ func (c *conn) nextFrameBuffered() bool {
 	return n >= wire.HeaderLen+int(binary.BigEndian.Uint32(hdr))
 }
 
+// helloOKVersionAt is the offset of the version byte in a HELLO_OK frame
+// (length prefix, type, req_id).
+const helloOKVersionAt = wire.HeaderLen + 5
+
 // hello handles the first frame; it returns false if the session must close.
 func (c *conn) hello(body []byte, req *wire.Request) bool {
 	s := c.s
@@ -580,7 +597,8 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeMalformed, reqIDOf(body), "first frame must be HELLO")
 		return false
 	}
-	if err := wire.DecodeRequest(body, req); err != nil {
+	// Versions 1 and 2 (the version byte is checked first, E(2)).
+	if err := wire.DecodeRequestVersion(body, req, wire.MaxVersion); err != nil {
 		if errors.Is(err, wire.ErrUnsupportedVersion) {
 			c.protoError(wire.CodeVersion, req.ReqID, "unsupported protocol version")
 		} else {
@@ -617,8 +635,11 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	}
 	c.started = true
 	c.nc.SetReadDeadline(time.Time{})
+	c.ver = req.Version
+	start := len(c.out)
 	c.out = append(c.out, s.helloOK...)
-	binary.BigEndian.PutUint32(c.out[len(c.out)-len(s.helloOK)+5:], req.ReqID)
+	wire.PutReqID(c.out[start:], req.ReqID)
+	c.out[start+helloOKVersionAt] = req.Version // HELLO_OK carries the version asked for
 	c.mu.Unlock()
 	c.active.Store(true)
 	c.session.Store(true)

@@ -1,5 +1,6 @@
 // Package server is the Ticketing lock service as a library: a single-node
-// server speaking protocol version 1 (docs/protocol.md) over TCP or TLS.
+// server speaking protocol versions 1 and 2 (docs/protocol.md) over TCP or
+// TLS.
 //
 //	srv, err := server.New(server.Config{DataDir: "/var/lib/ticketing"})
 //	if err != nil {
@@ -95,6 +96,19 @@
 // nobody touches every 100 ms (and at once, before a capacity rejection).
 // RELEASE frees the key only if the given token is the current one (R),
 // from any session; otherwise N.
+//
+// # Version 2
+//
+// A HELLO asking for version 1 or 2 gets HELLO_OK with that version; the
+// session keeps it. On a version-1 session CANCEL (C) and RELEASE_OWNED (V)
+// are unknown types: E(1). On a version-2 session, CANCEL names an ACQUIRE
+// of the same session by its req_id (the one request that may reuse a
+// req_id in flight): if that ACQUIRE is waiting in a queue, or for a
+// fencing token (not yet decided), it is removed and answered T at once,
+// touching nothing else (counted in Stats.TimedOut and Stats.Cancelled);
+// otherwise (answered, being answered, granted, unknown) nothing happens,
+// with no reply. CANCEL never frees a granted lock. RELEASE_OWNED frees the
+// key only if both the token and the holder's owner match (R); otherwise N.
 //
 // The lock table has 256 shards chosen by a hash of the key, each a mutex
 // and a map. Within a shard, entries sit on intrusive lists, one per lease

@@ -365,8 +365,10 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	return true
 }
 
-// release handles a well-formed, in-range RELEASE from c's reader.
-func (s *Server) release(c *conn, req *wire.Request) {
+// release handles a well-formed, in-range RELEASE from c's reader, or with
+// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
+// is also req.Owner.
+func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
 	now := s.now()
@@ -375,7 +377,7 @@ func (s *Server) release(c *conn, req *wire.Request) {
 	if ls != nil && ls.token != 0 {
 		if now >= ls.expires {
 			s.expireLocked(sh, ls, now) // the lease ended: N
-		} else if ls.token == req.Token {
+		} else if ls.token == req.Token && (!owned || ls.owner == req.Owner) {
 			s.freeLocked(sh, ls, now)
 			ok = true
 		}
@@ -388,6 +390,45 @@ func (s *Server) release(c *conn, req *wire.Request) {
 		s.m.notHeld.Add(1)
 		c.replySimple(wire.TypeNotHeld, req.ReqID)
 	}
+}
+
+// cancel handles a CANCEL (version 2) naming reqID: if that ACQUIRE of c
+// is still waiting in a queue, or for a token (acquireLate: not yet
+// decided), it is removed and answered T at once; the lock table is
+// otherwise untouched. An ACQUIRE already granted or answered, or one being
+// answered right now, and an unknown reqID, are left alone: no reply, no
+// error.
+func (s *Server) cancel(c *conn, reqID uint32) {
+	if c.nInflight.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	w := c.inflight[reqID]
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	sh := w.sh
+	sh.mu.Lock()
+	// Again under the shard mutex, which every change of a waiter's state
+	// holds: a token waiter may have been queued meanwhile (as another
+	// *waiter of the same key), or answered.
+	c.mu.Lock()
+	w = c.inflight[reqID]
+	c.mu.Unlock()
+	if w == nil || w.sh != sh || w.done {
+		sh.mu.Unlock()
+		return
+	}
+	if w.ls == nil {
+		w.done = true // waiting for a token: acquireLate will not decide it
+	} else {
+		s.dropWaiterLocked(w)
+	}
+	sh.mu.Unlock()
+	s.m.timeouts.Add(1)
+	s.m.cancelled.Add(1)
+	c.replySimpleQueued(wire.TypeTimedOut, reqID)
 }
 
 func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {

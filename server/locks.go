@@ -252,9 +252,10 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	late := tw != nil
 	sh.mu.Lock()
 	if late {
-		if tw.done {
+		if tw.done || c.dead.Load() {
+			tw.done = true
 			sh.mu.Unlock()
-			return true // cancelled (answered T) or its session closed
+			return true // cancelled (answered T) or its session is closing
 		}
 		tw.done = true // decided now, under sh.mu: a CANCEL finds it done
 	}

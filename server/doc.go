@@ -51,7 +51,8 @@
 //
 // After HELLO_OK requests may be pipelined and replies come out of order: an
 // ACQUIRE may wait in a queue while later requests (PING included) are
-// answered at once. Reusing the req_id of an ACQUIRE still waiting is E(1).
+// answered at once. Reusing the req_id of an ACQUIRE still waiting (in a
+// queue, or for a token) is E(1), except by a CANCEL (version 2).
 // Every E closes the session (the server half-closes after the E and drains
 // input for a moment, so the peer reads the E rather than a reset). A
 // structurally broken frame, a second HELLO or an unknown type is E(1) with

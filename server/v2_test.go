@@ -91,6 +91,7 @@ func TestCancelRaces(t *testing.T) {
 	s, addr := startServer(t, server.Config{})
 	h := session(t, addr)
 	w := sessionV2(t, addr)
+	var cancelled, granted int
 	for round := range 200 {
 		key := "race"
 		tok := h.acquireOK(1, owner(1), 0, 30, key)
@@ -104,7 +105,9 @@ func TestCancelRaces(t *testing.T) {
 		r := w.recv()
 		switch {
 		case r.Type == wire.TypeTimedOut && r.ReqID == id:
+			cancelled++
 		case r.Type == wire.TypeGranted && r.ReqID == id:
+			granted++
 			// Granted first: the CANCEL did nothing, the lock is held.
 			h.send(acq(4, owner(3), 0, 30, key))
 			h.expect(wire.TypeTimedOut, 4)
@@ -116,9 +119,10 @@ func TestCancelRaces(t *testing.T) {
 		w.send(ping(6)) // nothing else arrives for id
 		w.expect(wire.TypePong, 6)
 	}
-	if st := s.Stats(); st.Waiters != 0 || st.HeldLocks != 0 {
-		t.Fatalf("waiters %d held %d", st.Waiters, st.HeldLocks)
+	if st := s.Stats(); st.Waiters != 0 || st.HeldLocks != 0 || st.Cancelled != uint64(cancelled) {
+		t.Fatalf("waiters %d held %d cancelled %d (T seen %d)", st.Waiters, st.HeldLocks, st.Cancelled, cancelled)
 	}
+	t.Logf("%d rounds cancelled, %d granted first", cancelled, granted)
 }
 
 // TestCancelTokenWaiter: an ACQUIRE waiting for a token (a stalled disk)

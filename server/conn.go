@@ -43,6 +43,7 @@ type conn struct {
 	remote string
 	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
+	ver    uint8 // protocol version of the session (from its HELLO; reader only)
 
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
@@ -57,6 +58,7 @@ type conn struct {
 	killed   bool               // close at once, no flush
 	started  bool               // the writer goroutine runs (from HELLO_OK on)
 	inflight map[uint32]*waiter // made by the first queued ACQUIRE
+	gone     chan struct{}      // made by the first ACQUIRE waiting for a token; closed when the session ends
 
 	// wmu is held for every write to nc, by the reader (inline flush) or
 	// the writer goroutine; whoever holds it takes all of out, so replies
@@ -172,6 +174,9 @@ func (c *conn) dropInflightLocked(reqID uint32) {
 	}
 }
 
+// addInflight records w as awaiting its reply. An entry of the same
+// req_id can only be w's own placeholder (an ACQUIRE that waited for a
+// token and is now queued): w takes its place.
 func (c *conn) addInflight(w *waiter) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -181,9 +186,50 @@ func (c *conn) addInflight(w *waiter) bool {
 	if c.inflight == nil {
 		c.inflight = make(map[uint32]*waiter)
 	}
+	if _, ok := c.inflight[w.reqID]; !ok {
+		c.nInflight.Add(1)
+	}
 	c.inflight[w.reqID] = w
-	c.nInflight.Add(1)
 	return true
+}
+
+// addTokenWaiter records tw, an ACQUIRE about to wait for a token off the
+// reader, as awaiting its reply, and returns the channel closed when the
+// session ends.
+func (c *conn) addTokenWaiter(tw *waiter) (<-chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, false
+	}
+	if c.inflight == nil {
+		c.inflight = make(map[uint32]*waiter)
+	}
+	if c.gone == nil {
+		c.gone = make(chan struct{})
+	}
+	c.inflight[tw.reqID] = tw
+	c.nInflight.Add(1)
+	return c.gone, true
+}
+
+// answer and answerGranted reply directly (from the reader) or, when
+// queued, as the answer to an ACQUIRE in the in-flight map (from any
+// goroutine).
+func (c *conn) answer(queued bool, typ byte, reqID uint32) {
+	if queued {
+		c.replySimpleQueued(typ, reqID)
+	} else {
+		c.replySimple(typ, reqID)
+	}
+}
+
+func (c *conn) answerGranted(queued bool, reqID uint32, tok uint64, waited uint32) {
+	if queued {
+		c.replyGrantedQueued(reqID, tok, waited)
+	} else {
+		c.replyGranted(reqID, tok, waited)
+	}
 }
 
 func (c *conn) isInflight(reqID uint32) bool {
@@ -359,7 +405,8 @@ func (c *conn) serve() {
 	<-c.writerDone
 	c.nc.Close()
 
-	// Drop the session's queued ACQUIREs; its grants stay.
+	// Drop the session's queued ACQUIREs, and end those waiting for a
+	// token; its grants stay.
 	c.mu.Lock()
 	ws := make([]*waiter, 0, len(c.inflight))
 	for _, w := range c.inflight {
@@ -367,6 +414,9 @@ func (c *conn) serve() {
 	}
 	clear(c.inflight)
 	c.nInflight.Store(0)
+	if c.gone != nil {
+		close(c.gone)
+	}
 	c.mu.Unlock()
 	for _, w := range ws {
 		s.dropWaiter(w)
@@ -481,12 +531,15 @@ func (c *conn) readLoop() {
 			c.drain()
 			return
 		}
-		if err := wire.DecodeRequest(body, &req); err != nil {
+		// By the session's version: on version 1, C and V are unknown
+		// types (E(1)).
+		if err := wire.DecodeRequestVersion(body, &req, c.ver); err != nil {
 			c.protoError(wire.CodeMalformed, reqIDOf(body), err.Error())
 			c.drain()
 			return
 		}
-		if c.isInflight(req.ReqID) {
+		// A CANCEL names an ACQUIRE in flight: the one req_id allowed.
+		if req.Type != wire.TypeCancel && c.isInflight(req.ReqID) {
 			c.protoError(wire.CodeMalformed, req.ReqID, "req_id already in flight")
 			c.drain()
 			return
@@ -507,9 +560,18 @@ func (c *conn) readLoop() {
 				c.drain()
 				return
 			}
-			s.release(c, &req)
+			s.release(c, &req, false)
 		case wire.TypePing:
 			c.replySimple(wire.TypePong, req.ReqID)
+		case wire.TypeCancel: // version 2
+			s.cancel(c, req.ReqID)
+		case wire.TypeReleaseOwned: // version 2
+			if len(req.Key) == 0 {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255")
+				c.drain()
+				return
+			}
+			s.release(c, &req, true)
 		}
 		if !c.nextFrameBuffered() {
 			c.flushInline()
@@ -534,6 +596,10 @@ func (c *conn) nextFrameBuffered() bool {
 	return n >= wire.HeaderLen+int(binary.BigEndian.Uint32(hdr))
 }
 
+// helloOKVersionAt is the offset of the version byte in a HELLO_OK frame
+// (length prefix, type, req_id).
+const helloOKVersionAt = wire.HeaderLen + 5
+
 // hello handles the first frame; it returns false if the session must close.
 func (c *conn) hello(body []byte, req *wire.Request) bool {
 	s := c.s
@@ -541,7 +607,8 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeMalformed, reqIDOf(body), "first frame must be HELLO")
 		return false
 	}
-	if err := wire.DecodeRequest(body, req); err != nil {
+	// Versions 1 and 2 (the version byte is checked first, E(2)).
+	if err := wire.DecodeRequestVersion(body, req, wire.MaxVersion); err != nil {
 		if errors.Is(err, wire.ErrUnsupportedVersion) {
 			c.protoError(wire.CodeVersion, req.ReqID, "unsupported protocol version")
 		} else {
@@ -578,8 +645,11 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	}
 	c.started = true
 	c.nc.SetReadDeadline(time.Time{})
+	c.ver = req.Version
+	start := len(c.out)
 	c.out = append(c.out, s.helloOK...)
-	binary.BigEndian.PutUint32(c.out[len(c.out)-len(s.helloOK)+5:], req.ReqID)
+	wire.PutReqID(c.out[start:], req.ReqID)
+	c.out[start+helloOKVersionAt] = req.Version // HELLO_OK carries the version asked for
 	c.mu.Unlock()
 	c.active.Store(true)
 	c.session.Store(true)

@@ -1,5 +1,6 @@
 // Package server is the Ticketing lock service as a library: a single-node
-// server speaking protocol version 1 (docs/protocol.md) over TCP or TLS.
+// server speaking protocol versions 1 and 2 (docs/protocol.md) over TCP or
+// TLS.
 //
 //	srv, err := server.New(server.Config{DataDir: "/var/lib/ticketing"})
 //	if err != nil {
@@ -52,7 +53,8 @@
 //
 // After HELLO_OK requests may be pipelined and replies come out of order: an
 // ACQUIRE may wait in a queue while later requests (PING included) are
-// answered at once. Reusing the req_id of an ACQUIRE still waiting is E(1).
+// answered at once. Reusing the req_id of an ACQUIRE still waiting (in a
+// queue, or for a token) is E(1), except by a CANCEL (version 2).
 // Every E closes the session (the server half-closes after the E and drains
 // input for a moment, so the peer reads the E rather than a reset). A
 // structurally broken frame, a second HELLO or an unknown type is E(1) with
@@ -97,6 +99,19 @@
 // nobody touches every 100 ms (and at once, before a capacity rejection).
 // RELEASE frees the key only if the given token is the current one (R),
 // from any session; otherwise N.
+//
+// # Version 2
+//
+// A HELLO asking for version 1 or 2 gets HELLO_OK with that version; the
+// session keeps it. On a version-1 session CANCEL (C) and RELEASE_OWNED (V)
+// are unknown types: E(1). On a version-2 session, CANCEL names an ACQUIRE
+// of the same session by its req_id (the one request that may reuse a
+// req_id in flight): if that ACQUIRE is waiting in a queue, or for a
+// fencing token (not yet decided), it is removed and answered T at once,
+// touching nothing else (counted in Stats.TimedOut and Stats.Cancelled);
+// otherwise (answered, being answered, granted, unknown) nothing happens,
+// with no reply. CANCEL never frees a granted lock. RELEASE_OWNED frees the
+// key only if both the token and the holder's owner match (R); otherwise N.
 //
 // The lock table has 256 shards chosen by a hash of the key, each a mutex
 // and a map. Within a shard, entries sit on intrusive lists, one per lease
@@ -143,9 +158,10 @@
 // No lock-table mutex is ever held while waiting for the disk. A grant
 // takes a token without waiting; if the reservation has fallen behind (no
 // token below the durable ceiling), the ACQUIRE of a free key waits for it
-// outside the shard mutex for at most one second (its session's later
-// requests wait behind it; other sessions, RELEASE, PING and other keys do
-// not), then tries again once; if there is still no token it gets B
+// outside the shard mutex and off its session's reader for at most one
+// second (the session's later requests, other sessions, RELEASE, PING and
+// other keys go on; its req_id stays awaited, and a session that closes
+// ends the wait), then tries again once; if there is still no token it gets B
 // (definitely not granted; the session stays open). A waiter whose turn
 // comes while no token is available is answered B at once, and the next
 // waiter is tried. Those B replies are counted in ticketing_busy_total and

@@ -53,6 +53,8 @@ type waitQueue struct {
 	timer      *time.Timer // fires at the holder's lease end
 }
 
+// waiter is an ACQUIRE waiting in a key's queue or, with ls nil, one
+// waiting for a token (acquireLate): a placeholder in no queue.
 type waiter struct {
 	c          *conn
 	sh         *shard
@@ -187,32 +189,76 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 		s.sweepForCapacity()
 	}
 	sh := s.shardFor(req.Key)
-	for try := 0; ; try++ {
-		if s.acquireOnce(c, req, arrived, sh, try > 0) {
-			return
-		}
-		// A free key and no token: wait for the reservation without the
-		// shard mutex (RELEASE, PING and other keys go on), then decide
-		// again from scratch, once.
-		err := s.tokens.await(tokenWait)
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, errTokenStall) || errors.Is(err, ErrTokensExhausted) {
-			s.noToken(err)
-			c.replySimple(wire.TypeBusy, req.ReqID)
-		} else {
-			s.internalError(c, req.ReqID, err) // the disk failed: E(6)
-		}
+	if s.acquireOnce(c, req, arrived, sh, nil) {
 		return
+	}
+	// A free key and no token (the rare path): the ACQUIRE waits for the
+	// reservation in a goroutine of its own, off the reader and without
+	// the shard mutex, so that the session's later requests, RELEASE, PING
+	// and other keys go on. It stays in the session's in-flight map
+	// meanwhile (its req_id may not be reused; a closing session ends it).
+	tw := &waiter{c: c, sh: sh, reqID: req.ReqID}
+	gone, ok := c.addTokenWaiter(tw)
+	if !ok {
+		return // the session is closing
+	}
+	r := *req
+	r.Key = append([]byte(nil), req.Key...) // req aliases the read buffer
+	r.AuthToken, r.Name = nil, nil
+	s.wg.Add(1) // the reader's own count is held: Close waits for this too
+	go func() {
+		defer s.wg.Done()
+		s.acquireLate(c, &r, arrived, tw, gone)
+	}()
+}
+
+// acquireLate decides, off the reader, an ACQUIRE whose free key found no
+// token: it waits up to tokenWait for the reservation (or until the
+// session closes), then decides again from scratch, once. tw is its
+// placeholder in the in-flight map; whoever sets tw.done under the shard
+// mutex (this, a CANCEL, the closing session) answers it, or nobody does.
+func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, tw *waiter, gone <-chan struct{}) {
+	err := s.tokens.await(tokenWait, gone)
+	if errors.Is(err, errAwaitStopped) {
+		return // the session closed: nothing to answer
+	}
+	if err == nil {
+		s.acquireOnce(c, req, arrived, tw.sh, tw)
+		return
+	}
+	sh := tw.sh
+	sh.mu.Lock()
+	if tw.done {
+		sh.mu.Unlock()
+		return
+	}
+	tw.done = true
+	sh.mu.Unlock()
+	if errors.Is(err, errTokenStall) || errors.Is(err, ErrTokensExhausted) {
+		s.noToken(err)
+		c.replySimpleQueued(wire.TypeBusy, req.ReqID)
+	} else {
+		s.internalErrorQueued(c, req.ReqID, err) // the disk failed: E(6)
 	}
 }
 
-// acquireOnce decides an ACQUIRE under the shard mutex. It returns false,
-// having answered nothing, when the key is free but no token is available
-// and final is false.
-func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shard, final bool) bool {
+// acquireOnce decides an ACQUIRE under the shard mutex. On the reader's
+// first try (tw nil) it returns false, having answered nothing, when the
+// key is free but no token is available. With tw, the placeholder of an
+// ACQUIRE that waited for a token (acquireLate), it always decides (unless
+// tw was cancelled or dropped meanwhile), answers through the queued-reply
+// path, and returns true.
+func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shard, tw *waiter) bool {
+	late := tw != nil
 	sh.mu.Lock()
+	if late {
+		if tw.done || c.dead.Load() {
+			tw.done = true
+			sh.mu.Unlock()
+			return true // cancelled (answered T) or its session is closing
+		}
+		tw.done = true // decided now, under sh.mu: a CANCEL finds it done
+	}
 	now := s.now()
 	ls := sh.m[string(req.Key)]
 	if ls != nil && ls.token != 0 && now >= ls.expires {
@@ -224,19 +270,19 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 			s.held.Add(-1)
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
-			c.replySimple(wire.TypeBusy, req.ReqID)
+			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
 		tok, ok := s.tokens.take()
 		if !ok {
 			s.held.Add(-1)
 			sh.mu.Unlock()
-			if !final {
+			if !late {
 				return false
 			}
 			// The reservation ended but others took its tokens first.
 			s.noToken(errTokenStall)
-			c.replySimple(wire.TypeBusy, req.ReqID)
+			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
 		if ls == nil {
@@ -250,20 +296,20 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 		sh.link(ls, req.LeaseS)
 		sh.mu.Unlock()
 		s.m.granted(now - arrived)
-		c.replyGranted(req.ReqID, tok, waitedMS(now, arrived))
+		c.answerGranted(late, req.ReqID, tok, waitedMS(now, arrived))
 		return true
 	}
 	if ls.owner == req.Owner {
 		// Idempotent retry by the holder: same token, lease not extended.
 		tok := ls.token
 		sh.mu.Unlock()
-		c.replyGranted(req.ReqID, tok, 0)
+		c.answerGranted(late, req.ReqID, tok, 0)
 		return true
 	}
 	if req.WaitS == 0 {
 		sh.mu.Unlock()
 		s.m.timeouts.Add(1)
-		c.replySimple(wire.TypeTimedOut, req.ReqID)
+		c.answer(late, wire.TypeTimedOut, req.ReqID)
 		return true
 	}
 	q := ls.q
@@ -275,20 +321,20 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 		if q != nil && q.n >= s.cfg.MaxKeyWaiters {
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
-			c.replySimple(wire.TypeBusy, req.ReqID)
+			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
 		if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
 			s.waiters.Add(-1)
 			sh.mu.Unlock()
 			s.m.busy.Add(1)
-			c.replySimple(wire.TypeBusy, req.ReqID)
+			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
 	}
 	w := &waiter{c: c, sh: sh, ls: ls, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
 		deadline: arrived + int64(req.WaitS)*secondNs}
-	if !c.addInflight(w) {
+	if !c.addInflight(w) { // replaces tw, if any
 		// The session is closing; its waits are dropped anyway.
 		if old == nil {
 			s.waiters.Add(-1)
@@ -320,8 +366,10 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	return true
 }
 
-// release handles a well-formed, in-range RELEASE from c's reader.
-func (s *Server) release(c *conn, req *wire.Request) {
+// release handles a well-formed, in-range RELEASE from c's reader, or with
+// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
+// is also req.Owner.
+func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
 	now := s.now()
@@ -330,7 +378,7 @@ func (s *Server) release(c *conn, req *wire.Request) {
 	if ls != nil && ls.token != 0 {
 		if now >= ls.expires {
 			s.expireLocked(sh, ls, now) // the lease ended: N
-		} else if ls.token == req.Token {
+		} else if ls.token == req.Token && (!owned || ls.owner == req.Owner) {
 			s.freeLocked(sh, ls, now)
 			ok = true
 		}
@@ -343,6 +391,45 @@ func (s *Server) release(c *conn, req *wire.Request) {
 		s.m.notHeld.Add(1)
 		c.replySimple(wire.TypeNotHeld, req.ReqID)
 	}
+}
+
+// cancel handles a CANCEL (version 2) naming reqID: if that ACQUIRE of c
+// is still waiting in a queue, or for a token (acquireLate: not yet
+// decided), it is removed and answered T at once; the lock table is
+// otherwise untouched. An ACQUIRE already granted or answered, or one being
+// answered right now, and an unknown reqID, are left alone: no reply, no
+// error.
+func (s *Server) cancel(c *conn, reqID uint32) {
+	if c.nInflight.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	w := c.inflight[reqID]
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	sh := w.sh
+	sh.mu.Lock()
+	// Again under the shard mutex, which every change of a waiter's state
+	// holds: a token waiter may have been queued meanwhile (as another
+	// *waiter of the same key), or answered.
+	c.mu.Lock()
+	w = c.inflight[reqID]
+	c.mu.Unlock()
+	if w == nil || w.sh != sh || w.done {
+		sh.mu.Unlock()
+		return
+	}
+	if w.ls == nil {
+		w.done = true // waiting for a token: acquireLate will not decide it
+	} else {
+		s.dropWaiterLocked(w)
+	}
+	sh.mu.Unlock()
+	s.m.timeouts.Add(1)
+	s.m.cancelled.Add(1)
+	c.replySimpleQueued(wire.TypeTimedOut, reqID)
 }
 
 func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {
@@ -471,7 +558,11 @@ func (s *Server) dropWaiterLocked(w *waiter) {
 func (s *Server) dropWaiter(w *waiter) {
 	w.sh.mu.Lock()
 	if !w.done {
-		s.dropWaiterLocked(w)
+		if w.ls == nil {
+			w.done = true // waiting for a token (acquireLate), in no queue
+		} else {
+			s.dropWaiterLocked(w)
+		}
 	}
 	w.sh.mu.Unlock()
 }

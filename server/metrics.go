@@ -31,6 +31,7 @@ type counters struct {
 	waitSumNs                                  atomic.Uint64
 
 	tokenUnavailable atomic.Uint64 // ACQUIREs answered B for want of a token
+	cancelled        atomic.Uint64 // ACQUIREs answered T because of a CANCEL (also in timeouts)
 	noTokenLogged    atomic.Uint64 // tokenUnavailable at the last log line
 	noTokenLogAt     atomic.Int64  // server clock + 1 of the last log line; 0: none
 }
@@ -56,7 +57,7 @@ type collector struct {
 
 	pending, idleTimeouts, pendingRefused, peerLimited *prometheus.Desc
 	authFailures, authThrottled, logSuppressed         *prometheus.Desc
-	tokenUnavailable, tokenStoreOK                     *prometheus.Desc
+	tokenUnavailable, tokenStoreOK, cancelled          *prometheus.Desc
 }
 
 func newCollector(s *Server) *collector {
@@ -89,13 +90,14 @@ func newCollector(s *Server) *collector {
 		logSuppressed:  d("log_suppressed_total", "Log lines about peers left out by the rate limit (summed up in one line per interval)."),
 
 		tokenUnavailable: d("token_unavailable_total", "ACQUIREs answered B because no fencing token could be reserved in time (stalled disk, exhausted token space)."),
+		cancelled:        d("cancelled_total", "Waiting ACQUIREs removed by a CANCEL (version 2) and answered T (included in timeouts_total)."),
 		tokenStoreOK:     d("token_store_ok", "1 while the token store can reserve tokens, 0 while its last reservation failed, one has been running for over a second, or the token space is exhausted."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.sessions, c.held, c.waiters, c.lastToken, c.ceiling, c.grants, c.timeouts, c.busy, c.released, c.notHeld, c.expired, c.overflows, c.protoErrs, c.wait,
-		c.pending, c.idleTimeouts, c.pendingRefused, c.peerLimited, c.authFailures, c.authThrottled, c.logSuppressed, c.tokenUnavailable, c.tokenStoreOK} {
+		c.pending, c.idleTimeouts, c.pendingRefused, c.peerLimited, c.authFailures, c.authThrottled, c.logSuppressed, c.tokenUnavailable, c.tokenStoreOK, c.cancelled} {
 		ch <- d
 	}
 }
@@ -128,6 +130,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.authThrottled, &s.m.authThrottled)
 	k(c.logSuppressed, &s.m.logSuppressed)
 	k(c.tokenUnavailable, &s.m.tokenUnavailable)
+	k(c.cancelled, &s.m.cancelled)
 	ok := 1.0
 	if s.TokenStoreErr() != nil {
 		ok = 0

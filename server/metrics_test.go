@@ -78,6 +78,7 @@ func TestMetrics(t *testing.T) {
 		{"ticketing_protocol_errors_total", []string{"code", "4"}, 1},
 		{"ticketing_protocol_errors_total", []string{"code", "1"}, 0},
 		{"ticketing_grant_wait_seconds", nil, 2},
+		{"ticketing_cancelled_total", nil, 0},
 	} {
 		if v := value(tc.name, tc.labels...); v != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, v, tc.want)

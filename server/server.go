@@ -27,7 +27,7 @@ type Stats struct {
 	Standby      bool   `json:"standby"`
 
 	Grants         uint64 `json:"grants"`          // G replies with a new token (idempotent retries excluded)
-	TimedOut       uint64 `json:"timed_out"`       // T replies
+	TimedOut       uint64 `json:"timed_out"`       // T replies (those to a CANCEL included)
 	Busy           uint64 `json:"busy"`            // B replies
 	Released       uint64 `json:"released"`        // R replies
 	NotHeld        uint64 `json:"not_held"`        // N replies
@@ -35,6 +35,7 @@ type Stats struct {
 	Expired        uint64 `json:"expired"`         // leases that ran out before a release (addition to the contract)
 
 	TokenUnavailable uint64 `json:"token_unavailable"`           // B replies because no token could be reserved in time (included in Busy)
+	Cancelled        uint64 `json:"cancelled"`                   // waiting ACQUIREs removed by a CANCEL and answered T (included in TimedOut)
 	TokenStoreError  string `json:"token_store_error,omitempty"` // why the token store cannot reserve (TokenStoreErr); empty while it can
 }
 
@@ -373,6 +374,7 @@ func (s *Server) Stats() Stats {
 		Expired:        s.m.expired.Load(),
 	}
 	st.TokenUnavailable = s.m.tokenUnavailable.Load()
+	st.Cancelled = s.m.cancelled.Load()
 	if err := s.TokenStoreErr(); err != nil {
 		st.TokenStoreError = err.Error()
 	}

@@ -47,6 +47,10 @@ var ErrCeilingMissing = errors.New("server: token ceiling missing from a used da
 // errStoreClosed is returned by await after the store has been closed.
 var errStoreClosed = errors.New("server: token store closed")
 
+// errAwaitStopped is returned by await once its stop channel is closed
+// (the waiting ACQUIRE's session ended).
+var errAwaitStopped = errors.New("server: wait for a token stopped: the session ended")
+
 // errTokenStall is what await reports when no reservation ended within its
 // bound: the disk is slow or stalled.
 var errTokenStall = errors.New("server: token store stalled: no ceiling reservation completed in time")
@@ -339,9 +343,10 @@ func (t *tokenStore) take() (uint64, bool) {
 
 // await waits, up to d, for a token to be available (nil) or for the
 // reservation that would make one available to end. It returns the
-// reservation's error, ErrTokensExhausted, errTokenStall after d, or
-// errStoreClosed. It must not be called under a shard mutex.
-func (t *tokenStore) await(d time.Duration) error {
+// reservation's error, ErrTokensExhausted, errTokenStall after d,
+// errAwaitStopped once stop is closed, or errStoreClosed. It must not be
+// called under a shard mutex.
+func (t *tokenStore) await(d time.Duration, stop <-chan struct{}) error {
 	t.mu.Lock()
 	ch, closed := t.changed, t.closed
 	t.mu.Unlock()
@@ -361,6 +366,8 @@ func (t *tokenStore) await(d time.Duration) error {
 	case <-ch:
 	case <-tm.C:
 		return errTokenStall
+	case <-stop:
+		return errAwaitStopped
 	}
 	t.mu.Lock()
 	err := t.err

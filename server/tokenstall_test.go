@@ -168,3 +168,50 @@ func TestCloseWithStalledDisk(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestTokenWaitOffReader: an ACQUIRE whose free key finds no token waits
+// for the reservation off the session's reader, so a PING, a RELEASE and a
+// holder's retry sent after it on the SAME session are answered first,
+// while it still waits; it then gets B. Its req_id stays in flight: reusing
+// it meanwhile is E(1). A session that closes while an ACQUIRE of it waits
+// for a token ends that wait (goleak and Close would see it otherwise).
+func TestTokenWaitOffReader(t *testing.T) {
+	disk := freezeDisk(t)
+	s, addr := startServer(t, server.Config{TokenBlock: 4})
+	t.Cleanup(disk.unfreeze)
+	a := session(t, addr)
+	for i := range 4 { // tokens 1..4; the reservation of 5..8 sticks
+		a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+	}
+	<-disk.entered
+
+	a.send(acq(30, owner(2), 0, 30, "free"))
+	a.send(ping(31))
+	a.send(rel(32, 1, "a"))
+	a.send(acq(33, owner(1), 0, 30, "b"))
+	a.expect(wire.TypePong, 31)
+	a.expect(wire.TypeReleased, 32)
+	if g := a.expect(wire.TypeGranted, 33); g.Token != 2 {
+		t.Fatalf("holder retry: %s", show(g))
+	}
+	if disk.thawed.Load() {
+		t.Fatal("disk thawed early")
+	}
+	a.expect(wire.TypeBusy, 30)
+	a.send(ping(34))
+	a.expect(wire.TypePong, 34)
+
+	// The req_id of an ACQUIRE waiting for a token is still awaited.
+	b := session(t, addr)
+	b.send(acq(40, owner(3), 0, 30, "free-2"))
+	b.send(acq(40, owner(3), 0, 30, "free-3"))
+	b.expectError(wire.CodeMalformed, 40)
+
+	// A session closing during the wait.
+	c := session(t, addr)
+	c.send(acq(50, owner(4), 0, 30, "free-4"))
+	c.send(ping(51))
+	c.expect(wire.TypePong, 51)
+	c.nc.Close()
+	eventually(t, "session closed", func() bool { return s.Stats().Sessions == 1 })
+}

@@ -136,6 +136,16 @@ func simpleHex(typ byte, req uint32) string { return fmt.Sprintf("00000005%02x%0
 // Exact HELLO_OK of a server started with --node-name n1 (test vector).
 func helloOKHex(req uint32) string { return fmt.Sprintf("0000000a4f%08x0101026e31", req) }
 
+// Version 2 frames (hex, not internal/wire).
+func cancelF(t testing.TB, req uint32) []byte { return lenPrefix(t, fmt.Sprintf("43%08x", req)) }
+
+func relOwnedF(t testing.TB, req uint32, token uint64, owner byte, key string) []byte {
+	return lenPrefix(t, fmt.Sprintf("56%08x%016x%s%02x%x", req, token, ownerHex(owner), len(key), key))
+}
+
+// Exact HELLO_OK version 2 of a server started with --node-name n1.
+func helloOKv2Hex(req uint32) string { return fmt.Sprintf("0000000a4f%08x0201026e31", req) }
+
 // raw is one TCP connection speaking raw bytes.
 type raw struct {
 	t  *testing.T
@@ -159,6 +169,15 @@ func openConf(t *testing.T, addr string) *raw {
 	r := dialConf(t, addr)
 	r.send(x(t, "000000084800000001010000")) // HELLO req 1, no token, no name
 	r.expect(helloOKHex(1))
+	return r
+}
+
+// openConfV2 dials and completes a version-2 HELLO (no token) with req_id 1.
+func openConfV2(t *testing.T, addr string) *raw {
+	t.Helper()
+	r := dialConf(t, addr)
+	r.send(x(t, "000000084800000001020000")) // HELLO req 1, version 2, no token, no name
+	r.expect(helloOKv2Hex(1))
 	return r
 }
 
@@ -404,9 +423,19 @@ func TestConformanceSessionRules(t *testing.T) {
 		r.send(x(t, "00000009"+"4800000002"+"01"+"00"+"05"+"61"))
 		r.expectE(1, 2)
 	})
-	t.Run("1/HELLO version 2 -> E(2)", func(t *testing.T) {
+	t.Run("1/HELLO version 3 -> E(2)", func(t *testing.T) {
 		r := dialConf(t, s.addr)
-		r.send(x(t, "000000084800000003020000"))
+		r.send(x(t, "000000084800000003030000"))
+		r.expectE(2, 3)
+	})
+	t.Run("1/HELLO version 0 -> E(2)", func(t *testing.T) {
+		r := dialConf(t, s.addr)
+		r.send(x(t, "000000084800000003000000"))
+		r.expectE(2, 3)
+	})
+	t.Run("1/HELLO version 255 -> E(2)", func(t *testing.T) {
+		r := dialConf(t, s.addr)
+		r.send(x(t, "000000084800000003ff0000"))
 		r.expectE(2, 3)
 	})
 
@@ -510,6 +539,222 @@ func TestConformanceSessionRules(t *testing.T) {
 	})
 }
 
+// ---------------------------------------------------------------- version 2
+
+// TestConformanceVersion2: the "Versioning" and "Version 2 additions"
+// rules, with raw frames.
+func TestConformanceVersion2(t *testing.T) {
+	t.Parallel()
+	s := startConf(t, "--client-token", "s3cret", withAdmin)
+	hello := func(t *testing.T, version byte) *raw {
+		r := dialConf(t, s.addr)
+		r.send(lenPrefix(t, fmt.Sprintf("4800000001%02x0673336372657400", version)))
+		r.expect(fmt.Sprintf("0000000a4f00000001%02x01026e31", version))
+		return r
+	}
+
+	t.Run("vectors: HELLO v2 -> HELLO_OK v2, CANCEL, RELEASE_OWNED", func(t *testing.T) {
+		t.Parallel()
+		s := startConf(t)
+		r := dialConf(t, s.addr)
+		r.send(x(t, "000000084800000001020000"))
+		r.expect("0000000a4f000000010201026e31")
+		// CANCEL req 2 of nothing: no reply; the session goes on.
+		r.send(x(t, "000000054300000002"))
+		r.sync(9)
+		// RELEASE_OWNED req 3, token 42, owner 00..0f, key "order-42": N.
+		r.send(x(t, "000000265600000003000000000000002a000102030405060708090a0b0c0d0e0f086f726465722d3432"))
+		r.expect(simpleHex('N', 3))
+		// The ACQUIRE vector (owner 00..0f), then the RELEASE_OWNED vector
+		// with that token: R.
+		r.send(x(t, "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432"))
+		tok, _ := r.expectG(2)
+		r.send(lenPrefix(t, fmt.Sprintf("5600000003%016x000102030405060708090a0b0c0d0e0f086f726465722d3432", tok)))
+		r.expect(simpleHex('R', 3))
+	})
+	t.Run("HELLO_OK carries the version asked for", func(t *testing.T) {
+		hello(t, 1).sync(2)
+		hello(t, 2).sync(2)
+	})
+	t.Run("v1 session: CANCEL -> E(1) with its req_id", func(t *testing.T) {
+		r := hello(t, 1)
+		r.send(cancelF(t, 5))
+		r.expectE(1, 5)
+	})
+	t.Run("v1 session: CANCEL of a waiting ACQUIRE -> E(1), its wait dropped", func(t *testing.T) {
+		h := hello(t, 1)
+		h.send(acqF(t, 2, 1, 0, 30, "v1-cancel"))
+		tok, _ := h.expectG(2)
+		w := hello(t, 1)
+		w.send(acqF(t, 7, 2, 30, 30, "v1-cancel"))
+		w.sync(8)
+		w.send(cancelF(t, 7))
+		w.expectE(1, 7)
+		s.waitStatus(t, "waiters", 0)
+		h.send(relF(t, 3, tok, "v1-cancel"))
+		h.expect(simpleHex('R', 3))
+	})
+	t.Run("v1 session: RELEASE_OWNED -> E(1), lock still held", func(t *testing.T) {
+		r := hello(t, 1)
+		r.send(acqF(t, 2, 1, 0, 30, "v1-owned"))
+		tok, _ := r.expectG(2)
+		r.send(relOwnedF(t, 3, tok, 1, "v1-owned"))
+		r.expectE(1, 3)
+		o := hello(t, 1)
+		o.send(acqF(t, 2, 9, 0, 30, "v1-owned"))
+		o.expect(simpleHex('T', 2))
+		o.send(relF(t, 3, tok, "v1-owned"))
+		o.expect(simpleHex('R', 3))
+	})
+	t.Run("v2 session: CANCEL of a queued ACQUIRE -> T at once, the queue order intact", func(t *testing.T) {
+		h := hello(t, 2)
+		h.send(acqF(t, 2, 1, 0, 30, "v2-queue"))
+		tok, _ := h.expectG(2)
+		w := hello(t, 2)
+		x2 := hello(t, 2)
+		w.send(acqF(t, 10, 0xa, 30, 30, "v2-queue"))
+		w.sync(99)
+		x2.send(acqF(t, 20, 0xb, 30, 30, "v2-queue"))
+		x2.sync(99)
+		w.send(acqF(t, 11, 0xc, 30, 30, "v2-queue"))
+		w.sync(98)
+		s.waitStatus(t, "waiters", 3)
+		before := s.status(t)
+		w.send(cancelF(t, 10))
+		w.expect(simpleHex('T', 10))
+		s.waitStatus(t, "waiters", 2)
+		after := s.status(t)
+		if after["cancelled"] != before["cancelled"]+1 || after["timed_out"] != before["timed_out"]+1 {
+			t.Fatalf("cancelled %v -> %v, timed_out %v -> %v", before["cancelled"], after["cancelled"], before["timed_out"], after["timed_out"])
+		}
+		if after["held_locks"] != before["held_locks"] || after["grants"] != before["grants"] {
+			t.Fatalf("a CANCEL touched the lock table: %v -> %v", before, after)
+		}
+		// Still held by h; a second CANCEL of the answered req_id does nothing.
+		w.send(cancelF(t, 10))
+		w.sync(97)
+		o := hello(t, 2)
+		o.send(acqF(t, 2, 0xd, 0, 30, "v2-queue"))
+		o.expect(simpleHex('T', 2))
+		// The req_id answered T may be used again.
+		w.send(pingF(t, 10))
+		w.expect(simpleHex('P', 10))
+		// Release: x2 (queued second) is next, then w's 11.
+		h.send(relF(t, 3, tok, "v2-queue"))
+		h.expect(simpleHex('R', 3))
+		tokX, _ := x2.expectG(20)
+		if tokX <= tok {
+			t.Fatalf("token %d after %d", tokX, tok)
+		}
+		x2.send(relOwnedF(t, 21, tokX, 0xb, "v2-queue"))
+		x2.expect(simpleHex('R', 21))
+		tokW, _ := w.expectG(11)
+		if tokW <= tokX {
+			t.Fatalf("token %d after %d", tokW, tokX)
+		}
+		w.send(relOwnedF(t, 12, tokW, 0xc, "v2-queue"))
+		w.expect(simpleHex('R', 12))
+	})
+	t.Run("v2 session: CANCEL of a granted ACQUIRE -> nothing, lock still held", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(acqF(t, 2, 1, 0, 30, "v2-granted"))
+		tok, _ := r.expectG(2)
+		r.send(cancelF(t, 2))
+		r.sync(3) // PONG is the next frame: no reply to the CANCEL
+		o := hello(t, 2)
+		o.send(acqF(t, 2, 9, 0, 30, "v2-granted"))
+		o.expect(simpleHex('T', 2))
+		// The holder's retry still gets the same token.
+		r.send(acqF(t, 4, 1, 0, 30, "v2-granted"))
+		r.expectGExact(4, tok, 0)
+		r.send(relOwnedF(t, 5, tok, 1, "v2-granted"))
+		r.expect(simpleHex('R', 5))
+	})
+	t.Run("v2 session: CANCEL of a waiter granted before it -> G, lock held", func(t *testing.T) {
+		h := hello(t, 2)
+		h.send(acqF(t, 2, 1, 0, 30, "v2-late"))
+		tok, _ := h.expectG(2)
+		w := hello(t, 2)
+		w.send(acqF(t, 7, 2, 30, 30, "v2-late"))
+		w.sync(8)
+		h.send(relF(t, 3, tok, "v2-late"))
+		h.expect(simpleHex('R', 3))
+		tokW, _ := w.expectG(7)
+		w.send(cancelF(t, 7))
+		w.sync(9)
+		o := hello(t, 2)
+		o.send(acqF(t, 2, 9, 0, 30, "v2-late"))
+		o.expect(simpleHex('T', 2))
+		w.send(relOwnedF(t, 10, tokW, 2, "v2-late"))
+		w.expect(simpleHex('R', 10))
+	})
+	t.Run("v2 session: CANCEL of an unknown req_id -> nothing, session alive", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(cancelF(t, 12345), cancelF(t, 0), cancelF(t, 1))
+		r.sync(2)
+		r.send(acqF(t, 3, 1, 0, 30, "v2-unknown"))
+		tok, _ := r.expectG(3)
+		r.send(relOwnedF(t, 4, tok, 1, "v2-unknown"))
+		r.expect(simpleHex('R', 4))
+	})
+	t.Run("v2 session: CANCEL of a PING's req_id -> nothing", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(pingF(t, 5), cancelF(t, 5))
+		r.expect(simpleHex('P', 5))
+		r.sync(6)
+	})
+	t.Run("v2 session: CANCEL frame with a trailing byte -> E(1)", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(x(t, "00000006430000000200"))
+		r.expectE(1, 2)
+	})
+	t.Run("v2 session: a reused req_id that is not a CANCEL is still E(1)", func(t *testing.T) {
+		h := hello(t, 2)
+		h.send(acqF(t, 2, 1, 0, 30, "v2-dup"))
+		h.expectG(2)
+		w := hello(t, 2)
+		w.send(acqF(t, 7, 2, 30, 30, "v2-dup"), pingF(t, 7))
+		w.expectE(1, 7)
+	})
+	t.Run("v2 session: RELEASE_OWNED checks token and owner", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(acqF(t, 2, 1, 0, 30, "v2-owned"))
+		tok, _ := r.expectG(2)
+		o := hello(t, 2)
+		o.send(relOwnedF(t, 3, tok, 9, "v2-owned")) // right token, wrong owner
+		o.expect(simpleHex('N', 3))
+		o.send(relOwnedF(t, 4, tok+1, 1, "v2-owned")) // right owner, wrong token
+		o.expect(simpleHex('N', 4))
+		o.send(relOwnedF(t, 5, tok, 1, "v2-other")) // another key
+		o.expect(simpleHex('N', 5))
+		o.send(acqF(t, 6, 9, 0, 30, "v2-owned"))
+		o.expect(simpleHex('T', 6)) // still held
+		// Right token and owner, from another session: R, then N.
+		o.send(relOwnedF(t, 7, tok, 1, "v2-owned"))
+		o.expect(simpleHex('R', 7))
+		r.send(relOwnedF(t, 8, tok, 1, "v2-owned"))
+		r.expect(simpleHex('N', 8))
+	})
+	t.Run("v2 session: RELEASE_OWNED key_len 0 -> E(4)", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(relOwnedF(t, 3, 1, 1, ""))
+		r.expectE(4, 3)
+	})
+	t.Run("v2 session: RELEASE_OWNED key_len past the end -> E(1)", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(lenPrefix(t, "5600000003"+"0000000000000001"+ownerHex(1)+"05"+"61"))
+		r.expectE(1, 3)
+	})
+	t.Run("v2 session: plain RELEASE still works by token alone", func(t *testing.T) {
+		r := hello(t, 2)
+		r.send(acqF(t, 2, 1, 0, 30, "v2-plain"))
+		tok, _ := r.expectG(2)
+		o := hello(t, 2)
+		o.send(relF(t, 3, tok, "v2-plain"))
+		o.expect(simpleHex('R', 3))
+	})
+}
+
 // TestConformanceHelloCheckOrder: version, then exact length, then token,
 // then the session limit.
 func TestConformanceHelloCheckOrder(t *testing.T) {
@@ -524,10 +769,14 @@ func TestConformanceHelloCheckOrder(t *testing.T) {
 		frame string
 		code  uint16
 	}{
-		// version 2, token "nope", then 3 stray bytes: E(2) although the
+		// version 3, token "nope", then 3 stray bytes: E(2) although the
 		// length is wrong too.
-		{"version 2 and wrong length -> E(2)", "0000000f" + "4800000007" + "02" + "046e6f7065" + "00" + "010203", 2},
-		{"version 2 and nothing after it -> E(2)", "00000006" + "4800000007" + "02", 2},
+		{"version 3 and wrong length -> E(2)", "0000000f" + "4800000007" + "03" + "046e6f7065" + "00" + "010203", 2},
+		{"version 3 and nothing after it -> E(2)", "00000006" + "4800000007" + "03", 2},
+		{"version 2, wrong length, bad token -> E(1)", "0000000f" + "4800000007" + "02" + "046e6f7065" + "00" + "010203", 1},
+		{"version 2 and nothing after it -> E(1)", "00000006" + "4800000007" + "02", 1},
+		{"version 2, bad token at the session limit -> E(3)", "0000000c" + "4800000007" + "02" + "046e6f7065" + "00", 3},
+		{"version 2, good token at the session limit -> E(7)", "0000000e" + "4800000007" + "02" + "06733363726574" + "00", 7},
 		{"version 1, wrong length, bad token -> E(1)", "0000000f" + "4800000007" + "01" + "046e6f7065" + "00" + "010203", 1},
 		{"version 1, token_len past the end -> E(1)", "00000008" + "4800000007" + "01" + "09" + "00", 1},
 		{"bad token at the session limit -> E(3)", "0000000c" + "4800000007" + "01" + "046e6f7065" + "00", 3},

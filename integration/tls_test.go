@@ -25,7 +25,7 @@ func initDeployment(t *testing.T, bin string) (dir, token string) {
 	if code, err := p.Wait(30 * time.Second); code != 0 {
 		t.Fatalf("ticketingd init: exit %d (%v)\n%s%s", code, err, p.Stdout.String(), p.Stderr.String())
 	}
-	m := regexp.MustCompile(`Client token[^\n]*:\n\n\s+(\S+)\n`).FindStringSubmatch(p.Stdout.String())
+	m := regexp.MustCompile(`(?m)^\s*export TICKETING_TOKEN='([^']+)'$`).FindStringSubmatch(p.Stdout.String())
 	if m == nil {
 		t.Fatalf("no client token in the output of init:\n%s", p.Stdout.String())
 	}

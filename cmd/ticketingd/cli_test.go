@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 func runCapture(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -235,6 +237,50 @@ func TestConfigKeysMatchFlags(t *testing.T) {
 	slices.Sort(keys)
 	if !slices.Equal(flags, keys) {
 		t.Errorf("flags %v\nkeys  %v", flags, keys)
+	}
+}
+
+// TestConfigFileYAML pins how the config file's YAML is read: null is as
+// if the key were absent, YAML's integer forms and anchors work, a key
+// given twice is an error, and every problem of a file is reported at once
+// with its line.
+func TestConfigFileYAML(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		args []string
+		want func(o *serveOptions) bool // nil: an error containing err
+		err  string
+	}{
+		{yaml: "listen: ~\nmax-locks: ~\nclient-token: ~\nstandby: ~\nidle-timeout: ~\n", want: func(o *serveOptions) bool {
+			return o.Listen == defaultListen && o.MaxLocks == 0 && o.ClientTokens == nil && !o.Standby && o.IdleTimeout == server.DefaultIdleTimeout
+		}},
+		{yaml: "~\n", want: func(o *serveOptions) bool { return o.Listen == defaultListen }},
+		{yaml: "max-locks: 0x10\nstandby: yes\nlisten: 5225\n", want: func(o *serveOptions) bool {
+			return o.MaxLocks == 16 && o.Standby && o.Listen == "5225"
+		}},
+		{yaml: "listen: &l 127.0.0.1:9\nadmin-listen: *l\n", want: func(o *serveOptions) bool { return o.AdminListen == "127.0.0.1:9" }},
+		{yaml: "client-token:\n  - a\n  - 3\n", want: func(o *serveOptions) bool { return slices.Equal(o.ClientTokens, []string{"a", "3"}) }},
+		{yaml: "client-token: [x]\nmax-locks: -3\n", args: []string{"--client-token", "y", "--client-token", "z", "--max-locks", "4"},
+			want: func(o *serveOptions) bool { return slices.Equal(o.ClientTokens, []string{"y", "z"}) && o.MaxLocks == 4 }},
+		{yaml: "listen: a\nlisten: b\n", err: `line 2: mapping key "listen" already defined at line 1`},
+		{yaml: "a: 1\nmax-locks: x\nb:\n  - 1\nshutdown-timeout: soon\n",
+			err: "line 1: unknown key \"a\"; line 2: cannot unmarshal !!str `x` into int; line 3: unknown key \"b\"; line 5: cannot unmarshal !!str `soon` into duration (like 10s)"},
+		{yaml: "client-token: abc\n", err: "line 1: cannot unmarshal !!str `abc` into []string"},
+		{yaml: "token-block: -1\n", err: "line 1: cannot unmarshal !!int `-1` into uint64"},
+		{yaml: "standby: maybe\n", err: "line 1: cannot unmarshal !!str `maybe` into bool"},
+		{yaml: "LISTEN: x\n", err: `line 1: unknown key "LISTEN"`},
+		{yaml: "- a\n- b\n", err: "line 1: "},
+	} {
+		cfg := writeTemp(t, "t.yaml", tc.yaml, 0o644)
+		o, err := parseServe(t, append([]string{"--config", cfg}, tc.args...)...)
+		switch {
+		case tc.want == nil && (err == nil || !strings.Contains(err.Error(), "config file "+cfg+": "+tc.err)):
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.err)
+		case tc.want != nil && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.want != nil && !tc.want(o):
+			t.Errorf("%q %q: got %+v", tc.yaml, tc.args, *o)
+		}
 	}
 }
 

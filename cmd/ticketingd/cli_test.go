@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,7 +219,10 @@ initial-token: 7000
 	}
 }
 
-// Every serve flag but --config is a config file key and vice versa.
+// Every serve flag but --config is a config file key and vice versa (both
+// come from serveOptions.options), and each key sets what its flag sets:
+// "--name V" and a file with "name: V" give the same options, unlike the
+// defaults.
 func TestConfigKeysMatchFlags(t *testing.T) {
 	var o serveOptions
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
@@ -229,14 +233,71 @@ func TestConfigKeysMatchFlags(t *testing.T) {
 			flags = append(flags, f.Name)
 		}
 	})
-	rt := reflect.TypeFor[fileConfig]()
-	for i := range rt.NumField() {
-		keys = append(keys, rt.Field(i).Tag.Get("yaml"))
+	for _, op := range o.options() {
+		keys = append(keys, op.name)
 	}
 	slices.Sort(flags)
 	slices.Sort(keys)
 	if !slices.Equal(flags, keys) {
 		t.Errorf("flags %v\nkeys  %v", flags, keys)
+	}
+
+	var defaults serveOptions
+	defaults.register(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	dir := t.TempDir()
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		// A value unlike the default; paths absolute, so kept as given.
+		var flagVal, fileVal string
+		switch f.Value.Type() {
+		case "string":
+			flagVal, fileVal = "/v/x", "/v/x"
+		case "stringArray":
+			flagVal, fileVal = "/v/x", "[/v/x]"
+		case "int", "uint64":
+			flagVal, fileVal = "123456", "123456"
+		case "bool":
+			flagVal = strconv.FormatBool(f.DefValue != "true")
+			fileVal = flagVal
+		case "duration":
+			flagVal, fileVal = "7s", "7s"
+		default:
+			t.Fatalf("--%s: no test value for type %s", f.Name, f.Value.Type())
+		}
+		var fromFlag serveOptions
+		ffs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		fromFlag.register(ffs)
+		if err := ffs.Parse([]string{"--" + f.Name + "=" + flagVal}); err != nil {
+			t.Fatalf("--%s=%s: %v", f.Name, flagVal, err)
+		}
+		cfg := filepath.Join(dir, f.Name+".yaml")
+		if err := os.WriteFile(cfg, []byte(f.Name+": "+fileVal+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var fromFile serveOptions
+		cfs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		fromFile.register(cfs)
+		if err := cfs.Parse([]string{"--config", cfg}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fromFile.applyConfigFile(cfs); err != nil {
+			t.Fatalf("key %s: %v", f.Name, err)
+		}
+		fromFile.Config = ""
+		if !reflect.DeepEqual(fromFile, fromFlag) {
+			t.Errorf("%s: %s in the file gives %+v\n--%s=%s gives %+v", f.Name, fileVal, fromFile, f.Name, flagVal, fromFlag)
+		}
+		if reflect.DeepEqual(fromFile, defaults) {
+			t.Errorf("%s: %s in the file changes no option", f.Name, fileVal)
+		}
+	})
+
+	// --config itself is no key.
+	cfg := writeTemp(t, "config.yaml", "config: other.yaml\n", 0o644)
+	if _, err := parseServe(t, "--config", cfg); err == nil || !strings.Contains(err.Error(), `line 1: unknown key "config"`) {
+		t.Errorf("config key in the file: %v", err)
 	}
 }
 

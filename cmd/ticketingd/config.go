@@ -196,17 +196,12 @@ func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	}
 	for i := 0; i < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		var name string
-		if err := k.Decode(&name); err != nil {
-			errs = append(errs, yamlErrorText(err))
+		op, ok := opts[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			errs = append(errs, fmt.Sprintf("line %d: unknown key %q", k.Line, k.Value))
 			continue
 		}
-		op, ok := opts[name]
-		if !ok {
-			errs = append(errs, fmt.Sprintf("line %d: unknown key %q", k.Line, name))
-			continue
-		}
-		if fs.Changed(name) || v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		if fs.Changed(op.name) || v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
 			continue // the flag wins; null is as if absent
 		}
 		if err := v.Decode(op.ptr); err != nil {

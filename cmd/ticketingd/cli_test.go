@@ -312,8 +312,8 @@ func TestConfigFileYAML(t *testing.T) {
 		want func(o *serveOptions) bool // nil: an error containing err
 		err  string
 	}{
-		{yaml: "listen: ~\nmax-locks: ~\nclient-token: ~\nstandby: ~\nidle-timeout: ~\n", want: func(o *serveOptions) bool {
-			return o.Listen == defaultListen && o.MaxLocks == 0 && o.ClientTokens == nil && !o.Standby && o.IdleTimeout == server.DefaultIdleTimeout
+		{yaml: "listen: ~\nmax-locks: ~\nclient-token: ~\nstandby: ~\nidle-timeout: ~\ndata-dir:\n", want: func(o *serveOptions) bool {
+			return o.Listen == defaultListen && o.DataDir == defaultDataDir && o.MaxLocks == 0 && o.ClientTokens == nil && !o.Standby && o.IdleTimeout == server.DefaultIdleTimeout
 		}},
 		{yaml: "~\n", want: func(o *serveOptions) bool { return o.Listen == defaultListen }},
 		{yaml: "max-locks: 0x10\nstandby: yes\nlisten: 5225\n", want: func(o *serveOptions) bool {

@@ -9,11 +9,14 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 func runCapture(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -216,7 +219,10 @@ initial-token: 7000
 	}
 }
 
-// Every serve flag but --config is a config file key and vice versa.
+// Every serve flag but --config is a config file key and vice versa (both
+// come from serveOptions.options), and each key sets what its flag sets:
+// "--name V" and a file with "name: V" give the same options, unlike the
+// defaults.
 func TestConfigKeysMatchFlags(t *testing.T) {
 	var o serveOptions
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
@@ -227,14 +233,115 @@ func TestConfigKeysMatchFlags(t *testing.T) {
 			flags = append(flags, f.Name)
 		}
 	})
-	rt := reflect.TypeFor[fileConfig]()
-	for i := range rt.NumField() {
-		keys = append(keys, rt.Field(i).Tag.Get("yaml"))
+	for _, op := range o.options() {
+		keys = append(keys, op.name)
 	}
 	slices.Sort(flags)
 	slices.Sort(keys)
 	if !slices.Equal(flags, keys) {
 		t.Errorf("flags %v\nkeys  %v", flags, keys)
+	}
+
+	var defaults serveOptions
+	defaults.register(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	dir := t.TempDir()
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		// A value unlike the default; paths absolute, so kept as given.
+		var flagVal, fileVal string
+		switch f.Value.Type() {
+		case "string":
+			flagVal, fileVal = "/v/x", "/v/x"
+		case "stringArray":
+			flagVal, fileVal = "/v/x", "[/v/x]"
+		case "int", "uint64":
+			flagVal, fileVal = "123456", "123456"
+		case "bool":
+			flagVal = strconv.FormatBool(f.DefValue != "true")
+			fileVal = flagVal
+		case "duration":
+			flagVal, fileVal = "7s", "7s"
+		default:
+			t.Fatalf("--%s: no test value for type %s", f.Name, f.Value.Type())
+		}
+		var fromFlag serveOptions
+		ffs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		fromFlag.register(ffs)
+		if err := ffs.Parse([]string{"--" + f.Name + "=" + flagVal}); err != nil {
+			t.Fatalf("--%s=%s: %v", f.Name, flagVal, err)
+		}
+		cfg := filepath.Join(dir, f.Name+".yaml")
+		if err := os.WriteFile(cfg, []byte(f.Name+": "+fileVal+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var fromFile serveOptions
+		cfs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		fromFile.register(cfs)
+		if err := cfs.Parse([]string{"--config", cfg}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fromFile.applyConfigFile(cfs); err != nil {
+			t.Fatalf("key %s: %v", f.Name, err)
+		}
+		fromFile.Config = ""
+		if !reflect.DeepEqual(fromFile, fromFlag) {
+			t.Errorf("%s: %s in the file gives %+v\n--%s=%s gives %+v", f.Name, fileVal, fromFile, f.Name, flagVal, fromFlag)
+		}
+		if reflect.DeepEqual(fromFile, defaults) {
+			t.Errorf("%s: %s in the file changes no option", f.Name, fileVal)
+		}
+	})
+
+	// --config itself is no key.
+	cfg := writeTemp(t, "config.yaml", "config: other.yaml\n", 0o644)
+	if _, err := parseServe(t, "--config", cfg); err == nil || !strings.Contains(err.Error(), `line 1: unknown key "config"`) {
+		t.Errorf("config key in the file: %v", err)
+	}
+}
+
+// TestConfigFileYAML pins how the config file's YAML is read: null is as
+// if the key were absent, YAML's integer forms and anchors work, a key
+// given twice is an error, and every problem of a file is reported at once
+// with its line.
+func TestConfigFileYAML(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		args []string
+		want func(o *serveOptions) bool // nil: an error containing err
+		err  string
+	}{
+		{yaml: "listen: ~\nmax-locks: ~\nclient-token: ~\nstandby: ~\nidle-timeout: ~\ndata-dir:\n", want: func(o *serveOptions) bool {
+			return o.Listen == defaultListen && o.DataDir == defaultDataDir && o.MaxLocks == 0 && o.ClientTokens == nil && !o.Standby && o.IdleTimeout == server.DefaultIdleTimeout
+		}},
+		{yaml: "~\n", want: func(o *serveOptions) bool { return o.Listen == defaultListen }},
+		{yaml: "max-locks: 0x10\nstandby: yes\nlisten: 5225\n", want: func(o *serveOptions) bool {
+			return o.MaxLocks == 16 && o.Standby && o.Listen == "5225"
+		}},
+		{yaml: "listen: &l 127.0.0.1:9\nadmin-listen: *l\n", want: func(o *serveOptions) bool { return o.AdminListen == "127.0.0.1:9" }},
+		{yaml: "client-token:\n  - a\n  - 3\n", want: func(o *serveOptions) bool { return slices.Equal(o.ClientTokens, []string{"a", "3"}) }},
+		{yaml: "client-token: [x]\nmax-locks: -3\n", args: []string{"--client-token", "y", "--client-token", "z", "--max-locks", "4"},
+			want: func(o *serveOptions) bool { return slices.Equal(o.ClientTokens, []string{"y", "z"}) && o.MaxLocks == 4 }},
+		{yaml: "listen: a\nlisten: b\n", err: `line 2: mapping key "listen" already defined at line 1`},
+		{yaml: "a: 1\nmax-locks: x\nb:\n  - 1\nshutdown-timeout: soon\n",
+			err: "line 1: unknown key \"a\"; line 2: cannot unmarshal !!str `x` into int; line 3: unknown key \"b\"; line 5: cannot unmarshal !!str `soon` into duration (like 10s)"},
+		{yaml: "client-token: abc\n", err: "line 1: cannot unmarshal !!str `abc` into []string"},
+		{yaml: "token-block: -1\n", err: "line 1: cannot unmarshal !!int `-1` into uint64"},
+		{yaml: "standby: maybe\n", err: "line 1: cannot unmarshal !!str `maybe` into bool"},
+		{yaml: "LISTEN: x\n", err: `line 1: unknown key "LISTEN"`},
+		{yaml: "- a\n- b\n", err: "line 1: "},
+	} {
+		cfg := writeTemp(t, "t.yaml", tc.yaml, 0o644)
+		o, err := parseServe(t, append([]string{"--config", cfg}, tc.args...)...)
+		switch {
+		case tc.want == nil && (err == nil || !strings.Contains(err.Error(), "config file "+cfg+": "+tc.err)):
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.err)
+		case tc.want != nil && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.want != nil && !tc.want(o):
+			t.Errorf("%q %q: got %+v", tc.yaml, tc.args, *o)
+		}
 	}
 }
 

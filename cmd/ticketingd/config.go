@@ -18,8 +18,8 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// serveOptions are the settings of 'ticketingd serve'. Every field is a flag
-// and a key of the config file, with the same name.
+// serveOptions are the settings of 'ticketingd serve'. Each field but
+// Config is a row of options: a flag and a config file key of one name.
 type serveOptions struct {
 	Config           string
 	Listen           string
@@ -58,33 +58,87 @@ const (
 	minSocketBuffer = server.MinSocketBuffer
 )
 
+// options are the settings of 'ticketingd serve' but --config, in --help
+// order: each is declared here once, and register makes it a flag and
+// applyConfigFile a config file key of the same name. A new setting is a
+// field of serveOptions, a row here and, if the server needs it, a line in
+// serverConfig; check validates values.
+func (o *serveOptions) options() []option {
+	return []option{
+		opt(&o.Listen, "listen", defaultListen, "TCP `address` to serve the lock protocol on"),
+		pathOpt(&o.DataDir, "data-dir", defaultDataDir, "`directory` of the durable token store (created 0700 if missing)"),
+		opt(&o.ClientTokens, "client-token", nil, "accept HELLO only with this client `token` (repeatable); prefer --client-tokens-file, as flags are visible in ps"),
+		pathOpt(&o.ClientTokensFile, "client-tokens-file", "", "read client tokens from this `file`: one per line, blank lines and lines starting with # ignored"),
+		pathOpt(&o.TLSCert, "tls-cert", "", "serve TLS with this PEM certificate chain `file` (needs --tls-key)"),
+		pathOpt(&o.TLSKey, "tls-key", "", "PEM private key `file` for --tls-cert"),
+		pathOpt(&o.TLSClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM `file` (needs --tls-cert)"),
+		opt(&o.MaxLocks, "max-locks", 0, "limit on held locks; 0 means the default (2000000)"),
+		opt(&o.MaxWaiters, "max-waiters", 0, "limit on queued ACQUIREs over all keys; 0 means the default (1000000)"),
+		opt(&o.MaxKeyWaiters, "max-key-waiters", 0, "limit on queued ACQUIREs for one key; 0 means the default (10000)"),
+		opt(&o.MaxSessions, "max-sessions", 0, "limit on open sessions; 0 means the default (10000)"),
+		opt(&o.MaxPerPeer, "max-sessions-per-peer", 0, "limit on open sessions from one address (IPv4 address or IPv6 /64); 0 means the default (a quarter of max-sessions, at least 64)"),
+		opt(&o.MaxPending, "max-pending-conns", 0, "limit on connections that have not completed HELLO; more are closed at accept; 0 means the default (a tenth of max-sessions, at least 64)"),
+		opt(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off"),
+		opt(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)"),
+		opt(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0"),
+		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status (off when empty)"),
+		opt(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error"),
+		opt(&o.LogFormat, "log-format", "text", "log format: text or json"),
+		opt(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")"),
+		opt(&o.Standby, "standby", false, "run as a standby: answer every session with NOT_ACTIVE and --standby-hint"),
+		opt(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby"),
+		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
+		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none"),
+		opt(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them"),
+	}
+}
+
+// option is one setting: its flag and config file key name, the
+// serveOptions field it sets (ptr: *T of an optionType) and the flag's
+// default and help.
+type option struct {
+	name, usage string
+	ptr, def    any
+	path        bool // in the config file, relative to the file's directory
+}
+
+// optionType are the types of settings: those pflag and yaml.v3 both parse.
+type optionType interface {
+	string | []string | int | uint64 | bool | time.Duration
+}
+
+func opt[T optionType](p *T, name string, def T, usage string) option {
+	return option{name: name, usage: usage, ptr: p, def: def}
+}
+
+// pathOpt is a file or directory setting: a relative path in the config
+// file is relative to the file's directory.
+func pathOpt(p *string, name, def, usage string) option {
+	op := opt(p, name, def, usage)
+	op.path = true
+	return op
+}
+
 func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Config, "config", "", "read settings from this YAML `file` (keys are the flag names; flags given on the command line win)")
-	fs.StringVar(&o.Listen, "listen", defaultListen, "TCP `address` to serve the lock protocol on")
-	fs.StringVar(&o.DataDir, "data-dir", defaultDataDir, "`directory` of the durable token store (created 0700 if missing)")
-	fs.StringArrayVar(&o.ClientTokens, "client-token", nil, "accept HELLO only with this client `token` (repeatable); prefer --client-tokens-file, as flags are visible in ps")
-	fs.StringVar(&o.ClientTokensFile, "client-tokens-file", "", "read client tokens from this `file`: one per line, blank lines and lines starting with # ignored")
-	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve TLS with this PEM certificate chain `file` (needs --tls-key)")
-	fs.StringVar(&o.TLSKey, "tls-key", "", "PEM private key `file` for --tls-cert")
-	fs.StringVar(&o.TLSClientCA, "tls-client-ca", "", "require client certificates signed by a CA in this PEM `file` (needs --tls-cert)")
-	fs.IntVar(&o.MaxLocks, "max-locks", 0, "limit on held locks; 0 means the default (2000000)")
-	fs.IntVar(&o.MaxWaiters, "max-waiters", 0, "limit on queued ACQUIREs over all keys; 0 means the default (1000000)")
-	fs.IntVar(&o.MaxKeyWaiters, "max-key-waiters", 0, "limit on queued ACQUIREs for one key; 0 means the default (10000)")
-	fs.IntVar(&o.MaxSessions, "max-sessions", 0, "limit on open sessions; 0 means the default (10000)")
-	fs.IntVar(&o.MaxPerPeer, "max-sessions-per-peer", 0, "limit on open sessions from one address (IPv4 address or IPv6 /64); 0 means the default (a quarter of max-sessions, at least 64)")
-	fs.IntVar(&o.MaxPending, "max-pending-conns", 0, "limit on connections that have not completed HELLO; more are closed at accept; 0 means the default (a tenth of max-sessions, at least 64)")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off")
-	fs.IntVar(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)")
-	fs.DurationVar(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0")
-	fs.StringVar(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status (off when empty)")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")")
-	fs.BoolVar(&o.Standby, "standby", false, "run as a standby: answer every session with NOT_ACTIVE and --standby-hint")
-	fs.StringVar(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby")
-	fs.Uint64Var(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens")
-	fs.Uint64Var(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them")
+	for _, op := range o.options() {
+		switch p := op.ptr.(type) {
+		case *string:
+			fs.StringVar(p, op.name, op.def.(string), op.usage)
+		case *[]string: // repeatable; a YAML list in the file
+			fs.StringArrayVar(p, op.name, op.def.([]string), op.usage)
+		case *int:
+			fs.IntVar(p, op.name, op.def.(int), op.usage)
+		case *uint64:
+			fs.Uint64Var(p, op.name, op.def.(uint64), op.usage)
+		case *bool:
+			fs.BoolVar(p, op.name, op.def.(bool), op.usage)
+		case *time.Duration:
+			fs.DurationVar(p, op.name, op.def.(time.Duration), op.usage)
+		default:
+			panic(fmt.Sprintf("option %s: unhandled type %T", op.name, op.ptr))
+		}
+	}
 }
 
 // finish applies the config file (if any) under the flags given on the
@@ -98,117 +152,74 @@ func (o *serveOptions) finish(fs *pflag.FlagSet) error {
 	return o.check(fs)
 }
 
-// fileConfig is the YAML config file. Keys are the flag names. Pointers tell
-// a key that is absent from one set to its zero value.
-type fileConfig struct {
-	Listen           *string        `yaml:"listen"`
-	DataDir          *string        `yaml:"data-dir"`
-	ClientToken      []string       `yaml:"client-token"`
-	ClientTokensFile *string        `yaml:"client-tokens-file"`
-	TLSCert          *string        `yaml:"tls-cert"`
-	TLSKey           *string        `yaml:"tls-key"`
-	TLSClientCA      *string        `yaml:"tls-client-ca"`
-	MaxLocks         *int           `yaml:"max-locks"`
-	MaxWaiters       *int           `yaml:"max-waiters"`
-	MaxKeyWaiters    *int           `yaml:"max-key-waiters"`
-	MaxSessions      *int           `yaml:"max-sessions"`
-	MaxPerPeer       *int           `yaml:"max-sessions-per-peer"`
-	MaxPending       *int           `yaml:"max-pending-conns"`
-	IdleTimeout      *time.Duration `yaml:"idle-timeout"`
-	SocketBuffer     *int           `yaml:"socket-buffer"`
-	WriteTimeout     *time.Duration `yaml:"write-timeout"`
-	AdminListen      *string        `yaml:"admin-listen"`
-	LogLevel         *string        `yaml:"log-level"`
-	LogFormat        *string        `yaml:"log-format"`
-	NodeName         *string        `yaml:"node-name"`
-	Standby          *bool          `yaml:"standby"`
-	StandbyHint      *string        `yaml:"standby-hint"`
-	ShutdownTimeout  *time.Duration `yaml:"shutdown-timeout"`
-	TokenBlock       *uint64        `yaml:"token-block"`
-	InitialToken     *uint64        `yaml:"initial-token"`
-}
-
-// applyConfigFile reads o.Config and sets every option that is in the file
-// and was not given on the command line. Relative paths in the file are
-// relative to the file's directory. Problems with the content are usage
-// errors naming the file (and the key); an unreadable file is a runtime error.
+// applyConfigFile reads o.Config, a YAML mapping whose keys are the names
+// of options, and sets every option that is in the file (and not null) and
+// was not given on the command line, decoding its value into the option's
+// field as yaml.v3 decodes a struct field of that type. Relative paths in
+// the file are relative to the file's directory. Problems with the content
+// (syntax, unknown or repeated keys, wrong types) are usage errors naming
+// the file and line; an unreadable file is a runtime error.
 func (o *serveOptions) applyConfigFile(fs *pflag.FlagSet) error {
 	path := o.Config
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return runtimef("config file: %w", err)
 	}
-	var fc fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) { // io.EOF: empty file
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) { // an empty file
+			return nil
+		}
 		return usagef("config file %s: %s", path, yamlErrorText(err))
 	}
-	dir := filepath.Dir(path)
-	rel := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		return filepath.Join(dir, p)
+	m := doc.Content[0]
+	if m.Kind == yaml.ScalarNode && m.ShortTag() == "!!null" { // "~"
+		return nil
 	}
-	setStr := func(name string, dst *string, v *string, isPath bool) {
-		if v == nil || fs.Changed(name) {
-			return
-		}
-		*dst = *v
-		if isPath {
-			*dst = rel(*v)
-		}
+	if m.Kind != yaml.MappingNode {
+		return usagef("config file %s: line %d: want a mapping of settings (key: value), got %s", path, m.Line, m.ShortTag())
 	}
-	setInt := func(name string, dst *int, v *int) {
-		if v != nil && !fs.Changed(name) {
-			*dst = *v
+	var errs []string
+	for i := 0; i < len(m.Content); i += 2 {
+		for j := i + 2; j < len(m.Content); j += 2 {
+			if ki, kj := m.Content[i], m.Content[j]; ki.Kind == kj.Kind && ki.Value == kj.Value {
+				errs = append(errs, fmt.Sprintf("line %d: mapping key %q already defined at line %d", kj.Line, kj.Value, ki.Line))
+			}
 		}
 	}
-	setStr("listen", &o.Listen, fc.Listen, false)
-	setStr("data-dir", &o.DataDir, fc.DataDir, true)
-	if fc.ClientToken != nil && !fs.Changed("client-token") {
-		o.ClientTokens = fc.ClientToken
+	if len(errs) > 0 { // as yaml.v3: nothing else is reported then
+		return usagef("config file %s: %s", path, strings.Join(errs, "; "))
 	}
-	setStr("client-tokens-file", &o.ClientTokensFile, fc.ClientTokensFile, true)
-	setStr("tls-cert", &o.TLSCert, fc.TLSCert, true)
-	setStr("tls-key", &o.TLSKey, fc.TLSKey, true)
-	setStr("tls-client-ca", &o.TLSClientCA, fc.TLSClientCA, true)
-	setInt("max-locks", &o.MaxLocks, fc.MaxLocks)
-	setInt("max-waiters", &o.MaxWaiters, fc.MaxWaiters)
-	setInt("max-key-waiters", &o.MaxKeyWaiters, fc.MaxKeyWaiters)
-	setInt("max-sessions", &o.MaxSessions, fc.MaxSessions)
-	setInt("max-sessions-per-peer", &o.MaxPerPeer, fc.MaxPerPeer)
-	setInt("max-pending-conns", &o.MaxPending, fc.MaxPending)
-	if fc.IdleTimeout != nil && !fs.Changed("idle-timeout") {
-		o.IdleTimeout = *fc.IdleTimeout
+	opts := make(map[string]option)
+	for _, op := range o.options() {
+		opts[op.name] = op
 	}
-	setInt("socket-buffer", &o.SocketBuffer, fc.SocketBuffer)
-	if fc.WriteTimeout != nil && !fs.Changed("write-timeout") {
-		o.WriteTimeout = *fc.WriteTimeout
+	for i := 0; i < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		op, ok := opts[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			errs = append(errs, fmt.Sprintf("line %d: unknown key %q", k.Line, k.Value))
+			continue
+		}
+		if fs.Changed(op.name) || v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+			continue // the flag wins; null is as if absent
+		}
+		if err := v.Decode(op.ptr); err != nil {
+			errs = append(errs, yamlErrorText(err))
+			continue
+		}
+		if p, ok := op.ptr.(*string); ok && op.path && *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(filepath.Dir(path), *p)
+		}
 	}
-	setStr("admin-listen", &o.AdminListen, fc.AdminListen, false)
-	setStr("log-level", &o.LogLevel, fc.LogLevel, false)
-	setStr("log-format", &o.LogFormat, fc.LogFormat, false)
-	setStr("node-name", &o.NodeName, fc.NodeName, false)
-	if fc.Standby != nil && !fs.Changed("standby") {
-		o.Standby = *fc.Standby
-	}
-	setStr("standby-hint", &o.StandbyHint, fc.StandbyHint, false)
-	if fc.ShutdownTimeout != nil && !fs.Changed("shutdown-timeout") {
-		o.ShutdownTimeout = *fc.ShutdownTimeout
-	}
-	if fc.TokenBlock != nil && !fs.Changed("token-block") {
-		o.TokenBlock = *fc.TokenBlock
-	}
-	if fc.InitialToken != nil && !fs.Changed("initial-token") {
-		o.InitialToken = *fc.InitialToken
+	if len(errs) > 0 {
+		return usagef("config file %s: %s", path, strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-// yamlErrorText turns yaml.v3's "field x not found in type main.fileConfig"
-// into "unknown key "x"" and drops the Go type names.
+// yamlErrorText is a yaml.v3 error without the "yaml: " prefix and with
+// durations named for users.
 func yamlErrorText(err error) string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -216,13 +227,7 @@ func yamlErrorText(err error) string {
 	}
 	msgs := make([]string, 0, len(te.Errors))
 	for _, m := range te.Errors {
-		if i := strings.Index(m, "field "); i >= 0 && strings.HasSuffix(m, "in type main.fileConfig") {
-			key := strings.TrimSuffix(m[i+len("field "):], " not found in type main.fileConfig")
-			m = fmt.Sprintf("%sunknown key %q", m[:i], key)
-		}
-		m = strings.ReplaceAll(m, "*time.Duration", "duration (like 10s)")
-		m = strings.ReplaceAll(m, "time.Duration", "duration (like 10s)")
-		msgs = append(msgs, m)
+		msgs = append(msgs, strings.ReplaceAll(m, "time.Duration", "duration (like 10s)"))
 	}
 	return strings.Join(msgs, "; ")
 }

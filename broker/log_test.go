@@ -99,34 +99,50 @@ const (
 	msgDropped   = "broker: session dropped"
 	msgFailed    = "broker: session open failed"
 	msgStillDown = "broker: session still down"
+	msgFallback  = "broker: node does not speak protocol version 2; using version 1"
 )
 
 func TestLog_RestartLogsOneDropAndOneReconnectPerSession(t *testing.T) {
-	f := newFakeV2(t)
+	for _, v := range []uint8{2, 1} {
+		t.Run(fmt.Sprintf("version-%d node", v), func(t *testing.T) { testLogRestart(t, v) })
+	}
+}
+
+// testLogRestart: on a version-1 node, the fallback is logged at Info the
+// first time only (after the restart, the E(2) of each reconnect is no
+// news).
+func testLogRestart(t *testing.T, v uint8) {
+	f := newFakeVersion(t, "127.0.0.1:0", nil, v)
 	addr := f.Addr
 	h := &captureHandler{}
 	cfg := testConfig(addr)
 	cfg.Logger = slog.New(h)
 	allReady(t, f, cfg)
 	eventually(t, "two ready lines", func() bool { return h.count(0, msgReady) == 2 })
+	fallbacks := 0
 	for _, l := range h.since(0, slog.LevelInfo) {
+		if l.msg == msgFallback && l.level == slog.LevelInfo && v == 1 {
+			fallbacks++
+			continue
+		}
 		if l.msg != msgReady || l.level != slog.LevelInfo {
 			t.Fatalf("at start: %v, want only Info %q", l, msgReady)
 		}
-		if l.attrs["addr"].String() != addr || l.attrs["node"].String() != "fake" || l.int("version") != 2 {
+		if l.attrs["addr"].String() != addr || l.attrs["node"].String() != "fake" || l.int("version") != int64(v) {
 			t.Fatalf("ready line without the address, the node name or the version: %v", l)
 		}
 		if _, ok := l.attrs["down_for"]; ok {
 			t.Fatalf("first ready line with down_for: %v", l)
 		}
 	}
+	if v == 1 && fallbacks != 1 {
+		t.Fatalf("%d fallback lines at start, want 1", fallbacks)
+	}
 
 	// The server restarts: its listener closes with every session, and
 	// a new one comes up on the same address.
 	mark := h.len()
-	f.Close()
-	f2 := newFakeOn(t, addr, nil)
-	f2.SetVersion(2)
+	f.Restart(v)
 	eventually(t, "two reconnect lines", func() bool { return h.count(mark, msgReady) == 2 })
 	got := h.since(mark, slog.LevelInfo)
 	sessions := map[string]bool{}
@@ -141,7 +157,7 @@ func TestLog_RestartLogsOneDropAndOneReconnectPerSession(t *testing.T) {
 			sessions["drop"+l.attrs["session"].String()] = true
 		case l.msg == msgReady && l.level == slog.LevelInfo:
 			readies++
-			if l.attrs["node"].String() != "fake" || l.int("version") != 2 || l.int("attempts") < 1 {
+			if l.attrs["node"].String() != "fake" || l.int("version") != int64(v) || l.int("attempts") < 1 {
 				t.Fatalf("reconnect line without the node name, version or attempts: %v", l)
 			}
 			if d, ok := l.attrs["down_for"]; !ok || d.Duration() <= 0 {
@@ -179,7 +195,7 @@ func TestLog_LongOutageIsBounded(t *testing.T) {
 	bound := 2 + int(elapsed/interval) // per session: the first failure, the summaries, the ready line
 	perSession := map[string][]logLine{}
 	for _, l := range h.since(0, slog.LevelInfo) {
-		if _, ok := l.attrs["session"]; !ok && strings.Contains(l.msg, "does not speak protocol version 2") {
+		if _, ok := l.attrs["session"]; !ok && l.msg == msgFallback {
 			continue // the fake speaks version 1: one line for the node
 		}
 		perSession[l.attrs["session"].String()] = append(perSession[l.attrs["session"].String()], l)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -85,10 +86,20 @@ type session struct {
 
 // node is what the sessions of one address share: the protocol version to
 // ask it for. Every node is asked for version 2 until it answers E(2) to a
-// version-2 HELLO; from then on, for the life of the Broker, its sessions
-// open with version 1 (PROTOCOL.md, "Version 2 additions").
+// version-2 HELLO; from then on its sessions open with version 1, the one
+// refused at once, until a version-1 session to it drops (a node restarts
+// when it is upgraded): the next session to it asks for version 2 again
+// (PROTOCOL.md, "Version 2 additions"). So a rolling upgrade is picked up
+// without restarting the application, at the cost of one E(2) round trip
+// per reconnect to a node still at version 1. A failed open does not
+// clear the fallback, except an E(2) to the version-1 HELLO, a refusal
+// for good redialled after BackoffMax: E(2) and the version-1 retry cannot
+// alternate faster than that.
 type node struct {
 	v1 atomic.Bool
+	// v1Logged: a fallback was logged at Info, and no version-2 session
+	// has opened since; later fallbacks are no news (Debug).
+	v1Logged atomic.Bool
 }
 
 // version returns the version the next session to the node asks for.
@@ -171,12 +182,23 @@ func (s *session) run() {
 			}
 			if ver == wire.Version2 && versionRefused(err) {
 				// A version-1 node: not a failure, and no refusal for
-				// good. Its sessions ask for version 1 from now on, this
-				// one at once.
+				// good. Its sessions ask for version 1 until one of them
+				// drops (see node), this one at once.
 				if s.node.v1.CompareAndSwap(false, true) {
-					b.log.Info("broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
+					lvl := slog.LevelDebug // known already: not news
+					if s.node.v1Logged.CompareAndSwap(false, true) {
+						lvl = slog.LevelInfo
+					}
+					b.log.Log(b.ctx, lvl, "broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
 				}
 				continue
+			}
+			if ver == wire.Version1 && versionRefused(err) {
+				// Version 1 refused too: the node may have been replaced
+				// by one that dropped version 1 while this session was
+				// down. A refusal for good (redialled after BackoffMax),
+				// whose next HELLO asks for version 2 again.
+				s.node.v1.Store(false)
 			}
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
@@ -197,6 +219,9 @@ func (s *session) run() {
 			continue
 		}
 		opened := time.Now()
+		if c.version >= wire.Version2 {
+			s.node.v1Logged.Store(false)
+		}
 		s.cur.Store(c)
 		b.signalReady(s)
 		attrs := []any{"addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version}
@@ -219,6 +244,12 @@ func (s *session) run() {
 		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version,
 			"up_for", dropped.Sub(opened).Round(time.Millisecond), "err", c.err)
 		out = outage{since: dropped, dropped: true}
+		if c.version == wire.Version1 {
+			// The node may come back upgraded (a restart drops every
+			// session): its next session asks for version 2 again, once,
+			// and after the backoff below, not at once.
+			s.node.v1.Store(false)
+		}
 		// A session that lived at least BackoffMax resets the backoff; one
 		// that dropped sooner (a flapping node) keeps it growing.
 		if dropped.Sub(opened) >= b.set.BackoffMax {

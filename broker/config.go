@@ -92,7 +92,18 @@ type Config struct {
 	Name string
 	// TLS selects TLS (default: off).
 	TLS TLSConfig
-	// Logger receives warnings and debug events (default: nil, discard).
+	// Logger receives the broker's events (default: nil, discard). Per
+	// session: at Info each time it becomes ready ("broker: session
+	// ready": addr, session, node (the server's node name), version and,
+	// after a drop or failed opens, down_for and attempts); at Warn a
+	// drop, once, with its cause ("broker: session dropped"), the first
+	// failed open after New and the first refusal for good of an outage
+	// ("broker: session open failed"), and then at most one summary per
+	// 10*BackoffMax while it stays down ("broker: session still down":
+	// down_for, attempts, the latest err); every other failed open at
+	// Debug. So a server restart logs one drop and one ready line per
+	// session, and a long outage a bounded number of lines. Also at Warn:
+	// dropped tickets, failed background and Close releases.
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO

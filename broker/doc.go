@@ -62,9 +62,16 @@
 // (drop one waiting ACQUIRE, the session lives on) and RELEASE_OWNED
 // (release by token and owner) to version 1. A node that answers E(2) (a
 // version-1 server) is asked again at once with version 1 (no backoff, not
-// a refusal), and every later session to that address asks for version 1,
-// for the life of the Broker. A HELLO_OK carrying another version than the
-// one asked is a protocol error: the session is not used. What version 2
+// a refusal), and later sessions to that address ask for version 1 until
+// a version-1 session to it drops: the next session (after the usual
+// backoff) asks for version 2 again, so that a node upgraded in a rolling
+// upgrade (which restarts it, dropping its sessions) is used with version
+// 2 without restarting the application. Against a node still at version
+// 1 this costs one E(2) round trip per reconnect, never more: failed
+// opens keep asking for version 1 (but for an E(2) to the version-1
+// HELLO, a refusal for good whose redial, after BackoffMax, asks for
+// version 2). A HELLO_OK carrying another version
+// than the one asked is a protocol error: the session is not used. What version 2
 // changes is what a cancellation after a possible send does (see
 // Cancellation) and how a release is sent (see Release); everything else is
 // the same in both versions, and a version-1 session behaves exactly as

@@ -88,6 +88,13 @@ func newFake(t testing.TB) *fakeServer { return newFakeOn(t, "127.0.0.1:0", nil)
 
 func newFakeOn(t testing.TB, addr string, tlsCfg *tls.Config) *fakeServer {
 	t.Helper()
+	return newFakeVersion(t, addr, tlsCfg, 1)
+}
+
+// newFakeVersion is newFakeOn speaking up to version v from its first
+// connection on.
+func newFakeVersion(t testing.TB, addr string, tlsCfg *tls.Config, v uint8) *fakeServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +103,7 @@ func newFakeOn(t testing.TB, addr string, tlsCfg *tls.Config) *fakeServer {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
 	f := &fakeServer{t: t, ln: ln, Addr: ln.Addr().String(), released: map[uint64]int{}}
+	f.version.Store(uint32(v))
 	f.wg.Add(1)
 	go f.acceptLoop()
 	t.Cleanup(f.Close)
@@ -115,6 +123,14 @@ func (f *fakeServer) Close() {
 	}
 	f.mu.Unlock()
 	f.wg.Wait()
+}
+
+// Restart closes f and starts a fake speaking up to version v on its
+// address: every session drops, and the broker's redials find the new one.
+func (f *fakeServer) Restart(v uint8) *fakeServer {
+	f.t.Helper()
+	f.Close()
+	return newFakeVersion(f.t, f.Addr, nil, v)
 }
 
 // DropAll closes every open conn (the server stays up).

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -85,10 +86,20 @@ type session struct {
 
 // node is what the sessions of one address share: the protocol version to
 // ask it for. Every node is asked for version 2 until it answers E(2) to a
-// version-2 HELLO; from then on, for the life of the Broker, its sessions
-// open with version 1 (PROTOCOL.md, "Version 2 additions").
+// version-2 HELLO; from then on its sessions open with version 1, the one
+// refused at once, until a version-1 session to it drops (a node restarts
+// when it is upgraded): the next session to it asks for version 2 again
+// (PROTOCOL.md, "Version 2 additions"). So a rolling upgrade is picked up
+// without restarting the application, at the cost of one E(2) round trip
+// per reconnect to a node still at version 1. A failed open does not
+// clear the fallback, except an E(2) to the version-1 HELLO, a refusal
+// for good redialled after BackoffMax: E(2) and the version-1 retry cannot
+// alternate faster than that.
 type node struct {
 	v1 atomic.Bool
+	// v1Logged: a fallback was logged at Info, and no version-2 session
+	// has opened since; later fallbacks are no news (Debug).
+	v1Logged atomic.Bool
 }
 
 // version returns the version the next session to the node asks for.
@@ -117,10 +128,12 @@ type conn struct {
 	// version is the protocol version of the session (the HELLO_OK's,
 	// equal to the one asked for).
 	version uint8
-	done    chan struct{}
-	wake    chan struct{}
-	isDead  atomic.Bool
-	qlen    atomic.Int32 // len(queue), for the writer's batching heuristic
+	// nodeName is the node name of the HELLO_OK, for logs.
+	nodeName string
+	done     chan struct{}
+	wake     chan struct{}
+	isDead   atomic.Bool
+	qlen     atomic.Int32 // len(queue), for the writer's batching heuristic
 
 	mu       sync.Mutex
 	closed   bool
@@ -149,10 +162,17 @@ type conn struct {
 }
 
 // run is the session's manager goroutine: open, serve, reopen with backoff.
+//
+// What it logs: at Info a session becoming ready (address, the node's
+// name, the protocol version and, after a drop or failed attempts, how
+// long it was not ready and in how many attempts); at Warn a drop, once,
+// with its cause; failed opens as outage.failed says, so that a long
+// outage costs a bounded number of lines.
 func (s *session) run() {
 	b := s.b
 	defer b.wg.Done()
 	attempt := 0
+	out := outage{since: time.Now()}
 	for b.ctx.Err() == nil {
 		ver := s.node.version()
 		c, err := s.open(ver)
@@ -162,16 +182,27 @@ func (s *session) run() {
 			}
 			if ver == wire.Version2 && versionRefused(err) {
 				// A version-1 node: not a failure, and no refusal for
-				// good. Its sessions ask for version 1 from now on, this
-				// one at once.
+				// good. Its sessions ask for version 1 until one of them
+				// drops (see node), this one at once.
 				if s.node.v1.CompareAndSwap(false, true) {
-					b.log.Info("broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
+					lvl := slog.LevelDebug // known already: not news
+					if s.node.v1Logged.CompareAndSwap(false, true) {
+						lvl = slog.LevelInfo
+					}
+					b.log.Log(b.ctx, lvl, "broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
 				}
 				continue
 			}
+			if ver == wire.Version1 && versionRefused(err) {
+				// Version 1 refused too: the node may have been replaced
+				// by one that dropped version 1 while this session was
+				// down. A refusal for good (redialled after BackoffMax),
+				// whose next HELLO asks for version 2 again.
+				s.node.v1.Store(false)
+			}
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
-			b.log.Debug("broker: session open failed", "addr", s.addr, "session", s.idx, "err", err, "for_good", refused)
+			out.failed(s, err, refused)
 			d := s.backoff(attempt)
 			if refused {
 				// Retrying soon cannot help; retrying at all lets a fix on
@@ -188,9 +219,16 @@ func (s *session) run() {
 			continue
 		}
 		opened := time.Now()
+		if c.version >= wire.Version2 {
+			s.node.v1Logged.Store(false)
+		}
 		s.cur.Store(c)
 		b.signalReady(s)
-		b.log.Debug("broker: session ready", "addr", s.addr, "session", s.idx, "version", c.version)
+		attrs := []any{"addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version}
+		if out.dropped || out.failures > 0 {
+			attrs = append(attrs, "down_for", opened.Sub(out.since).Round(time.Millisecond), "attempts", out.failures+1)
+		}
+		b.log.Info("broker: session ready", attrs...)
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); c.readLoop() }()
@@ -201,11 +239,20 @@ func (s *session) run() {
 		if b.ctx.Err() != nil {
 			return
 		}
+		dropped := time.Now()
 		b.setLastErr(c.err)
-		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "err", c.err)
+		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version,
+			"up_for", dropped.Sub(opened).Round(time.Millisecond), "err", c.err)
+		out = outage{since: dropped, dropped: true}
+		if c.version == wire.Version1 {
+			// The node may come back upgraded (a restart drops every
+			// session): its next session asks for version 2 again, once,
+			// and after the backoff below, not at once.
+			s.node.v1.Store(false)
+		}
 		// A session that lived at least BackoffMax resets the backoff; one
 		// that dropped sooner (a flapping node) keeps it growing.
-		if time.Since(opened) >= b.set.BackoffMax {
+		if dropped.Sub(opened) >= b.set.BackoffMax {
 			attempt = 0
 		}
 		if !b.sleep(s.backoff(attempt)) {
@@ -214,6 +261,53 @@ func (s *session) run() {
 		if attempt < maxAttempt {
 			attempt++
 		}
+	}
+}
+
+// outage is a session's time without a ready session: from New, or from
+// its last drop, to the next ready session.
+type outage struct {
+	since    time.Time
+	dropped  bool      // it began with a drop (not at New)
+	failures int       // failed opens (an E(2) fallback is none)
+	lastWarn time.Time // the latest Warn line about it (zero: none)
+	// refusedWarned: a refusal for good was logged at Warn.
+	refusedWarned bool
+}
+
+// stillDownFactor: during an outage, failed opens are summarised at Warn
+// at most once per stillDownFactor*BackoffMax (50 s with the defaults).
+const stillDownFactor = 10
+
+// failed logs a failed open of s. At Warn: the first failure after New (a
+// wrong address or a server down shows at once; after a drop, the drop
+// line said it already), the first refusal for good of the outage (the
+// token or certificate needs a fix), and a summary ("still down", with
+// the attempts so far, how long, the latest error) once the outage, or
+// the time since the latest Warn line, reaches stillDownFactor*BackoffMax.
+// Every other failure is logged at Debug. So a server restart shorter
+// than that logs no failure at all, and an outage of length T logs at
+// most 2 + T/(stillDownFactor*BackoffMax) lines per session (the ready or
+// drop line included; one more with a refusal for good).
+func (o *outage) failed(s *session, err error, refused bool) {
+	b := s.b
+	o.failures++
+	now := time.Now()
+	ref := o.since
+	if !o.lastWarn.IsZero() {
+		ref = o.lastWarn
+	}
+	switch {
+	case (o.failures == 1 && !o.dropped) || (refused && !o.refusedWarned):
+		o.lastWarn = now
+		o.refusedWarned = o.refusedWarned || refused
+		b.log.Warn("broker: session open failed", "addr", s.addr, "session", s.idx, "attempts", o.failures, "for_good", refused, "err", err)
+	case now.Sub(ref) >= stillDownFactor*b.set.BackoffMax:
+		o.lastWarn = now
+		b.log.Warn("broker: session still down", "addr", s.addr, "session", s.idx,
+			"down_for", now.Sub(o.since).Round(time.Millisecond), "attempts", o.failures, "for_good", refused, "err", err)
+	default:
+		b.log.Debug("broker: session open failed", "addr", s.addr, "session", s.idx, "attempts", o.failures, "for_good", refused, "err", err)
 	}
 }
 
@@ -316,6 +410,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		return nil, s.errorf(err, "sending HELLO")
 	}
 	br := bufio.NewReaderSize(nc, 64<<10)
+	var nodeName string
 	body, err := wire.NewReader(br).Next()
 	if err != nil {
 		return nil, s.errorf(err, "reading HELLO reply")
@@ -333,6 +428,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 			// A server answers with the version asked for, or E(2).
 			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
 		}
+		nodeName = string(resp.Node)
 	case wire.TypeError:
 		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "HELLO refused")
 	case wire.TypeNotActive:
@@ -344,6 +440,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 	return &conn{
 		b: b, s: s, nc: nc, raw: raw, br: br,
 		version:   ver,
+		nodeName:  nodeName,
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		nextID:    1,

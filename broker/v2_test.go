@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,14 +138,120 @@ func TestV2_Negotiation(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("the fallback is remembered for the node", func(t *testing.T) {
+	t.Run("a version-1 node restarted: one E(2) per reconnect, then version 1", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
-		refused := f.versionRefused.Load()
-		f.DropAll()
-		eventually(t, "sessions reopened", func() bool { return f.hellos.Load() >= 4 && b.ReadySessions() == 2 })
-		if n := f.versionRefused.Load(); n != refused {
-			t.Fatalf("%d more version-2 HELLOs after the fallback", n-refused)
+		for round := range 3 {
+			f = f.Restart(1)
+			eventually(t, "sessions reopened", func() bool { return f.hellos.Load() >= 2 && b.ReadySessions() == 2 })
+			// Each session asks for version 2 again after its drop (the
+			// node might have been upgraded) at most once: the E(2) is
+			// retried with version 1 at once, and the next version-2
+			// HELLO waits for the next drop.
+			if n := f.versionRefused.Load(); n < 1 || n > 2 {
+				t.Fatalf("round %d: %d version-2 HELLOs refused for 2 reconnects, want 1 or 2", round, n)
+			}
+			for _, fc := range f.Conns() {
+				if fc.Version != 1 {
+					t.Fatalf("round %d: session of version %d, want 1", round, fc.Version)
+				}
+			}
+		}
+	})
+	t.Run("failed opens after the fallback ask for version 1 only", func(t *testing.T) {
+		for name, hello := range map[string]func(*fakeConn, *wire.Request){
+			"closed without answer": func(fc *fakeConn, _ *wire.Request) { fc.Close() },
+			"token refused": func(fc *fakeConn, req *wire.Request) {
+				fc.send(wire.AppendError(nil, req.ReqID, wire.CodeUnauthorized, "unauthorized"))
+				fc.Close()
+			},
+		} {
+			t.Run(name, func(t *testing.T) {
+				f := newFake(t) // version 1: the fake answers E(2) itself
+				f.Hello = hello
+				b, err := broker.New(testConfig(f.Addr))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				// No session is ever ready, so none drops: no version-2
+				// HELLO after each session's first, however many redials.
+				waitHellos(t, f, 12)
+				if n := f.versionRefused.Load(); n > 2 {
+					t.Fatalf("%d version-2 HELLOs refused in %d redials, want at most one per session", n, f.hellos.Load())
+				}
+			})
+		}
+	})
+	t.Run("E(2) to version 1 after the fallback: version 2 asked again", func(t *testing.T) {
+		// The fallback stays set while no session is ready (here the
+		// version-1 HELLO goes unanswered), then the node comes back
+		// speaking version 2 only: E(2) to the version-1 HELLO makes the
+		// next one ask for version 2.
+		f := newFake(t)
+		var v2only atomic.Bool
+		f.Hello = func(fc *fakeConn, req *wire.Request) {
+			switch {
+			case !v2only.Load():
+				fc.Close()
+			case req.Version == 1:
+				fc.send(wire.AppendError(nil, req.ReqID, wire.CodeVersion, "version 1 not supported"))
+				fc.Close()
+			default:
+				fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: req.Version, Role: 1, Node: []byte("fake")})
+			}
+		}
+		b, err := broker.New(testConfig(f.Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		waitHellos(t, f, 4) // version-1 HELLOs, after the fake's E(2)
+		f.SetVersion(2)
+		v2only.Store(true)
+		// (Not WaitReady: both sessions' latest attempts may be that
+		// refusal for good for a moment, which WaitReady returns.)
+		eventually(t, "version-2 sessions", func() bool { return b.ReadySessions() == 2 })
+	})
+	t.Run("rolling upgrade: a version-1 node restarted at version 2 gets version-2 sessions", func(t *testing.T) {
+		f := newFake(t) // version 1 only
+		b := allReady(t, f, testConfig(f.Addr))
+		for _, fc := range f.Conns() {
+			if fc.Version != 1 {
+				t.Fatalf("session of version %d before the upgrade, want 1", fc.Version)
+			}
+		}
+		f = f.Restart(2) // the node upgraded
+		eventually(t, "sessions reopened", func() bool { return f.hellos.Load() >= 2 && b.ReadySessions() == 2 })
+		if n := f.versionRefused.Load(); n != 0 {
+			t.Fatalf("%d version-2 HELLOs refused by a version-2 node", n)
+		}
+		for _, fc := range f.Conns() {
+			if fc.Version != 2 {
+				t.Fatalf("session of version %d after the upgrade, want 2", fc.Version)
+			}
+		}
+		// Version 2 in use: a cancelled waiter is CANCELled, its session
+		// kept (on version 1 the fake would grant "wait" at once, and
+		// acquireParked would time out).
+		hellos := f.hellos.Load()
+		cancel, done, acq := acquireParked(t, b, f, "wait")
+		cancel()
+		err := <-done
+		mustIs(t, err, broker.ErrIndeterminate, context.Canceled)
+		eventually(t, "CANCEL received", func() bool { return len(logOf(f, wire.TypeCancel)) == 1 })
+		if c := logOf(f, wire.TypeCancel)[0]; c.ReqID != acq.ReqID || c.Conn != acq.Conn {
+			t.Fatalf("CANCEL %+v does not name the ACQUIRE %+v", c, acq)
+		}
+		tk, err := b.Acquire(t.Context(), "after", 0, 5*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.hellos.Load(); n != hellos || f.Count(wire.TypeReleaseOwned) != 1 {
+			t.Fatalf("%d new HELLOs, %d RELEASE_OWNED: want the sessions kept and V used", n-hellos, f.Count(wire.TypeReleaseOwned))
 		}
 	})
 	t.Run("per node: a version-2 node keeps version 2 beside a version-1 node", func(t *testing.T) {
@@ -182,7 +290,10 @@ func TestV2_Negotiation(t *testing.T) {
 			fc.send(wire.AppendError(nil, req.ReqID, wire.CodeVersion, "version 1 not supported"))
 			fc.Close()
 		}
-		b, err := broker.New(testConfig(f.Addr))
+		h := &captureHandler{}
+		cfg := testConfig(f.Addr)
+		cfg.Logger = slog.New(h)
+		b, err := broker.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +302,21 @@ func TestV2_Negotiation(t *testing.T) {
 		var se *broker.ServerError
 		if !errors.As(err, &se) || se.Code != wire.CodeVersion || errors.Is(err, broker.ErrNotReady) {
 			t.Fatalf("want the refusal for good *ServerError code 2, got %v", err)
+		}
+		// Each redial (after BackoffMax) asks for version 2 again, gets
+		// E(2) and falls back: logged at Info once, not per redial.
+		waitHellos(t, f, 6)
+		if n := f.versionRefused.Load(); n < 3 {
+			t.Fatalf("%d version-2 HELLOs in %d redials: version 2 not asked again", n, f.hellos.Load())
+		}
+		info := 0
+		for _, l := range h.since(0, slog.LevelInfo) {
+			if l.msg == msgFallback {
+				info++
+			}
+		}
+		if info != 1 {
+			t.Fatalf("%d fallback lines at Info, want 1", info)
 		}
 	})
 	t.Run("HELLO_OK with another version than asked is a protocol error", func(t *testing.T) {

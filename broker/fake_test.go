@@ -24,7 +24,7 @@ import (
 // and PING with PONG; the key of a request selects a scripted behaviour
 // (see script), and tests may replace Hello, Handle or AfterHello.
 //
-// It speaks protocol version 1 only, as today's server does, unless
+// It speaks protocol version 1 only, as servers before version 2 did, unless
 // SetVersion(2) says otherwise: a HELLO asking for a version above the
 // fake's is answered E(2) by the fake itself (counted in versionRefused,
 // not in hellos, and never shown to Hello), and C or V on a version-1

@@ -110,7 +110,7 @@ func logOf(f *fakeServer, typ byte) []fakeReq {
 
 func TestV2_Negotiation(t *testing.T) {
 	t.Run("version-1 node: E(2) to version 2, then version 1 at once", func(t *testing.T) {
-		f := newFake(t) // version 1 only, as today's server
+		f := newFake(t) // version 1 only, as a server before version 2
 		d := &recordingDialer{}
 		cfg := testConfig(f.Addr)
 		// A refusal would wait half an hour: only an immediate retry

@@ -116,7 +116,7 @@ func run(ctx context.Context, log *slog.Logger, getenv func(string) string, list
 	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(err, serveErr)
 	}
-	return err // then the deferred locks.Close and pool.Close
+	return err // then the deferred pool.Close and locks.Close
 }
 
 // lockConfig reads the lock service's settings from TICKETING_URL, in the

@@ -1,17 +1,23 @@
 // Package broker is the Go client of the Ticketing lock service: it acquires
 // leased locks that carry strictly increasing fencing tokens, and releases
-// them. It behaves exactly as the Ruby and Rust clients do; the rules it
-// implements are numbered in docs/semantics.md (SEMANTICS.md rules 1-17 and
-// 20-21), and it speaks the wire protocol of docs/protocol.md.
+// them. It behaves exactly as the Ruby and Rust clients do. The rules it
+// implements (1-17, 20 and 21 of the rules all Ticketing clients share)
+// are stated below; docs/semantics.md in the repository lists them one by
+// one with their tests, and docs/protocol.md is the wire protocol.
 //
-//	b, err := broker.New(broker.Config{Addrs: []string{"127.0.0.1:5225"}})
+//	cfg, err := broker.ParseURL("ticketing://TOKEN@10.0.0.5:5225?ca=/etc/ticketing/ca.pem")
+//	if err != nil { ... }          // only for an invalid configuration
+//	b, err := broker.New(cfg)      // or broker.Connect("127.0.0.1:5225")
 //	if err != nil { ... }          // only for an invalid configuration
 //	defer b.Close()
+//	if err := b.WaitReady(ctx); err != nil { ... } // at start-up: New never dials
 //	t, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
-//	if err != nil { ... }          // see "Acquire outcomes"
+//	if err != nil { ... }          // see "Acquire outcomes"; ErrUnsent: retry soon
 //	// in ONE database transaction: reject t.Token() <= stored high-water,
 //	// store it, do the business write, commit; only then:
 //	err = t.Release(ctx)
+//
+// Example runs the same steps (with Connect) against an in-process server.
 //
 // # Connections
 //
@@ -45,8 +51,9 @@
 // detected too, and no call hangs on such a session.
 //
 // With no ready session, Acquire fails at once with ErrUnsent; it never
-// waits for one. WaitReady is a start-up convenience that waits for the first
-// ready session. A session whose latest attempt was refused for good (the
+// waits for one. Right after New no session is ready yet, so call WaitReady,
+// which waits for the first ready session, at start-up before the first
+// Acquire. A session whose latest attempt was refused for good (the
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
 // certificate rejected:

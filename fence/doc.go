@@ -1,5 +1,10 @@
 // Package fence guards a database write with a lock's fencing token, in the
-// same transaction as the write (SEMANTICS.md rules 18 and 19).
+// same transaction as the write: the token is rejected unless it is above
+// the resource's stored high-water, the high-water is raised, the write is
+// made and committed, and only then is the ticket released (rule 18 of
+// the rules every Ticketing client shares); the check holds a row lock
+// until commit, so a resource's accepted tokens increase in commit order
+// (rule 19).
 //
 // A lock ticket can outlive its holder's belief in it: a process pauses (GC,
 // swap, a slow network), its lease runs out, another process acquires the

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/integration/checker"
 	"github.com/ticketing-dev/ticketing/integration/harness"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
@@ -81,19 +82,19 @@ func TestChaosFencedCounter(t *testing.T) {
 
 	for _, tc := range []struct {
 		name    string
-		dialect migrations.Dialect
+		dialect fence.Dialect
 		fenced  bool
 	}{
 		// The control first: it is shorter, and with -parallel 2 (two
 		// CPUs) the two long runs then overlap the proxy test.
-		{"control-no-fence-postgres", migrations.Postgres, false},
-		{"postgres", migrations.Postgres, true},
-		{"mysql", migrations.MySQL, true},
+		{"control-no-fence-postgres", fence.Postgres, false},
+		{"postgres", fence.Postgres, true},
+		{"mysql", fence.MySQL, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var dsn string
-			if tc.dialect == migrations.Postgres {
+			if tc.dialect == fence.Postgres {
 				dsn = testdb.Postgres(t)
 			} else {
 				dsn = testdb.MySQL(t)
@@ -110,14 +111,14 @@ func TestChaosFencedCounter(t *testing.T) {
 
 type chaosRun struct {
 	bin, worker string
-	dialect     migrations.Dialect
+	dialect     fence.Dialect
 	dsn         string
 	fenced      bool
 	duration    time.Duration
 }
 
 func (r chaosRun) driver() (sqlDriver, workerDriver string) {
-	if r.dialect == migrations.MySQL {
+	if r.dialect == fence.MySQL {
 		return "mysql", "mysql"
 	}
 	return "pgx", "postgres"
@@ -303,7 +304,7 @@ func firstLine(err error) string {
 	return s
 }
 
-func setupCounter(t *testing.T, ctx context.Context, db *sql.DB, d migrations.Dialect) {
+func setupCounter(t *testing.T, ctx context.Context, db *sql.DB, d fence.Dialect) {
 	t.Helper()
 	if err := migrations.Up(ctx, db, d); err != nil {
 		t.Fatal(err)
@@ -314,7 +315,7 @@ func setupCounter(t *testing.T, ctx context.Context, db *sql.DB, d migrations.Di
 		`CREATE TABLE write_log (id BIGSERIAL PRIMARY KEY, worker INT NOT NULL, token BIGINT NOT NULL,
 			read_value BIGINT NOT NULL, wrote_value BIGINT NOT NULL, fenced BOOLEAN NOT NULL)`,
 	}
-	if d == migrations.MySQL {
+	if d == fence.MySQL {
 		stmts[2] = `CREATE TABLE write_log (id BIGINT AUTO_INCREMENT PRIMARY KEY, worker INT NOT NULL, token BIGINT NOT NULL,
 			read_value BIGINT NOT NULL, wrote_value BIGINT NOT NULL, fenced BOOLEAN NOT NULL) ENGINE=InnoDB`
 	}
@@ -325,7 +326,7 @@ func setupCounter(t *testing.T, ctx context.Context, db *sql.DB, d migrations.Di
 	}
 }
 
-func readCounter(t *testing.T, ctx context.Context, db *sql.DB, d migrations.Dialect) (rows []checker.LogRow, counter int64, highWater uint64) {
+func readCounter(t *testing.T, ctx context.Context, db *sql.DB, d fence.Dialect) (rows []checker.LogRow, counter int64, highWater uint64) {
 	t.Helper()
 	rs, err := db.QueryContext(ctx, "SELECT id, worker, token, read_value, wrote_value FROM write_log ORDER BY id")
 	if err != nil {
@@ -349,7 +350,7 @@ func readCounter(t *testing.T, ctx context.Context, db *sql.DB, d migrations.Dia
 		t.Fatal(err)
 	}
 	q := "SELECT high_water FROM ticketing_fence WHERE resource = $1"
-	if d == migrations.MySQL {
+	if d == fence.MySQL {
 		q = "SELECT high_water FROM ticketing_fence WHERE resource = ?"
 	}
 	var hw int64

@@ -65,13 +65,13 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 	t.Parallel()
 	dsn := postgres(t)
 	db := openDB(t, "pgx", dsn)
-	if err := migrations.Up(t.Context(), db, migrations.Postgres); err != nil {
+	if err := migrations.Up(t.Context(), db, fence.Postgres); err != nil {
 		t.Fatalf("migrations: %v", err)
 	}
 	t.Run("sqlfence", func(t *testing.T) {
 		mustExec(t, db, "CREATE TABLE log_sql (id BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL)")
 		rule19Test(t, db, "sql", "$1", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
-			return sqlfence.Run(ctx, db, sqlfence.Postgres, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
+			return sqlfence.Run(ctx, db, fence.Postgres, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 		})
 	})
 	t.Run("pgxfence", func(t *testing.T) {
@@ -100,12 +100,12 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 func TestContainers_MySQL_Rule19(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, "mysql", mysql(t))
-	if err := migrations.Up(t.Context(), db, migrations.MySQL); err != nil {
+	if err := migrations.Up(t.Context(), db, fence.MySQL); err != nil {
 		t.Fatalf("migrations: %v", err)
 	}
 	mustExec(t, db, "CREATE TABLE log_sql (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB")
 	rule19Test(t, db, "sql", "?", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
-		return sqlfence.Run(ctx, db, sqlfence.MySQL, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
+		return sqlfence.Run(ctx, db, fence.MySQL, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 	})
 }
 
@@ -138,12 +138,12 @@ func TestContainers_Migrations(t *testing.T) {
 	for _, d := range []struct {
 		name, driver string
 		dsn          func(*testing.T) string
-		dialect      migrations.Dialect
+		dialect      fence.Dialect
 		insert       string
 	}{
-		{"postgres", "pgx", postgres, migrations.Postgres,
+		{"postgres", "pgx", postgres, fence.Postgres,
 			"INSERT INTO ticketing_fence (resource, high_water) VALUES ($1, $2)"},
-		{"mysql", "mysql", mysql, migrations.MySQL,
+		{"mysql", "mysql", mysql, fence.MySQL,
 			"INSERT INTO ticketing_fence (resource, high_water) VALUES (?, ?)"},
 	} {
 		t.Run(d.name, func(t *testing.T) {

@@ -38,7 +38,7 @@ type storyDB struct {
 	dsn     string
 	sql     *sql.DB       // setup, reads, and sqlfence
 	pool    *pgxpool.Pool // pgxfence (postgres only)
-	dialect sqlfence.Dialect
+	dialect fence.Dialect
 }
 
 func openStoryDB(t *testing.T, kind string) *storyDB {
@@ -47,15 +47,15 @@ func openStoryDB(t *testing.T, kind string) *storyDB {
 	d := &storyDB{kind: kind, key: t.Name()}
 	var (
 		driver string
-		mig    migrations.Dialect
+		mig    fence.Dialect
 		ddl    string
 	)
 	switch kind {
 	case "postgres":
-		d.dsn, driver, mig, d.dialect = testdb.Postgres(t), "pgx", migrations.Postgres, sqlfence.Postgres
+		d.dsn, driver, mig, d.dialect = testdb.Postgres(t), "pgx", fence.Postgres, fence.Postgres
 		ddl = "CREATE TABLE story (id INT PRIMARY KEY, writer TEXT NOT NULL, token BIGINT NOT NULL)"
 	case "mysql":
-		d.dsn, driver, mig, d.dialect = testdb.MySQL(t), "mysql", migrations.MySQL, sqlfence.MySQL
+		d.dsn, driver, mig, d.dialect = testdb.MySQL(t), "mysql", fence.MySQL, fence.MySQL
 		ddl = "CREATE TABLE story (id INT PRIMARY KEY, writer VARCHAR(16) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB"
 	default:
 		t.Fatalf("unknown database %q", kind)

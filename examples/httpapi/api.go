@@ -95,9 +95,29 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request) {
 	}
 
 	lease := orDefault(a.Lease, 10*time.Second)
+	wait := orDefault(a.LockWait, 5*time.Second)
+	// The lock wait is bounded by Acquire's wait, which the lock server
+	// enforces: at its end the answer is ErrTimedOut, a definite "not
+	// granted". The request's context is not the right bound, and the
+	// Acquire gets a context of its own, not cancelled when the client goes
+	// away, that outlives the wait by a margin:
+	//   - net/http gives the request's context no deadline: it ends only
+	//     when the client hangs up or the server shuts down;
+	//   - ending it while the ACQUIRE may be on the wire is a cancellation
+	//     after a possible send: the result is ErrIndeterminate, and the
+	//     lock may still be granted (to nobody), keeping this order locked
+	//     until the lease runs out, so that the client's retry waits the
+	//     whole lease. With a protocol version 1 server the broker must
+	//     also close the session, and every other request waiting for a
+	//     lock on that session becomes indeterminate: one impatient client
+	//     fails unrelated customers.
+	// After the grant, the request's context is used again: a cancelled
+	// transaction rolls back and releases the lock.
+	lockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+lockMargin)
 	// Work budget: the lock is not worth having with less than a quarter of
 	// the lease left (whole seconds: the broker rounds up).
-	ticket, err := a.Locks.Acquire(ctx, fmt.Sprintf("order:%d", id), orDefault(a.LockWait, 5*time.Second), lease, (lease / 4).Truncate(time.Second))
+	ticket, err := a.acquire(lockCtx, fmt.Sprintf("order:%d", id), wait, lease, (lease / 4).Truncate(time.Second))
+	cancel()
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -135,6 +155,35 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request) {
 		a.log().WarnContext(ctx, "payment committed, lock release failed", "order", id, "err", err)
 	}
 	a.writeJSON(w, r, http.StatusOK, o)
+}
+
+// lockMargin is how long the Acquire's context outlives its wait, for the
+// server's answer to arrive.
+const lockMargin = 2 * time.Second
+
+// unsentRetry bounds the wait for a ready session after broker.ErrUnsent.
+const unsentRetry = time.Second
+
+// acquire is Locks.Acquire, retried soon after broker.ErrUnsent: nothing
+// was sent (no session was ready: a reconnect in progress, the lock service
+// restarting), so trying again is always safe. It waits up to unsentRetry
+// for a ready session and retries with what is left of the wait; if no
+// session comes, the client gets 503 with Retry-After: 1.
+func (a *API) acquire(ctx context.Context, key string, wait, lease, work time.Duration) (*broker.Ticket, error) {
+	start := time.Now()
+	for {
+		left := max(0, wait-time.Since(start)).Truncate(time.Second)
+		ticket, err := a.Locks.Acquire(ctx, key, left, lease, work)
+		if !errors.Is(err, broker.ErrUnsent) || ctx.Err() != nil {
+			return ticket, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, unsentRetry)
+		rerr := a.Locks.WaitReady(rctx)
+		cancel()
+		if rerr != nil {
+			return nil, err
+		}
+	}
 }
 
 // get returns an order and its payment.

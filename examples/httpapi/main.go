@@ -9,20 +9,24 @@
 // Environment:
 //
 //	DATABASE_URL     PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/shop (required)
-//	TICKETING_ADDR   lock server address(es), comma-separated (default 127.0.0.1:5225)
-//	TICKETING_TOKEN  client token, if the server requires one (optional)
+//	TICKETING_URL    the lock service, as broker.ParseURL reads it (default
+//	                 ticketing://127.0.0.1:5225), e.g. for a ticketingd init --tls
+//	                 deployment: ticketing://TOKEN@locks.internal:5225?ca=/etc/ticketing/ca.pem
+//	TICKETING_TOKEN  the client token, for keeping it out of the URL (optional;
+//	                 then the URL must have none)
 //	LISTEN_ADDR      HTTP listen address (default 127.0.0.1:8080)
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -33,17 +37,32 @@ import (
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills the process
+	if err := run(ctx, log, os.Getenv, nil); err != nil {
 		log.Error("httpapi stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) (err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run serves until ctx ends, configured by getenv (os.Getenv). listening,
+// if not nil, is called with the HTTP address once it listens (tests).
+func run(ctx context.Context, log *slog.Logger, getenv func(string) string, listening func(addr string)) (err error) {
+	// One broker for the whole process. New never dials: its sessions open
+	// in the background while the database is set up.
+	cfg, err := lockConfig(getenv, "httpapi")
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	locks, err := broker.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, locks.Close()) }() // after the HTTP server; releases any lock still held
 
-	dbURL := os.Getenv("DATABASE_URL")
+	dbURL := getenv("DATABASE_URL")
 	if dbURL == "" {
 		return errors.New("DATABASE_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/shop)")
 	}
@@ -56,35 +75,40 @@ func run(log *slog.Logger) (err error) {
 		return fmt.Errorf("database set-up: %w", err)
 	}
 
-	// One broker for the whole process. New never dials: if the lock
-	// server is down, requests get 503 until it is back.
-	locks, err := broker.New(broker.Config{
-		Addrs:  strings.Split(env("TICKETING_ADDR", "127.0.0.1:5225"), ","),
-		Token:  os.Getenv("TICKETING_TOKEN"),
-		Name:   "httpapi",
-		Logger: log,
-	})
-	if err != nil {
-		return err
+	// Wait (a little) for the first session, so that the first requests do
+	// not all get 503 while it opens. A refusal for good (the token refused,
+	// the certificate not trusted) is a configuration error: stop. A lock
+	// service that is only down is not: serve, and requests get 503 with
+	// Retry-After until it is back.
+	if err := waitReady(ctx, locks, 10*time.Second); err != nil {
+		if !errors.Is(err, broker.ErrNotReady) {
+			return err
+		}
+		log.WarnContext(ctx, "lock service not reachable yet; serving, payments get 503 until it is", "err", err)
 	}
-	defer func() { err = errors.Join(err, locks.Close()) }() // after the HTTP server; releases any lock still held
 
 	api := &API{DB: pool, Locks: locks, Log: log}
 	srv := &http.Server{
-		Addr:              env("LISTEN_ADDR", "127.0.0.1:8080"),
+		Addr:              cmp.Or(getenv("LISTEN_ADDR"), "127.0.0.1:8080"),
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		return err
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	log.Info("listening", "addr", srv.Addr)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
 
 	select {
 	case err := <-served:
-		return err // could not listen
+		return err // Serve failed
 	case <-ctx.Done():
 	}
-	stop() // a second signal kills the process
 	log.Info("shutting down: finishing requests in flight")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -92,12 +116,37 @@ func run(log *slog.Logger) (err error) {
 	if serveErr := <-served; !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(err, serveErr)
 	}
-	return err // then the deferred locks.Close and pool.Close
+	return err // then the deferred pool.Close and locks.Close
 }
 
-func env(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// lockConfig reads the lock service's settings from TICKETING_URL, in the
+// form of broker.ParseURL: the addresses, the client token, TLS. Its
+// default, ticketing://127.0.0.1:5225, is a ticketingd serve on this
+// machine with no token and plain TCP; for a ticketingd init --tls
+// deployment it is ticketing://TOKEN@HOST:5225?ca=/etc/ticketing/ca.pem
+// (HOST one of the --host names, which the certificate covers). A token
+// kept apart from the URL (a secret store) comes from TICKETING_TOKEN.
+// name is the client name sent to the server, unless the URL has name=.
+func lockConfig(getenv func(string) string, name string) (broker.Config, error) {
+	cfg, err := broker.ParseURL(cmp.Or(getenv("TICKETING_URL"), "ticketing://127.0.0.1:5225")) // its errors never contain the token
+	if err != nil {
+		return cfg, fmt.Errorf("TICKETING_URL: %w", err)
 	}
-	return def
+	if tok := getenv("TICKETING_TOKEN"); tok != "" {
+		if cfg.Token != "" {
+			return cfg, errors.New("TICKETING_TOKEN is set and TICKETING_URL has a token too: give it once")
+		}
+		cfg.Token = tok
+	}
+	if cfg.Name == "" {
+		cfg.Name = name
+	}
+	return cfg, nil
+}
+
+// waitReady waits up to timeout for the broker's first ready session.
+func waitReady(ctx context.Context, locks *broker.Broker, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return locks.WaitReady(ctx)
 }

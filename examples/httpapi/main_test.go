@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/examples/internal/examplestest"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/servertest"
@@ -22,10 +26,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// lockServer starts an in-process Ticketing server and returns its address.
-func lockServer(t *testing.T) string {
+// lockServer starts an in-process Ticketing server.
+func lockServer(t *testing.T) *servertest.Server {
 	t.Helper()
-	return servertest.Start(t, server.Config{}).Addr()
+	return servertest.Start(t, server.Config{})
 }
 
 func newBroker(t *testing.T, addr string, wait bool) *broker.Broker {
@@ -50,7 +54,8 @@ func newBroker(t *testing.T, addr string, wait bool) *broker.Broker {
 // fixture is a database with the schema, a lock server, and an API.
 type fixture struct {
 	pool *pgxpool.Pool
-	addr string // lock server
+	srv  *servertest.Server // lock server
+	addr string             // its address
 	api  *API
 }
 
@@ -64,7 +69,8 @@ func newFixture(t *testing.T) *fixture {
 	if err := setUp(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{pool: pool, addr: lockServer(t)}
+	f := &fixture{pool: pool, srv: lockServer(t)}
+	f.addr = f.srv.Addr()
 	f.api = &API{DB: pool, Locks: newBroker(t, f.addr, true), Log: testLogger(t)}
 	return f
 }
@@ -89,8 +95,12 @@ func post(t *testing.T, url string) reply {
 }
 
 func do(t *testing.T, method, url string) reply {
+	return doCtx(t.Context(), t, method, url)
+}
+
+func doCtx(ctx context.Context, t *testing.T, method, url string) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		t.Error(err)
 		return reply{}
@@ -278,4 +288,178 @@ func TestLockServerDown(t *testing.T) {
 // testLogger logs to t.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestClientHangsUp: a client hangs up while its request waits for a lock.
+// Its Acquire has its own context (see pay), so the hang-up cancels
+// nothing on the broker: the six requests waiting for other orders on the
+// same broker are all paid. (With the request's context as the Acquire's,
+// the cancellation closed the broker's session to a version-1 server and
+// turned the waiters on it indeterminate: 503 lock_indeterminate.)
+func TestClientHangsUp(t *testing.T) {
+	f := newFixture(t)
+	const first, n = 10, 7 // orders 10..16; 10's client hangs up
+	for id := first; id < first+n; id++ {
+		if _, err := f.pool.Exec(t.Context(), "INSERT INTO orders (id, amount_cents) VALUES ($1, 100)", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another replica holds every order's lock for now.
+	other := newBroker(t, f.addr, true)
+	held := make([]*broker.Ticket, 0, n)
+	for id := first; id < first+n; id++ {
+		tk, err := other.Acquire(t.Context(), fmt.Sprintf("order:%d", id), 0, 30*time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tk)
+	}
+
+	hungUp := make(chan struct{}) // the hung-up request's handler returned
+	h := f.api.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == fmt.Sprintf("/orders/%d/pay", first) {
+			close(hungUp)
+		}
+	}))
+	t.Cleanup(ts.Close)
+
+	clientCtx, hangUp := context.WithCancel(t.Context())
+	go func() {
+		req, _ := http.NewRequestWithContext(clientCtx, http.MethodPost, fmt.Sprintf("%s/orders/%d/pay", ts.URL, first), nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	replies := make([]reply, n-1)
+	var wg sync.WaitGroup
+	for i := range n - 1 {
+		wg.Go(func() { replies[i] = post(t, fmt.Sprintf("%s/orders/%d/pay", ts.URL, first+1+i)) })
+	}
+	for f.srv.Server().Stats().Waiters < n { // every request waits in the lock server's queue
+		time.Sleep(5 * time.Millisecond)
+	}
+	hangUp()
+	select { // long enough for a cancellation to close a session
+	case <-hungUp:
+	case <-time.After(500 * time.Millisecond):
+	}
+	for _, tk := range held {
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	<-hungUp
+	failed := 0
+	for i, r := range replies {
+		if r.status != http.StatusOK {
+			failed++
+			t.Errorf("order %d: %+v, want 200", first+1+i, r)
+		}
+	}
+	t.Logf("%d of %d requests for other orders failed after one client hung up", failed, n-1)
+}
+
+// startRun runs the program (run) with env in the background and returns
+// its HTTP address, and stop, which ends it and returns its error.
+func startRun(t *testing.T, env map[string]string) (addr string, stop func() error) {
+	ctx, cancel := context.WithCancel(t.Context())
+	addrC := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, testLogger(t), examplestest.Env(env), func(a string) { addrC <- a }) }()
+	stop = func() error {
+		cancel()
+		return <-done
+	}
+	select {
+	case addr = <-addrC:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	return "http://" + addr, stop
+}
+
+// TestRunTLS: the program reaches a lock server set up as ticketingd init
+// --tls sets one up (TLS with a private CA, a client token) with nothing
+// but TICKETING_URL, and charges an order.
+func TestRunTLS(t *testing.T) {
+	_, lockURL := examplestest.TLSServer(t)
+	url, stop := startRun(t, map[string]string{
+		"DATABASE_URL":  testdb.Postgres(t),
+		"TICKETING_URL": lockURL,
+		"LISTEN_ADDR":   "127.0.0.1:0",
+	})
+	if got := post(t, url+"/orders/1/pay"); got.status != http.StatusOK || got.order.Status != "paid" {
+		t.Errorf("pay: %+v, want 200 paid", got)
+	}
+	if got := post(t, url+"/orders/1/pay"); got.status != http.StatusConflict || got.code != "already_paid" {
+		t.Errorf("pay again: %+v, want 409 already_paid", got)
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRunRefused: a wrong token or a CA file that does not hold the
+// server's CA stops the program at start (a refusal for good), instead of
+// serving 503s.
+func TestRunRefused(t *testing.T) {
+	srv, good := examplestest.TLSServer(t)
+	_, other := examplestest.TLSServer(t)
+	ca, otherCA := good[strings.Index(good, "?"):], other[strings.Index(other, "?"):]
+	for name, tc := range map[string]struct {
+		url  string
+		want error
+	}{
+		"wrong token":           {"ticketing://wrong@" + srv.Addr() + ca, broker.ErrUnauthorized},
+		"untrusted certificate": {"ticketing://" + examplestest.Token + "@" + srv.Addr() + otherCA, broker.ErrCertificate},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // fails, not hangs, if run does not stop
+			defer cancel()
+			err := run(ctx, testLogger(t), examplestest.Env(map[string]string{
+				"DATABASE_URL": testdb.Postgres(t), "TICKETING_URL": tc.url, "LISTEN_ADDR": "127.0.0.1:0",
+			}), nil)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("run: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestUnsentRetriedSoon: a payment that finds no ready session (the lock
+// server just (re)starting) waits for one, briefly, and retries: 200, not
+// 503. The broker's first dial has failed; it redials 150-300 ms later,
+// after the request's Acquire has met no session.
+func TestUnsentRetriedSoon(t *testing.T) {
+	f := newFixture(t)
+	addr := examplestest.FreeAddr(t)
+	locks, err := broker.New(broker.Config{Addrs: []string{addr}, BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := locks.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	for { // until the first dial has been refused
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		err := locks.WaitReady(ctx)
+		cancel()
+		if err == nil {
+			t.Fatal("ready without a server")
+		}
+		if strings.Contains(err.Error(), "refused") {
+			break
+		}
+	}
+	api := &API{DB: f.pool, Locks: locks, Log: f.api.Log}
+	url := serve(t, api)
+	examplestest.ServeOn(t, addr)
+	if got := post(t, url+"/orders/1/pay"); got.status != http.StatusOK {
+		t.Errorf("%+v, want 200", got)
+	}
 }

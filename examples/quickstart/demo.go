@@ -59,6 +59,9 @@ func startDemo(ctx context.Context) (d *demo, err error) {
 	if d.broker, err = broker.Connect(ln.Addr().String()); err != nil {
 		return d, err
 	}
+	// Connect (like New) never dials: sessions open in the background.
+	// Wait for the first one before the first Acquire, which would
+	// otherwise fail at once with broker.ErrUnsent ("no ready session").
 	if err := d.broker.WaitReady(ctx); err != nil {
 		return d, err
 	}

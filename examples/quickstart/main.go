@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
+	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
 )
 
@@ -126,6 +127,11 @@ func (o outcome) check() error {
 func (d *demo) worker(ctx context.Context, say sayFunc, name string, token *uint64, pause func()) error {
 	// Wait up to 5 s for the lock, hold it for a 1 s lease, no minimum work budget.
 	ticket, err := d.broker.Acquire(ctx, key, 5*time.Second, lease, 0)
+	for errors.Is(err, broker.ErrUnsent) && d.broker.WaitReady(ctx) == nil {
+		// Nothing was sent (no session was ready, say the server was
+		// restarting): always safe to retry, as soon as a session is.
+		ticket, err = d.broker.Acquire(ctx, key, 5*time.Second, lease, 0)
+	}
 	if err != nil {
 		return err
 	}

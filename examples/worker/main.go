@@ -9,8 +9,11 @@
 //
 //	DATABASE_URL     go-sql-driver/mysql DSN (required), e.g.
 //	                 root@tcp(127.0.0.1:3306)/jobs?interpolateParams=true
-//	TICKETING_ADDR   lock server address(es), comma-separated (default 127.0.0.1:5225)
-//	TICKETING_TOKEN  client token, if the server requires one (optional)
+//	TICKETING_URL    the lock service, as broker.ParseURL reads it (default
+//	                 ticketing://127.0.0.1:5225), e.g. for a ticketingd init --tls
+//	                 deployment: ticketing://TOKEN@locks.internal:5225?ca=/etc/ticketing/ca.pem
+//	TICKETING_TOKEN  the client token, for keeping it out of the URL (optional;
+//	                 then the URL must have none)
 //	WORKERS          worker goroutines in this process (default 3)
 //	ENQUEUE          demo jobs to add at start (default 0)
 //
@@ -29,9 +32,9 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -40,23 +43,37 @@ import (
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop) // a second signal kills the process
+	if err := run(ctx, log, os.Getenv); err != nil {
 		log.Error("worker stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) (err error) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run runs the workers until ctx ends, configured by getenv (os.Getenv).
+func run(ctx context.Context, log *slog.Logger, getenv func(string) string) (err error) {
+	// The broker first: New never dials, so its sessions open in the
+	// background while the database is set up.
+	cfg, err := lockConfig(getenv, "worker")
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	locks, err := broker.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, locks.Close()) }()
 
 	// DATABASE_URL is a go-sql-driver DSN: user:password@tcp(host:port)/dbname?params.
-	dsn := os.Getenv("DATABASE_URL")
-	cfg, err := mysql.ParseDSN(dsn)
+	dsn := getenv("DATABASE_URL")
+	dbCfg, err := mysql.ParseDSN(dsn)
 	if dsn == "" || err != nil {
 		return errors.New("DATABASE_URL must be a go-sql-driver/mysql DSN, e.g. root@tcp(127.0.0.1:3306)/jobs")
 	}
-	connector, err := mysql.NewConnector(cfg)
+	connector, err := mysql.NewConnector(dbCfg)
 	if err != nil {
 		return err
 	}
@@ -65,24 +82,23 @@ func run(log *slog.Logger) (err error) {
 	if err := setUp(ctx, db); err != nil {
 		return fmt.Errorf("database set-up: %w", err)
 	}
-	if n, err := envInt("ENQUEUE", 0); err != nil {
+	if n, err := envInt(getenv, "ENQUEUE", 0); err != nil {
 		return err
 	} else if err := enqueue(ctx, db, demoPayloads(n)...); err != nil {
 		return err
 	}
 
-	locks, err := broker.New(broker.Config{
-		Addrs:  strings.Split(envOr("TICKETING_ADDR", "127.0.0.1:5225"), ","),
-		Token:  os.Getenv("TICKETING_TOKEN"),
-		Name:   "worker",
-		Logger: log,
-	})
-	if err != nil {
+	// Start claiming jobs only once a session is ready: a job claimed while
+	// none is (a cold start, the lock service still starting) would fail
+	// its Acquire with broker.ErrUnsent at once.
+	if err := waitReady(ctx, locks, log); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
 		return err
 	}
-	defer func() { err = errors.Join(err, locks.Close()) }()
 
-	n, err := envInt("WORKERS", 3)
+	n, err := envInt(getenv, "WORKERS", 3)
 	if err != nil {
 		return err
 	}
@@ -122,15 +138,53 @@ func demoPayloads(n int) []string {
 	return p
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// lockConfig reads the lock service's settings from TICKETING_URL, in the
+// form of broker.ParseURL: the addresses, the client token, TLS. Its
+// default, ticketing://127.0.0.1:5225, is a ticketingd serve on this
+// machine with no token and plain TCP; for a ticketingd init --tls
+// deployment it is ticketing://TOKEN@HOST:5225?ca=/etc/ticketing/ca.pem
+// (HOST one of the --host names, which the certificate covers). A token
+// kept apart from the URL (a secret store) comes from TICKETING_TOKEN.
+// name is the client name sent to the server, unless the URL has name=.
+func lockConfig(getenv func(string) string, name string) (broker.Config, error) {
+	u := getenv("TICKETING_URL")
+	if u == "" {
+		u = "ticketing://127.0.0.1:5225"
 	}
-	return def
+	cfg, err := broker.ParseURL(u) // its errors never contain the token
+	if err != nil {
+		return cfg, fmt.Errorf("TICKETING_URL: %w", err)
+	}
+	if tok := getenv("TICKETING_TOKEN"); tok != "" {
+		if cfg.Token != "" {
+			return cfg, errors.New("TICKETING_TOKEN is set and TICKETING_URL has a token too: give it once")
+		}
+		cfg.Token = tok
+	}
+	if cfg.Name == "" {
+		cfg.Name = name
+	}
+	return cfg, nil
 }
 
-func envInt(key string, def int) (int, error) {
-	v := os.Getenv(key)
+// waitReady waits for the broker's first ready session, logging every 10 s
+// while there is none. A refusal for good (the client token refused, the
+// server's certificate not trusted) is a configuration error, returned at
+// once; a lock service that is down or still starting is waited for.
+func waitReady(ctx context.Context, locks *broker.Broker, log *slog.Logger) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := locks.WaitReady(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, broker.ErrNotReady) {
+			return err
+		}
+		log.WarnContext(ctx, "waiting for the lock service", "err", err)
+	}
+}
+
+func envInt(getenv func(string) string, key string, def int) (int, error) {
+	v := getenv(key)
 	if v == "" {
 		return def, nil
 	}

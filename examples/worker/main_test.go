@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/examples/internal/examplestest"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/server"
@@ -259,11 +261,161 @@ func TestLockUnavailable(t *testing.T) {
 	if did || !errors.Is(err, broker.ErrUnsent) {
 		t.Fatalf("RunOnce: %v, %v; want false, broker.ErrUnsent", did, err)
 	}
-	var status, by string
+	var status string
+	var by sql.NullString
 	if err := db.QueryRowContext(t.Context(), "SELECT status, claimed_by FROM jobs").Scan(&status, &by); err != nil {
 		t.Fatal(err)
 	}
-	if status != "pending" || by != "W" {
-		t.Errorf("job %s claimed by %s; want pending, W", status, by)
+	if status != "pending" || by.Valid {
+		t.Errorf("job %s claimed by %q; want pending and unclaimed (handed back, not left for ClaimTTL)", status, by.String)
+	}
+}
+
+// startRun runs the program (run) with env in the background; stop ends
+// it and returns its error.
+func startRun(t *testing.T, log *slog.Logger, env map[string]string) (stop func() error) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, log, examplestest.Env(env)) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// waitDone waits until n jobs are done, for at most 20 s.
+func waitDone(t *testing.T, db *sql.DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var done int
+		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM jobs WHERE status = 'done'").Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs done after 20 s", done, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dbURL is the test database's DSN, as the program reads DATABASE_URL.
+func dbURL(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var name string
+	if err := db.QueryRowContext(t.Context(), "SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DBName, cfg.InterpolateParams = name, true
+	return cfg.FormatDSN()
+}
+
+// TestColdStart: the program and the lock server start together, the
+// server a little later. No job is claimed before a session is ready
+// (WaitReady), so none fails with broker.ErrUnsent and none is left
+// claimed for ClaimTTL (60 s): the 3 jobs are done as soon as the server
+// is up.
+func TestColdStart(t *testing.T) {
+	db := newDB(t)
+	addr := examplestest.FreeAddr(t)
+	var logs examplestest.Buffer
+	stop := startRun(t, slog.New(slog.NewTextHandler(&logs, nil)), map[string]string{
+		"DATABASE_URL":  dbURL(t, db),
+		"TICKETING_URL": "ticketing://" + addr,
+		"ENQUEUE":       "3",
+		"WORKERS":       "3",
+	})
+	time.Sleep(300 * time.Millisecond) // the program is up (and dialling) before the server
+	examplestest.ServeOn(t, addr)
+	waitDone(t, db, 3)
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+	t.Log(logs.String())
+	if strings.Contains(logs.String(), "request not sent") {
+		t.Error("an Acquire failed with ErrUnsent: a job was claimed before a session was ready")
+	}
+}
+
+// TestRunTLS: the program reaches a server set up as ticketingd init --tls
+// sets one up (TLS with a private CA, a client token) with nothing but
+// TICKETING_URL, and does its jobs.
+func TestRunTLS(t *testing.T) {
+	db := newDB(t)
+	_, url := examplestest.TLSServer(t)
+	stop := startRun(t, testLogger(t), map[string]string{
+		"DATABASE_URL":  dbURL(t, db),
+		"TICKETING_URL": url,
+		"ENQUEUE":       "5",
+		"WORKERS":       "2",
+	})
+	waitDone(t, db, 5)
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+	var results int
+	if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM job_results").Scan(&results); err != nil {
+		t.Fatal(err)
+	}
+	if results != 5 {
+		t.Errorf("%d results, want 5", results)
+	}
+}
+
+// TestRunRefused: a wrong token in TICKETING_URL stops the program at
+// start with broker.ErrUnauthorized (a refusal for good), instead of
+// claiming jobs it cannot lock.
+func TestRunRefused(t *testing.T) {
+	db := newDB(t)
+	srv, good := examplestest.TLSServer(t)
+	_, other := examplestest.TLSServer(t) // another CA's file: the certificate is not trusted
+	ca, otherCA := good[strings.Index(good, "?"):], other[strings.Index(other, "?"):]
+	for name, tc := range map[string]struct {
+		url  string
+		want error
+	}{
+		"wrong token":           {"ticketing://wrong@" + srv.Addr() + ca, broker.ErrUnauthorized},
+		"untrusted certificate": {"ticketing://" + examplestest.Token + "@" + srv.Addr() + otherCA, broker.ErrCertificate},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // fails, not hangs, if run does not stop
+			defer cancel()
+			err := run(ctx, testLogger(t), examplestest.Env(map[string]string{
+				"DATABASE_URL": dbURL(t, db), "TICKETING_URL": tc.url,
+			}))
+			if !errors.Is(err, tc.want) {
+				t.Errorf("run: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLockConfig: TICKETING_URL and TICKETING_TOKEN.
+func TestLockConfig(t *testing.T) {
+	cfg, err := lockConfig(examplestest.Env(nil), "worker")
+	if err != nil || len(cfg.Addrs) != 1 || cfg.Addrs[0] != "127.0.0.1:5225" || cfg.Token != "" || cfg.TLS.Mode != broker.TLSOff || cfg.Name != "worker" {
+		t.Errorf("default: %+v, %v", cfg, err)
+	}
+	cfg, err = lockConfig(examplestest.Env(map[string]string{
+		"TICKETING_URL":   "ticketing://a:5225,b:5225?ca=/etc/ticketing/ca.pem&name=w1",
+		"TICKETING_TOKEN": "tok",
+	}), "worker")
+	if err != nil || len(cfg.Addrs) != 2 || cfg.Token != "tok" || cfg.TLS.Mode != broker.TLSCAFile || cfg.Name != "w1" {
+		t.Errorf("URL and token: %+v, %v", cfg, err)
+	}
+	if _, err := lockConfig(examplestest.Env(map[string]string{
+		"TICKETING_URL": "ticketing://tok@a", "TICKETING_TOKEN": "tok",
+	}), "worker"); err == nil {
+		t.Error("a token in both: no error")
+	}
+	if _, err := lockConfig(examplestest.Env(map[string]string{"TICKETING_URL": "127.0.0.1:5225"}), "worker"); !errors.Is(err, broker.ErrInvalidConfig) {
+		t.Errorf("not a URL: %v, want ErrInvalidConfig", err)
 	}
 }

@@ -71,6 +71,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		did, err := w.RunOnce(jobCtx)
 		cancel()
 		switch {
+		case errors.Is(err, broker.ErrUnsent):
+			// Nothing was sent: no session was ready (the lock service
+			// restarting, a reconnect in progress). RunOnce handed the job
+			// back; retry as soon as a session is ready, not after the
+			// claim expires.
+			w.log().InfoContext(ctx, "lock service unreachable; job handed back, retrying once a session is ready", "worker", w.Name, "err", err)
+			if werr := w.Locks.WaitReady(ctx); werr == nil {
+				continue
+			}
 		case err != nil:
 			w.log().WarnContext(ctx, "job left for another attempt", "worker", w.Name, "err", err)
 		case did:
@@ -90,8 +99,11 @@ func (w *Worker) Run(ctx context.Context) error {
 // left for another attempt:
 //
 //   - the lock was not granted (broker.ErrTimedOut: another worker has it;
-//     broker.ErrIndeterminate; broker.ErrUnsent: the lock server is
-//     unreachable; ...);
+//     broker.ErrIndeterminate; broker.ErrUnsent: no session to the lock
+//     server is ready; ...). When it was definitely not granted to anyone
+//     on our behalf (ErrUnsent, ErrBusy, ErrNotActive, ErrClosed), the
+//     claim is dropped at once, so that the job does not wait ClaimTTL for
+//     its next attempt;
 //   - a newer holder of the job's lock wrote first (*fence.StaleError);
 //   - the lease ran out before commit (fence.ErrLeaseExpired);
 //   - Process or the database failed.
@@ -107,6 +119,9 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 	// the job (its claim expires). Work budget: a quarter of the lease.
 	ticket, err := w.Locks.Acquire(ctx, fmt.Sprintf("job:%d", job.ID), 0, lease, (lease / 4).Truncate(time.Second))
 	if err != nil {
+		if notGranted(err) {
+			err = errors.Join(err, w.unclaim(ctx, job.ID))
+		}
 		return false, fmt.Errorf("job %d: lock: %w", job.ID, err)
 	}
 	if w.afterLock != nil {
@@ -187,6 +202,26 @@ func (w *Worker) claim(ctx context.Context) (job Job, ok bool, err error) {
 		return job, false, err
 	}
 	return job, true, nil
+}
+
+// notGranted reports whether an Acquire error says that the lock is
+// definitely not held for this worker: nothing was sent (ErrUnsent, also
+// ErrClosed), or the server refused it (ErrBusy, ErrNotActive). Not
+// ErrTimedOut (another worker holds the job's lock: leave the job to the
+// claim's expiry) nor ErrIndeterminate (the lock may be held, by nobody,
+// until its lease ends, within the claim).
+func notGranted(err error) bool {
+	return errors.Is(err, broker.ErrUnsent) || errors.Is(err, broker.ErrBusy) ||
+		errors.Is(err, broker.ErrNotActive) || errors.Is(err, broker.ErrClosed)
+}
+
+// unclaim drops this worker's claim on a pending job, so that any worker
+// may claim it again at once.
+func (w *Worker) unclaim(ctx context.Context, id int64) error {
+	_, err := w.DB.ExecContext(ctx,
+		"UPDATE jobs SET claimed_by = NULL, claimed_until = NULL WHERE id = ? AND claimed_by = ? AND status = 'pending'",
+		id, w.Name)
+	return err
 }
 
 // ignoreDone drops sql.ErrTxDone, which Rollback returns after a failed

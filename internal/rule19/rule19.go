@@ -1,4 +1,4 @@
-// Package rule19 is the load test of SEMANTICS.md rule 19 (a fenced write
+// Package rule19 is the load test of rule 19 of docs/fence.md (a fenced write
 // commits only with a token above every token committed before it for the
 // resource), shared by the adapter conformance suite and the integration
 // tests against database containers.

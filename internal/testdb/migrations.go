@@ -7,13 +7,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
 
 // ConcurrentUp runs migrations.Up from n *sql.DB pools at once, one per
 // goroutine, as n processes starting together would, and returns their
 // errors joined.
-func ConcurrentUp(ctx context.Context, driver, dsn string, d migrations.Dialect, n int) error {
+func ConcurrentUp(ctx context.Context, driver, dsn string, d fence.Dialect, n int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range errs {

@@ -126,20 +126,20 @@ func run(o options) error {
 		return errors.New("--addr and --dsn are required")
 	}
 	var (
-		dialect    sqlfence.Dialect
+		dialect    fence.Dialect
 		driverName string
 		q          queries
 	)
 	switch o.driver {
 	case "postgres":
-		dialect, driverName = sqlfence.Postgres, "pgx"
+		dialect, driverName = fence.Postgres, "pgx"
 		q = queries{
 			read:   "SELECT value FROM counter WHERE id = 1",
 			update: "UPDATE counter SET value = $1 WHERE id = 1",
 			log:    "INSERT INTO write_log (worker, token, read_value, wrote_value, fenced) VALUES ($1, $2, $3, $4, $5)",
 		}
 	case "mysql":
-		dialect, driverName = sqlfence.MySQL, "mysql"
+		dialect, driverName = fence.MySQL, "mysql"
 		q = queries{
 			read:   "SELECT value FROM counter WHERE id = 1",
 			update: "UPDATE counter SET value = ? WHERE id = 1",
@@ -191,7 +191,7 @@ func run(o options) error {
 type queries struct{ read, update, log string }
 
 // one is one operation: acquire, and if granted the transaction.
-func one(ctx context.Context, o options, b *broker.Broker, db *sql.DB, d sqlfence.Dialect, q queries, op int) {
+func one(ctx context.Context, o options, b *broker.Broker, db *sql.DB, d fence.Dialect, q queries, op int) {
 	// The acquire and the transaction are not cut short by the end of the
 	// run (ctx): a half-done operation would only blur the history.
 	bg := context.WithoutCancel(ctx)

@@ -81,15 +81,15 @@ func run(addr, dbKind, dsn, key string, lease time.Duration, pause string, maxWa
 	}
 
 	var (
-		dialect sqlfence.Dialect
+		dialect fence.Dialect
 		driver  string
 		update  string
 	)
 	switch dbKind {
 	case "mysql":
-		dialect, driver, update = sqlfence.MySQL, "mysql", "UPDATE story SET writer = ?, token = ? WHERE id = 1"
+		dialect, driver, update = fence.MySQL, "mysql", "UPDATE story SET writer = ?, token = ? WHERE id = 1"
 	case "postgres":
-		dialect, driver, update = sqlfence.Postgres, "pgx", "UPDATE story SET writer = $1, token = $2 WHERE id = 1"
+		dialect, driver, update = fence.Postgres, "pgx", "UPDATE story SET writer = $1, token = $2 WHERE id = 1"
 	default:
 		return fmt.Errorf("unknown -db %q", dbKind)
 	}

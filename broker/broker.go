@@ -14,7 +14,7 @@ import (
 )
 
 // Limits of the arguments of Acquire, after rounding up to whole seconds
-// (the protocol's own, PROTOCOL.md).
+// (the protocol's own, docs/protocol.md).
 const (
 	MaxWait   = wire.MaxWait
 	MaxLease  = wire.MaxLease

@@ -93,7 +93,7 @@ var (
 // a definite "not granted" (or "not released"). Code 3 matches
 // ErrUnauthorized.
 type ServerError struct {
-	Code    uint16 // the E code of PROTOCOL.md (1..7)
+	Code    uint16 // the E code of docs/protocol.md (1..7)
 	Message string // the server's message
 }
 

@@ -89,7 +89,7 @@ type session struct {
 // version-2 HELLO; from then on its sessions open with version 1, the one
 // refused at once, until a version-1 session to it drops (a node restarts
 // when it is upgraded): the next session to it asks for version 2 again
-// (PROTOCOL.md, "Version 2 additions"). So a rolling upgrade is picked up
+// (docs/protocol.md, "Version 2 additions"). So a rolling upgrade is picked up
 // without restarting the application, at the cost of one E(2) round trip
 // per reconnect to a node still at version 1. A failed open does not
 // clear the fallback, except an E(2) to the version-1 HELLO, a refusal

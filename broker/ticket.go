@@ -55,7 +55,7 @@ func (t *Ticket) Key() string { return t.st.key }
 // the server or cluster.
 func (t *Ticket) Token() uint64 { return t.st.token }
 
-// Deadline returns the conservative deadline of PROTOCOL.md: t0 + (waited_ms
+// Deadline returns the conservative deadline of docs/protocol.md: t0 + (waited_ms
 // + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
 // have been written, and waited_ms is at most the broker's own time from t0
 // to the reply's handling (a larger value is taken as that time, rule 15a).

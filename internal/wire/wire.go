@@ -23,7 +23,7 @@
 // every later frame, v is the session's version, the Version of the HELLO
 // that opened it: on a version-1 session, C and V are unknown types
 // (ErrUnknownType, which matches ErrMalformed: the server answers E(1)), as
-// PROTOCOL.md requires. A server therefore needs no check of its own; it
+// docs/protocol.md requires. A server therefore needs no check of its own; it
 // switches on Request.Type and finds TypeCancel and TypeReleaseOwned only
 // on sessions that may send them. DecodeRequest is DecodeRequestVersion
 // with version 1: a server that calls it speaks exactly version 1 (a
@@ -80,7 +80,7 @@ const (
 	DefaultPort = 5225
 )
 
-// Ranges of the request fields (PROTOCOL.md). The decoders do not check
+// Ranges of the request fields (docs/protocol.md). The decoders do not check
 // them: a well-formed request with a field out of range is answered E(4)
 // (invalid argument), not E(1), so the check is the server's.
 const (

@@ -139,6 +139,18 @@ type Config struct {
 	// positive value below MinSocketBuffer is an error in New.
 	SocketBuffer int
 
+	// OwnedReleaseOnly makes a lock granted to an ACQUIRE of a version-2
+	// session releasable only by RELEASE_OWNED (V) with its token and its
+	// owner: a plain RELEASE (U) of such a lock, from any session, gets N
+	// and the lock stays held (until its lease ends or its holder's V).
+	// Locks granted on version-1 sessions are released by U with their
+	// token as always. With it, another client that guesses a token (tokens
+	// are sequential) cannot free a version-2 client's lock without also
+	// knowing its 16-byte owner. Off by default: the protocol lets any
+	// RELEASE with the current token free the key. (Addition to the agreed
+	// contract.)
+	OwnedReleaseOnly bool
+
 	// OutputBuffer bounds the bytes of replies queued for one session that
 	// its peer has not read yet; a session that exceeds it is dropped.
 	// Default 1 MiB. (Addition to the agreed contract.)

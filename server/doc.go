@@ -113,6 +113,12 @@
 // with no reply. CANCEL never frees a granted lock. RELEASE_OWNED frees the
 // key only if both the token and the holder's owner match (R); otherwise N.
 //
+// With Config.OwnedReleaseOnly (off by default), a lock granted to an
+// ACQUIRE of a version-2 session, at once or as a waiter, can be freed only
+// by RELEASE_OWNED: a RELEASE (U) of it, from any session and even with the
+// right token, gets N and the lock stays held. Locks granted on version-1
+// sessions are freed by U as above.
+//
 // The lock table has 256 shards chosen by a hash of the key, each a mutex
 // and a map. Within a shard, entries sit on intrusive lists, one per lease
 // length, which the monotonic clock keeps sorted by expiry, so sweeping

@@ -44,6 +44,9 @@ type lockState struct {
 	q          *waitQueue // non-nil only while the key has waiters (and so is held)
 	list       uint8
 	linked     bool
+	// ownedOnly: the holding may be freed only by RELEASE_OWNED (set at
+	// grant: Config.OwnedReleaseOnly and an ACQUIRE of a version-2 session).
+	ownedOnly bool
 }
 
 type waitQueue struct {
@@ -67,6 +70,7 @@ type waiter struct {
 	prev, next *waiter
 	timer      *time.Timer // wait_s deadline
 	done       bool        // granted, timed out or dropped (under sh.mu)
+	ownedOnly  bool        // a grant to it sets lockState.ownedOnly
 }
 
 type expList struct{ head, tail *lockState }
@@ -291,7 +295,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 		} else {
 			sh.unlink(ls)
 		}
-		ls.token, ls.owner = tok, req.Owner
+		ls.token, ls.owner, ls.ownedOnly = tok, req.Owner, s.ownedOnly(c)
 		ls.expires = now + int64(req.LeaseS)*secondNs
 		sh.link(ls, req.LeaseS)
 		sh.mu.Unlock()
@@ -333,7 +337,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 		}
 	}
 	w := &waiter{c: c, sh: sh, ls: ls, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
-		deadline: arrived + int64(req.WaitS)*secondNs}
+		deadline: arrived + int64(req.WaitS)*secondNs, ownedOnly: s.ownedOnly(c)}
 	if !c.addInflight(w) { // replaces tw, if any
 		// The session is closing; its waits are dropped anyway.
 		if old == nil {
@@ -366,9 +370,17 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	return true
 }
 
+// ownedOnly reports whether a lock granted to an ACQUIRE of c may be freed
+// only by RELEASE_OWNED: with Config.OwnedReleaseOnly, if c speaks version
+// 2. (c.ver is set at HELLO, before c's first ACQUIRE is read.)
+func (s *Server) ownedOnly(c *conn) bool {
+	return s.cfg.OwnedReleaseOnly && c.ver >= wire.Version2
+}
+
 // release handles a well-formed, in-range RELEASE from c's reader, or with
 // owned a RELEASE_OWNED (version 2), which frees the key only if its holder
-// is also req.Owner.
+// is also req.Owner. A plain RELEASE does not free a holding that only
+// RELEASE_OWNED may free (ls.ownedOnly): N, the lock stays held.
 func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
@@ -378,7 +390,7 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	if ls != nil && ls.token != 0 {
 		if now >= ls.expires {
 			s.expireLocked(sh, ls, now) // the lease ended: N
-		} else if ls.token == req.Token && (!owned || ls.owner == req.Owner) {
+		} else if ls.token == req.Token && (owned && ls.owner == req.Owner || !owned && !ls.ownedOnly) {
 			s.freeLocked(sh, ls, now)
 			ok = true
 		}
@@ -478,7 +490,7 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 				continue
 			}
 			s.held.Add(1)
-			ls.token, ls.owner = tok, w.owner
+			ls.token, ls.owner, ls.ownedOnly = tok, w.owner, w.ownedOnly
 			ls.expires = now + int64(w.lease)*secondNs
 			sh.link(ls, w.lease)
 			if q.head == nil {

@@ -46,7 +46,7 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
-		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token"} {
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -162,6 +162,7 @@ standby-hint: other:5225
 shutdown-timeout: 3s
 token-block: 500
 initial-token: 7000
+owned-release-only: true
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -197,6 +198,7 @@ initial-token: 7000
 		ShutdownTimeout:  3 * time.Second,
 		TokenBlock:       500,
 		InitialToken:     7000,
+		OwnedRelease:     true,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

@@ -47,6 +47,7 @@ type serveOptions struct {
 	ShutdownTimeout  time.Duration
 	TokenBlock       uint64
 	InitialToken     uint64
+	OwnedRelease     bool
 }
 
 const (
@@ -89,6 +90,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none"),
+		opt(&o.OwnedRelease, "owned-release-only", false, "a lock granted on a version-2 session (every Go broker of this release) is freed only by RELEASE_OWNED with its owner, never by a plain RELEASE with a guessed token; version-1 clients' locks are released as before"),
 		opt(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them"),
 	}
 }

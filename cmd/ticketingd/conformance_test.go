@@ -755,6 +755,105 @@ func TestConformanceVersion2(t *testing.T) {
 	})
 }
 
+// TestConformanceOwnedReleaseOnly: serve --owned-release-only (a project
+// choice beyond PROTOCOL.md, off by default). With it, a lock granted on a
+// version-2 session survives plain RELEASEs guessing every token 1..1000
+// (from version-1 and version-2 sessions) and its holder's own U with the
+// right token (N, still held); its holder's RELEASE_OWNED gives R. A lock
+// granted on a version-1 session is freed by U as before. Without it, U
+// frees a version-2 holder's lock, as the protocol says.
+func TestConformanceOwnedReleaseOnly(t *testing.T) {
+	// flood sends U for key with the tokens 1..n in one write and returns
+	// how many were answered R (every other reply must be N).
+	flood := func(t *testing.T, r *raw, key string, n int) int {
+		var b [][]byte
+		for tok := 1; tok <= n; tok++ {
+			b = append(b, relF(t, uint32(tok), uint64(tok), key))
+		}
+		r.send(b...)
+		freed := 0
+		for tok := 1; tok <= n; tok++ {
+			switch f := hex.EncodeToString(r.next()); f {
+			case simpleHex('R', uint32(tok)):
+				freed++
+			case simpleHex('N', uint32(tok)):
+			default:
+				t.Fatalf("guess %d: got frame %s, want R or N", tok, f)
+			}
+		}
+		return freed
+	}
+	held := func(t *testing.T, r *raw, key string) {
+		r.send(acqF(t, 900, 0x99, 0, 30, key))
+		r.expect(simpleHex('T', 900))
+	}
+
+	t.Run("with --owned-release-only", func(t *testing.T) {
+		c := startConf(t, "--owned-release-only")
+		v2 := openConfV2(t, c.addr)
+		v1 := openConf(t, c.addr)
+		atk1, atk2, other := openConf(t, c.addr), openConfV2(t, c.addr), openConf(t, c.addr)
+
+		v2.send(acqF(t, 2, 1, 0, 30, "owned"))
+		tok, _ := v2.expectG(2)
+		if n := flood(t, atk1, "owned", 1000); n != 0 {
+			t.Fatalf("U guesses from a v1 session freed the v2 holder's lock (%d R)", n)
+		}
+		if n := flood(t, atk2, "owned", 1000); n != 0 {
+			t.Fatalf("U guesses from a v2 session freed the v2 holder's lock (%d R)", n)
+		}
+		v2.send(relF(t, 3, tok, "owned"))
+		v2.expect(simpleHex('N', 3))
+		held(t, other, "owned")
+		v2.send(relOwnedF(t, 4, tok, 2, "owned")) // wrong owner
+		v2.expect(simpleHex('N', 4))
+		held(t, other, "owned")
+
+		// Handed to a v2 waiter by the holder's V: protected as well.
+		w2 := openConfV2(t, c.addr)
+		w2.send(acqF(t, 10, 0xa, 30, 30, "owned"))
+		w2.sync(11)
+		v2.send(relOwnedF(t, 5, tok, 1, "owned"))
+		v2.expect(simpleHex('R', 5))
+		tokW, _ := w2.expectG(10)
+		if n := flood(t, atk1, "owned", 1000); n != 0 {
+			t.Fatalf("U guesses freed the v2 waiter's lock (%d R)", n)
+		}
+		held(t, other, "owned")
+
+		// Handed to a v1 waiter: released by U, as in version 1.
+		v1.send(acqF(t, 20, 0xb, 30, 30, "owned"))
+		v1.sync(21)
+		w2.send(relOwnedF(t, 12, tokW, 0xa, "owned"))
+		w2.expect(simpleHex('R', 12))
+		tok1, _ := v1.expectG(20)
+		v1.send(relF(t, 22, tok1, "owned"))
+		v1.expect(simpleHex('R', 22))
+
+		// A v1 holder: a guess frees it (the protocol's rule for v1).
+		v1.send(acqF(t, 23, 0xb, 0, 30, "v1-held"))
+		v1.expectG(23)
+		if n := flood(t, atk2, "v1-held", 1000); n != 1 {
+			t.Fatalf("U guesses freed a v1 holder's lock %d times, want 1", n)
+		}
+	})
+
+	t.Run("default: U frees a v2 holder's lock (PROTOCOL.md)", func(t *testing.T) {
+		c := startConf(t)
+		v2 := openConfV2(t, c.addr)
+		atk := openConf(t, c.addr)
+		v2.send(acqF(t, 2, 1, 0, 30, "owned"))
+		v2.expectG(2)
+		if n := flood(t, atk, "owned", 1000); n != 1 {
+			t.Fatalf("U guesses freed the v2 holder's lock %d times, want 1", n)
+		}
+		v2.send(acqF(t, 3, 1, 0, 30, "owned"))
+		tok, _ := v2.expectG(3)
+		v2.send(relF(t, 4, tok, "owned"))
+		v2.expect(simpleHex('R', 4))
+	})
+}
+
 // TestConformanceHelloCheckOrder: version, then exact length, then token,
 // then the session limit.
 func TestConformanceHelloCheckOrder(t *testing.T) {

@@ -220,6 +220,7 @@ func serverConfig(o *serveOptions, tokens []string, tlsConf *tls.Config, log *sl
 		IdleTimeout:        idleTimeout(o.IdleTimeout),
 		SocketBuffer:       socketBuffer(o.SocketBuffer),
 		WriteTimeout:       o.WriteTimeout,
+		OwnedReleaseOnly:   o.OwnedRelease,
 	}
 }
 

@@ -703,13 +703,13 @@ func (s *Server) checkToken(tok []byte) bool {
 
 // protoError sends E(code) and closes the session.
 func (c *conn) protoError(code uint16, reqID uint32, msg string) {
-	c.s.m.protoErrs[code&7].Add(1)
+	c.s.m.protoError(code)
 	c.warn("protocol violation", "code", code, "req_id", reqID, "reason", msg)
 	c.closeWith(wire.AppendError(nil, reqID, code, msg))
 }
 
 func (s *Server) internalError(c *conn, reqID uint32, err error) {
-	s.m.protoErrs[wire.CodeInternal].Add(1)
+	s.m.protoError(wire.CodeInternal)
 	s.log.Error("internal error", "peer", c.remote, "req_id", reqID, "err", err)
 	c.closeWith(wire.AppendError(nil, reqID, wire.CodeInternal, "internal error"))
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,7 +248,7 @@ var errNever = errors.New("never")
 // calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
 	if addr == "" {
-		addr = ":5225"
+		addr = ":" + strconv.Itoa(wire.DefaultPort)
 	}
 	if s.isClosed() {
 		return ErrServerClosed

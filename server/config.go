@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
 // Defaults for the zero values of Config.
@@ -217,15 +219,17 @@ func (c *Config) normalize() error {
 	if c.NodeName == "" {
 		c.NodeName = DefaultNodeName
 	}
-	if len(c.NodeName) > 255 {
-		return fmt.Errorf("server: Config.NodeName longer than 255 bytes")
+	// The node name of HELLO_OK and the hint of NOT_ACTIVE have a one-byte
+	// length, as the client name of HELLO.
+	if len(c.NodeName) > wire.MaxNameLen {
+		return fmt.Errorf("server: Config.NodeName longer than %d bytes", wire.MaxNameLen)
 	}
-	if len(c.StandbyHint) > 255 {
-		return fmt.Errorf("server: Config.StandbyHint longer than 255 bytes")
+	if len(c.StandbyHint) > wire.MaxNameLen {
+		return fmt.Errorf("server: Config.StandbyHint longer than %d bytes", wire.MaxNameLen)
 	}
 	for i, t := range c.ClientTokens {
-		if len(t) > 255 {
-			return fmt.Errorf("server: Config.ClientTokens[%d] longer than 255 bytes", i)
+		if len(t) > wire.MaxTokenLen {
+			return fmt.Errorf("server: Config.ClientTokens[%d] longer than %d bytes", i, wire.MaxTokenLen)
 		}
 	}
 	if c.TokenBlock == 0 {

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -548,15 +549,15 @@ func (c *conn) readLoop() {
 		case wire.TypeAcquire:
 			// The whole frame has been read: the wait starts now.
 			arrived := s.now()
-			if len(req.Key) == 0 || req.LeaseS == 0 || req.LeaseS > 250 {
-				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255 and lease_s 1..250")
+			if !keyLenOK(req.Key) || req.LeaseS < wire.MinLeaseS || req.LeaseS > wire.MaxLeaseS {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, msgBadAcquire)
 				c.drain()
 				return
 			}
 			s.acquire(c, &req, arrived)
 		case wire.TypeRelease:
-			if len(req.Key) == 0 {
-				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255")
+			if !keyLenOK(req.Key) {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, msgBadKey)
 				c.drain()
 				return
 			}
@@ -566,8 +567,8 @@ func (c *conn) readLoop() {
 		case wire.TypeCancel: // version 2
 			s.cancel(c, req.ReqID)
 		case wire.TypeReleaseOwned: // version 2
-			if len(req.Key) == 0 {
-				c.protoError(wire.CodeInvalidArg, req.ReqID, "key_len must be 1..255")
+			if !keyLenOK(req.Key) {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, msgBadKey)
 				c.drain()
 				return
 			}
@@ -701,15 +702,27 @@ func (s *Server) checkToken(tok []byte) bool {
 	return ok == 1
 }
 
+// keyLenOK reports whether key has a length the protocol allows (the
+// decoder only checks that it fits its one-byte length field).
+func keyLenOK(key []byte) bool {
+	return len(key) >= wire.MinKeyLen && len(key) <= wire.MaxKeyLen
+}
+
+// The messages of E(4), with the codec's limits.
+var (
+	msgBadKey     = fmt.Sprintf("key_len must be %d..%d", wire.MinKeyLen, wire.MaxKeyLen)
+	msgBadAcquire = fmt.Sprintf("key_len must be %d..%d and lease_s %d..%d", wire.MinKeyLen, wire.MaxKeyLen, wire.MinLeaseS, wire.MaxLeaseS)
+)
+
 // protoError sends E(code) and closes the session.
 func (c *conn) protoError(code uint16, reqID uint32, msg string) {
-	c.s.m.protoErrs[code&7].Add(1)
+	c.s.m.protoError(code)
 	c.warn("protocol violation", "code", code, "req_id", reqID, "reason", msg)
 	c.closeWith(wire.AppendError(nil, reqID, code, msg))
 }
 
 func (s *Server) internalError(c *conn, reqID uint32, err error) {
-	s.m.protoErrs[wire.CodeInternal].Add(1)
+	s.m.protoError(wire.CodeInternal)
 	s.log.Error("internal error", "peer", c.remote, "req_id", reqID, "err", err)
 	c.closeWith(wire.AppendError(nil, reqID, wire.CodeInternal, "internal error"))
 }

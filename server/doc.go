@@ -205,8 +205,9 @@
 //
 // # Metrics
 //
-// With Config.Registerer set, New registers one collector (and Close or
-// Shutdown unregisters it) exposing:
+// With Config.Registerer set, New registers the server's collectors (and
+// Close or Shutdown unregisters them, so a new Server may register on the
+// same registry) exposing:
 //
 //	ticketing_sessions                   gauge: open sessions
 //	ticketing_held_locks                 gauge: granted, unexpired locks
@@ -228,12 +229,15 @@
 //	ticketing_auth_throttled_total       counter: of those, closed unanswered
 //	ticketing_log_suppressed_total       counter: peer log lines rate-limited
 //	ticketing_protocol_errors_total      counter by code: E frames sent (all but 5)
+//	ticketing_cancelled_total            counter: ACQUIREs removed by a CANCEL
 //	ticketing_grant_wait_seconds         histogram: ACQUIRE read to grant
 //	ticketing_token_unavailable_total    counter: B replies for want of a token
 //	ticketing_token_store_ok             gauge: 1 while TokenStoreErr is nil
 //
-// The hot path only increments atomics; the collector reads them at scrape
-// time. Stats returns the same numbers as a struct. Logs go to
+// The protocol_errors_total series for codes 1 to 7 (but 5) exist from the
+// start; a code above 7 gets a series of its own once sent. The hot path
+// increments atomics, which counter and gauge funcs read at scrape time,
+// and observes the grant-wait histogram (client_golang's, lock-free). Stats returns the same numbers as a struct. Logs go to
 // Config.Logger (nil discards): a Warn per protocol violation with the
 // peer address, code and req_id, never the client token. Warnings caused by
 // peers are rate-limited: the first per address in each 10 s, for at most 20

@@ -106,6 +106,35 @@ func TestInvalidArgument(t *testing.T) {
 	c.acquireOK(2, owner(1), 0, 1, "x")
 }
 
+// TestInvalidArgumentMessage: the E(4) text names the protocol's limits
+// (the codec's MinKeyLen..MaxKeyLen and MinLeaseS..MaxLeaseS), on version 1
+// and on version 2's RELEASE_OWNED.
+func TestInvalidArgumentMessage(t *testing.T) {
+	_, addr := startServer(t, server.Config{})
+	for _, tc := range []struct {
+		name string
+		v2   bool
+		req  wire.Request
+		want string
+	}{
+		{"acquire", false, acq(21, owner(1), 0, wire.MaxLeaseS+1, "k"), "key_len must be 1..255 and lease_s 1..250"},
+		{"release", false, rel(21, 1, ""), "key_len must be 1..255"},
+		{"release_owned", true, relOwned(21, 1, owner(1), ""), "key_len must be 1..255"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := session(t, addr)
+			if tc.v2 {
+				c = sessionV2(t, addr)
+			}
+			c.send(tc.req)
+			r := c.recv()
+			if r.Type != wire.TypeError || r.Code != wire.CodeInvalidArg || string(r.Msg) != tc.want {
+				t.Fatalf("got %s, want E(4) %q", show(r), tc.want)
+			}
+		})
+	}
+}
+
 // TestMalformed: structurally broken frames get E(1) (with the req_id when
 // the body had at least 5 bytes), and the session closes.
 func TestMalformed(t *testing.T) {

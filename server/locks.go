@@ -20,7 +20,7 @@ import (
 // lease first, a key with waiters has a timer at its expiry instant that
 // grants the next waiter, and a sweeper frees expired keys nobody touches.
 // The sweeper is cheap because every shard keeps its entries on intrusive
-// lists, one per lease length (1..250 s): entries are appended at grant time
+// lists, one per lease length (wire.MinLeaseS..wire.MaxLeaseS s): entries are appended at grant time
 // under the shard mutex with a monotonic clock, so each list is sorted by
 // expiry and the sweeper only looks at list heads. List 0 holds free
 // entries, kept idleTTL for reuse so that acquiring and releasing the same
@@ -28,7 +28,7 @@ import (
 
 const (
 	numShards   = 256
-	numLists    = 251 // 0: idle entries; 1..250: held, by lease_s
+	numLists    = wire.MaxLeaseS + 1 // 0: idle entries; wire.MinLeaseS..wire.MaxLeaseS: held, by lease_s
 	idleTTL     = int64(2 * time.Second)
 	sweepPeriod = 100 * time.Millisecond
 	secondNs    = int64(time.Second)
@@ -176,7 +176,7 @@ func waitedMS(now, arrived int64) uint32 {
 		return 0
 	}
 	// Rounded down, and saturated rather than wrapped (a wait is at most
-	// 255 s, but a stalled process must not turn 49.7 days into 0).
+	// wire.MaxWaitS seconds, but a stalled process must not turn 49.7 days into 0).
 	return uint32(min((now-arrived)/msNs, math.MaxUint32))
 }
 

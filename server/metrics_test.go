@@ -93,3 +93,41 @@ func TestMetrics(t *testing.T) {
 	}
 	s2.Close()
 }
+
+// Two servers in one process register on two registries; each registry
+// shows its own server's numbers.
+func TestMetricsTwoRegistries(t *testing.T) {
+	reg1, reg2 := prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
+	_, addr1 := startServer(t, server.Config{Registerer: reg1})
+	_, addr2 := startServer(t, server.Config{Registerer: reg2})
+	session(t, addr1).acquireOK(1, owner(1), 0, 30, "k")
+	c := session(t, addr2)
+	c.acquireOK(1, owner(1), 0, 30, "a")
+	c.acquireOK(2, owner(1), 0, 30, "b")
+	for _, tc := range []struct {
+		reg  *prometheus.Registry
+		want float64
+	}{{reg1, 1}, {reg2, 2}} {
+		mfs, err := tc.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "ticketing_grants_total":
+				found = true
+				if v := mf.Metric[0].Counter.GetValue(); v != tc.want {
+					t.Errorf("grants_total = %v, want %v", v, tc.want)
+				}
+			case "ticketing_grant_wait_seconds":
+				if v := mf.Metric[0].Histogram.GetSampleCount(); v != uint64(tc.want) {
+					t.Errorf("grant_wait_seconds count = %v, want %v", v, tc.want)
+				}
+			}
+		}
+		if !found {
+			t.Error("grants_total missing")
+		}
+	}
+}

@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
@@ -77,6 +80,8 @@ type Server struct {
 	bg       sync.WaitGroup // sweeper
 	stopBg   chan struct{}
 	teardown sync.Once
+
+	registered []prometheus.Collector // on cfg.Registerer, by New; unregistered by finish
 }
 
 // New validates cfg, opens (or creates) the durable token store in
@@ -99,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 		stopBg:    make(chan struct{}),
 		closingCh: make(chan struct{}),
 	}
+	s.m.init()
 	s.peerSessions.n = make(map[netip.Addr]int)
 	s.peerPending.n = make(map[netip.Addr]int)
 	s.pendingPer = min(max(cfg.MaxPendingConns/4, minPerPeerDefault), cfg.MaxPendingConns)
@@ -121,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(newCollector(s)); err != nil {
+		if err := s.register(cfg.Registerer); err != nil {
 			s.tokens.close()
 			return nil, err
 		}
@@ -242,7 +248,7 @@ var errNever = errors.New("never")
 // calls Serve.
 func (s *Server) ListenAndServe(addr string) error {
 	if addr == "" {
-		addr = ":5225"
+		addr = ":" + strconv.Itoa(wire.DefaultPort)
 	}
 	if s.isClosed() {
 		return ErrServerClosed
@@ -342,21 +348,13 @@ func (s *Server) finish() {
 		s.logs.flush(s.log, logInterval)
 		s.tokens.close()
 		if s.cfg.Registerer != nil {
-			// Unregister so that a new Server can register on the same
-			// registry (a restart in the same process).
-			s.cfg.Registerer.Unregister(newCollector(s))
+			s.unregister(s.cfg.Registerer)
 		}
 	})
 }
 
 // Stats returns a snapshot of the server's state and counters.
 func (s *Server) Stats() Stats {
-	var pe uint64
-	for code := range s.m.protoErrs {
-		if code != int(wire.CodeShuttingDown) {
-			pe += s.m.protoErrs[code].Load()
-		}
-	}
 	st := Stats{
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
@@ -370,7 +368,7 @@ func (s *Server) Stats() Stats {
 		Busy:           s.m.busy.Load(),
 		Released:       s.m.released.Load(),
 		NotHeld:        s.m.notHeld.Load(),
-		ProtocolErrors: pe,
+		ProtocolErrors: s.m.protoErrs.Load(),
 		Expired:        s.m.expired.Load(),
 	}
 	st.TokenUnavailable = s.m.tokenUnavailable.Load()

@@ -503,7 +503,7 @@ func runHold(o *options, conns []*muxConn, clk *clock, srv *server.Server, res *
 			for next < share || inflight > 0 {
 				for inflight < o.window && next < share && !stop.Load() {
 					keyBuf = fmt.Appendf(keyBuf[:0], "hold-%s-%d-%d", id, i, next)
-					req := wire.Request{Type: wire.TypeAcquire, Owner: owner, WaitS: 0, LeaseS: 250, Key: keyBuf}
+					req := wire.Request{Type: wire.TypeAcquire, Owner: owner, WaitS: 0, LeaseS: wire.MaxLeaseS, Key: keyBuf}
 					if err := c.send(&req, ch); err != nil {
 						errs <- err
 						return

@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
 
@@ -50,8 +52,10 @@ type serveOptions struct {
 	OwnedRelease     bool
 }
 
+// defaultListen is loopback on the protocol's default port.
+var defaultListen = "127.0.0.1:" + strconv.Itoa(wire.DefaultPort)
+
 const (
-	defaultListen          = "127.0.0.1:5225"
 	defaultDataDir         = "./ticketing-data"
 	defaultShutdownTimeout = 10 * time.Second
 	// minSocketBuffer is the smallest --socket-buffer (see
@@ -273,15 +277,15 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 		if t == "" {
 			return usagef("%s #%d is empty", src("client-token"), i+1)
 		}
-		if len(t) > 255 {
-			return usagef("%s #%d is longer than 255 bytes", src("client-token"), i+1)
+		if len(t) > wire.MaxTokenLen {
+			return usagef("%s #%d is longer than %d bytes", src("client-token"), i+1, wire.MaxTokenLen)
 		}
 	}
-	if len(o.NodeName) > 255 {
-		return usagef("%s is longer than 255 bytes", src("node-name"))
+	if len(o.NodeName) > wire.MaxNameLen {
+		return usagef("%s is longer than %d bytes", src("node-name"), wire.MaxNameLen)
 	}
-	if len(o.StandbyHint) > 255 {
-		return usagef("%s is longer than 255 bytes", src("standby-hint"))
+	if len(o.StandbyHint) > wire.MaxNameLen { // NOT_ACTIVE's hint has the same one-byte length
+		return usagef("%s is longer than %d bytes", src("standby-hint"), wire.MaxNameLen)
 	}
 	if o.IdleTimeout < 0 {
 		return usagef("invalid %s %v: must be >= 0 (0 turns it off)", src("idle-timeout"), o.IdleTimeout)
@@ -346,8 +350,8 @@ func readTokensFile(path string) (tokens []string, looseMode os.FileMode, err er
 		if t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
-		if len(t) > 255 {
-			return nil, 0, usagef("client tokens file %s, line %d: token longer than 255 bytes", path, line)
+		if len(t) > wire.MaxTokenLen {
+			return nil, 0, usagef("client tokens file %s, line %d: token longer than %d bytes", path, line, wire.MaxTokenLen)
 		}
 		tokens = append(tokens, t)
 	}

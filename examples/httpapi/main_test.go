@@ -406,24 +406,15 @@ func TestRunTLS(t *testing.T) {
 // server's CA stops the program at start (a refusal for good), instead of
 // serving 503s.
 func TestRunRefused(t *testing.T) {
-	srv, good := examplestest.TLSServer(t)
-	_, other := examplestest.TLSServer(t)
-	ca, otherCA := good[strings.Index(good, "?"):], other[strings.Index(other, "?"):]
-	for name, tc := range map[string]struct {
-		url  string
-		want error
-	}{
-		"wrong token":           {"ticketing://wrong@" + srv.Addr() + ca, broker.ErrUnauthorized},
-		"untrusted certificate": {"ticketing://" + examplestest.Token + "@" + srv.Addr() + otherCA, broker.ErrCertificate},
-	} {
-		t.Run(name, func(t *testing.T) {
+	for url, want := range examplestest.RefusedURLs(t) {
+		t.Run(want.Error(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // fails, not hangs, if run does not stop
 			defer cancel()
 			err := run(ctx, testLogger(t), examplestest.Env(map[string]string{
-				"DATABASE_URL": testdb.Postgres(t), "TICKETING_URL": tc.url, "LISTEN_ADDR": "127.0.0.1:0",
+				"DATABASE_URL": testdb.Postgres(t), "TICKETING_URL": url, "LISTEN_ADDR": "127.0.0.1:0",
 			}), nil)
-			if !errors.Is(err, tc.want) {
-				t.Errorf("run: %v, want %v", err, tc.want)
+			if !errors.Is(err, want) {
+				t.Errorf("run: %v, want %v", err, want)
 			}
 		})
 	}

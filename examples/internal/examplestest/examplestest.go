@@ -11,10 +11,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/servertest"
@@ -49,6 +51,22 @@ func TLSServer(t *testing.T) (*servertest.Server, string) {
 	})
 	u := "ticketing://" + url.PathEscape(Token) + "@" + srv.Addr() + "?ca=" + url.QueryEscape(caFile)
 	return srv, u
+}
+
+// RefusedURLs starts a TLS server (as TLSServer) and returns TICKETING_URL
+// values that it refuses for good, each with the broker error that a
+// program given it must stop with: a wrong client token
+// (broker.ErrUnauthorized), and a CA file of another deployment
+// (broker.ErrCertificate).
+func RefusedURLs(t *testing.T) map[string]error {
+	t.Helper()
+	srv, good := TLSServer(t)
+	_, other := TLSServer(t) // another CA's file: the certificate is not trusted
+	ca, otherCA := good[strings.Index(good, "?"):], other[strings.Index(other, "?"):]
+	return map[string]error{
+		"ticketing://wrong@" + srv.Addr() + ca:              broker.ErrUnauthorized,
+		"ticketing://" + Token + "@" + srv.Addr() + otherCA: broker.ErrCertificate,
+	}
 }
 
 // FreeAddr returns a loopback address on which nothing listens (for now).

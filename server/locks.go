@@ -201,9 +201,18 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	// the shard mutex, so that the session's later requests, RELEASE, PING
 	// and other keys go on. It stays in the session's in-flight map
 	// meanwhile (its req_id may not be reused; a closing session ends it).
+	// It counts as a waiter (MaxWaiters) while it waits, so that pipelined
+	// ACQUIREs on a stalled disk cannot start goroutines without bound.
+	if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+		s.waiters.Add(-1)
+		s.m.busy.Add(1)
+		c.replySimple(wire.TypeBusy, req.ReqID)
+		return
+	}
 	tw := &waiter{c: c, sh: sh, reqID: req.ReqID}
 	gone, ok := c.addTokenWaiter(tw)
 	if !ok {
+		s.waiters.Add(-1)
 		return // the session is closing
 	}
 	r := *req
@@ -223,6 +232,7 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 // mutex (this, a CANCEL, the closing session) answers it, or nobody does.
 func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, tw *waiter, gone <-chan struct{}) {
 	err := s.tokens.await(tokenWait, gone)
+	s.waiters.Add(-1) // from here on it is decided, or queued as a waiter of its own
 	if errors.Is(err, errAwaitStopped) {
 		return // the session closed: nothing to answer
 	}

@@ -126,6 +126,10 @@ func New(cfg Config) (*Server, error) {
 	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, s.now); err != nil {
 		return nil, err
 	}
+	if s.tokens.recovered {
+		cfg.Logger.Warn("token store: no valid ceiling in a used data dir (tokens.ceiling, its temporary file and the copy in LOCK are all missing or corrupt); tokens continue above initial-token alone, which must be at least the highest token ever issued from this directory. Remove initial-token from the configuration once this start has succeeded: left in place, it would be trusted again if the ceiling were lost again",
+			"data_dir", cfg.DataDir, "initial_token", cfg.InitialToken)
+	}
 	if cfg.Registerer != nil {
 		if err := s.register(cfg.Registerer); err != nil {
 			s.tokens.close()

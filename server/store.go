@@ -82,7 +82,12 @@ type tokenStore struct {
 
 	kick chan struct{}
 	done chan struct{}
-	lock *os.File
+	lock *os.File // LOCK, which also holds a copy of the ceiling
+
+	// recovered: a used directory had no valid ceiling (in tokens.ceiling,
+	// its temporary file or LOCK's copy) and tokens continue above
+	// Config.InitialToken alone. New logs it as a warning.
+	recovered bool
 }
 
 // openStore opens or creates the store in dir, reserves the first block
@@ -90,6 +95,8 @@ type tokenStore struct {
 // reserving goroutine. Tokens continue above the stored ceiling or initial,
 // whichever is higher.
 func openStore(dir string, block, initial uint64, clock func() int64) (*tokenStore, error) {
+	_, serr := os.Stat(dir)
+	created := errors.Is(serr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data dir %s: %w", dir, err)
 	}
@@ -121,14 +128,17 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 	// A start that fails leaves a fresh directory as it found it (empty),
 	// so that the next start is not refused as a used one.
 	fail := func(err error) (*tokenStore, error) {
+		unlockDir(lf)
 		if fresh {
 			os.Remove(filepath.Join(dir, ceilingTemp))
 			os.Remove(filepath.Join(dir, lockFile))
+			if created {
+				os.Remove(dir) // only if still empty
+			}
 		}
-		unlockDir(lf)
 		return nil, err
 	}
-	ceil, err := readCeiling(dir, fresh || initial > 0)
+	ceil, found, err := readCeiling(dir, lf, fresh || initial > 0)
 	if err != nil {
 		return fail(err)
 	}
@@ -139,6 +149,7 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 	}
 	t := &tokenStore{dir: dir, block: block, write: writeCeilingFunc, clock: clock,
 		changed: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), lock: lf}
+	t.recovered = !fresh && !found
 	t.last.Store(start)
 	t.ceiling.Store(start)
 	if err := t.reserve(); err != nil {
@@ -148,17 +159,17 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 	return t, nil
 }
 
-// readCeiling returns the durable ceiling in dir. A valid temporary file (a
-// crash between writing it and the rename, or a ceiling file lost after one)
-// counts: the higher valid ceiling wins. Without any valid ceiling it returns
-// 0 if mayStart (the directory was empty before this start, or
-// Config.InitialToken is set), and otherwise refuses: a directory that holds
-// anything, even LOCK alone, has been used, and starting again at 1 would
-// reissue tokens.
-func readCeiling(dir string, mayStart bool) (uint64, error) {
+// readCeiling returns the durable ceiling in dir and whether one was found.
+// Three copies count, each only if its checksum holds: tokens.ceiling, a
+// temporary file (a crash between writing it and the rename, or a ceiling
+// file lost after one), and the copy in LOCK (lock, written before every
+// new ceiling, so never below it); the highest wins. Without any valid
+// copy it returns 0 if mayStart (the directory was empty before this start,
+// or Config.InitialToken is set), and otherwise refuses: a directory that
+// holds anything, even LOCK alone, has been used, and starting again at 1
+// would reissue tokens.
+func readCeiling(dir string, lock *os.File, mayStart bool) (ceil uint64, found bool, err error) {
 	path := filepath.Join(dir, ceilingFile)
-	var ceil uint64
-	found := false
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -167,11 +178,11 @@ func readCeiling(dir string, mayStart bool) (uint64, error) {
 			if mayStart {
 				break // the operator gave an initial token
 			}
-			return 0, fmt.Errorf("server: token store %s is corrupt (%v); refusing to start: restore it from a backup, or start with --initial-token N (Config.InitialToken), N at least the highest token ever issued from this directory, or, if tokens may restart, remove the data dir", path, perr)
+			return 0, false, fmt.Errorf("server: token store %s is corrupt (%v); refusing to start: restore it from a backup, or start with --initial-token N (Config.InitialToken), N at least the highest token ever issued from this directory, or, if tokens may restart, remove the data dir", path, perr)
 		}
 		ceil, found = v, true
 	case !errors.Is(err, fs.ErrNotExist):
-		return 0, fmt.Errorf("server: token store %s: %w", path, err)
+		return 0, false, fmt.Errorf("server: token store %s: %w", path, err)
 	}
 	// The temporary file counts only if it was written completely (its
 	// checksum holds); a partly written one is what a crash during a
@@ -181,24 +192,32 @@ func readCeiling(dir string, mayStart bool) (uint64, error) {
 			ceil, found = max(ceil, v), true
 		}
 	}
+	if lock != nil {
+		var buf [128]byte
+		if n, _ := lock.ReadAt(buf[:], 0); n > 0 {
+			if v, perr := parseCeiling(buf[:n]); perr == nil {
+				ceil, found = max(ceil, v), true
+			}
+		}
+	}
 	if found {
 		if ceil > MaxToken {
-			return 0, fmt.Errorf("%w: token store %s holds ceiling %d, above the maximum token %d; refusing to start", ErrTokensExhausted, path, ceil, MaxToken)
+			return 0, false, fmt.Errorf("%w: token store %s holds ceiling %d, above the maximum token %d; refusing to start", ErrTokensExhausted, path, ceil, MaxToken)
 		}
-		return ceil, nil
+		return ceil, true, nil
 	}
 	if mayStart {
-		return 0, nil
+		return 0, false, nil
 	}
 	ents, derr := os.ReadDir(dir)
 	if derr != nil {
-		return 0, fmt.Errorf("server: data dir %s: %w", dir, derr)
+		return 0, false, fmt.Errorf("server: data dir %s: %w", dir, derr)
 	}
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	return 0, fmt.Errorf("%w: %s is missing but data dir %s has been used (it holds %q); refusing to start tokens again at 1, which could reissue tokens a fenced database already holds. "+
+	return 0, false, fmt.Errorf("%w: %s is missing but data dir %s has been used (it holds %q); refusing to start tokens again at 1, which could reissue tokens a fenced database already holds. "+
 		"Restore the file from a backup, or start with --initial-token N (Config.InitialToken) where N is at least the highest token ever issued from this directory (the highest token your fenced databases hold, or the last ticketing_token_ceiling you saw): tokens continue above N. "+
 		"If this directory never granted a lock (its first start failed), you may instead remove it",
 		ErrCeilingMissing, path, dir, names)
@@ -274,6 +293,21 @@ func writeCeiling(dir string, v uint64) error {
 	return err
 }
 
+// writeCopy durably writes the ceiling v into f (LOCK), in the ceiling
+// file's format. A crash in the middle leaves a copy whose checksum fails,
+// which readCeiling ignores (the ceiling file still holds the previous,
+// sufficient, value).
+func writeCopy(f *os.File, v uint64) error {
+	b := formatCeiling(v)
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(len(b))); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
 // reserve makes the ceiling at least last+block durable, capped at
 // MaxToken.
 func (t *tokenStore) reserve() error {
@@ -286,6 +320,11 @@ func (t *tokenStore) reserve() error {
 		return fmt.Errorf("%w: the ceiling in %s is the maximum token %d", ErrTokensExhausted, filepath.Join(t.dir, ceilingFile), MaxToken)
 	}
 	want := cur + min(t.block, MaxToken-cur) // no wrap: cur < MaxToken
+	// The copy in LOCK first: it is then never below the ceiling file, so
+	// that recovering from it (tokens.ceiling deleted) cannot go back.
+	if err := writeCopy(t.lock, want); err != nil {
+		return fmt.Errorf("server: token store %s: reserving tokens up to %d: copy in %s: %w", filepath.Join(t.dir, ceilingFile), want, lockFile, err)
+	}
 	if err := t.write(t.dir, want); err != nil {
 		return fmt.Errorf("server: token store %s: reserving tokens up to %d: %w", filepath.Join(t.dir, ceilingFile), want, err)
 	}

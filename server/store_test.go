@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -163,9 +165,10 @@ func firstToken(t *testing.T, cfg server.Config) uint64 {
 }
 
 // TestTokenStoreMissingFileInUsedDir: a data dir that has served, whose
-// ceiling file is gone (LOCK kept, as after kill -9 and a careless rm), is
-// refused with an error naming the file and the way out; InitialToken makes
-// tokens continue above it.
+// ceiling file is gone (LOCK kept, as after kill -9 and a careless rm),
+// continues above the copy of the ceiling that LOCK holds; without that copy
+// too it is refused with an error naming the file and the way out, and
+// InitialToken makes tokens continue above it.
 func TestTokenStoreMissingFileInUsedDir(t *testing.T) {
 	d := t.TempDir()
 	ceil := usedDir(t, d, 50)
@@ -175,12 +178,45 @@ func TestTokenStoreMissingFileInUsedDir(t *testing.T) {
 	if ents, _ := os.ReadDir(d); len(ents) != 1 || ents[0].Name() != "LOCK" {
 		t.Fatalf("data dir holds %v, want only LOCK", ents)
 	}
+	if tok := firstToken(t, server.Config{DataDir: d}); tok <= ceil {
+		t.Fatalf("first token %d after the ceiling file was deleted, ceiling was %d", tok, ceil)
+	}
+
+	d = t.TempDir()
+	ceil = usedDir(t, d, 50)
+	if err := os.Remove(filepath.Join(d, "tokens.ceiling")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(d, "LOCK"), nil) // LOCK kept, its copy lost
 	_, err := newServer(t, server.Config{DataDir: d})
 	if !errors.Is(err, server.ErrCeilingMissing) || !strings.Contains(err.Error(), filepath.Join(d, "tokens.ceiling")) || !strings.Contains(err.Error(), "--initial-token") {
 		t.Fatalf("New: %v, want ErrCeilingMissing naming the file and --initial-token", err)
 	}
 	if tok := firstToken(t, server.Config{DataDir: d, InitialToken: ceil}); tok <= ceil {
 		t.Fatalf("first token %d with InitialToken %d", tok, ceil)
+	}
+}
+
+// TestTokenStoreStaleInitialToken: an InitialToken left in the
+// configuration after it served is not trusted over the ceiling's copy in
+// LOCK when the ceiling file is lost again: tokens continue above every
+// token issued, not above the stale InitialToken.
+func TestTokenStoreStaleInitialToken(t *testing.T) {
+	d := t.TempDir()
+	cfg := server.Config{DataDir: d, InitialToken: 100, TokenBlock: 8}
+	s, addr := startServer(t, cfg)
+	c := session(t, addr)
+	var last uint64
+	for i := range 40 {
+		last = c.acquireOK(uint32(i+1), owner(i), 0, 30, fmt.Sprintf("k%d", i))
+	}
+	s.Close()
+	if err := os.Remove(filepath.Join(d, "tokens.ceiling")); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(d, "tokens.ceiling.tmp"))
+	if tok := firstToken(t, cfg); tok <= last {
+		t.Fatalf("first token %d, but %d was issued before (InitialToken %d left in place)", tok, last, cfg.InitialToken)
 	}
 }
 
@@ -213,6 +249,14 @@ func TestTokenStoreFailedFirstStart(t *testing.T) {
 	}
 	if tok := firstToken(t, server.Config{DataDir: d}); tok != 1 {
 		t.Fatalf("first token %d", tok)
+	}
+	// A data dir that did not exist does not exist after the failed start.
+	nd := filepath.Join(t.TempDir(), "new")
+	restore = server.SetCeilingWriter(func(string, uint64) error { return errors.New("injected: disk full") })
+	_, err = newServer(t, server.Config{DataDir: nd})
+	restore()
+	if _, serr := os.Stat(nd); err == nil || !errors.Is(serr, fs.ErrNotExist) {
+		t.Fatalf("New: %v; data dir after a failed first start: %v", err, serr)
 	}
 }
 
@@ -253,6 +297,7 @@ func TestTokenStoreTempFile(t *testing.T) {
 		d := t.TempDir()
 		usedDir(t, d, 5)
 		os.Remove(filepath.Join(d, "tokens.ceiling"))
+		writeFile(t, filepath.Join(d, "LOCK"), []byte("ticketing-token-ceiling v1 9")) // a torn copy
 		writeFile(t, filepath.Join(d, "tokens.ceiling.tmp"), []byte("ticketing-token-ceiling v1 12"))
 		if _, err := newServer(t, server.Config{DataDir: d}); !errors.Is(err, server.ErrCeilingMissing) {
 			t.Fatalf("New: %v, want ErrCeilingMissing", err)

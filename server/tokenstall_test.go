@@ -215,3 +215,42 @@ func TestTokenWaitOffReader(t *testing.T) {
 	c.nc.Close()
 	eventually(t, "session closed", func() bool { return s.Stats().Sessions == 1 })
 }
+
+// TestTokenWaitersBounded: ACQUIREs of free keys waiting for a token count
+// against MaxWaiters, so a session pipelining them on a stalled disk cannot
+// start goroutines without bound: beyond the limit they get B at once (the
+// session lives on), and the waiters count goes back to 0 afterwards.
+func TestTokenWaitersBounded(t *testing.T) {
+	disk := freezeDisk(t)
+	s, addr := startServer(t, server.Config{TokenBlock: 4, MaxWaiters: 5})
+	t.Cleanup(disk.unfreeze)
+	a := session(t, addr)
+	for i := range 4 { // tokens 1..4; the reservation of 5..8 sticks
+		a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+	}
+	<-disk.entered
+	for i := range 20 {
+		a.send(acq(uint32(100+i), owner(10+i), 0, 30, "free-"+string(rune('a'+i))))
+	}
+	// The first five wait for a token; the other fifteen are refused at
+	// once, while the five are still waiting.
+	for i := 5; i < 20; i++ {
+		a.expect(wire.TypeBusy, uint32(100+i))
+	}
+	if w := s.Stats().Waiters; w != 5 {
+		t.Fatalf("%d waiters while five ACQUIREs wait for a token, want 5", w)
+	}
+	got := map[uint32]bool{} // after tokenWait, still no token: B, in any order
+	for range 5 {
+		r := a.recv()
+		if r.Type != wire.TypeBusy || r.ReqID < 100 || r.ReqID >= 105 || got[r.ReqID] {
+			t.Fatalf("got %s, want B for one of the five waiting ACQUIREs", show(r))
+		}
+		got[r.ReqID] = true
+	}
+	a.send(ping(200))
+	a.expect(wire.TypePong, 200)
+	if w := s.Stats().Waiters; w != 0 {
+		t.Fatalf("%d waiters after the token waits ended", w)
+	}
+}

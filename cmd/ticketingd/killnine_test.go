@@ -234,7 +234,8 @@ func TestServeRefusesBadDataDir(t *testing.T) {
 }
 
 // TestKill9CeilingLost: the real binary grants 50 tokens and is SIGKILLed;
-// then the ceiling file is lost. With only LOCK left, serve refuses (exit 1,
+// then the ceiling file is lost. With LOCK left, serve continues above the
+// ceiling's copy in LOCK; with LOCK emptied too, serve refuses (exit 1,
 // naming the file and --initial-token); with --initial-token N it continues
 // above N. A ceiling that survives only as tokens.ceiling.tmp is recovered.
 func TestKill9CeilingLost(t *testing.T) {
@@ -272,14 +273,29 @@ func TestKill9CeilingLost(t *testing.T) {
 		return last, b
 	}
 
-	last, _ := grant50()
-	if err := os.Remove(ceiling); err != nil {
-		t.Fatal(err)
+	// removeCeiling deletes the ceiling file and, as a kill may land while
+	// the next block is being reserved, leaving a complete
+	// tokens.ceiling.tmp that a restart rightly recovers (tested below), the
+	// temporary file: only LOCK is kept.
+	removeCeiling := func() {
+		t.Helper()
+		if err := os.Remove(ceiling); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(ceiling + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
 	}
-	// The kill may land while the next block is being reserved, leaving a
-	// complete tokens.ceiling.tmp that a restart rightly recovers (tested
-	// below); here only LOCK is kept.
-	if err := os.Remove(ceiling + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+
+	last0, _ := grant50()
+	removeCeiling()
+	// LOCK's copy of the ceiling: the restart continues above it.
+	last, _ := grant50()
+	if first := last - 49; first <= last0 {
+		t.Fatalf("after the ceiling file was deleted: first token %d, %d issued before", first, last0)
+	}
+	removeCeiling()
+	if err := os.WriteFile(filepath.Join(dataDir, "LOCK"), nil, 0o600); err != nil { // its copy lost too
 		t.Fatal(err)
 	}
 	sp := startBinary(t, bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-format", "json")

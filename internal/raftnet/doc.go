@@ -72,6 +72,7 @@
 //
 // A transport from New is safe for concurrent use, as raft requires.
 // Closing it (raft's Shutdown does not; call Close on the transport after
-// it) closes the listener and, with TLS, every peer connection it accepted
-// or dialled, and returns after the stream layer's goroutines have exited.
+// it) closes the listener and every peer connection it accepted or dialled,
+// which raft's own TCP transport leaves open, and returns after the stream
+// layer's goroutines have exited.
 package raftnet

@@ -21,13 +21,27 @@ func HCLogger(l *slog.Logger) hclog.Logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &hcAdapter{l: l}
+	return newHCAdapter(l, "", nil)
 }
 
+// hcAdapter writes to out: base with the attribute "logger" (the name, if
+// any) and then the implied arguments.
 type hcAdapter struct {
-	l       *slog.Logger
+	base    *slog.Logger
+	out     *slog.Logger
 	name    string
 	implied []any
+}
+
+func newHCAdapter(base *slog.Logger, name string, implied []any) *hcAdapter {
+	out := base
+	if name != "" {
+		out = out.With("logger", name)
+	}
+	if len(implied) > 0 {
+		out = out.With(implied...)
+	}
+	return &hcAdapter{base: base, out: out, name: name, implied: implied}
 }
 
 func slogLevel(level hclog.Level) slog.Level {
@@ -48,7 +62,7 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
-	a.logger().Log(context.Background(), slogLevel(level), msg, args...)
+	a.out.Log(context.Background(), slogLevel(level), msg, args...)
 }
 
 func (a *hcAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
@@ -57,7 +71,7 @@ func (a *hcAdapter) Info(msg string, args ...any)  { a.Log(hclog.Info, msg, args
 func (a *hcAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, args...) }
 func (a *hcAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
 
-func (a *hcAdapter) enabled(l slog.Level) bool { return a.l.Enabled(context.Background(), l) }
+func (a *hcAdapter) enabled(l slog.Level) bool { return a.out.Enabled(context.Background(), l) }
 func (a *hcAdapter) IsTrace() bool             { return a.enabled(levelTrace) }
 func (a *hcAdapter) IsDebug() bool             { return a.enabled(slog.LevelDebug) }
 func (a *hcAdapter) IsInfo() bool              { return a.enabled(slog.LevelInfo) }
@@ -67,7 +81,7 @@ func (a *hcAdapter) IsError() bool             { return a.enabled(slog.LevelErro
 func (a *hcAdapter) ImpliedArgs() []any { return a.implied }
 
 func (a *hcAdapter) With(args ...any) hclog.Logger {
-	return &hcAdapter{l: a.l.With(args...), name: a.name, implied: append(a.implied[:len(a.implied):len(a.implied)], args...)}
+	return newHCAdapter(a.base, a.name, append(a.implied[:len(a.implied):len(a.implied)], args...))
 }
 
 func (a *hcAdapter) Name() string { return a.name }
@@ -79,10 +93,9 @@ func (a *hcAdapter) Named(name string) hclog.Logger {
 	return a.ResetNamed(name)
 }
 
-// ResetNamed keeps the implied arguments; the base logger's own attributes
-// cannot be taken back out of a slog.Logger.
+// ResetNamed keeps the implied arguments.
 func (a *hcAdapter) ResetNamed(name string) hclog.Logger {
-	return &hcAdapter{l: a.l, name: name, implied: a.implied}
+	return newHCAdapter(a.base, name, a.implied)
 }
 
 // SetLevel is a no-op: the slog handler decides.
@@ -98,19 +111,12 @@ func (a *hcAdapter) GetLevel() hclog.Level {
 	return hclog.Off
 }
 
-func (a *hcAdapter) logger() *slog.Logger {
-	if a.name == "" {
-		return a.l
-	}
-	return a.l.With("logger", a.name)
-}
-
 func (a *hcAdapter) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
 	level := slog.LevelInfo
 	if opts != nil && opts.ForceLevel != hclog.NoLevel {
 		level = slogLevel(opts.ForceLevel)
 	}
-	return slog.NewLogLogger(a.logger().Handler(), level)
+	return slog.NewLogLogger(a.out.Handler(), level)
 }
 
 func (a *hcAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {

@@ -37,9 +37,7 @@ type tlsStream struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  map[*trackedConn]struct{}
-	closed bool
+	conns connSet
 }
 
 func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, handshakeTimeout time.Duration, maxHandshakes int, log *slog.Logger) *tlsStream {
@@ -52,7 +50,6 @@ func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, handshakeTime
 		log:              log,
 		fail:             newLimiter(time.Second),
 		ctx:              ctx, cancel: cancel,
-		conns: make(map[*trackedConn]struct{}),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -117,7 +114,7 @@ func (s *tlsStream) handshake(raw net.Conn) {
 		}
 		return
 	}
-	c, ok := s.track(tc)
+	c, ok := s.conns.track(tc)
 	if !ok {
 		return
 	}
@@ -170,7 +167,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	if err != nil {
 		return nil, err
 	}
-	tc, ok := s.track(c)
+	tc, ok := s.conns.track(c)
 	if !ok {
 		return nil, net.ErrClosed
 	}
@@ -180,49 +177,69 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 // Close stops accepting, closes every connection the layer accepted or
 // dialled, and waits for its goroutines. It is idempotent.
 func (s *tlsStream) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.conns.close() {
 		return nil
 	}
-	s.closed = true
-	conns := s.conns
-	s.conns = nil
-	s.mu.Unlock()
-
 	s.cancel()
 	err := s.ln.Close()
-	for c := range conns {
-		_ = c.Conn.Close()
-	}
 	s.wg.Wait()
 	return err
 }
 
-// track records c for Close, or closes it and reports false if the layer is
-// already closed.
-func (s *tlsStream) track(c net.Conn) (net.Conn, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+// connSet tracks a stream layer's open connections so that Close can close
+// them: raft's NetworkTransport closes neither the connections it accepted
+// nor those in its pool, and its goroutine serving an inbound connection
+// lives as long as the connection. The zero value is ready to use.
+type connSet struct {
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool
+}
+
+// track records c, or closes it and reports false if the set is closed.
+func (cs *connSet) track(c net.Conn) (net.Conn, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
 		_ = c.Close()
 		return nil, false
 	}
-	tc := &trackedConn{Conn: c, s: s}
-	s.conns[tc] = struct{}{}
+	if cs.conns == nil {
+		cs.conns = make(map[*trackedConn]struct{})
+	}
+	tc := &trackedConn{Conn: c, set: cs}
+	cs.conns[tc] = struct{}{}
 	return tc, true
 }
 
-// trackedConn forgets itself in its layer when closed.
+// close closes every tracked connection and every later one; it reports
+// whether this was the first call.
+func (cs *connSet) close() bool {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return false
+	}
+	cs.closed = true
+	conns := cs.conns
+	cs.conns = nil
+	cs.mu.Unlock()
+	for c := range conns {
+		_ = c.Conn.Close()
+	}
+	return true
+}
+
+// trackedConn forgets itself in its set when closed.
 type trackedConn struct {
 	net.Conn
-	s *tlsStream
+	set *connSet
 }
 
 func (c *trackedConn) Close() error {
-	c.s.mu.Lock()
-	delete(c.s.conns, c) // a no-op on the nil map after Close
-	c.s.mu.Unlock()
+	c.set.mu.Lock()
+	delete(c.set.conns, c) // a no-op on the nil map after close
+	c.set.mu.Unlock()
 	return c.Conn.Close()
 }
 

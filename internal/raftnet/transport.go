@@ -53,8 +53,9 @@ type Config struct {
 
 // New listens on cfg.BindAddr and returns a raft transport over it: mutual
 // TLS with cfg.TLS, or plain TCP (with a warning) when cfg.TLS is nil.
-// Closing the returned transport closes the listener; with TLS it also
-// closes every peer connection and waits for the layer's goroutines.
+// Closing the returned transport closes the listener and every peer
+// connection it accepted or dialled, and, with TLS, waits for the stream
+// layer's goroutines.
 func New(cfg Config) (*raft.NetworkTransport, error) {
 	if cfg.BindAddr == "" {
 		return nil, errors.New("raftnet: no bind address")
@@ -124,16 +125,43 @@ func checkAdvertise(a net.Addr) error {
 }
 
 // tcpStream is the plain TCP stream layer, like raft's TCPStreamLayer
-// (which cannot be built around a listener from outside raft).
+// (which cannot be built around a listener from outside raft), except that
+// Close also closes the connections it accepted or dialled.
 type tcpStream struct {
 	ln        net.Listener
 	advertise net.Addr
+	conns     connSet
 }
 
-func (s *tcpStream) Accept() (net.Conn, error) { return s.ln.Accept() }
-func (s *tcpStream) Close() error              { return s.ln.Close() }
-func (s *tcpStream) Addr() net.Addr            { return s.advertise }
+func (s *tcpStream) Accept() (net.Conn, error) {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := s.conns.track(c); ok {
+			return tc, nil
+		}
+	}
+}
+
+func (s *tcpStream) Close() error {
+	if !s.conns.close() {
+		return nil
+	}
+	return s.ln.Close()
+}
+
+func (s *tcpStream) Addr() net.Addr { return s.advertise }
 
 func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(address), timeout)
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := s.conns.track(c)
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return tc, nil
 }

@@ -57,7 +57,10 @@
 // every node a certificate from the new CA; (3) remove the old CA. Between
 // the steps every pair of nodes trusts each other's certificate. A node's
 // certificate must be renewed the same way before it expires, since an
-// expired certificate fails the handshake like a stranger's.
+// expired certificate fails the handshake like a stranger's. Certificates
+// are checked at the handshake only: a connection made before a
+// certificate expired or its CA left the pool lasts until it closes, which
+// the restart of either end ensures.
 //
 // # Denial of service
 //

@@ -412,6 +412,11 @@ func TestStrangersCannotDialOrAppend(t *testing.T) {
 	if !strings.Contains(nodes[1].log.String(), "peer handshake failed") {
 		t.Errorf("follower did not log the failed handshakes:\n%s", nodes[1].log.String())
 	}
+	for _, n := range nodes {
+		if s := n.log.String(); strings.Contains(s, "failed to accept connection") {
+			t.Errorf("%s: a failed handshake reached raft's accept loop:\n%s", n.id, s)
+		}
+	}
 
 	// The cluster still works: it replicates, and takes in a fourth node with
 	// a valid certificate.

@@ -33,6 +33,12 @@ const (
 	// Client is a TLS client certificate for mutual TLS
 	// (ExtKeyUsageClientAuth).
 	Client
+	// Node is a cluster node's certificate for the Raft peer transport: a
+	// node both accepts and dials peer connections, so the certificate
+	// carries both ExtKeyUsageServerAuth and ExtKeyUsageClientAuth. Having
+	// both is what tells a node certificate apart from the Server and Client
+	// certificates of the client-facing listener.
+	Node
 )
 
 // String returns "server" or "client".
@@ -42,6 +48,8 @@ func (k Kind) String() string {
 		return "server"
 	case Client:
 		return "client"
+	case Node:
+		return "node"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -135,7 +143,7 @@ func (ca *CA) Pool() *x509.CertPool {
 	return pool
 }
 
-// Issue signs a certificate of the given kind with a fresh ECDSA P-256 key,
+// Issue signs a certificate of the given kind (its extended key usages) with a fresh ECDSA P-256 key,
 // valid from an hour ago until validFor from now. hosts must not be empty:
 // the first is the subject common name, and each becomes a subject
 // alternative name, an IP SAN if it parses as an IP address and a DNS SAN
@@ -144,12 +152,14 @@ func (ca *CA) Issue(kind Kind, hosts []string, validFor time.Duration) (*KeyPair
 	if len(hosts) == 0 {
 		return nil, errors.New("pki: issue: no hosts")
 	}
-	var eku x509.ExtKeyUsage
+	var eku []x509.ExtKeyUsage
 	switch kind {
 	case Server:
-		eku = x509.ExtKeyUsageServerAuth
+		eku = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	case Client:
-		eku = x509.ExtKeyUsageClientAuth
+		eku = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	case Node:
+		eku = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	default:
 		return nil, fmt.Errorf("pki: issue: unknown kind %v", kind)
 	}
@@ -159,7 +169,7 @@ func (ca *CA) Issue(kind Kind, hosts []string, validFor time.Duration) (*KeyPair
 		NotBefore:   now.Add(-time.Hour),
 		NotAfter:    now.Add(validFor),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{eku},
+		ExtKeyUsage: eku,
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

@@ -88,6 +88,27 @@ func TestClientCert(t *testing.T) {
 	}
 }
 
+func TestNodeCert(t *testing.T) {
+	ca := newCA(t)
+	p, err := ca.Issue(Node, []string{"10.0.0.7", "node7.test"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	if !slices.Equal(p.Cert.ExtKeyUsage, want) {
+		t.Errorf("ExtKeyUsage %v, want %v", p.Cert.ExtKeyUsage, want)
+	}
+	for _, usage := range want {
+		if _, err := p.Cert.Verify(x509.VerifyOptions{DNSName: "node7.test", Roots: ca.Pool(),
+			KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("node certificate does not verify for %v: %v", usage, err)
+		}
+	}
+	if Node.String() != "node" {
+		t.Errorf("Node.String() = %q", Node.String())
+	}
+}
+
 func TestCAProperties(t *testing.T) {
 	ca := newCA(t)
 	c := ca.Cert

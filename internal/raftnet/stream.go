@@ -1,0 +1,272 @@
+package raftnet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// tlsStream is the raft.StreamLayer over crypto/tls. Its own accept loop
+// takes TCP connections from the listener and handshakes each in a
+// goroutine of its own, under a deadline and a cap on handshakes in
+// progress, so that neither a stalled stranger nor a failed handshake ever
+// reaches raft: Accept returns only authenticated peers, and an error only
+// once the layer is closed (raft's accept loop backs off for up to a second
+// on every Accept error). Every connection it accepted or dialled is closed
+// by Close, which returns only after the layer's goroutines have exited.
+type tlsStream struct {
+	ln        net.Listener
+	advertise net.Addr
+	tls       *PeerTLS
+	server    *tls.Config
+
+	handshakeTimeout time.Duration
+	slots            chan struct{} // one token per handshake in progress
+	accepted         chan net.Conn // authenticated inbound connections
+
+	log  *slog.Logger
+	fail *limiter // failed inbound handshakes and refused connections
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	conns connSet
+}
+
+func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, handshakeTimeout time.Duration, maxHandshakes int, log *slog.Logger) *tlsStream {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &tlsStream{
+		ln: ln, advertise: advertise, tls: p, server: p.serverConfig(),
+		handshakeTimeout: handshakeTimeout,
+		slots:            make(chan struct{}, maxHandshakes),
+		accepted:         make(chan net.Conn),
+		log:              log,
+		fail:             newLimiter(time.Second),
+		ctx:              ctx, cancel: cancel,
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s
+}
+
+// acceptLoop owns the listener's Accept until Close.
+func (s *tlsStream) acceptLoop() {
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient error such as EMFILE: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.fail.do(func(suppressed int) {
+				s.log.Warn("raft peer transport: accept failed", "error", err, "suppressed", suppressed)
+			})
+			select {
+			case <-time.After(delay):
+				continue
+			case <-s.ctx.Done():
+				return
+			}
+		}
+		delay = 0
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			remote := c.RemoteAddr().String()
+			_ = c.Close()
+			s.fail.do(func(suppressed int) {
+				s.log.Warn("raft peer transport: too many handshakes in progress, connection refused",
+					"remote", remote, "max", cap(s.slots), "suppressed", suppressed)
+			})
+			continue
+		}
+		s.wg.Add(1)
+		go s.handshake(c)
+	}
+}
+
+// handshake authenticates one inbound connection and hands it to Accept.
+func (s *tlsStream) handshake(raw net.Conn) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(s.ctx, s.handshakeTimeout)
+	tc := tls.Server(raw, s.server)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	<-s.slots
+	if err != nil {
+		_ = raw.Close()
+		if s.ctx.Err() == nil {
+			remote := raw.RemoteAddr().String()
+			s.fail.do(func(suppressed int) {
+				s.log.Warn("raft peer transport: peer handshake failed",
+					"remote", remote, "error", err, "suppressed", suppressed)
+			})
+		}
+		return
+	}
+	c, ok := s.conns.track(tc)
+	if !ok {
+		return
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("raft peer transport: peer connected", "remote", raw.RemoteAddr().String(),
+			"peer", tc.ConnectionState().PeerCertificates[0].Subject.CommonName)
+	}
+	select {
+	case s.accepted <- c:
+	case <-s.ctx.Done():
+		_ = c.Close()
+	}
+}
+
+// Accept returns the next authenticated inbound connection, or
+// net.ErrClosed once the layer is closed.
+func (s *tlsStream) Accept() (net.Conn, error) {
+	select {
+	case <-s.ctx.Done():
+		return nil, net.ErrClosed
+	default:
+	}
+	select {
+	case c := <-s.accepted:
+		return c, nil
+	case <-s.ctx.Done():
+		return nil, net.ErrClosed
+	}
+}
+
+// Addr is the advertised address, the one peers dial.
+func (s *tlsStream) Addr() net.Addr { return s.advertise }
+
+// Dial opens an authenticated connection to the peer at address (host:port)
+// within timeout (no limit if zero): the peer's certificate must verify
+// against the cluster CA pool for host and be a node certificate.
+func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(string(address))
+	if err != nil {
+		return nil, err
+	}
+	ctx := s.ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	d := tls.Dialer{Config: s.tls.clientConfig(host)}
+	c, err := d.DialContext(ctx, "tcp", string(address))
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := s.conns.track(c)
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return tc, nil
+}
+
+// Close stops accepting, closes every connection the layer accepted or
+// dialled, and waits for its goroutines. It is idempotent.
+func (s *tlsStream) Close() error {
+	if !s.conns.close() {
+		return nil
+	}
+	s.cancel()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+// connSet tracks a stream layer's open connections so that Close can close
+// them: raft's NetworkTransport closes neither the connections it accepted
+// nor those in its pool, and its goroutine serving an inbound connection
+// lives as long as the connection. The zero value is ready to use.
+type connSet struct {
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool
+}
+
+// track records c, or closes it and reports false if the set is closed.
+func (cs *connSet) track(c net.Conn) (net.Conn, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		_ = c.Close()
+		return nil, false
+	}
+	if cs.conns == nil {
+		cs.conns = make(map[*trackedConn]struct{})
+	}
+	tc := &trackedConn{Conn: c, set: cs}
+	cs.conns[tc] = struct{}{}
+	return tc, true
+}
+
+// close closes every tracked connection and every later one; it reports
+// whether this was the first call.
+func (cs *connSet) close() bool {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return false
+	}
+	cs.closed = true
+	conns := cs.conns
+	cs.conns = nil
+	cs.mu.Unlock()
+	for c := range conns {
+		_ = c.Conn.Close()
+	}
+	return true
+}
+
+// trackedConn forgets itself in its set when closed.
+type trackedConn struct {
+	net.Conn
+	set *connSet
+}
+
+func (c *trackedConn) Close() error {
+	c.set.mu.Lock()
+	delete(c.set.conns, c) // a no-op on the nil map after close
+	c.set.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// limiter runs at most one log call per interval and counts the calls it
+// suppressed in between, for failures a stranger can provoke at will.
+type limiter struct {
+	every      time.Duration
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func newLimiter(every time.Duration) *limiter { return &limiter{every: every} }
+
+// do calls f, outside the limiter's lock, with the number of calls
+// suppressed since the last one that ran, unless one ran within the
+// interval.
+func (l *limiter) do(f func(suppressed int)) {
+	l.mu.Lock()
+	t := time.Now()
+	if !l.last.IsZero() && t.Sub(l.last) < l.every {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.last, l.suppressed = t, 0
+	l.mu.Unlock()
+	f(n)
+}

@@ -1,0 +1,167 @@
+package raftnet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Config configures New. Only BindAddr is required.
+type Config struct {
+	// BindAddr is the TCP address to listen on for peers (the future
+	// --raft-listen), e.g. "0.0.0.0:7947" or "127.0.0.1:0".
+	BindAddr string
+
+	// Advertise is the address peers dial to reach this node (the future
+	// --raft-advertise), which is also the node's raft.ServerAddress in the
+	// cluster configuration. It must be a *net.TCPAddr with a specified IP.
+	// Nil means the listener's address, which must then be specified too.
+	// With TLS, the node's certificate must hold Advertise's IP as a SAN,
+	// because peers verify the certificate against the address they dial.
+	Advertise net.Addr
+
+	// TLS is the node's certificate and the cluster CA pool. Nil means
+	// plain TCP: New then logs a warning, since anyone who can reach
+	// BindAddr can join the cluster, vote and append to its log.
+	TLS *PeerTLS
+
+	// MaxPool is the number of idle connections kept per peer; zero means 3.
+	MaxPool int
+
+	// Timeout bounds each dial and each RPC's I/O; zero means 10s.
+	Timeout time.Duration
+
+	// HandshakeTimeout bounds an inbound TLS handshake, so that a stranger
+	// who connects and stalls holds a handshake slot for at most this long;
+	// zero means 5s. Unused without TLS.
+	HandshakeTimeout time.Duration
+
+	// MaxHandshakes caps the inbound TLS handshakes in progress; a
+	// connection arriving while the cap is reached is closed at once (and
+	// the peer's raft retries). Zero means 64. Unused without TLS.
+	MaxHandshakes int
+
+	// Logger receives the transport's log lines (failed handshakes at Warn,
+	// at most one line a second with a count of the suppressed ones), and,
+	// through HCLogger, those of raft's NetworkTransport. Nil discards them.
+	Logger *slog.Logger
+}
+
+// New listens on cfg.BindAddr and returns a raft transport over it: mutual
+// TLS with cfg.TLS, or plain TCP (with a warning) when cfg.TLS is nil.
+// Closing the returned transport closes the listener and every peer
+// connection it accepted or dialled, and, with TLS, waits for the stream
+// layer's goroutines.
+func New(cfg Config) (*raft.NetworkTransport, error) {
+	if cfg.BindAddr == "" {
+		return nil, errors.New("raftnet: no bind address")
+	}
+	if cfg.MaxPool == 0 {
+		cfg.MaxPool = 3
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.MaxHandshakes == 0 {
+		cfg.MaxHandshakes = 64
+	}
+	if cfg.MaxPool < 0 || cfg.Timeout < 0 || cfg.HandshakeTimeout < 0 || cfg.MaxHandshakes < 0 {
+		return nil, errors.New("raftnet: negative MaxPool, Timeout, HandshakeTimeout or MaxHandshakes")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Advertise != nil {
+		if err := checkAdvertise(cfg.Advertise); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raftnet: listen: %w", err)
+	}
+	advertise := cfg.Advertise
+	if advertise == nil {
+		advertise = ln.Addr()
+		if err := checkAdvertise(advertise); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("%w (listening on %s: set the advertise address)", err, advertise)
+		}
+	}
+	var stream raft.StreamLayer
+	if cfg.TLS != nil {
+		stream = newTLSStream(ln, advertise, cfg.TLS, cfg.HandshakeTimeout, cfg.MaxHandshakes, log)
+	} else {
+		log.Warn("raft peer transport without TLS: anyone who can reach this address can join the cluster, vote and append to its log; set --peer-tls-cert, --peer-tls-key and --peer-tls-ca",
+			"listen", ln.Addr().String(), "advertise", advertise.String())
+		stream = &tcpStream{ln: ln, advertise: advertise}
+	}
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
+		MaxPool: cfg.MaxPool,
+		Timeout: cfg.Timeout,
+		Logger:  HCLogger(log),
+	}), nil
+}
+
+// checkAdvertise accepts a TCP address with a specified IP.
+func checkAdvertise(a net.Addr) error {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("%w: %s is a %T, not a *net.TCPAddr", ErrAdvertise, a, a)
+	}
+	if ta.IP == nil || ta.IP.IsUnspecified() {
+		return fmt.Errorf("%w: %s has no specified IP", ErrAdvertise, a)
+	}
+	return nil
+}
+
+// tcpStream is the plain TCP stream layer, like raft's TCPStreamLayer
+// (which cannot be built around a listener from outside raft), except that
+// Close also closes the connections it accepted or dialled.
+type tcpStream struct {
+	ln        net.Listener
+	advertise net.Addr
+	conns     connSet
+}
+
+func (s *tcpStream) Accept() (net.Conn, error) {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := s.conns.track(c); ok {
+			return tc, nil
+		}
+	}
+}
+
+func (s *tcpStream) Close() error {
+	if !s.conns.close() {
+		return nil
+	}
+	return s.ln.Close()
+}
+
+func (s *tcpStream) Addr() net.Addr { return s.advertise }
+
+func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := s.conns.track(c)
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return tc, nil
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAdminSlowHeaderClosed: a client that sends part of a request header
+// and then nothing (slowloris) is disconnected after the admin server's
+// ReadHeaderTimeout (adminReadHeaderTimeout, 5 s), well before its
+// ReadTimeout (10 s), which would otherwise also bound the header. The
+// timeout is a constant of serve.go, so this test takes about 5 s; it runs
+// in parallel with the rest of the package.
+func TestAdminSlowHeaderClosed(t *testing.T) {
+	t.Parallel()
+	s := startConf(t, withAdmin)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.admin, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: admin\r\nX-Slow: "); err != nil {
+		t.Fatal(err)
+	}
+	// Our deadline lies between the header timeout and the read timeout:
+	// a server with only ReadTimeout (or none) keeps the connection past it.
+	guard := adminReadHeaderTimeout + (adminReadTimeout-adminReadHeaderTimeout)*3/4
+	c.SetReadDeadline(start.Add(guard))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("partial header: connection still open after %v (read %q), want closed after about %v", time.Since(start), b, adminReadHeaderTimeout)
+	}
+	t.Logf("partial header: connection closed after %v (err %v, read %q)", time.Since(start).Round(time.Millisecond), err, b)
+}
+
+// TestAdminHeaderCap: request headers over the admin server's cap
+// (adminMaxHeaderBytes, 16 KiB, plus the 4 KiB net/http adds as slack) get
+// 431; a header well under it is served. net/http's own default is 1 MiB.
+func TestAdminHeaderCap(t *testing.T) {
+	t.Parallel()
+	s := startConf(t, withAdmin)
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	get := func(n int) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.admin+"/healthz", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", n))
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("%d-byte header: %v", n, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(adminMaxHeaderBytes / 2); got != http.StatusOK {
+		t.Errorf("%d-byte header: status %d, want 200", adminMaxHeaderBytes/2, got)
+	}
+	big := adminMaxHeaderBytes + 8<<10 // past the cap and net/http's 4 KiB slack
+	if got := get(big); got != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("%d-byte header: status %d, want 431", big, got)
+	}
+}

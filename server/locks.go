@@ -42,6 +42,7 @@ type lockState struct {
 	expires    int64  // held: lease end; idle: when the entry may be deleted
 	prev, next *lockState
 	q          *waitQueue // non-nil only while the key has waiters (and so is held)
+	lease      uint8      // lease_s of the holding (the machine's)
 	list       uint8
 	linked     bool
 	// ownedOnly: the holding may be freed only by RELEASE_OWNED (set at

@@ -78,7 +78,7 @@ type expList struct{ head, tail *lockState }
 
 type shard struct {
 	mu       sync.Mutex
-	m        map[string]*lockState
+	machine  // this shard's keys; applied to only under mu
 	lists    [numLists]expList
 	nonempty [4]uint64
 	_        [64]byte // keep neighbouring shards' mutexes off one cache line
@@ -269,7 +269,8 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	if ls != nil && ls.token != 0 && now >= ls.expires {
 		s.expireLocked(sh, ls, now)
 	}
-	if ls == nil || ls.token == 0 {
+	switch sh.decide(ls, &req.Owner) {
+	case grantNew:
 		// Free key: a new held lock.
 		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
 			s.held.Add(-1)
@@ -290,21 +291,19 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
-		if ls == nil {
-			ls = &lockState{key: string(req.Key)}
-			sh.m[ls.key] = ls
-		} else {
+		if ls != nil {
 			sh.unlink(ls)
+			ls = sh.applyGrant(ls, ls.key, req.Owner, req.LeaseS, s.ownedOnly(c), tok)
+		} else {
+			ls = sh.applyGrant(nil, string(req.Key), req.Owner, req.LeaseS, s.ownedOnly(c), tok)
 		}
-		ls.token, ls.owner, ls.ownedOnly = tok, req.Owner, s.ownedOnly(c)
 		ls.expires = now + int64(req.LeaseS)*secondNs
 		sh.link(ls, req.LeaseS)
 		sh.mu.Unlock()
 		s.m.granted(now - arrived)
 		c.answerGranted(late, req.ReqID, tok, waitedMS(now, arrived))
 		return true
-	}
-	if ls.owner == req.Owner {
+	case grantRetry:
 		// Idempotent retry by the holder: same token, lease not extended.
 		tok := ls.token
 		sh.mu.Unlock()
@@ -391,7 +390,7 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	if ls != nil && ls.token != 0 {
 		if now >= ls.expires {
 			s.expireLocked(sh, ls, now) // the lease ended: N
-		} else if ls.token == req.Token && (owned && ls.owner == req.Owner || !owned && !ls.ownedOnly) {
+		} else if sh.mayRelease(ls, req.Token, &req.Owner, owned) {
 			s.freeLocked(sh, ls, now)
 			ok = true
 		}
@@ -456,7 +455,7 @@ func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {
 // token is available below the durable ceiling gets B (or E(6) if the last
 // reservation failed), and the next waiter is tried.
 func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
-	ls.token = 0
+	sh.free(ls) // Release or Expire: the scheduler decided which, and that ls.token holds
 	sh.unlink(ls)
 	s.held.Add(-1)
 	if q := ls.q; q != nil {
@@ -491,7 +490,7 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 				continue
 			}
 			s.held.Add(1)
-			ls.token, ls.owner, ls.ownedOnly = tok, w.owner, w.ownedOnly
+			sh.applyGrant(ls, ls.key, w.owner, w.lease, w.ownedOnly, tok)
 			ls.expires = now + int64(w.lease)*secondNs
 			sh.link(ls, w.lease)
 			if q.head == nil {
@@ -595,7 +594,7 @@ func (s *Server) sweepShard(sh *shard) {
 		for ls := l.head; ls != nil && ls.expires <= now; ls = l.head {
 			if i == 0 {
 				sh.unlink(ls)
-				delete(sh.m, ls.key)
+				sh.forget(ls)
 			} else {
 				s.expireLocked(sh, ls, now)
 			}

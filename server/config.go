@@ -60,6 +60,8 @@ type Config struct {
 	Standby     bool
 	StandbyHint string
 
+	clock clock // tests only: the scheduler's clock (nil: the real one)
+
 	// MaxLocks limits held (unexpired) locks; default DefaultMaxLocks.
 	// MaxWaiters limits queued ACQUIREs over all keys; default DefaultMaxWaiters.
 	// MaxKeyWaiters limits queued ACQUIREs for one key; default DefaultMaxKeyWaiters.

@@ -54,7 +54,7 @@ type waitQueue struct {
 	head, tail *waiter
 	n          int
 	byOwner    map[[wire.OwnerLen]byte]*waiter
-	timer      *time.Timer // fires at the holder's lease end
+	timer      timer // fires at the holder's lease end
 }
 
 // waiter is an ACQUIRE waiting in a key's queue or, with ls nil, one
@@ -69,9 +69,9 @@ type waiter struct {
 	arrived    int64
 	deadline   int64 // arrived + wait_s: past it the waiter gets T, never G
 	prev, next *waiter
-	timer      *time.Timer // wait_s deadline
-	done       bool        // granted, timed out or dropped (under sh.mu)
-	ownedOnly  bool        // a grant to it sets lockState.ownedOnly
+	timer      timer // wait_s deadline
+	done       bool  // granted, timed out or dropped (under sh.mu)
+	ownedOnly  bool  // a grant to it sets lockState.ownedOnly
 }
 
 type expList struct{ head, tail *lockState }
@@ -168,9 +168,6 @@ func (q *waitQueue) replace(old, nw *waiter) {
 func (s *Server) shardFor(key []byte) *shard {
 	return &s.shards[maphash.Bytes(s.seed, key)%numShards]
 }
-
-// now is the server's monotonic clock in nanoseconds.
-func (s *Server) now() int64 { return int64(time.Since(s.epoch)) }
 
 func waitedMS(now, arrived int64) uint32 {
 	if now <= arrived {
@@ -349,7 +346,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	if q == nil {
 		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
 		ls.q = q
-		q.timer = time.AfterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
+		q.timer = s.afterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
 	}
 	if old != nil {
 		// The owner is already waiting for this key (a deliberate retry,
@@ -365,7 +362,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	}
 	// wait_s counts from the ACQUIRE's arrival, not from now: a capacity
 	// sweep or a contended shard in between must not lengthen the wait.
-	w.timer = time.AfterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })
+	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })
 	sh.mu.Unlock()
 	return true
 }

@@ -52,6 +52,7 @@ type Server struct {
 	helloOK      []byte // HELLO_OK frame with req_id 0, patched per session
 	seed         maphash.Seed
 	epoch        time.Time
+	clk          clock // nil: the real monotonic clock (epoch)
 
 	shards       [numShards]shard
 	held         atomic.Int64
@@ -99,6 +100,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger,
 		seed:      maphash.MakeSeed(),
 		epoch:     time.Now(),
+		clk:       cfg.clock,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		stopBg:    make(chan struct{}),

@@ -157,7 +157,7 @@
 // RoleStandby every connection gets M (req_id 0) with the new hint and is
 // closed, so every waiting ACQUIRE ends with its session; held locks are
 // kept in the state machine (HA.md: held locks survive a failover) and are
-// there when the node serves again. In standalone mode a role change is for
+// there when the node serves again, unless their lease ended meanwhile. In standalone mode a role change is for
 // a standby and for tests; replicated modes drive it.
 //
 // The lock table has 256 shards chosen by a hash of the key, each a mutex

@@ -82,7 +82,9 @@ func (s *Server) Role() (Role, string) {
 // for that session-fatal M, exactly as when a session closes; later HELLOs
 // get M with hint. The lock table is untouched: held locks stay held, with
 // their tokens and leases, and a RELEASE on a session opened after a switch
-// back frees them. A change to a serving role serves the next HELLO (with
+// back frees them. (Their leases run on meanwhile: one that ends while the
+// node does not serve frees its key as usual. Restarting leases on taking
+// over is a replicated mode's business.) A change to a serving role serves the next HELLO (with
 // the role in HELLO_OK); open sessions of an earlier serving role go on.
 // Each change is logged and shown by Stats().Role and the ticketing_role
 // gauge. An ACQUIRE being decided at the very moment of the switch may

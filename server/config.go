@@ -55,10 +55,13 @@ type Config struct {
 	// NodeName is sent in HELLO_OK. Default DefaultNodeName. At most 255 bytes.
 	NodeName string
 
-	// Standby makes the node answer every HELLO (and any later frame) with
-	// NOT_ACTIVE (M) carrying StandbyHint (at most 255 bytes), then close.
+	// Standby makes RoleStandby the initial role (see Server.SetRole): the
+	// node answers every HELLO (and any later frame) with NOT_ACTIVE (M)
+	// carrying StandbyHint (at most 255 bytes), then closes.
 	Standby     bool
 	StandbyHint string
+
+	clock clock // tests only: the scheduler's clock (nil: the real one)
 
 	// MaxLocks limits held (unexpired) locks; default DefaultMaxLocks.
 	// MaxWaiters limits queued ACQUIREs over all keys; default DefaultMaxWaiters.

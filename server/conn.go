@@ -620,8 +620,9 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	if !s.checkToken(req.AuthToken) {
 		return c.authFailed(req.ReqID)
 	}
-	if s.cfg.Standby {
-		f, _ := wire.AppendResponse(nil, &wire.Response{Type: wire.TypeNotActive, ReqID: req.ReqID, Hint: []byte(s.cfg.StandbyHint)})
+	rs := s.role.Load()
+	if !rs.role.Serving() {
+		f, _ := wire.AppendResponse(nil, &wire.Response{Type: wire.TypeNotActive, ReqID: req.ReqID, Hint: rs.hint})
 		c.closeWith(f)
 		return false
 	}
@@ -648,7 +649,7 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	c.nc.SetReadDeadline(time.Time{})
 	c.ver = req.Version
 	start := len(c.out)
-	c.out = append(c.out, s.helloOK...)
+	c.out = append(c.out, rs.helloOK...)
 	wire.PutReqID(c.out[start:], req.ReqID)
 	c.out[start+helloOKVersionAt] = req.Version // HELLO_OK carries the version asked for
 	c.mu.Unlock()

@@ -25,9 +25,9 @@
 // The first frame must be
 // HELLO, checked in this order: version byte (E(2)), exact length (E(1)),
 // client token (E(3)), then session limit (E(7)), then the per-address
-// session limit MaxSessionsPerPeer (E(7)); a Standby server answers a
-// HELLO that passed the token check with NOT_ACTIVE (M, with StandbyHint) and
-// closes. A connection that has not completed HELLO within HelloTimeout
+// session limit MaxSessionsPerPeer (E(7)); a server that does not serve
+// (RoleStandby, see Roles) answers a HELLO that passed the token check with
+// NOT_ACTIVE (M, with its hint) and closes. A connection that has not completed HELLO within HelloTimeout
 // (counted from accept, TLS handshake included) gets E(1) with req_id 0 and
 // is closed; one whose TLS handshake fails or does not finish in time is
 // closed without a frame. Client tokens
@@ -118,6 +118,47 @@
 // by RELEASE_OWNED: a RELEASE (U) of it, from any session and even with the
 // right token, gets N and the lock stays held. Locks granted on version-1
 // sessions are freed by U as above.
+//
+// # The state machine and the scheduler
+//
+// The lock table is two things. The state machine (machine.go) is
+// deterministic: the holdings (key -> owner, token, lease_s, owned-only)
+// and the highest token applied, changed only by the commands Grant(key,
+// owner, lease_s, owned_only, token) -> token | held, Release(key, token,
+// owner, owned) -> R | N and Expire(key, token); Release and Expire change
+// nothing unless that token still holds the key. It reads no clock, does
+// no I/O and has no goroutine or lock; Snapshot and restore encode it
+// (versioned, sorted by key: equal states, equal bytes). The scheduler
+// (locks.go) is the serving node's: sessions, FIFO waiter queues, the wait
+// and lease timers on a monotonic clock (injectable for tests), capacity
+// counters; it decides when a lease has ended and then applies Expire, and
+// hands a freed key to the next waiter with a Grant. In standalone mode
+// each shard is a state machine over its keys, applied directly under the
+// shard mutex, with the token from the store's atomic counter: the same
+// path, allocations and figures as before the split. A replicated mode
+// applies the same commands from its log (tokens then come from the
+// machine's own counter).
+//
+// The token source is outside the critical section's waiting: under a
+// shard mutex a grant only takes the next token below the durable ceiling
+// with a compare-and-swap; the fsync that raises the ceiling runs in the
+// store's goroutine, ahead of need. A grant that finds no token left
+// never waits under the mutex: an ACQUIRE of a free key waits for the
+// reservation (up to 1 s, then B) without it, and a waiter whose turn comes
+// then gets B.
+//
+// # Roles
+//
+// A server's role (Server.SetRole, Server.Role, Stats.Role, the
+// ticketing_role gauge, a log line per change) is RoleStandalone by
+// default, RoleStandby with Config.Standby. A serving role (standalone,
+// active, leader) answers HELLO with HELLO_OK carrying the role's number;
+// RoleStandby answers it with M and the hint. On a change from serving to
+// RoleStandby every connection gets M (req_id 0) with the new hint and is
+// closed, so every waiting ACQUIRE ends with its session; held locks are
+// kept in the state machine (HA.md: held locks survive a failover) and are
+// there when the node serves again, unless their lease ended meanwhile. In standalone mode a role change is for
+// a standby and for tests; replicated modes drive it.
 //
 // The lock table has 256 shards chosen by a hash of the key, each a mutex
 // and a map. Within a shard, entries sit on intrusive lists, one per lease
@@ -233,6 +274,7 @@
 //	ticketing_grant_wait_seconds         histogram: ACQUIRE read to grant
 //	ticketing_token_unavailable_total    counter: B replies for want of a token
 //	ticketing_token_store_ok             gauge: 1 while TokenStoreErr is nil
+//	ticketing_role                       gauge: 0 standby, 1 standalone, 2 active, 3 leader
 //
 // The protocol_errors_total series for codes 1 to 7 (but 5) exist from the
 // start; a code above 7 gets a series of its own once sent. The hot path

@@ -16,3 +16,6 @@ var WriteCeiling = writeCeiling
 
 // FormatCeiling renders a ceiling file's content.
 var FormatCeiling = formatCeiling
+
+// (FakeClock, NewFakeClock and SetClock, in fakeclock_test.go, inject the
+// scheduler's clock.)

@@ -42,6 +42,7 @@ type lockState struct {
 	expires    int64  // held: lease end; idle: when the entry may be deleted
 	prev, next *lockState
 	q          *waitQueue // non-nil only while the key has waiters (and so is held)
+	lease      uint8      // lease_s of the holding (the machine's)
 	list       uint8
 	linked     bool
 	// ownedOnly: the holding may be freed only by RELEASE_OWNED (set at
@@ -53,7 +54,7 @@ type waitQueue struct {
 	head, tail *waiter
 	n          int
 	byOwner    map[[wire.OwnerLen]byte]*waiter
-	timer      *time.Timer // fires at the holder's lease end
+	timer      timer // fires at the holder's lease end
 }
 
 // waiter is an ACQUIRE waiting in a key's queue or, with ls nil, one
@@ -68,16 +69,16 @@ type waiter struct {
 	arrived    int64
 	deadline   int64 // arrived + wait_s: past it the waiter gets T, never G
 	prev, next *waiter
-	timer      *time.Timer // wait_s deadline
-	done       bool        // granted, timed out or dropped (under sh.mu)
-	ownedOnly  bool        // a grant to it sets lockState.ownedOnly
+	timer      timer // wait_s deadline
+	done       bool  // granted, timed out or dropped (under sh.mu)
+	ownedOnly  bool  // a grant to it sets lockState.ownedOnly
 }
 
 type expList struct{ head, tail *lockState }
 
 type shard struct {
 	mu       sync.Mutex
-	m        map[string]*lockState
+	machine  // this shard's keys; applied to only under mu
 	lists    [numLists]expList
 	nonempty [4]uint64
 	_        [64]byte // keep neighbouring shards' mutexes off one cache line
@@ -167,9 +168,6 @@ func (q *waitQueue) replace(old, nw *waiter) {
 func (s *Server) shardFor(key []byte) *shard {
 	return &s.shards[maphash.Bytes(s.seed, key)%numShards]
 }
-
-// now is the server's monotonic clock in nanoseconds.
-func (s *Server) now() int64 { return int64(time.Since(s.epoch)) }
 
 func waitedMS(now, arrived int64) uint32 {
 	if now <= arrived {
@@ -278,7 +276,8 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	if ls != nil && ls.token != 0 && now >= ls.expires {
 		s.expireLocked(sh, ls, now)
 	}
-	if ls == nil || ls.token == 0 {
+	switch sh.decide(ls, &req.Owner) {
+	case grantNew:
 		// Free key: a new held lock.
 		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
 			s.held.Add(-1)
@@ -299,21 +298,19 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 			c.answer(late, wire.TypeBusy, req.ReqID)
 			return true
 		}
-		if ls == nil {
-			ls = &lockState{key: string(req.Key)}
-			sh.m[ls.key] = ls
-		} else {
+		if ls != nil {
 			sh.unlink(ls)
+			ls = sh.applyGrant(ls, ls.key, req.Owner, req.LeaseS, s.ownedOnly(c), tok)
+		} else {
+			ls = sh.applyGrant(nil, string(req.Key), req.Owner, req.LeaseS, s.ownedOnly(c), tok)
 		}
-		ls.token, ls.owner, ls.ownedOnly = tok, req.Owner, s.ownedOnly(c)
 		ls.expires = now + int64(req.LeaseS)*secondNs
 		sh.link(ls, req.LeaseS)
 		sh.mu.Unlock()
 		s.m.granted(now - arrived)
 		c.answerGranted(late, req.ReqID, tok, waitedMS(now, arrived))
 		return true
-	}
-	if ls.owner == req.Owner {
+	case grantRetry:
 		// Idempotent retry by the holder: same token, lease not extended.
 		tok := ls.token
 		sh.mu.Unlock()
@@ -359,7 +356,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	if q == nil {
 		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
 		ls.q = q
-		q.timer = time.AfterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
+		q.timer = s.afterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
 	}
 	if old != nil {
 		// The owner is already waiting for this key (a deliberate retry,
@@ -375,7 +372,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 	}
 	// wait_s counts from the ACQUIRE's arrival, not from now: a capacity
 	// sweep or a contended shard in between must not lengthen the wait.
-	w.timer = time.AfterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })
+	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })
 	sh.mu.Unlock()
 	return true
 }
@@ -400,7 +397,7 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	if ls != nil && ls.token != 0 {
 		if now >= ls.expires {
 			s.expireLocked(sh, ls, now) // the lease ended: N
-		} else if ls.token == req.Token && (owned && ls.owner == req.Owner || !owned && !ls.ownedOnly) {
+		} else if sh.mayRelease(ls, req.Token, &req.Owner, owned) {
 			s.freeLocked(sh, ls, now)
 			ok = true
 		}
@@ -465,7 +462,7 @@ func (s *Server) expireLocked(sh *shard, ls *lockState, now int64) {
 // token is available below the durable ceiling gets B (or E(6) if the last
 // reservation failed), and the next waiter is tried.
 func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
-	ls.token = 0
+	sh.free(ls) // Release or Expire: the scheduler decided which, and that ls.token holds
 	sh.unlink(ls)
 	s.held.Add(-1)
 	if q := ls.q; q != nil {
@@ -500,7 +497,7 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 				continue
 			}
 			s.held.Add(1)
-			ls.token, ls.owner, ls.ownedOnly = tok, w.owner, w.ownedOnly
+			sh.applyGrant(ls, ls.key, w.owner, w.lease, w.ownedOnly, tok)
 			ls.expires = now + int64(w.lease)*secondNs
 			sh.link(ls, w.lease)
 			if q.head == nil {
@@ -604,7 +601,7 @@ func (s *Server) sweepShard(sh *shard) {
 		for ls := l.head; ls != nil && ls.expires <= now; ls = l.head {
 			if i == 0 {
 				sh.unlink(ls)
-				delete(sh.m, ls.key)
+				sh.forget(ls)
 			} else {
 				s.expireLocked(sh, ls, now)
 			}

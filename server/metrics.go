@@ -108,6 +108,7 @@ func (s *Server) collectors() []prometheus.Collector {
 
 		counter("token_unavailable_total", "ACQUIREs answered B because no fencing token could be reserved in time (stalled disk, exhausted token space).", &m.tokenUnavailable),
 		counter("cancelled_total", "Waiting ACQUIREs removed by a CANCEL (version 2) and answered T (included in timeouts_total).", &m.cancelled),
+		gauge("role", "The node's role: 0 standby (not serving), 1 standalone, 2 active of a pair, 3 cluster leader.", func() float64 { return float64(s.role.Load().role) }),
 		gauge("token_store_ok", "1 while the token store can reserve tokens, 0 while its last reservation failed, one has been running for over a second, or the token space is exhausted.", func() float64 {
 			if s.TokenStoreErr() != nil {
 				return 0

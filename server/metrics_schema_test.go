@@ -69,6 +69,7 @@ var metricsSchema = []string{
 	"ticketing_protocol_errors_total counter {code=6} | E frames sent for protocol violations and internal errors, by code.",
 	"ticketing_protocol_errors_total counter {code=7} | E frames sent for protocol violations and internal errors, by code.",
 	"ticketing_released_total counter {} | RELEASEs answered R.",
+	"ticketing_role gauge {} | The node's role: 0 standby (not serving), 1 standalone, 2 active of a pair, 3 cluster leader.",
 	"ticketing_sessions gauge {} | Open sessions (HELLO completed).",
 	"ticketing_timeouts_total counter {} | ACQUIREs answered T.",
 	"ticketing_token_ceiling gauge {} | Durable token ceiling.",

@@ -27,7 +27,8 @@ type Stats struct {
 	Waiters      int    `json:"waiters"`       // queued ACQUIREs over all keys
 	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out; never above TokenCeiling
 	TokenCeiling uint64 `json:"token_ceiling"` // durable ceiling: no token above it is ever issued
-	Standby      bool   `json:"standby"`
+	Standby      bool   `json:"standby"`       // the role does not serve (RoleStandby)
+	Role         string `json:"role"`          // the role: standby, standalone, active or leader (Server.SetRole)
 
 	Grants         uint64 `json:"grants"`          // G replies with a new token (idempotent retries excluded)
 	TimedOut       uint64 `json:"timed_out"`       // T replies (those to a CANCEL included)
@@ -49,9 +50,11 @@ type Server struct {
 	log          *slog.Logger
 	tokens       *tokenStore
 	tokenDigests [][sha256.Size]byte
-	helloOK      []byte // HELLO_OK frame with req_id 0, patched per session
+	role         atomic.Pointer[roleState] // current role; its HELLO_OK or hint
+	roleSw       roleSwitch
 	seed         maphash.Seed
 	epoch        time.Time
+	clk          clock // nil: the real monotonic clock (epoch)
 
 	shards       [numShards]shard
 	held         atomic.Int64
@@ -99,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger,
 		seed:      maphash.MakeSeed(),
 		epoch:     time.Now(),
+		clk:       cfg.clock,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		stopBg:    make(chan struct{}),
@@ -115,11 +119,15 @@ func New(cfg Config) (*Server, error) {
 	for _, t := range cfg.ClientTokens {
 		s.tokenDigests = append(s.tokenDigests, sha256.Sum256([]byte(t)))
 	}
-	var err error
-	s.helloOK, err = wire.AppendResponse(nil, &wire.Response{Type: wire.TypeHelloOK, Version: wire.Version, Role: wire.RoleStandalone, Node: []byte(cfg.NodeName)})
+	initial, hint := RoleStandalone, ""
+	if cfg.Standby {
+		initial, hint = RoleStandby, cfg.StandbyHint
+	}
+	rs, err := s.newRoleState(initial, hint)
 	if err != nil {
 		return nil, err
 	}
+	s.role.Store(rs)
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*lockState)
 	}
@@ -359,6 +367,7 @@ func (s *Server) finish() {
 
 // Stats returns a snapshot of the server's state and counters.
 func (s *Server) Stats() Stats {
+	role := s.role.Load().role
 	st := Stats{
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
@@ -366,7 +375,8 @@ func (s *Server) Stats() Stats {
 		Waiters:        int(s.waiters.Load()),
 		LastToken:      s.tokens.last.Load(),
 		TokenCeiling:   s.tokens.ceiling.Load(),
-		Standby:        s.cfg.Standby,
+		Standby:        !role.Serving(),
+		Role:           role.String(),
 		Grants:         s.m.grants.Load(),
 		TimedOut:       s.m.timeouts.Load(),
 		Busy:           s.m.busy.Load(),

@@ -319,3 +319,73 @@ func TestReal_TLS(t *testing.T) {
 	}
 	t.Logf("system roots refuse the private CA: %v", err)
 }
+
+// TestReal_V2CancelKeepsSession: against the real server (protocol version
+// 2), 40 acquires wait on one key and every other one is cancelled while
+// it waits. The cancelled ones return Indeterminate at once; the broker
+// sends CANCEL (the server counts 20) and keeps its sessions (no new
+// connection is dialled); the other 20 are granted in turn, none of them
+// Indeterminate.
+func TestReal_V2CancelKeepsSession(t *testing.T) {
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	d := &countingDialer{}
+	cfg := testConfig(rs.Addr)
+	cfg.Dialer = d.Dial
+	b := newBroker(t, cfg)
+	eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 && rs.Stats().Sessions == 2 })
+	dials := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.conns) }
+	dialled := dials()
+
+	holder, err := b.Acquire(t.Context(), "v2-cancel", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	cancels := make([]context.CancelFunc, n)
+	errs := make(chan error, n)
+	tickets := make(chan *broker.Ticket, n)
+	for i := range n {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancels[i] = cancel
+		go func() {
+			tk, err := b.Acquire(ctx, "v2-cancel", 10*s, 30*s, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			tickets <- tk
+			tk.Release(context.Background())
+		}()
+	}
+	eventually(t, "40 waiters queued", func() bool { return rs.Stats().Waiters == n })
+	for i := 0; i < n; i += 2 {
+		cancels[i]()
+	}
+	for range n / 2 {
+		select {
+		case err := <-errs:
+			mustIs(t, err, broker.ErrIndeterminate)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a cancelled acquire did not return at once")
+		}
+	}
+	eventually(t, "20 CANCELs at the server", func() bool { return rs.Stats().Cancelled == n/2 })
+	if err := holder.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range n / 2 {
+		select {
+		case <-tickets:
+		case err := <-errs:
+			t.Fatalf("an uncancelled waiter got %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("an uncancelled waiter was not granted")
+		}
+	}
+	for _, c := range cancels {
+		c()
+	}
+	if got := dials(); got != dialled || b.ReadySessions() != 2 || rs.Stats().Sessions != 2 {
+		t.Fatalf("connections %d (was %d), ready %d, server sessions %d: a session was redialled or closed", got, dialled, b.ReadySessions(), rs.Stats().Sessions)
+	}
+}

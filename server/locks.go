@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -72,6 +73,9 @@ type waiter struct {
 	timer      timer // wait_s deadline
 	done       bool  // granted, timed out or dropped (under sh.mu)
 	ownedOnly  bool  // a grant to it sets lockState.ownedOnly
+	// counted: a token waiter (acquireLate) still counted in s.waiters;
+	// whoever clears it (acquireLate, or a CANCEL) uncounts it.
+	counted atomic.Bool
 }
 
 type expList struct{ head, tail *lockState }
@@ -208,6 +212,7 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 		return
 	}
 	tw := &waiter{c: c, sh: sh, reqID: req.ReqID}
+	tw.counted.Store(true)
 	gone, ok := c.addTokenWaiter(tw)
 	if !ok {
 		s.waiters.Add(-1)
@@ -230,7 +235,9 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 // mutex (this, a CANCEL, the closing session) answers it, or nobody does.
 func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, tw *waiter, gone <-chan struct{}) {
 	err := s.tokens.await(tokenWait, gone)
-	s.waiters.Add(-1) // from here on it is decided, or queued as a waiter of its own
+	if tw.counted.Swap(false) {
+		s.waiters.Add(-1) // from here on it is decided, or queued as a waiter of its own
+	}
 	if errors.Is(err, errAwaitStopped) {
 		return // the session closed: nothing to answer
 	}
@@ -442,6 +449,9 @@ func (s *Server) cancel(c *conn, reqID uint32) {
 	}
 	if w.ls == nil {
 		w.done = true // waiting for a token: acquireLate will not decide it
+		if w.counted.Swap(false) {
+			s.waiters.Add(-1)
+		}
 	} else {
 		s.dropWaiterLocked(w)
 	}

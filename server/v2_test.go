@@ -144,6 +144,11 @@ func TestCancelTokenWaiter(t *testing.T) {
 	if disk.thawed.Load() {
 		t.Fatal("disk thawed early")
 	}
+	// Answered, it no longer counts against MaxWaiters (its goroutine may
+	// still be waiting for the disk).
+	if n := s.Stats().Waiters; n != 0 {
+		t.Fatalf("%d waiters after the token waiter was cancelled", n)
+	}
 	// Another waits the bound out and gets B; the cancelled one stays silent.
 	b := session(t, addr)
 	b.send(acq(30, owner(3), 0, 30, "free-2"))

@@ -96,6 +96,9 @@ type Broker struct {
 	// returns to zero without waiting on anything else.
 	woken atomic.Int32
 	epoch time.Time // for now
+	// hintWarned: an M hint naming an address not in Addrs was logged at
+	// Warn (see followHint); later ones go unlogged.
+	hintWarned atomic.Bool
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
@@ -133,7 +136,7 @@ func New(cfg Config) (*Broker, error) {
 			n = &node{}
 			nodes[a] = n
 		}
-		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, node: n, tls: set.tls[i]})
+		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, node: n, tls: set.tls[i], poke: make(chan struct{}, 1)})
 	}
 	b.wg.Add(len(b.sessions))
 	for _, s := range b.sessions {

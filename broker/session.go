@@ -77,6 +77,9 @@ type session struct {
 	node *node // shared by the sessions of one address
 	tls  *tls.Config
 	cur  atomic.Pointer[conn]
+	// poke cuts the session's backoff short: another session was told by
+	// its node (M) that this session's address serves (see followHint).
+	poke chan struct{}
 
 	// Guarded by b.mu: the refusal for good of the latest attempt to open
 	// the session (nil: it was not refused for good), and when it came.
@@ -172,8 +175,16 @@ func (s *session) run() {
 	b := s.b
 	defer b.wg.Done()
 	attempt := 0
+	// hinted: since its last ready session, this session was poked (see
+	// followHint): its backoff restarted at BackoffMin, and its own M
+	// hints are not passed on.
+	hinted := false
 	out := outage{since: time.Now()}
 	for b.ctx.Err() == nil {
+		select { // a poke during the attempt below is for a later backoff
+		case <-s.poke:
+		default:
+		}
 		ver := s.node.version()
 		c, err := s.open(ver)
 		if err != nil {
@@ -203,6 +214,12 @@ func (s *session) run() {
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
 			out.failed(s, err, refused)
+			if !hinted {
+				// A session sent here by another's hint does not pass its
+				// own M hint on: two standbys naming each other cannot
+				// make their sessions redial each other without backoff.
+				s.followHint(err)
+			}
 			d := s.backoff(attempt)
 			if refused {
 				// Retrying soon cannot help; retrying at all lets a fix on
@@ -210,10 +227,15 @@ func (s *session) run() {
 				d = s.backoffMax()
 				attempt = maxAttempt
 			}
-			if !b.sleep(d) {
+			ok, poked := s.pause(d)
+			if !ok {
 				return
 			}
-			if attempt < maxAttempt {
+			if poked {
+				// The hinted node may be about to serve (a new leader
+				// starting up): retry it from the shortest backoff.
+				hinted, attempt = true, 0
+			} else if attempt < maxAttempt {
 				attempt++
 			}
 			continue
@@ -222,6 +244,7 @@ func (s *session) run() {
 		if c.version >= wire.Version2 {
 			s.node.v1Logged.Store(false)
 		}
+		hinted = false
 		s.cur.Store(c)
 		b.signalReady(s)
 		attrs := []any{"addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version}
@@ -255,12 +278,69 @@ func (s *session) run() {
 		if dropped.Sub(opened) >= b.set.BackoffMax {
 			attempt = 0
 		}
-		if !b.sleep(s.backoff(attempt)) {
+		// A node that stopped serving ended the session with M: its hint
+		// names the new serving node, whose session need not wait out its
+		// backoff.
+		s.followHint(c.err)
+		ok, poked := s.pause(s.backoff(attempt))
+		if !ok {
 			return
 		}
-		if attempt < maxAttempt {
+		if poked {
+			hinted, attempt = true, 0
+		} else if attempt < maxAttempt {
 			attempt++
 		}
+	}
+}
+
+// pause waits d, or until a poke (see followHint), or until the broker
+// closes (ok false). poked says that a poke cut it short.
+func (s *session) pause(d time.Duration) (ok, poked bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true, false
+	case <-s.poke:
+		return true, true
+	case <-s.b.ctx.Done():
+		return false, false
+	}
+}
+
+// followHint follows the hint of an M that err carries (a HELLO answered
+// with M, or a session ended by M): the sessions to the hinted address, if
+// it is one of Addrs and another node than s's, redial at once instead of
+// at the end of their backoff. A hint naming an address not in Addrs is
+// not followed (logged once per broker at Warn): the broker talks only to
+// the nodes it was given, with their TLS settings, so that no node can
+// send it elsewhere; list every node of the cluster in Addrs.
+func (s *session) followHint(err error) {
+	var na *NotActiveError
+	if !errors.As(err, &na) || na.Hint == "" {
+		return
+	}
+	h, nerr := normalizeAddr(na.Hint)
+	if nerr != nil {
+		return
+	}
+	found := false
+	for _, o := range s.b.sessions {
+		if o.addr != h {
+			continue
+		}
+		found = true
+		if o.node == s.node {
+			continue // a node naming itself: nothing to follow
+		}
+		select {
+		case o.poke <- struct{}{}:
+		default:
+		}
+	}
+	if !found && s.b.hintWarned.CompareAndSwap(false, true) {
+		s.b.log.Warn("broker: M hint names an address not in Addrs; not followed (list every node in Addrs)", "addr", s.addr, "hint", na.Hint)
 	}
 }
 

@@ -1,0 +1,292 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// cluster is three in-process servers, one serving (leader), the other two
+// standbys whose M hint names it (HA.md, "What every mode promises").
+type cluster struct{ nodes [3]*realServer }
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	var c cluster
+	for i, name := range []string{"n0", "n1", "n2"} {
+		c.nodes[i] = startServer(t, server.Config{NodeName: name}, "127.0.0.1:0")
+	}
+	c.leadLate(t, 1)
+	return &c
+}
+
+// lead makes node i the serving one: i serves first, then the others stop
+// serving (their sessions get M with node i's address), as when a new
+// leader is elected while the old one has not yet noticed. (leadLate is
+// the other order.)
+func (c *cluster) lead(t *testing.T, i int) {
+	t.Helper()
+	if err := c.nodes[i].SetRole(server.RoleLeader, ""); err != nil {
+		t.Fatal(err)
+	}
+	for j, n := range c.nodes {
+		if j != i {
+			if err := n.SetRole(server.RoleStandby, c.nodes[i].Addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// leadLate makes node i the serving one, the others stopping first: for a
+// moment no node serves, and a hint names a node that does not serve yet.
+func (c *cluster) leadLate(t *testing.T, i int) {
+	t.Helper()
+	for j, n := range c.nodes {
+		if j != i {
+			if err := n.SetRole(server.RoleStandby, c.nodes[i].Addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.nodes[i].SetRole(server.RoleLeader, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) addrs() []string {
+	return []string{c.nodes[0].Addr, c.nodes[1].Addr, c.nodes[2].Addr}
+}
+
+// grants returns each node's Stats().Grants.
+func (c *cluster) grants() [3]uint64 {
+	var g [3]uint64
+	for i, n := range c.nodes {
+		g[i] = n.Stats().Grants
+	}
+	return g
+}
+
+// addrDialer counts dials per address.
+type addrDialer struct {
+	mu    sync.Mutex
+	dials map[string]int
+}
+
+func (d *addrDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	if d.dials == nil {
+		d.dials = map[string]int{}
+	}
+	d.dials[addr]++
+	d.mu.Unlock()
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+func (d *addrDialer) count(addr string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials[addr]
+}
+
+func cycle(t *testing.T, b *broker.Broker, n int) {
+	t.Helper()
+	for range n {
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCluster_SessionsOnlyToServing: given the three addresses, the broker
+// keeps one session per node (attempt), is ready only through the serving
+// node, and sends every ACQUIRE and RELEASE to it.
+func TestCluster_SessionsOnlyToServing(t *testing.T) {
+	c := newCluster(t)
+	b := newBroker(t, testConfig(c.addrs()...))
+	if n := b.ReadySessions(); n != 1 {
+		t.Fatalf("ready sessions %d, want 1 (the leader's)", n)
+	}
+	cycle(t, b, 50)
+	if g := c.grants(); g != [3]uint64{0, 50, 0} {
+		t.Fatalf("grants per node %v, want [0 50 0]", g)
+	}
+	if st := c.nodes[1].Stats(); st.Released != 50 || st.Sessions != 1 {
+		t.Fatalf("leader: released %d sessions %d, want 50 and 1", st.Released, st.Sessions)
+	}
+	for _, i := range []int{0, 2} {
+		if st := c.nodes[i].Stats(); st.Sessions != 0 || st.Released != 0 {
+			t.Fatalf("standby %d: %+v", i, st)
+		}
+	}
+}
+
+// TestCluster_LeaderChange: the leader hands over to another node. An
+// ACQUIRE waiting on the old leader is Indeterminate; the broker is ready
+// again on the new leader without caller action, well before its backoff
+// (BackoffMin = BackoffMax = 10 s here, so only following the M hint can
+// make it in time); WaitReady returns only once the new session is up; no
+// request goes to a node answering M.
+func TestCluster_LeaderChange(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c.addrs()...)
+	cfg.BackoffMin, cfg.BackoffMax = 10*s, 10*s
+	b := newBroker(t, cfg)
+	cycle(t, b, 5)
+
+	held, err := b.Acquire(t.Context(), "h", 0, 30*s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(t.Context(), "h", 30*s, 30*s, 0)
+		waitErr <- err
+	}()
+	for c.nodes[1].Stats().Waiters == 0 { // queued on the old leader
+		time.Sleep(time.Millisecond)
+	}
+
+	switched := time.Now()
+	c.lead(t, 2)
+	check(t, <-waitErr, "ErrIndeterminate")
+
+	// No session to the old leader is ready now (its conn read the M);
+	// WaitReady waits for the new leader's.
+	if err := b.WaitReady(within(t, 3*s)); err != nil {
+		t.Fatalf("not ready on the new leader within 3 s (backoff 10 s): %v", err)
+	}
+	t.Logf("ready on the new leader %v after the switch", time.Since(switched).Round(time.Microsecond))
+	if n := b.ReadySessions(); n != 1 || c.nodes[2].Stats().Sessions != 1 {
+		t.Fatalf("after WaitReady: ready %d, new leader's sessions %d, want 1 and 1", n, c.nodes[2].Stats().Sessions)
+	}
+	before := c.grants()
+	cycle(t, b, 20)
+	after := c.grants()
+	if after[0] != before[0] || after[1] != before[1] || after[2] != before[2]+20 {
+		t.Fatalf("grants per node before %v after %v: want only node 2 to grant", before, after)
+	}
+	// The ticket of the old leader: its RELEASE goes to the new leader
+	// (these in-process nodes do not replicate, so it is not held there).
+	check(t, held.Release(t.Context()), "ErrNotHeld")
+	// The old leader closed its session (its count drops once its
+	// goroutines are done) and accepts no other.
+	for deadline := time.Now().Add(2 * s); c.nodes[1].Stats().Sessions != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("old leader still has %d sessions", c.nodes[1].Stats().Sessions)
+		}
+	}
+}
+
+// TestCluster_HintNotListed: a standby whose hint names a serving node
+// missing from Addrs. The broker does not follow it (it talks only to the
+// nodes it was given), never becomes ready through it, and redials the
+// standby only at its backoff, not in a loop.
+func TestCluster_HintNotListed(t *testing.T) {
+	outside := startServer(t, server.Config{NodeName: "outside"}, "127.0.0.1:0")
+	standby := startServer(t, server.Config{NodeName: "sb", Standby: true, StandbyHint: outside.Addr}, "127.0.0.1:0")
+	other := startServer(t, server.Config{NodeName: "sb2", Standby: true, StandbyHint: standby.Addr}, "127.0.0.1:0")
+	d := &addrDialer{}
+	cfg := testConfig(standby.Addr, other.Addr)
+	cfg.Dialer = d.Dial
+	cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 40*time.Millisecond
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.WaitReady(within(t, 500*time.Millisecond))
+	if !errors.Is(err, broker.ErrNotReady) || !errors.Is(err, broker.ErrNotActive) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReady: %v, want ErrNotReady", err)
+	}
+	if st := outside.Stats(); st.Sessions != 0 || d.count(outside.Addr) != 0 {
+		t.Fatalf("the unlisted hinted node was dialled: %d dials, %d sessions", d.count(outside.Addr), st.Sessions)
+	}
+	// 500 ms at a backoff of 10..40 ms: at most ~50 attempts per address,
+	// plus at most as many cut short by the other's hint. A loop without
+	// backoff would make thousands.
+	t.Logf("dials in 500 ms: %d and %d", d.count(standby.Addr), d.count(other.Addr))
+	for _, a := range []string{standby.Addr, other.Addr} {
+		if n := d.count(a); n == 0 || n > 120 {
+			t.Fatalf("%d dials to %s in 500 ms", n, a)
+		}
+	}
+}
+
+// TestCluster_HintsNoSpin: two standbys whose hints name each other (a
+// misconfiguration, or a moment of an election). Following hints must
+// not make their sessions redial each other without backoff: an attempt
+// made on a hint does not pass its own hint on.
+func TestCluster_HintsNoSpin(t *testing.T) {
+	a := startServer(t, server.Config{NodeName: "a", Standby: true}, "127.0.0.1:0")
+	bn := startServer(t, server.Config{NodeName: "b", Standby: true, StandbyHint: a.Addr}, "127.0.0.1:0")
+	if err := a.SetRole(server.RoleStandby, bn.Addr); err != nil {
+		t.Fatal(err)
+	}
+	d := &addrDialer{}
+	cfg := testConfig(a.Addr, bn.Addr)
+	cfg.Dialer = d.Dial
+	cfg.BackoffMin, cfg.BackoffMax = 50*time.Millisecond, 50*time.Millisecond
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	mustIs(t, b.WaitReady(within(t, 500*time.Millisecond)), broker.ErrNotReady)
+	// 500 ms at a backoff of 25..50 ms: at most 21 attempts of its own per
+	// address, plus at most as many cut short by the other's hint.
+	t.Logf("dials in 500 ms: %d and %d", d.count(a.Addr), d.count(bn.Addr))
+	for _, addr := range []string{a.Addr, bn.Addr} {
+		if n := d.count(addr); n == 0 || n > 45 {
+			t.Fatalf("%d dials to %s in 500 ms", n, addr)
+		}
+	}
+}
+
+// TestCluster_LeaderChangeHintAhead: the old leader stops serving, and
+// names the new one, before the new one serves. The session sent there by
+// the hint finds it not serving yet, retries from the shortest backoff,
+// and the broker is ready on it without caller action.
+func TestCluster_LeaderChangeHintAhead(t *testing.T) {
+	c := newCluster(t)
+	d := &addrDialer{}
+	cfg := testConfig(c.addrs()...)
+	cfg.Dialer = d.Dial
+	cfg.BackoffMin, cfg.BackoffMax = 100*time.Millisecond, 10*s
+	b := newBroker(t, cfg)
+	cycle(t, b, 5)
+	n2 := d.count(c.nodes[2].Addr)
+	switched := time.Now()
+	for _, i := range []int{1, 0} {
+		if err := c.nodes[i].SetRole(server.RoleStandby, c.nodes[2].Addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d.count(c.nodes[2].Addr) == n2 { // the hinted node, dialled while still a standby
+		time.Sleep(time.Millisecond)
+	}
+	mustIs(t, b.WaitReady(within(t, 50*time.Millisecond)), broker.ErrNotReady)
+	if err := c.nodes[2].SetRole(server.RoleLeader, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitReady(within(t, 3*s)); err != nil {
+		t.Fatalf("not ready on the new leader within 3 s: %v", err)
+	}
+	t.Logf("ready on the new leader %v after the switch", time.Since(switched).Round(time.Millisecond))
+	before := c.grants()
+	cycle(t, b, 10)
+	if after := c.grants(); after[2] != before[2]+10 || after[0] != before[0] || after[1] != before[1] {
+		t.Fatalf("grants per node before %v after %v", before, after)
+	}
+}

@@ -30,7 +30,26 @@
 // drops sessions right after HELLO is not redialled at BackoffMin forever. One address is
 // one node held with two sessions; two or more addresses are a cluster with
 // one session per address. A node that answers HELLO with M (not serving) is
-// not used, and retried later with the same backoff.
+// not used, and retried later with the same backoff. Requests go only to
+// ready sessions, that is to nodes that answered HELLO_OK: in a cluster,
+// the serving node (its leader), and WaitReady returns only once a session
+// to it is ready.
+//
+// In a cluster the broker follows M hints. An M (to HELLO, or ending a
+// session when its node stops serving) names the serving node's client
+// address; if that is one of Addrs (after the same normalisation, so list
+// the nodes as they advertise themselves), that node's session redials at
+// once instead of at the end of its backoff, and, if the node does not
+// serve yet (a new leader starting up), keeps retrying it from BackoffMin.
+// So after a leader change the broker is ready again on the new leader
+// without any action of the caller, within about one round trip once the
+// new leader serves. A session sent to a node by a hint does not pass that
+// node's own hint on until it has been ready once: two nodes naming each
+// other cannot make the broker redial them without backoff. A hint naming
+// an address not in Addrs is not followed (logged once at Warn): the broker
+// talks only to the nodes it was given, with their TLS settings, so that
+// no node can send its clients elsewhere. ACQUIREs in flight on a node that
+// stops serving are Indeterminate (ErrIndeterminate), never retried.
 //
 // Each session has a reader and a writer goroutine and an in-flight map by
 // req_id; requests are pipelined, replies may come in any order, so a

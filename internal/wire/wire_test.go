@@ -85,23 +85,37 @@ func mustHex(t testing.TB, s string) []byte {
 	return b
 }
 
+// checkRequestVector: req encodes to exactly the frame hexFrame, and that
+// frame decodes back to req by the rules of protocol version v; it returns
+// the frame.
+func checkRequestVector(t *testing.T, hexFrame string, req *wire.Request, v uint8) []byte {
+	t.Helper()
+	want := mustHex(t, hexFrame)
+	got, err := wire.AppendRequest(nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("encode = %x, want %x", got, want)
+	}
+	var r wire.Request
+	if err := wire.DecodeRequestVersion(want[4:], &r, v); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r, *req) {
+		t.Fatalf("decode = %+v, want %+v", r, *req)
+	}
+	return want
+}
+
 func TestRequestVectors(t *testing.T) {
 	for _, tc := range requestVectors {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.hex)
-			got, err := wire.AppendRequest(nil, &tc.req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("encode = %x, want %x", got, want)
-			}
+			want := checkRequestVector(t, tc.hex, &tc.req, wire.Version1)
+			// DecodeRequest is version 1.
 			var r wire.Request
-			if err := wire.DecodeRequest(want[4:], &r); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(r, tc.req) {
-				t.Fatalf("decode = %+v, want %+v", r, tc.req)
+			if err := wire.DecodeRequest(want[4:], &r); err != nil || !reflect.DeepEqual(r, tc.req) {
+				t.Fatalf("DecodeRequest = %+v, %v; want %+v", r, err, tc.req)
 			}
 		})
 	}
@@ -110,21 +124,8 @@ func TestRequestVectors(t *testing.T) {
 func TestRequestVectorsV2(t *testing.T) {
 	for _, tc := range requestVectorsV2 {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.hex)
-			got, err := wire.AppendRequest(nil, &tc.req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("encode = %x, want %x", got, want)
-			}
+			want := checkRequestVector(t, tc.hex, &tc.req, wire.Version2)
 			var r wire.Request
-			if err := wire.DecodeRequestVersion(want[4:], &r, wire.Version2); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(r, tc.req) {
-				t.Fatalf("decode = %+v, want %+v", r, tc.req)
-			}
 			// Version 1 knows none of them: a version-2 HELLO is E(2), C and
 			// V on a version-1 session are E(1).
 			var want1 error = wire.ErrUnknownType

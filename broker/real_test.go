@@ -166,13 +166,21 @@ func TestReal_AcquireRelease(t *testing.T) {
 	tk3.Release(t.Context())
 }
 
-func TestReal_RoundRobin(t *testing.T) {
+// startCounted starts a real server and a broker whose connections are
+// counted, and waits for its two sessions.
+func startCounted(t *testing.T) (*realServer, *broker.Broker, *countingDialer) {
+	t.Helper()
 	rs := startServer(t, server.Config{}, "127.0.0.1:0")
 	d := &countingDialer{}
 	cfg := testConfig(rs.Addr)
 	cfg.Dialer = d.Dial
 	b := newBroker(t, cfg)
 	eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 && rs.Stats().Sessions == 2 })
+	return rs, b, d
+}
+
+func TestReal_RoundRobin(t *testing.T) {
+	rs, b, d := startCounted(t)
 	// The sessions' connections: a server that answers a version-2 HELLO
 	// with E(2) closes those, and the broker retries with version 1.
 	conns := d.open()
@@ -327,12 +335,7 @@ func TestReal_TLS(t *testing.T) {
 // connection is dialled); the other 20 are granted in turn, none of them
 // Indeterminate.
 func TestReal_V2CancelKeepsSession(t *testing.T) {
-	rs := startServer(t, server.Config{}, "127.0.0.1:0")
-	d := &countingDialer{}
-	cfg := testConfig(rs.Addr)
-	cfg.Dialer = d.Dial
-	b := newBroker(t, cfg)
-	eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 && rs.Stats().Sessions == 2 })
+	rs, b, d := startCounted(t)
 	dials := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.conns) }
 	dialled := dials()
 

@@ -82,12 +82,14 @@ func (s *tlsStream) acceptLoop() {
 		select {
 		case s.slots <- struct{}{}:
 		default:
+			// Log before closing, so that the line exists by the time the
+			// stranger sees its connection end.
 			remote := c.RemoteAddr().String()
-			_ = c.Close()
 			s.fail.do(func(suppressed int) {
 				s.log.Warn("raft peer transport: too many handshakes in progress, connection refused",
 					"remote", remote, "max", cap(s.slots), "suppressed", suppressed)
 			})
+			_ = c.Close()
 			continue
 		}
 		s.wg.Add(1)
@@ -104,7 +106,6 @@ func (s *tlsStream) handshake(raw net.Conn) {
 	cancel()
 	<-s.slots
 	if err != nil {
-		_ = raw.Close()
 		if s.ctx.Err() == nil {
 			remote := raw.RemoteAddr().String()
 			s.fail.do(func(suppressed int) {
@@ -112,6 +113,7 @@ func (s *tlsStream) handshake(raw net.Conn) {
 					"remote", remote, "error", err, "suppressed", suppressed)
 			})
 		}
+		_ = raw.Close()
 		return
 	}
 	c, ok := s.conns.track(tc)

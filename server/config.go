@@ -156,6 +156,11 @@ type Config struct {
 	// contract.)
 	OwnedReleaseOnly bool
 
+	// Cluster, if non-nil, makes the server a node of a Raft cluster (see
+	// ClusterConfig): only the leader serves, tokens come from the
+	// replicated counter, and the Raft state is kept in DataDir/raft.
+	Cluster *ClusterConfig
+
 	// OutputBuffer bounds the bytes of replies queued for one session that
 	// its peer has not read yet; a session that exceeds it is dropped.
 	// Default 1 MiB. (Addition to the agreed contract.)

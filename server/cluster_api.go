@@ -1,0 +1,131 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/raftnet"
+)
+
+// ClusterConfig makes a Server a node of a Raft cluster (Config.Cluster).
+// Only the leader serves: it answers HELLO with HELLO_OK (role leader),
+// every other node with NOT_ACTIVE (M) and the leader's Advertise address
+// as hint. Tokens come from the replicated state machine's counter, so the
+// token store of Config.DataDir is not used; the Raft log, stable store and
+// snapshots are kept in DataDir/raft.
+type ClusterConfig struct {
+	// NodeID names this node in the Raft configuration: 1 to 64 bytes of
+	// letters, digits, '.', '_' and '-'. Required.
+	NodeID string
+
+	// RaftListen is the host:port the Raft transport listens on. Required
+	// unless Transport is set.
+	RaftListen string
+
+	// RaftAdvertise is the host:port the other nodes dial to reach this
+	// one (it is the node's address in the Raft configuration). Default
+	// RaftListen; it must not be an unspecified address (0.0.0.0, ::).
+	RaftAdvertise string
+
+	// Advertise is the client address (host:port) the other nodes give as
+	// the NOT_ACTIVE hint while this node leads. Required; at most 255 bytes.
+	Advertise string
+
+	// Peers is the initial configuration (this node included) used to
+	// bootstrap a node that has no Raft state yet; a node with state
+	// ignores it. Empty: a node without state waits to be added by the
+	// leader (ticketingd cluster add).
+	Peers []Peer
+
+	// PeerTLS, if non-nil, secures the Raft transport with mutual TLS
+	// against the cluster CA (see package raftnet); nil means plain TCP,
+	// and New logs a warning.
+	PeerTLS *raftnet.PeerTLS
+
+	// HeartbeatTimeout and ElectionTimeout are Raft's (defaults
+	// DefaultRaftHeartbeat and DefaultRaftElection). A new leader restarts
+	// every lease at its full lease_s plus ElectionTimeout.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+
+	// For tests: an in-memory transport and stores instead of RaftListen
+	// and DataDir/raft.
+	transport raft.Transport
+	stores    *raftStores
+}
+
+// Peer is one node of a cluster's initial configuration.
+type Peer struct {
+	ID      string // the node's NodeID
+	Address string // its RaftAdvertise address
+}
+
+// Defaults of ClusterConfig.
+const (
+	DefaultRaftHeartbeat = 500 * time.Millisecond
+	DefaultRaftElection  = 500 * time.Millisecond
+)
+
+// ClusterStatus is a cluster node's view of the cluster (Server.ClusterStatus).
+type ClusterStatus struct {
+	NodeID          string          `json:"node_id"`
+	State           string          `json:"state"`            // Raft state: Leader, Follower, Candidate, Shutdown
+	Serving         bool            `json:"serving"`          // this node serves clients (the leader, once it restarted the leases)
+	Leader          string          `json:"leader"`           // the leader's NodeID, as this node knows it; empty if none
+	LeaderAddress   string          `json:"leader_address"`   // its Raft address
+	LeaderAdvertise string          `json:"leader_advertise"` // its client address (the M hint)
+	Term            uint64          `json:"term"`
+	CommitIndex     uint64          `json:"commit_index"`
+	AppliedIndex    uint64          `json:"applied_index"`
+	LastLogIndex    uint64          `json:"last_log_index"`
+	LeaderChanges   uint64          `json:"leader_changes"` // leader changes this node has seen since it started
+	Servers         []ClusterMember `json:"servers"`        // the Raft configuration
+}
+
+// ClusterMember is one server of the Raft configuration.
+type ClusterMember struct {
+	ID        string `json:"id"`
+	Address   string `json:"address"`   // Raft address
+	Suffrage  string `json:"suffrage"`  // Voter, Nonvoter, Staging
+	Advertise string `json:"advertise"` // client address, once the node has led or joined (empty if unknown)
+	Leader    bool   `json:"leader"`
+}
+
+// ErrNotCluster is returned by the cluster methods of a Server that is not
+// a cluster node.
+var ErrNotCluster = errors.New("server: not a cluster node")
+
+// NotLeaderError is returned by a cluster change (AddVoter, RemoveServer)
+// made on a node that is not the leader. errors.Is(err, ErrNotLeader).
+type NotLeaderError struct {
+	Leader        string // the leader's NodeID, if known
+	LeaderAddress string // its Raft address
+}
+
+// ErrNotLeader matches a NotLeaderError.
+var ErrNotLeader = errors.New("server: not the cluster leader")
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "server: not the cluster leader (no leader known)"
+	}
+	return fmt.Sprintf("server: not the cluster leader (the leader is %s at %s)", e.Leader, e.LeaderAddress)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// The cluster methods of a Server (implemented in cluster.go):
+//
+//	func (s *Server) ClusterStatus() (ClusterStatus, error)                 // ErrNotCluster in standalone
+//	func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error // on the leader; NotLeaderError elsewhere
+//	func (s *Server) RemoveServer(ctx context.Context, id string) error     // on the leader; NotLeaderError elsewhere
+
+// raftStores are the Raft stores of a node (tests: in-memory ones).
+type raftStores struct {
+	log    raft.LogStore
+	stable raft.StableStore
+	snaps  raft.SnapshotStore
+}

@@ -26,7 +26,8 @@ import (
 )
 
 type options struct {
-	addr       string
+	addrs      []string      // --addr: one server, or the nodes of a cluster
+	findWait   time.Duration // several addresses: how long to look for the serving node
 	token      string
 	mode       string
 	clients    int
@@ -46,7 +47,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("ticketing-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.addr, "addr", "", "server `address`; empty starts an in-process server on a temporary data dir")
+	fs.Var(addrList{&o.addrs}, "addr", "server `address`; a comma-separated list (the flag may be repeated) names the nodes of a cluster, and the sessions go to the one that serves (HELLO_OK), following NOT_ACTIVE hints to listed addresses; none starts an in-process server on a temporary data dir")
+	fs.DurationVar(&o.findWait, "find-wait", 10*time.Second, "with several --addr: how long to look for the serving node while none serves (a cluster electing its leader)")
 	fs.StringVar(&o.token, "token", "", "client `token` for HELLO")
 	fs.StringVar(&o.mode, "mode", "uncontended", "uncontended (a key per client), contended (one key) or hold (--locks held locks, then RSS)")
 	fs.IntVar(&o.clients, "clients", 64, "concurrent clients")
@@ -90,7 +92,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.locks < 1 || o.window < 1 {
 		return nil, fmt.Errorf("--locks and --window must be >= 1")
 	}
-	if o.serverPID != 0 && o.addr == "" {
+	if o.findWait < 0 {
+		return nil, fmt.Errorf("invalid --find-wait %v", o.findWait)
+	}
+	if o.serverPID != 0 && len(o.addrs) == 0 {
 		return nil, fmt.Errorf("--server-pid needs --addr (the in-process server's RSS is this process's)")
 	}
 	return o, nil
@@ -99,7 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // result is what one run reports; it is also the --json output.
 type result struct {
 	Mode         string          `json:"mode"`
-	Addr         string          `json:"addr"`
+	Addr         string          `json:"addr"`            // the server the sessions went to
+	Addrs        []string        `json:"addrs,omitempty"` // several --addr: the cluster's nodes
 	InProcess    bool            `json:"in_process_server"`
 	Clients      int             `json:"clients"`
 	TargetRate   float64         `json:"target_rate,omitempty"`
@@ -174,9 +180,12 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 		defer pprof.StopCPUProfile()
 	}
 
-	addr := o.addr
+	var addr string
+	if len(o.addrs) == 1 {
+		addr = o.addrs[0]
+	}
 	var srv *server.Server
-	if addr == "" {
+	if len(o.addrs) == 0 {
 		dir, err := os.MkdirTemp("", "ticketing-bench-")
 		if err != nil {
 			return nil, err
@@ -214,7 +223,15 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 			c.close()
 		}
 	}()
-	for range o.conns {
+	if len(o.addrs) > 1 {
+		serving, c, err := findServing(ctx, o.addrs, o.token, clk, o.findWait)
+		if err != nil {
+			return nil, err
+		}
+		addr = serving
+		conns = append(conns, c)
+	}
+	for len(conns) < o.conns {
 		c, err := dialMux(addr, o.token, clk)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -224,6 +241,9 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 
 	res = &result{Mode: o.mode, Addr: addr, InProcess: srv != nil, Clients: o.clients, Conns: o.conns, TargetRate: o.rate,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	if len(o.addrs) > 1 {
+		res.Addrs = o.addrs
+	}
 	ping, err := pingRTT(conns[0], clk, 2000)
 	if err != nil {
 		return nil, err
@@ -458,7 +478,7 @@ func runHold(o *options, conns []*muxConn, clk *clock, srv *server.Server, res *
 	res.Hold = hr
 	readRSS := func() (rss, peak int64, err error) { return procRSS("self") }
 	hr.RSSSource = "in-process: /proc/self/status (bench client and server together)"
-	if o.addr != "" {
+	if len(o.addrs) > 0 {
 		if o.serverPID == 0 {
 			hr.RSSSource = "none (pass --server-pid to read the server's RSS)"
 			readRSS = func() (int64, int64, error) { return 0, 0, nil }
@@ -592,6 +612,9 @@ func printHuman(w io.Writer, r *result) {
 	where := r.Addr
 	if r.InProcess {
 		where = "in-process server on " + r.Addr
+	}
+	if len(r.Addrs) > 1 {
+		where = fmt.Sprintf("%s (the serving node of %s)", r.Addr, strings.Join(r.Addrs, ","))
 	}
 	fmt.Fprintf(w, "mode %s: %d clients over %d sessions, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
 	lat := func(name string, s *latencySummary) {

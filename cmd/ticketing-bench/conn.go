@@ -72,10 +72,10 @@ func dialMux(addr, token string, clk *clock) (*muxConn, error) {
 	case wire.TypeHelloOK:
 	case wire.TypeError:
 		c.Close()
-		return nil, fmt.Errorf("HELLO refused: E(%d) %s: %s", r.Code, wire.CodeName(r.Code), r.Msg)
+		return nil, &helloRefusedError{code: r.Code, name: wire.CodeName(r.Code), msg: string(r.Msg)}
 	case wire.TypeNotActive:
 		c.Close()
-		return nil, fmt.Errorf("HELLO refused: node not active (hint %q)", r.Hint)
+		return nil, &notActiveError{hint: string(r.Hint)}
 	default:
 		c.Close()
 		return nil, fmt.Errorf("HELLO: unexpected reply %q", r.Type)
@@ -175,6 +175,11 @@ func (m *muxConn) readLoop(fr *wire.Reader) {
 		}
 		if r.Type == wire.TypeError {
 			m.fail(fmt.Errorf("server error E(%d) %s: %s", r.Code, wire.CodeName(r.Code), r.Msg))
+			return
+		}
+		if r.Type == wire.TypeNotActive {
+			// The node stopped serving (a leader change): M with req_id 0.
+			m.fail(fmt.Errorf("node stopped serving (hint %q)", r.Hint))
 			return
 		}
 		m.mu.Lock()

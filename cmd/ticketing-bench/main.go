@@ -13,12 +13,20 @@
 // as the real broker does (two sessions per address). With no --addr the
 // tool starts an in-process server on a temporary data directory.
 //
+// Given the nodes of a cluster (--addr a,b,c, or --addr repeated), the tool
+// finds the serving node: it dials the nodes in order, follows a NOT_ACTIVE
+// (M) hint to the hinted node when that node is in the list, and uses the
+// first node that answers HELLO_OK; while none serves (an election) it tries
+// again for up to --find-wait. Every session goes to the serving node; a
+// leader change during the run ends it with an error.
+//
 // Examples:
 //
 //	ticketing-bench --mode uncontended --clients 64 --conns 2 --duration 10s
 //	ticketing-bench --mode contended --clients 64
 //	ticketing-bench --mode hold --locks 1000000
 //	ticketing-bench --addr 127.0.0.1:5225 --token "$TOKEN" --mode hold --server-pid "$(pidof ticketingd)"
+//	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --mode contended --clients 16
 package main
 
 import (

@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/version"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+type options struct {
+	mode         string
+	clients      int
+	conns        int
+	members      int
+	endpoints    []string
+	allEndpoints bool
+	duration     time.Duration
+	warmup       time.Duration
+	lease        time.Duration
+	jsonOut      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	var endpoints string
+	fs := flag.NewFlagSet("etcd-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", "uncontended", "uncontended (a key per client) or contended (one key)")
+	fs.IntVar(&o.clients, "clients", 64, "concurrent clients, each with its own concurrency.Session")
+	fs.IntVar(&o.conns, "conns", 2, "clientv3 clients (gRPC connections) the clients' sessions are spread over")
+	fs.IntVar(&o.members, "members", 3, "members of the etcd cluster the tool starts (1 or 3)")
+	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client `URLs` of a running etcd cluster; empty starts one (--members)")
+	fs.BoolVar(&o.allEndpoints, "all-endpoints", false, "give the clients every member's URL (default: the leader's only)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured run time")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured run time before --duration")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "TTL of each client's session lease (whole seconds)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.mode {
+	case "uncontended", "contended":
+	default:
+		return nil, fmt.Errorf("invalid --mode %q: want uncontended or contended", o.mode)
+	}
+	if o.clients < 1 || o.conns < 1 {
+		return nil, fmt.Errorf("--clients and --conns must be >= 1")
+	}
+	o.conns = min(o.conns, o.clients)
+	if o.members != 1 && o.members != 3 {
+		return nil, fmt.Errorf("invalid --members %d: want 1 or 3", o.members)
+	}
+	if endpoints != "" {
+		for _, e := range strings.Split(endpoints, ",") {
+			if e = strings.TrimSpace(e); e == "" {
+				return nil, fmt.Errorf("empty URL in --endpoints %q", endpoints)
+			}
+			o.endpoints = append(o.endpoints, e)
+		}
+	}
+	if o.duration <= 0 || o.warmup < 0 {
+		return nil, fmt.Errorf("--duration must be > 0 and --warmup >= 0")
+	}
+	if o.lease < time.Second || o.lease%time.Second != 0 {
+		return nil, fmt.Errorf("invalid --lease %v: whole seconds, at least 1 s", o.lease)
+	}
+	return o, nil
+}
+
+// result is what one run reports; it is also the --json output. The
+// fields shared with ticketing-bench have its names.
+type result struct {
+	Mode         string          `json:"mode"`
+	Addr         string          `json:"addr"`    // the endpoints the clients used
+	Members      int             `json:"members"` // of the cluster the tool started; 0 with --endpoints
+	Etcd         string          `json:"etcd"`    // the etcd version the tool was built with
+	Fsync        bool            `json:"fsync"`   // the started members fsync (always, unless --endpoints)
+	Clients      int             `json:"clients"` // each with its own session
+	Conns        int             `json:"conns"`   // clientv3 clients
+	GOMAXPROCS   int             `json:"gomaxprocs"`
+	Seconds      float64         `json:"seconds"`
+	Cycles       uint64          `json:"cycles"`
+	CyclesPerSec float64         `json:"cycles_per_sec"`
+	Acquire      *latencySummary `json:"acquire,omitempty"`
+	Cycle        *latencySummary `json:"acquire_release,omitempty"`
+	Handoff      *latencySummary `json:"handoff,omitempty"`
+	Host         *hostLoad       `json:"host,omitempty"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "etcd-bench: %v\n", err)
+		return 2
+	}
+	res, err := bench(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "etcd-bench: %v\n", err)
+		return 1
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else {
+		printHuman(stdout, res)
+	}
+	return 0
+}
+
+func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
+	res := &result{Mode: o.mode, Etcd: version.Version, Clients: o.clients, Conns: o.conns, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	endpoints := o.endpoints
+	if len(endpoints) == 0 {
+		c, err := startCluster(ctx, o.members, stderr, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stop()
+		endpoints = c.clientURL
+		res.Members, res.Fsync = o.members, true
+	}
+	if !o.allEndpoints {
+		leader, err := findLeader(ctx, endpoints)
+		if err != nil {
+			return nil, err
+		}
+		endpoints = []string{leader}
+	}
+	res.Addr = strings.Join(endpoints, ",")
+
+	clis := make([]*clientv3.Client, 0, o.conns)
+	defer func() {
+		for _, c := range clis {
+			_ = c.Close()
+		}
+	}()
+	for range o.conns {
+		c, err := newClient(ctx, endpoints)
+		if err != nil {
+			return nil, err
+		}
+		clis = append(clis, c)
+	}
+	sessions := make([]*concurrency.Session, 0, o.clients)
+	defer func() {
+		// Close revokes each lease: no key is left behind.
+		for _, s := range sessions {
+			_ = s.Close()
+		}
+	}()
+	for i := range o.clients {
+		s, err := concurrency.NewSession(clis[i%len(clis)], concurrency.WithTTL(int(o.lease/time.Second)), concurrency.WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("session: %w", err)
+		}
+		sessions = append(sessions, s)
+	}
+
+	cpu0, wait0 := schedstat()
+	if err := runCycles(ctx, o, sessions, res); err != nil {
+		return nil, err
+	}
+	cpu1, wait1 := schedstat()
+	res.Host = &hostLoad{CPUSeconds: (cpu1 - cpu0).Seconds(), RunqWaitSeconds: (wait1 - wait0).Seconds(), LoadAvg1: loadAvg()}
+	return res, nil
+}
+
+func newClient(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return c, nil
+}
+
+// findLeader returns the client URL of the cluster's leader, asking every
+// member (an election may still be going on: it asks again for up to 30 s).
+func findLeader(ctx context.Context, endpoints []string) (string, error) {
+	c, err := newClient(ctx, endpoints)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var errs []error
+		for _, ep := range endpoints {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			st, err := c.Status(sctx, ep)
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+				continue
+			}
+			if st.Leader != 0 && st.Leader == st.Header.MemberId {
+				return ep, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no etcd leader among %s: %w", strings.Join(endpoints, ","), errors.Join(errs...))
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+type clientStats struct {
+	acq, cycle, handoff hist
+	cycles              uint64
+}
+
+// runCycles runs the workload: each client loops Lock, then Unlock, on
+// its own key (uncontended) or on the shared one (contended).
+func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session, res *result) error {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	contended := o.mode == "contended"
+	start := time.Now()
+	now := func() time.Duration { return time.Since(start) }
+	measureFrom := o.warmup
+	end := measureFrom + o.duration
+	var lastRelease atomic.Int64 // contended: when the holder called Unlock
+	var holders atomic.Int32     // contended: clients holding the shared key; more than 1 is a bug
+
+	stats := make([]clientStats, len(sessions))
+	errs := make(chan error, len(sessions))
+	var wg sync.WaitGroup
+	for i, s := range sessions {
+		wg.Go(func() {
+			st := &stats[i]
+			key := fmt.Sprintf("/bench-%s-%d", id, i)
+			if contended {
+				key = "/bench-" + id + "-hot"
+			}
+			m := concurrency.NewMutex(s, key)
+			for {
+				t0 := now()
+				if t0 >= end || ctx.Err() != nil {
+					return
+				}
+				measured := t0 >= measureFrom
+				lctx, cancel := ctx, context.CancelFunc(func() {})
+				if contended {
+					lctx, cancel = context.WithTimeout(ctx, 60*time.Second) // ticketing-bench's wait_s
+				}
+				err := m.Lock(lctx)
+				cancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					errs <- fmt.Errorf("Lock: %w", err)
+					return
+				}
+				t1 := now()
+				if contended {
+					if n := holders.Add(1); n != 1 {
+						errs <- fmt.Errorf("mutual exclusion broken: %d holders of %s", n, key)
+						return
+					}
+					if rel := lastRelease.Load(); rel > 0 && measured {
+						st.handoff.record(t1 - time.Duration(rel))
+					}
+					holders.Add(-1)
+					lastRelease.Store(int64(now()))
+				}
+				if err := m.Unlock(context.WithoutCancel(ctx)); err != nil {
+					errs <- fmt.Errorf("Unlock: %w", err)
+					return
+				}
+				t2 := now()
+				if measured {
+					st.acq.record(t1 - t0)
+					st.cycle.record(t2 - t0)
+					st.cycles++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	elapsed := min(now(), end) - measureFrom
+	var acq, cyc, hand hist
+	for i := range stats {
+		st := &stats[i]
+		acq.merge(&st.acq)
+		cyc.merge(&st.cycle)
+		hand.merge(&st.handoff)
+		res.Cycles += st.cycles
+	}
+	res.Seconds = elapsed.Seconds()
+	if res.Seconds > 0 {
+		res.CyclesPerSec = float64(res.Cycles) / res.Seconds
+	}
+	a, c := acq.summary(), cyc.summary()
+	res.Acquire, res.Cycle = &a, &c
+	if contended {
+		h := hand.summary()
+		res.Handoff = &h
+	}
+	return nil
+}
+
+// printHuman prints r in ticketing-bench's format.
+func printHuman(w io.Writer, r *result) {
+	where := "etcd " + r.Etcd + " at " + r.Addr
+	if r.Members > 0 {
+		where = fmt.Sprintf("%d-member etcd %s (member subprocesses, fsync on), clients to %s", r.Members, r.Etcd, r.Addr)
+	}
+	fmt.Fprintf(w, "mode %s: %d clients (a session each) over %d connections, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
+	lat := func(name string, s *latencySummary) {
+		if s == nil || s.Count == 0 {
+			return
+		}
+		fmt.Fprintf(w, "  %-16s p50 %8.1f µs  p90 %8.1f µs  p99 %8.1f µs  p99.9 %8.1f µs  max %9.1f µs  (n=%d)\n",
+			name, s.P50US, s.P90US, s.P99US, s.P999US, s.MaxUS, s.Count)
+	}
+	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)\n", r.Cycles, r.Seconds, r.CyclesPerSec)
+	lat("acquire", r.Acquire)
+	lat("acquire+release", r.Cycle)
+	lat("hand-off", r.Handoff)
+	if h := r.Host; h != nil {
+		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
+			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
+	}
+}
+
+// hostLoad is what else was going on, as in ticketing-bench: this
+// process's CPU time (the client's only: the members are other
+// processes), the time its threads waited for a CPU, the load average.
+type hostLoad struct {
+	CPUSeconds      float64 `json:"process_cpu_seconds"`
+	RunqWaitSeconds float64 `json:"runqueue_wait_seconds"`
+	LoadAvg1        float64 `json:"loadavg_1m"`
+}
+
+func schedstat() (cpu, wait time.Duration) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, 0
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) >= 2 {
+			c, _ := strconv.ParseInt(f[0], 10, 64)
+			w, _ := strconv.ParseInt(f[1], 10, 64)
+			cpu += time.Duration(c)
+			wait += time.Duration(w)
+		}
+	}
+	return cpu, wait
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

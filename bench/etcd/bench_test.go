@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain is also the member subprocess: the tool starts members by
+// running its own executable, which in a test is the test binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) != "" {
+		os.Exit(runMember(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runJSON(t *testing.T, args ...string) *result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), append(args, "--json"), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var r result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	return &r
+}
+
+// A real etcd member (a subprocess) and both workloads.
+func TestBenchOneMember(t *testing.T) {
+	r := runJSON(t, "--members", "1", "--mode", "uncontended", "--clients", "4", "--duration", "300ms", "--warmup", "0")
+	if r.Cycles == 0 || r.CyclesPerSec <= 0 || r.Acquire.Count != r.Cycles || r.Cycle.P99US < r.Cycle.P50US || r.Handoff != nil {
+		t.Fatalf("uncontended: %+v", r)
+	}
+	if r.Members != 1 || !r.Fsync || r.Etcd != "3.7.3" || !strings.HasPrefix(r.Addr, "http://127.0.0.1:") {
+		t.Errorf("uncontended: %+v", r)
+	}
+	r = runJSON(t, "--members", "1", "--mode", "contended", "--clients", "4", "--duration", "300ms", "--warmup", "0")
+	if r.Cycles == 0 || r.Handoff == nil || r.Handoff.Count == 0 {
+		t.Fatalf("contended: %+v", r)
+	}
+}
+
+// Three members: the clients go to the leader, or with --all-endpoints to
+// every member; the human output has ticketing-bench's lines.
+func TestBenchThreeMembers(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(t.Context(), []string{"--members", "3", "--mode", "contended", "--clients", "4", "--duration", "300ms", "--warmup", "0", "--all-endpoints"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"3-member etcd 3.7.3 (member subprocesses, fsync on)", " cycles/s (acquire+release)", "  hand-off ", "  acquire+release  p50 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "http://127.0.0.1:"); n != 3 {
+		t.Errorf("--all-endpoints: %d URLs in the output, want 3:\n%s", n, out.String())
+	}
+	if errb.Len() != 0 {
+		t.Errorf("stderr: %s", errb.String())
+	}
+}
+
+// A member whose client port another process holds fails to start and
+// says so (exit 1), rather than serving on a port it does not have.
+func TestMemberFailsOnTakenPort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports, err := freePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	var out, errb bytes.Buffer
+	code := runMember([]string{"--name", "m1", "--dir", t.TempDir(), "--peer-url", peer,
+		"--client-url", "http://" + taken.Addr().String(), "--initial-cluster", "m1=" + peer}, &out, &errb)
+	if code != 1 || out.String() != "" || !strings.Contains(errb.String(), "address already in use") {
+		t.Errorf("exit %d, stdout %q, stderr %s", code, out.String(), errb.String())
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	for _, args := range [][]string{{"--mode", "hold"}, {"--members", "2"}, {"--clients", "0"}, {"--lease", "1500ms"}, {"--endpoints", "a,,b"}, {"extra"}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, %s", args, code, errb.String())
+		}
+	}
+}
+
+// hist.go is a copy of ticketing-bench's, so that both tools compute
+// quantiles alike; this keeps the copy exact.
+func TestHistIsTicketingBenchs(t *testing.T) {
+	ours, err := os.ReadFile("hist.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := os.ReadFile(filepath.Join("..", "..", "cmd", "ticketing-bench", "hist.go"))
+	if err != nil {
+		t.Skipf("ticketing-bench's hist.go not beside this module: %v", err)
+	}
+	if !bytes.Equal(ours, theirs) {
+		t.Error("hist.go differs from cmd/ticketing-bench/hist.go: copy it again")
+	}
+}

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# bench/compare.sh: issue 12's benchmark figures in one run. Builds
+# ticketingd, ticketing-bench and etcd-bench (bench/etcd, a module of its
+# own), then runs, in alternating rounds, the same workloads against
+#
+#   standalone  one ticketingd process on a temporary data dir
+#   cluster     three ticketingd processes: serve --cluster on loopback
+#               (plain TCP between the nodes), ticketing-bench given all
+#               three addresses finds the leader
+#   etcd        a 3-member etcd v3.7.3 (etcd-bench starts the members as
+#               subprocesses, fsync on; concurrency.Mutex)
+#
+# with both workloads: uncontended (UNC_CLIENTS clients, a key each) and
+# contended (CON_CLIENTS clients, one key). Every run gets a fresh deployment.
+# A round runs each workload against each target back to back, so the runs
+# that are compared are close in time on a shared machine. At the end it
+# prints every run's cycles/s and acquire+release p50/p99, the median
+# cycles/s per target and workload, and the ratios cluster/standalone and
+# cluster/etcd of the medians.
+#
+# Settings (environment):
+#   ROUNDS=3 DURATION=10s WARMUP=500ms UNC_CLIENTS=64 CON_CLIENTS=16 CONNS=2
+#   TARGETS="standalone cluster etcd"   a subset runs only those
+#   OUT=DIR                             keep every run's JSON and logs in DIR
+#
+# Example:  ROUNDS=3 DURATION=10s bench/compare.sh
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-500ms}
+UNC_CLIENTS=${UNC_CLIENTS:-64}
+CON_CLIENTS=${CON_CLIENTS:-16}
+CONNS=${CONNS:-2}
+TARGETS=${TARGETS:-standalone cluster etcd}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/ticketing-compare.XXXXXX")
+out=${OUT:-$work/out}
+mkdir -p "$out" "$work/bin"
+
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+say() { printf '%s\n' "$*" >&2; }
+
+say "building into $work/bin"
+(cd "$root" && go build -o "$work/bin/ticketingd" ./cmd/ticketingd && go build -o "$work/bin/ticketing-bench" ./cmd/ticketing-bench)
+(cd "$root/bench/etcd" && go build -o "$work/bin/etcd-bench" .)
+
+# free_port prints a loopback port nothing listens on (and that this script
+# has not handed out yet).
+used_ports=" "
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 30000))
+    case $used_ports in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      used_ports+="$p "
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# wait_listening LOG PID: until the node logged that it accepts connections.
+wait_listening() {
+  local log=$1 pid=$2
+  for _ in $(seq 1 300); do
+    if grep -q 'msg=listening' "$log" 2>/dev/null; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      say "ticketingd exited early:"; cat "$log" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  say "ticketingd not listening after 30 s:"; cat "$log" >&2
+  return 1
+}
+
+# stop_nodes: SIGTERM every started node, wait for each.
+stop_nodes() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+# start_standalone: one ticketingd; sets addrs.
+start_standalone() {
+  local tag=$1 port dir log
+  port=$(free_port)
+  dir="$work/data-$tag"
+  log="$out/$tag.log"
+  "$work/bin/ticketingd" serve --listen "127.0.0.1:$port" --data-dir "$dir" --log-level warn >"$log" 2>&1 &
+  pids+=($!)
+  # The listening line is logged at info; at warn, wait for the port.
+  for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then say "ticketingd exited early:"; cat "$log" >&2; return 1; fi
+    sleep 0.1
+  done
+  addrs="127.0.0.1:$port"
+}
+
+# start_cluster: three ticketingd nodes, serve --cluster; sets addrs.
+start_cluster() {
+  local tag=$1 i peers="" list=""
+  local -a cport rport
+  for i in 1 2 3; do
+    cport[i]=$(free_port)
+    rport[i]=$(free_port)
+    peers+="${peers:+,}n$i=127.0.0.1:${rport[i]}"
+    list+="${list:+,}127.0.0.1:${cport[i]}"
+  done
+  for i in 1 2 3; do
+    local log="$out/$tag-n$i.log"
+    "$work/bin/ticketingd" serve --cluster --node-id "n$i" \
+      --listen "127.0.0.1:${cport[i]}" --advertise "127.0.0.1:${cport[i]}" \
+      --raft-listen "127.0.0.1:${rport[i]}" --peers "$peers" \
+      --data-dir "$work/data-$tag-n$i" --log-level info >"$log" 2>&1 &
+    pids+=($!)
+  done
+  for i in 1 2 3; do
+    wait_listening "$out/$tag-n$i.log" "${pids[i-1]}"
+  done
+  addrs=$list
+}
+
+# field FILE BLOCK KEY: KEY of the JSON object BLOCK ("" for the top level)
+# in ticketing-bench's / etcd-bench's indented --json output.
+field() {
+  awk -v block="$2" -v key="$3" '
+    block == "" && $0 ~ "^  \"" key "\":" { v = $2; sub(/,$/, "", v); print v; exit }
+    block != "" && $0 ~ "^  \"" block "\": \\{" { inb = 1; next }
+    inb && /^  }/ { inb = 0 }
+    inb && $0 ~ "\"" key "\":" { v = $2; sub(/,$/, "", v); print v; exit }
+  ' "$1"
+}
+
+# run_one ROUND TARGET WORKLOAD
+run_one() {
+  local round=$1 target=$2 workload=$3 clients json tag
+  clients=$UNC_CLIENTS
+  [ "$workload" = contended ] && clients=$CON_CLIENTS
+  tag="r$round-$target-$workload"
+  json="$out/$tag.json"
+  case $target in
+    standalone | cluster)
+      "start_$target" "$tag"
+      "$work/bin/ticketing-bench" --addr "$addrs" --find-wait 30s --mode "$workload" \
+        --clients "$clients" --conns "$CONNS" --duration "$DURATION" --warmup "$WARMUP" --json >"$json" 2>"$out/$tag.err" ||
+        { say "ticketing-bench failed ($tag):"; cat "$out/$tag.err" >&2; stop_nodes; return 1; }
+      stop_nodes
+      ;;
+    etcd)
+      "$work/bin/etcd-bench" --members 3 --mode "$workload" --clients "$clients" --conns "$CONNS" \
+        --duration "$DURATION" --warmup "$WARMUP" --json >"$json" 2>"$out/$tag.err" ||
+        { say "etcd-bench failed ($tag):"; cat "$out/$tag.err" >&2; return 1; }
+      ;;
+    *) say "unknown target $target"; return 1 ;;
+  esac
+  local cps p50 p99
+  cps=$(field "$json" "" cycles_per_sec)
+  p50=$(field "$json" acquire_release p50_us)
+  p99=$(field "$json" acquire_release p99_us)
+  printf '%s %s %s %s %s %s\n' "$workload" "$target" "$round" "$cps" "$p50" "$p99" >>"$work/results"
+  say "$(printf 'round %s  %-11s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs' "$round" "$target" "$workload" "$cps" "$p50" "$p99")"
+}
+
+: >"$work/results"
+for round in $(seq 1 "$ROUNDS"); do
+  for workload in uncontended contended; do
+    for target in $TARGETS; do
+      run_one "$round" "$target" "$workload"
+    done
+  done
+done
+
+# median WORKLOAD TARGET COLUMN
+median() {
+  awk -v w="$1" -v t="$2" -v c="$3" '$1 == w && $2 == t { print $c }' "$work/results" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+echo
+echo "ticketing vs etcd: median of $ROUNDS alternating rounds, $DURATION each ($(nproc) CPUs, $(date -u +%FT%TZ))"
+printf '%-12s %-11s %8s %14s %14s %14s\n' workload target clients "cycles/s" "p50 µs" "p99 µs"
+for workload in uncontended contended; do
+  clients=$UNC_CLIENTS
+  [ "$workload" = contended ] && clients=$CON_CLIENTS
+  for target in $TARGETS; do
+    printf '%-12s %-11s %8s %14.0f %14.1f %14.1f\n' "$workload" "$target" "$clients" \
+      "$(median "$workload" "$target" 4)" "$(median "$workload" "$target" 5)" "$(median "$workload" "$target" 6)"
+  done
+done
+echo
+ratio() { # ratio WORKLOAD A B: median cycles/s of A over B's
+  local a b
+  a=$(median "$1" "$2" 4)
+  b=$(median "$1" "$3" 4)
+  if [ -z "$a" ] || [ -z "$b" ]; then return; fi
+  awk -v a="$a" -v b="$b" -v w="$1" -v n="$2/$3" 'BEGIN { if (b > 0) printf "%-12s %-22s %8.2f×\n", w, n, a / b }'
+}
+for workload in uncontended contended; do
+  ratio "$workload" cluster standalone
+  ratio "$workload" cluster etcd
+  ratio "$workload" standalone etcd
+done
+if [ -n "${OUT:-}" ]; then echo "runs' JSON and logs in $out"; fi

@@ -22,6 +22,7 @@
 #   ROUNDS=3 DURATION=10s WARMUP=500ms UNC_CLIENTS=64 CON_CLIENTS=16 CONNS=2
 #   TARGETS="standalone cluster etcd"   a subset runs only those
 #   OUT=DIR                             keep every run's JSON and logs in DIR
+#   TICKETINGD=PATH                     use this ticketingd binary instead of building one
 #
 # Example:  ROUNDS=3 DURATION=10s bench/compare.sh
 set -euo pipefail
@@ -55,7 +56,12 @@ trap cleanup EXIT
 say() { printf '%s\n' "$*" >&2; }
 
 say "building into $work/bin"
-(cd "$root" && go build -o "$work/bin/ticketingd" ./cmd/ticketingd && go build -o "$work/bin/ticketing-bench" ./cmd/ticketing-bench)
+(cd "$root" && go build -o "$work/bin/ticketing-bench" ./cmd/ticketing-bench)
+if [ -n "${TICKETINGD:-}" ]; then
+  cp "$TICKETINGD" "$work/bin/ticketingd"
+else
+  (cd "$root" && go build -o "$work/bin/ticketingd" ./cmd/ticketingd)
+fi
 (cd "$root/bench/etcd" && go build -o "$work/bin/etcd-bench" .)
 
 # free_port prints a loopback port nothing listens on (and that this script

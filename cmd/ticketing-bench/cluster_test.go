@@ -221,3 +221,38 @@ func TestAddrList(t *testing.T) {
 		})
 	}
 }
+
+// A serving node that stops serving during the run (a leader change) ends
+// it with an error that says so, not with a protocol complaint.
+func TestBenchServingNodeStepsDown(t *testing.T) {
+	serving := startNode(t, server.Config{})
+	other := startNode(t, standby(serving.addr()))
+	type exit struct {
+		code int
+		err  string
+	}
+	done := make(chan exit, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := run(t.Context(), []string{"--addr", other.addr() + "," + serving.addr(), "--duration", "5m", "--warmup", "0", "--clients", "4"}, &out, &errb)
+		done <- exit{code, errb.String()}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for serving.srv.Stats().Grants == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no grant on the serving node after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := serving.srv.SetRole(server.RoleStandby, other.addr()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-done:
+		if e.code != 1 || !strings.Contains(e.err, "node stopped serving (hint \""+other.addr()+"\")") {
+			t.Errorf("exit %d: %s", e.code, e.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the run went on after the serving node stepped down")
+	}
+}

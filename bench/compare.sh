@@ -14,9 +14,9 @@
 # contended (CON_CLIENTS clients, one key). Every run gets a fresh deployment.
 # A round runs each workload against each target back to back, so the runs
 # that are compared are close in time on a shared machine. At the end it
-# prints every run's cycles/s and acquire+release p50/p99, the median
-# cycles/s per target and workload, and the ratios cluster/standalone and
-# cluster/etcd of the medians.
+# prints every run's cycles/s and acquire+release p50/p99, the medians per
+# target and workload (with the contended hand-off p50), and the ratios
+# cluster/standalone and cluster/etcd of the median cycles/s.
 #
 # Settings (environment):
 #   ROUNDS=3 DURATION=10s WARMUP=500ms UNC_CLIENTS=64 CON_CLIENTS=16 CONNS=2
@@ -176,12 +176,13 @@ run_one() {
       ;;
     *) say "unknown target $target"; return 1 ;;
   esac
-  local cps p50 p99
+  local cps p50 p99 hand
   cps=$(field "$json" "" cycles_per_sec)
   p50=$(field "$json" acquire_release p50_us)
   p99=$(field "$json" acquire_release p99_us)
-  printf '%s %s %s %s %s %s\n' "$workload" "$target" "$round" "$cps" "$p50" "$p99" >>"$work/results"
-  say "$(printf 'round %s  %-11s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs' "$round" "$target" "$workload" "$cps" "$p50" "$p99")"
+  hand=$(field "$json" handoff p50_us)
+  printf '%s %s %s %s %s %s %s\n' "$workload" "$target" "$round" "$cps" "$p50" "$p99" "${hand:-0}" >>"$work/results"
+  say "$(printf 'round %s  %-11s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs  hand-off p50 %9.1f µs' "$round" "$target" "$workload" "$cps" "$p50" "$p99" "${hand:-0}")"
 }
 
 : >"$work/results"
@@ -201,13 +202,15 @@ median() {
 
 echo
 echo "ticketing vs etcd: median of $ROUNDS alternating rounds, $DURATION each ($(nproc) CPUs, $(date -u +%FT%TZ))"
-printf '%-12s %-11s %8s %14s %14s %14s\n' workload target clients "cycles/s" "p50 µs" "p99 µs"
+printf '%-12s %-11s %8s %12s %12s %12s %14s\n' workload target clients "cycles/s" "p50 µs" "p99 µs" "hand-off p50"
 for workload in uncontended contended; do
   clients=$UNC_CLIENTS
   [ "$workload" = contended ] && clients=$CON_CLIENTS
   for target in $TARGETS; do
-    printf '%-12s %-11s %8s %14.0f %14.1f %14.1f\n' "$workload" "$target" "$clients" \
-      "$(median "$workload" "$target" 4)" "$(median "$workload" "$target" 5)" "$(median "$workload" "$target" 6)"
+    hand=-
+    [ "$workload" = contended ] && hand=$(printf '%.1f µs' "$(median "$workload" "$target" 7)")
+    printf '%-12s %-11s %8s %12.0f %12.1f %12.1f %14s\n' "$workload" "$target" "$clients" \
+      "$(median "$workload" "$target" 4)" "$(median "$workload" "$target" 5)" "$(median "$workload" "$target" 6)" "$hand"
   done
 done
 echo

@@ -113,11 +113,6 @@ type inflightEntry struct {
 	n  int
 }
 
-const (
-	maxEntryCommands = 4096
-	maxEntryBytes    = 1 << 20
-)
-
 // waiter deadlines of ACQUIREs granted at once (no wait).
 const noDeadline = math.MaxInt64
 
@@ -376,6 +371,7 @@ func (cl *cluster) leadership() {
 	defer cl.r.DeregisterObserver(o)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var lastLeader raft.ServerID
 	for {
 		select {
 		case <-cl.stop:
@@ -387,8 +383,11 @@ func (cl *cluster) leadership() {
 			} else {
 				cl.follow()
 			}
-		case <-obs:
-			cl.leaderChanges.Add(1)
+		case o := <-obs:
+			if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" && lo.LeaderID != lastLeader {
+				lastLeader = lo.LeaderID
+				cl.leaderChanges.Add(1)
+			}
 			if !cl.serving.Load() {
 				cl.follow()
 			}
@@ -469,11 +468,13 @@ func (cl *cluster) takeOver() {
 	}
 	s.held.Store(int64(len(hs)))
 	s.waiters.Store(0)
-	cl.active = true
-	cl.mu.Unlock()
+	// The proposer's queue takes the new stint before the first command
+	// can be queued (mu, then pmu, as in proposeLocked).
 	cl.pmu.Lock()
 	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, stint
 	cl.pmu.Unlock()
+	cl.active = true
+	cl.mu.Unlock()
 	cl.serving.Store(true)
 	if err := s.SetRole(RoleLeader, ""); err != nil {
 		s.log.Error("cluster: role change", "err", err)
@@ -503,10 +504,10 @@ func (cl *cluster) stopScheduler() {
 	cl.keys, cl.pending = nil, nil
 	cl.s.held.Store(0)
 	cl.s.waiters.Store(0)
-	cl.mu.Unlock()
 	cl.pmu.Lock()
 	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, 0
 	cl.pmu.Unlock()
+	cl.mu.Unlock()
 	if was {
 		cl.serving.Store(false)
 		cl.follow()
@@ -534,7 +535,6 @@ func (cl *cluster) proposeLocked(p *proposal, enc func(b []byte, seq uint64) []b
 // concurrent requests share one append and one fsync.
 func (cl *cluster) proposer() {
 	defer cl.wg.Done()
-	var buf []byte
 	for {
 		select {
 		case <-cl.stop:
@@ -547,12 +547,11 @@ func (cl *cluster) proposer() {
 				cl.pmu.Unlock()
 				break
 			}
-			// Cut the queue at a command boundary only at the end: the
-			// whole queue forms one entry (bounded by how fast requests
-			// arrive while one append runs).
-			n, stint := cl.pn, cl.pstint
-			buf = append(entryHeader(stint, n)[:0:0], entryHeader(stint, n)...)
-			buf = append(buf, cl.pbuf...)
+			// The whole queue forms one entry: what arrived while raft
+			// appended the previous ones (raft holds on to the bytes, so
+			// each entry is a new buffer).
+			n := cl.pn
+			buf := append(entryHeader(cl.pstint, n), cl.pbuf...)
 			cl.pbuf, cl.pn = cl.pbuf[:0], 0
 			cl.pmu.Unlock()
 			f := cl.r.Apply(buf, 0)

@@ -425,14 +425,15 @@ func TestClusterSnapshotInstallOnLaggingFollower(t *testing.T) {
 
 func TestClusterRestartsInEveryOrder(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	orders := [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}}
+	// Every start order (each after stopping all three in another).
+	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
 	var last uint64
 	c := tc.leaderSession(tc.leader())
 	last = c.acquireOK(2, owner(1), 0, 60, "kept")
 	kept := last
 	c.nc.Close()
 	for n, order := range orders {
-		for _, i := range order {
+		for _, i := range orders[(n+1)%len(orders)] {
 			tc.stop(i)
 		}
 		for _, i := range order {

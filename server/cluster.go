@@ -65,12 +65,11 @@ type cluster struct {
 	pending map[uint64]*proposal
 
 	// The proposer's queue: commands encoded for the next entry.
-	pmu     sync.Mutex
-	pbuf    []byte
-	pn      int
-	pstint  uint64
-	pwake   chan struct{}
-	futures chan inflightEntry
+	pmu    sync.Mutex
+	pbuf   []byte
+	pn     int
+	pstint uint64
+	pwake  chan struct{}
 
 	stop       chan struct{}
 	wg         sync.WaitGroup
@@ -105,12 +104,6 @@ type proposal struct {
 	rid  uint32
 	kind uint8 // Free: freeRelease, freeReleaseOwned, freeExpire
 	at   int64 // proposed (server clock)
-}
-
-type inflightEntry struct {
-	f  raft.ApplyFuture
-	at time.Time
-	n  int
 }
 
 // waiter deadlines of ACQUIREs granted at once (no wait).
@@ -205,7 +198,6 @@ func newCluster(s *Server) (*cluster, error) {
 		cfg:        cc,
 		fsm:        newClusterFSM(),
 		pwake:      make(chan struct{}, 1),
-		futures:    make(chan inflightEntry, 1024),
 		stop:       make(chan struct{}),
 		hintChange: make(chan struct{}, 1),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -226,17 +218,25 @@ func newCluster(s *Server) (*cluster, error) {
 	// Tokens continue above the configured floor, and above a standalone
 	// ceiling found in the data dir (a migration), whichever is higher.
 	floor := s.cfg.InitialToken
-	if b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, ceilingFile)); err == nil {
+	ceilPath := filepath.Join(s.cfg.DataDir, ceilingFile)
+	var imported uint64
+	switch b, err := os.ReadFile(ceilPath); {
+	case err == nil:
 		v, err := parseCeiling(b)
 		if err != nil {
-			return nil, fmt.Errorf("server: %s: a standalone token ceiling that cannot be read: %w", filepath.Join(s.cfg.DataDir, ceilingFile), err)
+			return nil, fmt.Errorf("server: %s: a standalone token ceiling that cannot be read: %w", ceilPath, err)
 		}
+		imported = v
 		if v > floor {
-			s.log.Info("cluster: tokens continue above the standalone ceiling found in the data dir", "ceiling", v)
 			floor = v
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("server: %s: %w", ceilPath, err)
 	}
 	cl.fsm.floor = floor
+	cl.fsm.lowFloor = func(last uint64) {
+		s.log.Error("cluster: this node's token floor (initial-token, or an imported standalone ceiling) is above the cluster's counter: the leader was started without it, and may issue tokens at or below it. Give every node the same initial-token", "floor", floor, "counter", last)
+	}
 
 	var logs raft.LogStore
 	var stable raft.StableStore
@@ -294,6 +294,15 @@ func newCluster(s *Server) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: raft state in %s: %w", s.cfg.DataDir, err)
 	}
+	if imported > 0 && !has {
+		// The ceiling is this node's alone: only this node's takeover can
+		// put it in the log. A cluster may start from it only with this
+		// node alone (the others added later, once its tokens are there).
+		if !(len(cc.Peers) == 1 && cc.Peers[0].ID == cc.NodeID) {
+			return nil, fmt.Errorf("server: %s holds a standalone token ceiling (%d): a cluster can start from it only on this node alone, so that its first leader is the node that knows it. Bootstrap this node with itself as the only peer, then add the others (ticketingd cluster add); or move the file aside and give every node initial-token %d", ceilPath, imported, imported)
+		}
+		s.log.Info("cluster: tokens continue above the standalone ceiling found in the data dir", "ceiling", imported)
+	}
 	if !has && len(cc.Peers) > 0 {
 		var conf raft.Configuration
 		for _, p := range cc.Peers {
@@ -314,13 +323,10 @@ func newCluster(s *Server) (*cluster, error) {
 		return nil, fmt.Errorf("server: start raft: %w", err)
 	}
 	cl.r = r
-	if cc.PeerTLS == nil && cc.transport == nil {
-		s.log.Warn("cluster: the Raft transport is plain TCP: anyone who can reach the raft address can join, vote and append; set the peer TLS certificate, key and CA", "raft_listen", cc.RaftListen)
-	}
-	cl.wg.Add(3)
+	// (Without PeerTLS, raftnet.New has logged its warning.)
+	cl.wg.Add(2)
 	go cl.leadership()
 	go cl.proposer()
-	go cl.watchFutures()
 	ok = true
 	return cl, nil
 }
@@ -348,6 +354,20 @@ func (cl *cluster) shutdown() {
 	}
 	cl.wg.Wait()
 	cl.closeResources()
+}
+
+// await waits for a raft future, or for the node to stop: a future still
+// queued when raft shuts down is never answered (hashicorp/raft#498), and
+// must not hang Close.
+func (cl *cluster) await(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-cl.stop:
+		return raft.ErrRaftShutdown
+	}
 }
 
 func (cl *cluster) signalHint() {
@@ -423,33 +443,29 @@ func (cl *cluster) follow() {
 // restart, then RoleLeader.
 func (cl *cluster) takeOver() {
 	start := time.Now()
-	if err := cl.r.Barrier(0).Error(); err != nil {
+	if err := cl.await(cl.r.Barrier(0)); err != nil {
 		cl.s.log.Info("cluster: barrier failed; not serving", "err", err)
 		return
 	}
+	var b [8]byte
+	rand.Read(b[:])
+	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
 	_, last, addrs := cl.fsm.holdingsNow()
-	var cmds []byte
-	n := 0
+	cmds, n := appendStint(nil, stint), 1
 	if cl.fsm.floor > last {
 		cmds, n = appendFloor(cmds, cl.fsm.floor), n+1
 	}
 	if addrs[cl.cfg.NodeID] != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
 	}
-	if n > 0 {
-		data := append(entryHeader(0, n), cmds...)
-		if err := cl.r.Apply(data, 0).Error(); err != nil {
-			cl.s.log.Info("cluster: takeover entry failed; not serving", "err", err)
-			return
-		}
+	if err := cl.await(cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
+		cl.s.log.Info("cluster: takeover entry failed; not serving", "err", err)
+		return
 	}
 	if cl.r.State() != raft.Leader {
 		return
 	}
 	hs, last, _ := cl.fsm.holdingsNow()
-	var b [8]byte
-	rand.Read(b[:])
-	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
 
 	s := cl.s
 	now := s.now()
@@ -554,33 +570,10 @@ func (cl *cluster) proposer() {
 			buf := append(entryHeader(cl.pstint, n), cl.pbuf...)
 			cl.pbuf, cl.pn = cl.pbuf[:0], 0
 			cl.pmu.Unlock()
-			f := cl.r.Apply(buf, 0)
-			select {
-			case cl.futures <- inflightEntry{f: f, at: time.Now(), n: n}:
-			case <-cl.stop:
-				return
-			}
-		}
-	}
-}
-
-// watchFutures waits for the entries in the order proposed: it measures
-// the commit latency and, when an entry fails (leadership lost), makes the
-// leadership loop step down.
-func (cl *cluster) watchFutures() {
-	defer cl.wg.Done()
-	for {
-		select {
-		case <-cl.stop:
-			return
-		case e := <-cl.futures:
-			if err := e.f.Error(); err != nil {
-				if !errors.Is(err, raft.ErrRaftShutdown) {
-					cl.s.log.Info("cluster: entry not committed by this leader", "commands", e.n, "err", err)
-				}
-				continue
-			}
-			cl.commitLatency.Observe(time.Since(e.at).Seconds())
+			// Not waited for: the apply of the entry answers its
+			// commands, and a leadership loss is seen on LeaderCh.
+			cl.r.Apply(buf, 0)
+			_ = n
 		}
 	}
 }
@@ -595,15 +588,22 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 		return
 	}
 	now := s.now()
+	observed := false
 	for _, r := range res {
 		p := cl.pending[r.seq]
 		if p == nil {
 			continue
 		}
 		delete(cl.pending, r.seq)
+		if !observed {
+			// The entry's first command was proposed first: its wait is
+			// the entry's commit latency.
+			cl.commitLatency.Observe(float64(now-p.at) / 1e9)
+			observed = true
+		}
 		ck := p.ck
 		if p.w != nil { // a Grant
-			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, now)
+			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, p.at, now)
 			continue
 		}
 		// A Free.
@@ -627,20 +627,22 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
 		}
 		if p.next != nil {
-			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, now)
+			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
 		} else if !ck.held && ck.q == nil && cl.keys[ck.key] == ck && len(ck.retries) == 0 {
 			delete(cl.keys, ck.key) // free and idle: forget it
 		}
 	}
 }
 
-// grantApplied completes the grant of ck to w (its ACQUIRE's reply).
-func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhausted bool, now int64) {
+// grantApplied completes the grant of ck to w (its ACQUIRE's reply),
+// proposed at proposed.
+func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhausted bool, proposed, now int64) {
 	s := cl.s
 	retries := ck.retries
 	ck.retries = nil
 	if !ok {
-		// No token left (MaxToken): the key stays free.
+		// No token left (MaxToken): the key stays free, and so would it
+		// for every waiter: they get B too, as in standalone.
 		ck.held = false
 		s.held.Add(-1)
 		if exhausted {
@@ -650,16 +652,31 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 		for _, rw := range retries {
 			rw.c.replySimpleQueued(wire.TypeBusy, rw.reqID)
 		}
+		if q := ck.q; q != nil {
+			for q.head != nil {
+				qw := q.head
+				cl.dropQueuedLocked(qw)
+				s.m.busy.Add(1)
+				qw.c.replySimpleQueued(wire.TypeBusy, qw.reqID)
+			}
+		}
 		return
 	}
 	ck.token = tok
 	ck.leaseEnd = now + int64(ck.lease)*secondNs
 	cl.armLease(ck, now)
 	w.done = true
-	if w.c.dead.Load() || now >= w.deadline {
+	// A commit that took longer than an election timeout may have been
+	// applied by a leader that was stalled (a GC pause, SIGSTOP) while
+	// another was elected and restarted this lease from an earlier instant:
+	// a G now would let its holder count the lease from now, past the new
+	// leader's end of it. It gets T instead.
+	stale := now-proposed > int64(cl.cfg.ElectionTimeout)
+	if w.c.dead.Load() || now >= w.deadline || stale {
 		// The holder is gone, or its wait ran out while the grant was
-		// being committed: it gets T (if it is still there), and the key is
-		// freed again at once rather than held by nobody for a lease.
+		// being committed (or the commit was too slow to trust): it gets T
+		// (if it is still there), and the key is freed again at once
+		// rather than held by nobody for a lease.
 		if !w.c.dead.Load() {
 			s.m.timeouts.Add(1)
 			w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
@@ -752,6 +769,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 				continue
 			}
 			next = w
+			next.proposed = true // its grant is being committed: a CANCEL or close leaves it alone
 			break
 		}
 		if q.head == nil {
@@ -870,7 +888,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 func (cl *cluster) waitTimeout(w *waiter, stint uint64) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.active || cl.stint != stint || w.done || w.proposed {
+	if !cl.active || cl.stint != stint || w.done || w.proposed || w.ck.q == nil {
 		return
 	}
 	cl.dropQueuedLocked(w)
@@ -930,7 +948,7 @@ func (cl *cluster) cancel(c *conn, reqID uint32) {
 	c.mu.Lock()
 	w := c.inflight[reqID]
 	c.mu.Unlock()
-	if !cl.active || w == nil || w.ck == nil || w.done || w.proposed {
+	if !cl.active || w == nil || w.ck == nil || w.done || w.proposed || cl.keys[w.ck.key] != w.ck {
 		return
 	}
 	cl.dropQueuedLocked(w)
@@ -943,7 +961,7 @@ func (cl *cluster) cancel(c *conn, reqID uint32) {
 func (cl *cluster) dropWaiter(w *waiter) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if cl.active && !w.done && !w.proposed && w.ck.q != nil {
+	if cl.active && !w.done && !w.proposed && w.ck.q != nil && cl.keys[w.ck.key] == w.ck {
 		cl.dropQueuedLocked(w)
 	}
 }

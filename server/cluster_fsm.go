@@ -29,10 +29,16 @@ import (
 //	            next u8 (0 | 1), [owner [16], lease_s u8, flags u8]
 //	  Floor     token u64
 //	  Advertise id_len u8, id, addr_len u8, addr
+//	  Stint     stint u64
 //
 // stint and seq name the leader's proposal, so that the leader that
 // proposed it can answer its clients when the entry is applied (committed);
-// other nodes, and the same node in a later stint, ignore them. Grant takes
+// other nodes, and the same node in a later stint, ignore them. Every
+// leader starts its stint with an entry of stint 0 holding a Stint command
+// (and Floor and Advertise if needed): from its apply on, every node skips
+// the entries of any other stint, so that an entry a deposed leader's
+// proposer was still sending when it led again cannot change the state
+// behind the new stint's mirror. Grant takes
 // the machine's counter plus one (or fails, "exhausted", at MaxToken).
 // Free frees the key if the token still holds it — a release (by token, or
 // by token and owner) or an expiry — and, with next, grants it at once to
@@ -46,6 +52,7 @@ const (
 	cmdFree      = 2
 	cmdFloor     = 3
 	cmdAdvertise = 4
+	cmdStint     = 5
 
 	freeRelease      = 1
 	freeReleaseOwned = 2
@@ -68,7 +75,8 @@ type clusterFSM struct {
 	sm    machine
 	held  int               // holdings in sm
 	addrs map[string]string // node ID -> client address
-	floor uint64            // tokens continue above it (Config.InitialToken, a standalone ceiling)
+	stint uint64            // the current leader's stint (entries of others are skipped)
+	floor uint64            // this node's: the takeover raises the counter to it (not part of the state)
 
 	applied atomic.Uint64
 	last    atomic.Uint64 // sm.last, readable without mu
@@ -79,6 +87,10 @@ type clusterFSM struct {
 	// clients); changed after an Advertise is applied.
 	done    func(stint uint64, res []cmdResult)
 	changed func()
+	// lowFloor is called when a leader's takeover entry leaves the counter
+	// below this node's floor (that leader did not have it).
+	lowFloor func(last uint64)
+	sawStint bool // applyEntry saw a Stint command (under mu)
 }
 
 func newClusterFSM() *clusterFSM {
@@ -119,7 +131,13 @@ func (f *clusterFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	f.last.Store(f.sm.last)
 	f.nheld.Store(int64(f.held))
+	low := f.sawStint && f.floor > f.sm.last
+	f.sawStint = false
+	last := f.sm.last
 	f.mu.Unlock()
+	if low && f.lowFloor != nil {
+		f.lowFloor(last)
+	}
 	if f.done != nil {
 		for _, d := range dones {
 			f.done(d.stint, d.res)
@@ -143,6 +161,9 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 	n := d.uvarint()
 	if d.err != nil || n > uint64(len(b)) {
 		return 0, nil, false, fmt.Errorf("%w: header", errEntry)
+	}
+	if stint != 0 && stint != f.stint {
+		return 0, nil, false, nil // a deposed leader's entry: skipped on every node
 	}
 	res = make([]cmdResult, 0, n)
 	for range n {
@@ -201,6 +222,11 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 			if d.err == nil && v > f.sm.last && v <= MaxToken {
 				f.sm.last = v
 			}
+		case cmdStint:
+			if v := d.u64(); d.err == nil {
+				f.stint = v
+				f.sawStint = true
+			}
 		case cmdAdvertise:
 			id, addr := d.bytes8(), d.bytes8()
 			if d.err == nil {
@@ -257,8 +283,8 @@ func (f *clusterFSM) advertised(id string) string {
 	return f.addrs[id]
 }
 
-// Cluster snapshot, version 1: magic "TKCL", version u8 (1), machine
-// snapshot length u32 and bytes (the "TKSM" encoding of machine.go),
+// Cluster snapshot, version 1: magic "TKCL", version u8 (1), stint u64,
+// machine snapshot length u32 and bytes (the "TKSM" encoding of machine.go),
 // address count uvarint, count × (id_len u8, id, addr_len u8, addr), sorted
 // by id.
 const (
@@ -284,6 +310,7 @@ func (f *clusterFSM) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.Unlock()
 	ms := f.sm.Snapshot()
 	b := append([]byte(clusterSnapMagic), clusterSnapVersion)
+	b = binary.BigEndian.AppendUint64(b, f.stint)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(ms)))
 	b = append(b, ms...)
 	ids := make([]string, 0, len(f.addrs))
@@ -308,15 +335,14 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	sm, addrs, err := decodeClusterSnapshot(b)
+	sm, addrs, stint, err := decodeClusterSnapshot(b)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.sm, f.addrs = sm, addrs
-	if f.floor > f.sm.last {
-		f.sm.last = f.floor
-	}
+	// The state is the snapshot's alone: this node's floor is not part of
+	// it (a leader raises the counter to its floor through the log).
+	f.sm, f.addrs, f.stint = sm, addrs, stint
 	f.held = len(sm.m)
 	f.last.Store(f.sm.last)
 	f.nheld.Store(int64(f.held))
@@ -327,9 +353,9 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func decodeClusterSnapshot(b []byte) (machine, map[string]string, error) {
-	bad := func(why string) (machine, map[string]string, error) {
-		return machine{}, nil, fmt.Errorf("%w: cluster snapshot: %s", errSnapshot, why)
+func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, error) {
+	bad := func(why string) (machine, map[string]string, uint64, error) {
+		return machine{}, nil, 0, fmt.Errorf("%w: cluster snapshot: %s", errSnapshot, why)
 	}
 	d := decoder{b: b}
 	var magic [4]byte
@@ -340,13 +366,14 @@ func decodeClusterSnapshot(b []byte) (machine, map[string]string, error) {
 	if v := d.u8(); v != clusterSnapVersion {
 		return bad(fmt.Sprintf("version %d", v))
 	}
+	stint := d.u64()
 	n := d.u32()
 	if d.err != nil || uint64(n) > uint64(len(d.b)) {
 		return bad("machine length")
 	}
 	sm, err := restoreMachine(d.b[:n])
 	if err != nil {
-		return machine{}, nil, err
+		return machine{}, nil, 0, err
 	}
 	d.b = d.b[n:]
 	cnt := d.uvarint()
@@ -364,7 +391,7 @@ func decodeClusterSnapshot(b []byte) (machine, map[string]string, error) {
 	if len(d.b) != 0 {
 		return bad("trailing bytes")
 	}
-	return sm, addrs, nil
+	return sm, addrs, stint, nil
 }
 
 // decoder reads the big-endian encodings above; the first short read sets
@@ -458,6 +485,11 @@ func appendFree(b []byte, seq uint64, key string, tok uint64, kind uint8, owner 
 
 func appendFloor(b []byte, v uint64) []byte {
 	b = append(b, cmdFloor, 0)
+	return binary.BigEndian.AppendUint64(b, v)
+}
+
+func appendStint(b []byte, v uint64) []byte {
+	b = append(b, cmdStint, 0)
 	return binary.BigEndian.AppendUint64(b, v)
 }
 

@@ -24,6 +24,11 @@ func (s *sinkBuf) Close() error  { return nil }
 
 func applyCmds(t *testing.T, f *clusterFSM, stint uint64, n int, cmds []byte) []cmdResult {
 	t.Helper()
+	if f.stint != stint {
+		// The stint's takeover entry (stint 0) comes first.
+		f.done = nil
+		f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 1), appendStint(nil, stint)...)})
+	}
 	var got []cmdResult
 	f.done = func(s uint64, res []cmdResult) {
 		if s != stint {
@@ -99,6 +104,7 @@ func TestClusterFSMBadEntries(t *testing.T) {
 		"truncated free": append(entryHeader(1, 1), appendFree(nil, 1, "a", 1, freeRelease, &own, nil)[:20]...),
 	} {
 		f := newClusterFSM()
+		f.stint = 1
 		out := f.Apply(&raft.Log{Type: raft.LogCommand, Data: data})
 		if err, _ := out.(error); !errors.Is(err, errEntry) {
 			t.Errorf("%s: apply returned %v, want errEntry", name, out)
@@ -108,6 +114,21 @@ func TestClusterFSMBadEntries(t *testing.T) {
 	f := newClusterFSM()
 	if out := f.ApplyBatch([]*raft.Log{{Type: raft.LogConfiguration, Data: []byte("x")}}); out[0] != nil {
 		t.Fatalf("configuration entry: %v", out[0])
+	}
+}
+
+// An entry of a stint other than the latest one started (a deposed
+// leader's, appended after a new takeover) changes nothing, on every node.
+func TestClusterFSMSkipsOtherStints(t *testing.T) {
+	f := newClusterFSM()
+	own := [wire.OwnerLen]byte{1}
+	applyCmds(t, f, 5, 1, appendGrant(nil, 1, []byte("a"), &own, 10, false))
+	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 1), appendStint(nil, 6)...)})
+	f.done = func(uint64, []cmdResult) { t.Fatal("an old stint's entry answered") }
+	out := f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(5, 2),
+		append(appendGrant(nil, 2, []byte("b"), &own, 10, false), appendFree(nil, 3, "a", 1, freeRelease, &own, nil)...)...)})
+	if out != nil || f.sm.m["b"] != nil || f.sm.m["a"] == nil || f.sm.last != 1 {
+		t.Fatalf("old stint's entry applied: out %v, b %v, a %v, last %d", out, f.sm.m["b"], f.sm.m["a"], f.sm.last)
 	}
 }
 
@@ -129,7 +150,7 @@ func TestClusterFSMSnapshotRoundTrip(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
 		t.Fatal(err)
 	}
-	if g.sm.last != 43 || g.held != 2 || g.advertised("a") != "ha:1" || g.advertised("b") != "hb:2" {
+	if g.sm.last != 43 || g.held != 2 || g.stint != 5 || g.advertised("a") != "ha:1" || g.advertised("b") != "hb:2" {
 		t.Fatalf("restored: last %d held %d addrs %v", g.sm.last, g.held, g.addrs)
 	}
 	if x := g.sm.m["x"]; x == nil || x.token != 42 || !x.ownedOnly || x.lease != 7 {

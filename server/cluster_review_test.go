@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,27 +184,65 @@ func TestClusterReviewRestoreFloorIsDeterministic(t *testing.T) {
 }
 
 // HA.md/doc.go: a standalone ceiling found in a node's data dir (a
-// migration) is a floor for the cluster's tokens. The floor is put into
-// the log only by that node's own takeover: while another node leads, the
-// cluster issues tokens from 1, below the tokens the standalone node
-// already issued (the database fence then rejects every write).
-func TestClusterReviewImportedCeilingIsAFloorWhoeverLeads(t *testing.T) {
+// migration) is a floor for the cluster's tokens. Only that node's own
+// takeover can put it into the log (review: while another node led, the
+// cluster issued tokens from 1), so a cluster may start from it only with
+// that node alone, the others added afterwards; a bootstrap of several
+// nodes with it is refused, naming the file and what to do.
+func TestClusterImportedCeiling(t *testing.T) {
 	const ceiling = 1_000_000
+	dir := t.TempDir()
+	if err := server.WriteCeiling(dir, ceiling); err != nil {
+		t.Fatal(err)
+	}
+	in := server.NewInmemNode("a")
+	cc := server.ClusterConfig{NodeID: "a", Advertise: "127.0.0.1:1",
+		Peers: []server.Peer{{ID: "a", Address: in.Addr}, {ID: "b", Address: "inmem-b:1"}}}
+	in.Use(&cc)
+	_, err := server.New(server.Config{DataDir: dir, Cluster: &cc})
+	if err == nil || !strings.Contains(err.Error(), "tokens.ceiling") || !strings.Contains(err.Error(), "alone") {
+		t.Fatalf("bootstrap of two nodes from a standalone data dir: %v", err)
+	}
+
 	tc := newTestCluster(t, 3, func(i int, cfg *server.Config) {
-		if i != 0 {
-			return
+		if i == 0 {
+			if err := server.WriteCeiling(cfg.DataDir, ceiling); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Cluster.Peers = cfg.Cluster.Peers[:1]
+		} else {
+			cfg.Cluster.Peers = nil // joined later
 		}
-		if err := server.WriteCeiling(cfg.DataDir, ceiling); err != nil {
+	})
+	if l := tc.leader(); l != 0 {
+		t.Fatalf("leader %d of a cluster bootstrapped by node 0 alone", l)
+	}
+	c := tc.leaderSession(0)
+	tok := c.acquireOK(2, owner(1), 0, 10, "k")
+	if tok <= ceiling {
+		t.Fatalf("first token %d, not above the imported standalone ceiling %d", tok, ceiling)
+	}
+	for _, nd := range tc.nodes[1:] {
+		if err := tc.nodes[0].s.AddVoter(t.Context(), nd.in.ID, nd.in.Addr); err != nil {
 			t.Fatal(err)
 		}
-		// Node 0 (the one with the imported data dir) is slow to campaign,
-		// so another node wins the first election.
-		cfg.Cluster.HeartbeatTimeout = 5 * time.Second
-		cfg.Cluster.ElectionTimeout = 5 * time.Second
-	})
-	l := tc.leader(1, 2)
-	c := tc.leaderSession(l)
-	if tok := c.acquireOK(2, owner(1), 0, 10, "k"); tok <= ceiling {
-		t.Fatalf("first token %d, not above the imported standalone ceiling %d", tok, ceiling)
+	}
+	// The new nodes catch up (the configuration with all three included)
+	// before the first one goes.
+	st, _ := tc.nodes[0].s.ClusterStatus()
+	for _, nd := range tc.nodes[1:] {
+		eventually(t, "the added nodes to catch up", func() bool {
+			fs, err := nd.s.ClusterStatus()
+			return err == nil && fs.AppliedIndex >= st.CommitIndex && len(fs.Servers) == 3
+		})
+	}
+	tc.stop(0)
+	nl := tc.leader(1, 2)
+	c2 := tc.leaderSession(nl)
+	if got := c2.acquireOK(2, owner(1), 0, 10, "k"); got != tok {
+		t.Fatalf("holder's retry on the new leader: %d, want %d", got, tok)
+	}
+	if got := c2.acquireOK(3, owner(2), 0, 10, "k2"); got <= tok {
+		t.Fatalf("token %d on the next leader, not above %d", got, tok)
 	}
 }

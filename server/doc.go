@@ -177,7 +177,13 @@
 //   - Tokens are the machine's counter, +1 per committed grant, so no token
 //     is issued twice and a new leader's tokens are above every earlier
 //     one. Config.InitialToken, and the ceiling of a standalone token store
-//     found in DataDir (a migration), are a floor: tokens continue above it.
+//     found in DataDir (a migration), are a floor: a node that takes over
+//     raises the counter to its floor through the log. The floor is the
+//     node's configuration, not the cluster's: give every node the same
+//     InitialToken (a node whose floor is above the counter a leader left
+//     logs an error), and start a cluster from a standalone data dir only
+//     with that node alone (New refuses a bootstrap of several nodes with
+//     it), adding the others once it leads.
 //   - A node answers a HELLO with HELLO_OK (role leader) only once it has
 //     won an election, applied a Barrier (every earlier entry is applied),
 //     raised the counter to the floor and recorded its client address
@@ -189,6 +195,9 @@
 //     lease, one heartbeat timeout without a majority), its waiters are
 //     dropped and every session gets M and closes: what was in flight is
 //     Indeterminate for its caller. Held locks live in the log and survive.
+//   - Every leader's stint begins with an entry naming it; from its apply
+//     on, every node skips the entries of other stints (a deposed leader's
+//     late ones), so the new leader's view of the holdings stays exact.
 //   - Nothing is answered before it is committed: the leader's scheduler
 //     queues commands for the proposer, which puts everything queued while
 //     raft appends the previous entry into the next one (group commit: many
@@ -198,7 +207,9 @@
 //   - Expiry is a log entry the leader proposes when a lease ends on its
 //     clock; followers expire nothing. A grant whose waiter left (its
 //     session closed, or its wait ran out while the grant was being
-//     committed) is answered T if the session is still open, and freed again
+//     committed, or the commit took longer than an election timeout, so
+//     that another leader may have restarted the lease from an earlier
+//     instant) is answered T if the session is still open, and freed again
 //     by the next entry, so that no key stays held by nobody for a lease;
 //     a grant committed by a leader that died before answering it stays
 //     held until its (restarted) lease ends, as its caller saw

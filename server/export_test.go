@@ -31,6 +31,7 @@ var FormatCeiling = formatCeiling
 // across restarts of the node's Server.
 type InmemNode struct {
 	ID    string
+	Addr  string // its Raft address ("inmem-ID:1")
 	Trans *raft.InmemTransport
 	Store *raft.InmemStore
 	Snaps *raft.InmemSnapshotStore
@@ -38,8 +39,9 @@ type InmemNode struct {
 
 // NewInmemNode returns the in-memory transport and stores of node id.
 func NewInmemNode(id string) *InmemNode {
-	_, tr := raft.NewInmemTransport(raft.ServerAddress(id))
-	return &InmemNode{ID: id, Trans: tr, Store: raft.NewInmemStore(), Snaps: raft.NewInmemSnapshotStore()}
+	addr := "inmem-" + id + ":1"
+	_, tr := raft.NewInmemTransport(raft.ServerAddress(addr))
+	return &InmemNode{ID: id, Addr: addr, Trans: tr, Store: raft.NewInmemStore(), Snaps: raft.NewInmemSnapshotStore()}
 }
 
 // Use makes cc use n's transport and stores.

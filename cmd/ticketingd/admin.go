@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -136,7 +137,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 	if cn := ac.cluster; cn != nil {
 		mux.HandleFunc("POST /cluster/add", func(w http.ResponseWriter, r *http.Request) {
 			var req clusterAddRequest
-			if !decodeBody(w, r, &req) {
+			if !changeAllowed(w, r, ac.token != "") || !decodeBody(w, r, &req) {
 				return
 			}
 			if !validNodeID(req.ID) {
@@ -159,7 +160,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 		})
 		mux.HandleFunc("POST /cluster/remove", func(w http.ResponseWriter, r *http.Request) {
 			var req clusterRemoveRequest
-			if !decodeBody(w, r, &req) {
+			if !changeAllowed(w, r, ac.token != "") || !decodeBody(w, r, &req) {
 				return
 			}
 			if !validNodeID(req.ID) {
@@ -196,6 +197,31 @@ func changeResponse(cn clusterNode, id, addr string) clusterChangeResponse {
 		resp.Cluster = &cs
 	}
 	return resp
+}
+
+// changeAllowed guards the membership changes against a web browser on
+// the operator's machine that a hostile page makes post to the admin
+// port: the body must be declared JSON (a cross-origin request with that
+// content type needs a CORS preflight, which the admin server never
+// grants), and without an admin token the request must name a loopback
+// host (which a page that rebinds its own DNS name to 127.0.0.1 does not).
+// It answers 415 or 403 and returns false otherwise.
+func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		writeJSON(w, http.StatusUnsupportedMediaType, adminError{Error: "want Content-Type: application/json"})
+		return false
+	}
+	if !token {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if loopbackIP(strings.Trim(host, "[]")) == nil {
+			writeJSON(w, http.StatusForbidden, adminError{Error: fmt.Sprintf("Host %q is not a loopback address: without --admin-token, cluster changes are accepted only for 127.0.0.1, ::1 or localhost", r.Host)})
+			return false
+		}
+	}
+	return true
 }
 
 // decodeBody reads a JSON request body of at most adminMaxBody bytes into

@@ -167,6 +167,10 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 				writeJSON(w, http.StatusBadRequest, adminError{Error: fmt.Sprintf("invalid id %q: want 1 to %d letters, digits, '.', '_' or '-'", req.ID, maxNodeIDLen)})
 				return
 			}
+			if cs, err := cn.ClusterStatus(); err == nil && cs.State == "Leader" && !hasMember(cs, req.ID) {
+				writeJSON(w, http.StatusNotFound, adminError{Error: fmt.Sprintf("node %q is not in the cluster configuration", req.ID)})
+				return
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), clusterChangeTimeout)
 			defer cancel()
 			err := cn.RemoveServer(ctx, req.ID)
@@ -182,6 +186,15 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 		return mux
 	}
 	return requireToken(ac.token, mux)
+}
+
+func hasMember(cs server.ClusterStatus, id string) bool {
+	for _, m := range cs.Servers {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 func errString(err error) string {

@@ -263,7 +263,9 @@ func clusterChange(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, 
 	if err != nil {
 		return err
 	}
-	if code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
+	var ae adminError
+	if (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) && json.Unmarshal(body, &ae) != nil {
+		// The mux's own answer, not the endpoint's.
 		return runtimef("the node at %s has no %s endpoint: it is not a cluster node", o.Admin, path)
 	}
 	if code != http.StatusOK {

@@ -151,7 +151,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if aln != nil {
 		ac := adminConfig{token: o.AdminToken, log: log}
 		if o.Cluster {
-			ac.cluster = clusterNodeOf(srv)
+			ac.cluster = srv
 		}
 		adminSrv = newAdminServer(adminHandler(srv, reg, &shuttingDown, ac), log)
 		wg.Add(1)
@@ -380,10 +380,4 @@ func loadTLS(o *serveOptions) (*tls.Config, error) {
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return conf, nil
-}
-
-// clusterNodeOf returns srv's cluster methods.
-func clusterNodeOf(srv *server.Server) clusterNode {
-	cn, _ := any(srv).(clusterNode) // until server/cluster.go lands
-	return cn
 }

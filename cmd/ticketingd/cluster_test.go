@@ -2,14 +2,30 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/pki"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // adminDo makes one admin request with an optional Authorization header
-// value and returns the status code and body.
+// value and an optional JSON body, and returns the status code and body.
 func adminDo(t *testing.T, method, url, auth, body string) (int, string) {
 	t.Helper()
 	var rd io.Reader
@@ -22,6 +38,9 @@ func adminDo(t *testing.T, method, url, auth, body string) (int, string) {
 	}
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -88,5 +107,338 @@ func TestAdminToken(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), token) {
 		t.Errorf("the admin token was logged:\n%s", p.stderr.String())
+	}
+}
+
+// freePortRun returns a port p such that p, p+1, ..., p+n-1 are free on
+// 127.0.0.1 right now, none of them in avoid.
+func freePortRun(t *testing.T, n int, avoid map[int]bool) int {
+	t.Helper()
+	for range 100 {
+		base := freePort(t, "127.0.0.1")
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		var held []net.Listener
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil || avoid[p] {
+				ok = false
+			}
+			if err == nil {
+				held = append(held, l)
+			}
+		}
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			for p := base; p < base+n; p++ {
+				avoid[p] = true
+			}
+			return base
+		}
+	}
+	t.Fatal("no run of free ports found")
+	return 0
+}
+
+// clusterView is one node's answer to 'ticketingd cluster status --json'.
+func clusterView(t *testing.T, admin string) (server.ClusterStatus, error) {
+	t.Helper()
+	code, out, stderr := runCapture(t, "cluster", "status", "--json", "--admin", admin)
+	if code != 0 {
+		return server.ClusterStatus{}, fmt.Errorf("cluster status --admin %s: exit %d: %s", admin, code, stderr)
+	}
+	var cs server.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &cs); err != nil {
+		return cs, fmt.Errorf("cluster status --json: %v: %s", err, out)
+	}
+	return cs, nil
+}
+
+// waitCluster polls the nodes' admin listeners until cond holds for their
+// views (a hang guard of 60 s, not a speed assertion), and returns them.
+func waitCluster(t *testing.T, admins []string, what string, cond func([]server.ClusterStatus) bool) []server.ClusterStatus {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last []server.ClusterStatus
+	var lastErr error
+	for time.Now().Before(deadline) {
+		last, lastErr = last[:0], nil
+		for _, a := range admins {
+			cs, err := clusterView(t, a)
+			if err != nil {
+				lastErr = err
+				break
+			}
+			last = append(last, cs)
+		}
+		if lastErr == nil && cond(last) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("cluster never got to %s; last views %+v, error %v", what, last, lastErr)
+	return nil
+}
+
+// agreedLeader returns the index of the node that leads and serves, if
+// every view names it as leader with n voters; -1 otherwise.
+func agreedLeader(views []server.ClusterStatus, n int) int {
+	lead := -1
+	for i, v := range views {
+		if v.State == "Leader" && v.Serving {
+			lead = i
+		}
+	}
+	if lead < 0 {
+		return -1
+	}
+	for _, v := range views {
+		if v.Leader != views[lead].NodeID || len(v.Servers) != n {
+			return -1
+		}
+	}
+	return lead
+}
+
+// TestClusterEndToEnd: a bundle from 'init --cluster' for three nodes on
+// 127.0.0.1, started as three 'ticketingd serve --config' processes, forms
+// a cluster that a broker given the printed TICKETING_URL uses; followers
+// send clients to the leader; 'ticketingd cluster' shows the cluster,
+// refuses a change on a follower naming the leader, adds a fourth node
+// started without peers, and removes it again.
+func TestClusterEndToEnd(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("runs the printed export lines with sh")
+	}
+	bin := buildBinary(t)
+	used := map[int]bool{}
+	clientBase, raftBase, adminBase := freePortRun(t, 3, used), freePortRun(t, 4, used), freePortRun(t, 3, used)
+	dir := t.TempDir()
+	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
+		"--port", strconv.Itoa(clientBase), "--raft-port", strconv.Itoa(raftBase), "--admin-port", strconv.Itoa(adminBase))
+	if code != 0 {
+		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
+	}
+	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
+
+	var nodes []*subprocess
+	var admins []string
+	for i, id := range []string{"n1", "n2", "n3"} {
+		nodes = append(nodes, startBinary(t, bin, "serve", "--config", filepath.Join(dir, id, initConfigFile), "--log-format", "json"))
+		admins = append(admins, "127.0.0.1:"+strconv.Itoa(adminBase+i))
+	}
+	for _, n := range nodes {
+		n.addr(t)
+	}
+	views := waitCluster(t, admins, "one leader that all three follow", func(v []server.ClusterStatus) bool { return agreedLeader(v, 3) >= 0 })
+	lead := agreedLeader(views, 3)
+	follower := (lead + 1) % 3
+	leaderID := views[lead].NodeID
+	leaderClient := "127.0.0.1:" + strconv.Itoa(clientBase+lead)
+	if views[follower].LeaderAdvertise != leaderClient || views[follower].LeaderAddress != "127.0.0.1:"+strconv.Itoa(raftBase+lead) {
+		t.Errorf("follower's view of the leader: %+v", views[follower])
+	}
+
+	// A broker given the printed URL (all three addresses) locks.
+	cfg, err := broker.ParseURL(ex["TICKETING_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockOnce(t, cfg)
+
+	// A follower answers HELLO with M and the leader's client address.
+	caPool := certPool(t, filepath.Join(dir, initCACert))
+	conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(clientBase+follower), &tls.Config{RootCAs: caPool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, r, err := dialRaw(conn, ex["TICKETING_TOKEN"])
+	conn.Close()
+	if err != nil || r.Type != wire.TypeNotActive || string(r.Hint) != leaderClient {
+		t.Errorf("HELLO to follower: %q hint %q err %v; want M with %s", r.Type, r.Hint, err, leaderClient)
+	}
+
+	// Human status on a follower names the leader and lists the members.
+	code, out, stderr = runCapture(t, "cluster", "status", "--admin", admins[follower])
+	if code != 0 {
+		t.Fatalf("cluster status: exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"node " + views[follower].NodeID + ": Follower, not serving clients", "leader: " + leaderID + " (raft 127.0.0.1:" + strconv.Itoa(raftBase+lead),
+		"clients " + leaderClient, "n1  ", "n2  ", "n3  ", "Voter"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("cluster status lacks %q:\n%s", w, out)
+		}
+	}
+
+	// /status has the cluster object; without the token, 401.
+	code, body := adminDo(t, "GET", "http://"+admins[lead]+"/status", "Bearer "+ex["TICKETING_ADMIN_TOKEN"], "")
+	var st statusBody
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Cluster == nil || st.Cluster.NodeID != leaderID || st.Role != "leader" {
+		t.Errorf("/status of the leader: %d %v %s", code, err, body)
+	}
+	if code, _ := adminDo(t, "GET", "http://"+admins[lead]+"/status", "", ""); code != 401 {
+		t.Errorf("/status without the token: %d", code)
+	}
+
+	// A change on a follower: 409 naming the leader, and the command says
+	// where to repeat it.
+	raft4 := "127.0.0.1:" + strconv.Itoa(raftBase+3)
+	code, body = adminDo(t, "POST", "http://"+admins[follower]+"/cluster/add", "Bearer "+ex["TICKETING_ADMIN_TOKEN"], `{"id":"n4","address":"`+raft4+`"}`)
+	var nl notLeaderBody
+	if err := json.Unmarshal([]byte(body), &nl); code != 409 || err != nil || nl.Leader != leaderID || nl.LeaderAddress != views[lead].LeaderAddress || nl.Error == "" {
+		t.Errorf("add on a follower: %d %s", code, body)
+	}
+	code, _, stderr = runCapture(t, "cluster", "add", "n4="+raft4, "--admin", admins[follower])
+	if code != 1 || !strings.Contains(stderr, "the leader is "+leaderID) {
+		t.Errorf("cluster add on a follower: exit %d: %s", code, stderr)
+	}
+
+	// A fourth node, started without peers, with a node certificate from
+	// the bundle's cluster CA, is added on the leader, then removed.
+	clusterCA := loadBundleCA(t, dir)
+	nodePair, err := clusterCA.Issue(pki.Node, []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4 := t.TempDir()
+	certFile, keyFile := filepath.Join(n4, "node.pem"), filepath.Join(n4, "node-key.pem")
+	keyPEM, _ := nodePair.KeyPEM()
+	if err := os.WriteFile(certFile, nodePair.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node4 := startBinary(t, bin, "serve", "--cluster", "--node-id", "n4", "--listen", "127.0.0.1:0", "--raft-listen", raft4,
+		"--peer-tls-cert", certFile, "--peer-tls-key", keyFile, "--peer-tls-ca", filepath.Join(dir, initClusterCACert),
+		"--data-dir", filepath.Join(n4, "data"), "--admin-listen", "127.0.0.1:0", "--admin-token", ex["TICKETING_ADMIN_TOKEN"], "--log-format", "json")
+	node4.addr(t)
+	admin4 := node4.stderr.waitJSON(t, "admin listening", node4.done)["addr"].(string)
+	code, out, stderr = runCapture(t, "cluster", "add", "n4="+raft4, "--admin", admins[lead])
+	if code != 0 || !strings.Contains(out, "added n4 (raft "+raft4+") as a voter") {
+		t.Fatalf("cluster add n4: exit %d: %s%s", code, out, stderr)
+	}
+	waitCluster(t, append(slices.Clone(admins), admin4), "n4 a voter that follows the leader", func(v []server.ClusterStatus) bool {
+		return agreedLeader(v, 4) == lead
+	})
+	code, out, stderr = runCapture(t, "cluster", "remove", "n4", "--admin", admins[lead], "--json")
+	var resp clusterChangeResponse
+	if err := json.Unmarshal([]byte(out), &resp); code != 0 || err != nil || resp.ID != "n4" || resp.Cluster == nil {
+		t.Fatalf("cluster remove n4: exit %d: %s%s", code, out, stderr)
+	}
+	for _, m := range resp.Cluster.Servers {
+		if m.ID == "n4" {
+			t.Errorf("n4 still in the configuration after its removal: %+v", resp.Cluster.Servers)
+		}
+	}
+	waitCluster(t, admins, "three voters again", func(v []server.ClusterStatus) bool { return agreedLeader(v, 3) == lead })
+
+	for _, n := range append(nodes, node4) {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for i, n := range append(nodes, node4) {
+		if code := n.exitCode(); code != 0 {
+			t.Errorf("node %d: exit %d:\n%s", i+1, code, n.stderr.String())
+		}
+	}
+	for _, n := range nodes {
+		if strings.Contains(n.stderr.String(), ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(n.stderr.String(), ex["TICKETING_TOKEN"]) {
+			t.Errorf("a token was logged:\n%s", n.stderr.String())
+		}
+	}
+}
+
+// loadBundleCA reads the cluster CA of an 'init --cluster' bundle.
+func loadBundleCA(t *testing.T, dir string) *pki.CA {
+	t.Helper()
+	certPEM, err := os.ReadFile(filepath.Join(dir, initClusterCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, initClusterCAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// TestClusterSingleNodeAdmin: a one-node cluster without peer TLS and
+// without an admin token (its admin port on loopback) warns about the
+// plain transport, leads, and its cluster endpoints check what they are
+// given: the content type, a loopback Host (no token), the body, the node.
+func TestClusterSingleNodeAdmin(t *testing.T) {
+	raft := "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
+	p := startInProc(t, "serve", "--cluster", "--node-id", "solo", "--listen", "127.0.0.1:0", "--raft-listen", raft, "--peers", "solo="+raft,
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--admin-listen", "127.0.0.1:0", "--log-format", "json")
+	adminAddr := p.stderr.waitJSON(t, "admin listening", p.done)["addr"].(string)
+	admin := "http://" + adminAddr
+	listening := p.stderr.waitJSON(t, "listening", p.done)
+	if listening["advertise"] != listening["addr"] || listening["node_id"] != "solo" || listening["peer_tls"] != false {
+		t.Errorf("listening line %v: want advertise = the bound addr (--listen port 0)", listening)
+	}
+	p.stderr.waitJSON(t, "cluster: leading", p.done)
+	if n := strings.Count(p.stderr.String(), "cluster: the Raft transport is plain TCP"); n != 1 {
+		t.Errorf("%d warnings about the plain Raft transport, want 1:\n%s", n, p.stderr.String())
+	}
+
+	code, out, stderr := runCapture(t, "cluster", "status", "--admin", adminAddr)
+	if code != 0 || !strings.Contains(out, "node solo: Leader, serving clients") || !strings.Contains(out, "leader: solo (raft "+raft) {
+		t.Errorf("cluster status: exit %d:\n%s%s", code, out, stderr)
+	}
+
+	post := func(path, contentType, host, body string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", admin+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", contentType)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name, path, ctype, host, body string
+		code                          int
+		want                          string
+	}{
+		{"form post", "/cluster/remove", "text/plain", "", `{"id":"solo"}`, 415, "application/json"},
+		{"rebound host", "/cluster/remove", "application/json", "evil.example:80", `{"id":"solo"}`, 403, "not a loopback address"},
+		{"localhost host", "/cluster/remove", "application/json; charset=utf-8", "localhost", `{"id":"nobody"}`, 404, `node \"nobody\" is not in the cluster configuration`},
+		{"bad json", "/cluster/add", "application/json", "", `{"id":`, 400, "invalid request body"},
+		{"unknown field", "/cluster/add", "application/json", "", `{"id":"n2","addr":"127.0.0.1:1"}`, 400, "unknown field"},
+		{"two values", "/cluster/add", "application/json", "", `{"id":"n2","address":"127.0.0.1:1"} {}`, 400, "more than one JSON value"},
+		{"bad id", "/cluster/add", "application/json", "", `{"id":"n/2","address":"127.0.0.1:1"}`, 400, "invalid id"},
+		{"wildcard address", "/cluster/add", "application/json", "", `{"id":"n2","address":"0.0.0.0:7001"}`, 400, "Raft address"},
+		{"too large", "/cluster/add", "application/json", "", `{"id":"` + strings.Repeat("n", 5000) + `"}`, 413, "invalid request body"},
+	} {
+		if code, body := post(tc.path, tc.ctype, tc.host, tc.body); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s; want %d with %q", tc.name, code, body, tc.code, tc.want)
+		}
+	}
+	code, _, stderr = runCapture(t, "cluster", "remove", "nobody", "--admin", adminAddr)
+	if code != 1 || !strings.Contains(stderr, `node "nobody" is not in the cluster configuration`) {
+		t.Errorf("cluster remove nobody: exit %d: %s", code, stderr)
+	}
+	if code, _ := adminDo(t, "GET", admin+"/cluster/add", "", ""); code != 405 {
+		t.Errorf("GET /cluster/add: %d, want 405", code)
+	}
+	if code := p.stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.stderr.String())
 	}
 }

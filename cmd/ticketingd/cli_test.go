@@ -166,6 +166,8 @@ func TestUsageErrors(t *testing.T) {
 		{"init cluster duplicate node", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n1=127.0.0.2"}, 2, []string{"--node n1 is given twice"}},
 		{"init cluster mixed hosts", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n2=10.0.0.2", "--node", "n3=10.0.0.3"}, 2, []string{"mix loopback"}},
 		{"init cluster port clash", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--port", "7000", "--raft-port", "7001"}, 2, []string{"n2's client port 7001 on 127.0.0.1 is also n1's Raft port"}},
+		{"init add without cluster", []string{"init", "--add", "--dir", "/nonexistent/d"}, 2, []string{"--add needs --cluster"}},
+		{"init cluster same ports", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--port", "7000", "--raft-port", "7000"}, 2, []string{"--port, --raft-port and --admin-port must differ"}},
 		{"init cluster port overflow", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--node", "n2=h", "--port", "65535"}, 2, []string{"too many nodes on h"}},
 	}
 	for _, tc := range tests {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
-	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -216,7 +214,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	used := map[int]bool{}
-	clientBase, raftBase, adminBase := freePortRun(t, 3, used), freePortRun(t, 4, used), freePortRun(t, 3, used)
+	clientBase, raftBase, adminBase := freePortRun(t, 4, used), freePortRun(t, 4, used), freePortRun(t, 4, used)
 	dir := t.TempDir()
 	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
 		"--port", strconv.Itoa(clientBase), "--raft-port", strconv.Itoa(raftBase), "--admin-port", strconv.Itoa(adminBase))
@@ -298,27 +296,24 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Errorf("cluster add on a follower: exit %d: %s", code, stderr)
 	}
 
-	// A fourth node, started without peers, with a node certificate from
-	// the bundle's cluster CA, is added on the leader, then removed.
-	clusterCA := loadBundleCA(t, dir)
-	nodePair, err := clusterCA.Issue(pki.Node, []string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	// A fourth node from 'init --cluster --add' (the bundle's CAs and
+	// tokens, the next ports, no peers) is added on the leader, then
+	// removed.
+	code, out, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n4=127.0.0.1",
+		"--port", strconv.Itoa(clientBase), "--raft-port", strconv.Itoa(raftBase), "--admin-port", strconv.Itoa(adminBase))
+	if code != 0 {
+		t.Fatalf("init --cluster --add: exit %d: %s", code, stderr)
 	}
-	n4 := t.TempDir()
-	certFile, keyFile := filepath.Join(n4, "node.pem"), filepath.Join(n4, "node-key.pem")
-	keyPEM, _ := nodePair.KeyPEM()
-	if err := os.WriteFile(certFile, nodePair.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
+	if want := "ticketingd cluster add n4=" + raft4 + " --admin " + admins[0]; !strings.Contains(out, want) {
+		t.Errorf("init --add output lacks %q:\n%s", want, out)
 	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	node4 := startBinary(t, bin, "serve", "--cluster", "--node-id", "n4", "--listen", "127.0.0.1:0", "--raft-listen", raft4,
-		"--peer-tls-cert", certFile, "--peer-tls-key", keyFile, "--peer-tls-ca", filepath.Join(dir, initClusterCACert),
-		"--data-dir", filepath.Join(n4, "data"), "--admin-listen", "127.0.0.1:0", "--admin-token", ex["TICKETING_ADMIN_TOKEN"], "--log-format", "json")
+	node4 := startBinary(t, bin, "serve", "--config", filepath.Join(dir, "n4", initConfigFile), "--log-format", "json")
+	node4.stderr.waitJSON(t, "cluster: no raft state and no peers: waiting to be added to a cluster", node4.done)
 	node4.addr(t)
 	admin4 := node4.stderr.waitJSON(t, "admin listening", node4.done)["addr"].(string)
+	if admin4 != "127.0.0.1:"+strconv.Itoa(adminBase+3) {
+		t.Errorf("n4's admin listener on %s, want the next port", admin4)
+	}
 	code, out, stderr = runCapture(t, "cluster", "add", "n4="+raft4, "--admin", admins[lead])
 	if code != 0 || !strings.Contains(out, "added n4 (raft "+raft4+") as a voter") {
 		t.Fatalf("cluster add n4: exit %d: %s%s", code, out, stderr)
@@ -351,24 +346,6 @@ func TestClusterEndToEnd(t *testing.T) {
 			t.Errorf("a token was logged:\n%s", n.stderr.String())
 		}
 	}
-}
-
-// loadBundleCA reads the cluster CA of an 'init --cluster' bundle.
-func loadBundleCA(t *testing.T, dir string) *pki.CA {
-	t.Helper()
-	certPEM, err := os.ReadFile(filepath.Join(dir, initClusterCACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := os.ReadFile(filepath.Join(dir, initClusterCAKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadCA(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
 }
 
 // TestClusterSingleNodeAdmin: a one-node cluster without peer TLS and

@@ -343,7 +343,8 @@ func TestInitCluster(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("init --cluster of 3 nodes warns:\n%s", stderr)
 	}
-	modes := map[string]os.FileMode{initCACert: 0o644, initCAKey: 0o600, initClusterCACert: 0o644, initClusterCAKey: 0o600, initAdminTokenFile: 0o600}
+	modes := map[string]os.FileMode{initCACert: 0o644, initCAKey: 0o600, initClusterCACert: 0o644, initClusterCAKey: 0o600, initAdminTokenFile: 0o600,
+		initTokensFile: 0o600}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		for name, perm := range map[string]os.FileMode{initConfigFile: 0o600, initTokensFile: 0o600, initServerCert: 0o644, initServerKey: 0o600,
 			initNodeCert: 0o644, initNodeKey: 0o600, initClusterCACert: 0o644, initDataDir: 0o700 | os.ModeDir} {
@@ -452,6 +453,48 @@ func TestInitCluster(t *testing.T) {
 		if _, err := raftnet.LoadPeerTLS(o.TLSCert, o.TLSKey, o.PeerTLSCA); err == nil {
 			t.Errorf("%s: the server certificate loads as a node certificate", id)
 		}
+	}
+
+	// --add: a fourth node from the same CAs and tokens, on the next ports
+	// of the shared host, without peers (it waits to be added).
+	code, out, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n4=127.0.0.1",
+		"--port", "16000", "--raft-port", "17000", "--admin-port", "19000")
+	if code != 0 {
+		t.Fatalf("init --cluster --add: exit %d: %s", code, stderr)
+	}
+	o4, err := parseServe(t, "--config", filepath.Join(dir, "n4", initConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o4.NodeID != "n4" || o4.Listen != "127.0.0.1:16003" || o4.RaftListen != "127.0.0.1:17003" || o4.AdminListen != "127.0.0.1:19003" ||
+		len(o4.Peers) != 0 || o4.AdminToken != ex["TICKETING_ADMIN_TOKEN"] {
+		t.Errorf("n4: options %+v", *o4)
+	}
+	if tokens, _, err := readTokensFile(o4.ClientTokensFile); err != nil || !slices.Equal(tokens, []string{ex["TICKETING_TOKEN"]}) {
+		t.Errorf("n4: client tokens %q (%v)", tokens, err)
+	}
+	if _, err := loadPeerTLS(o4); err != nil {
+		t.Errorf("n4: peer TLS: %v", err)
+	}
+	if _, err := readCert(t, filepath.Join(dir, "n4", initNodeCert)).Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clusterCA,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("n4: node certificate: %v", err)
+	}
+	for _, w := range []string{"ticketingd serve --config " + shellQuote(filepath.Join(dir, "n4", initConfigFile)),
+		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca="} {
+		if !strings.Contains(out, w) {
+			t.Errorf("init --add output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(out, ex["TICKETING_TOKEN"]) {
+		t.Errorf("init --add printed a token:\n%s", out)
+	}
+	code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n2=127.0.0.1")
+	if code != 2 || !strings.Contains(stderr, "has a node n2 already") {
+		t.Errorf("--add of an existing ID: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", t.TempDir(), "--node", "n5=127.0.0.1"); code != 1 || !strings.Contains(stderr, "--add") {
+		t.Errorf("--add to a directory without a bundle: exit %d: %s", code, stderr)
 	}
 
 	// No overwrite without --force; --force writes new keys and tokens.

@@ -40,6 +40,7 @@ type initOptions struct {
 
 	// --cluster: a bundle for a Raft cluster (initcluster.go).
 	Cluster   bool
+	Add       bool     // add Nodes to the bundle in Dir
 	Nodes     []string // ID=HOST
 	RaftPort  int
 	AdminPort int
@@ -87,7 +88,7 @@ listing every node.`,
 			if o.Cluster {
 				return initClusterCmd(cmd, &o, stdout)
 			}
-			for _, name := range []string{"node", "raft-port", "admin-port"} {
+			for _, name := range []string{"node", "raft-port", "admin-port", "add"} {
 				if cmd.Flags().Changed(name) {
 					return usagef("--%s needs --cluster", name)
 				}
@@ -123,6 +124,7 @@ listing every node.`,
 	f.IntVar(&o.Port, "port", wire.DefaultPort, "TCP `port` to listen on and to print in the client settings")
 	f.StringVar(&o.Listen, "listen", "", "listen `address` to put into the config file (default: 127.0.0.1:PORT when every --host is loopback, else :PORT, all interfaces)")
 	f.BoolVar(&o.Cluster, "cluster", false, "write a bundle for a Raft cluster of the --node nodes (always with TLS)")
+	f.BoolVar(&o.Add, "add", false, "with --cluster: add the --node nodes to the bundle in --dir (its CAs and tokens), for 'ticketingd cluster add'")
 	f.StringArrayVar(&o.Nodes, "node", nil, "with --cluster: a node as `ID=HOST`, its --node-id and the host name or IP that clients and the other nodes reach it at (repeatable, 3 or 5 times)")
 	f.IntVar(&o.RaftPort, "raft-port", defaultRaftPort, "with --cluster: TCP `port` of each node's Raft transport (nodes sharing a host: the next ones)")
 	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")

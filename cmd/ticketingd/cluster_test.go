@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -205,9 +206,11 @@ func agreedLeader(views []server.ClusterStatus, n int) int {
 // TestClusterEndToEnd: a bundle from 'init --cluster' for three nodes on
 // 127.0.0.1, started as three 'ticketingd serve --config' processes, forms
 // a cluster that a broker given the printed TICKETING_URL uses; followers
-// send clients to the leader; 'ticketingd cluster' shows the cluster,
-// refuses a change on a follower naming the leader, adds a fourth node
-// started without peers, and removes it again.
+// send clients to the leader; 'ticketingd cluster' shows the cluster and
+// refuses a change on a follower naming the leader. Then the operations of
+// docs/operations.md: a node from 'init --cluster --add' is added, a
+// follower killed with -9 is removed, and a full restart keeps a held lock
+// and the token counter.
 func TestClusterEndToEnd(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("runs the printed export lines with sh")
@@ -321,29 +324,111 @@ func TestClusterEndToEnd(t *testing.T) {
 	waitCluster(t, append(slices.Clone(admins), admin4), "n4 a voter that follows the leader", func(v []server.ClusterStatus) bool {
 		return agreedLeader(v, 4) == lead
 	})
-	code, out, stderr = runCapture(t, "cluster", "remove", "n4", "--admin", admins[lead], "--json")
+
+	// A lock held over what follows: a raw session on the leader takes it
+	// and goes away (a granted lock is not tied to its session).
+	token := ex["TICKETING_TOKEN"]
+	rawTo := func(addr string) *client {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: caPool, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		cl, r, err := dialRaw(conn, token)
+		if err != nil || r.Type != wire.TypeHelloOK {
+			t.Fatalf("HELLO to %s: %q hint %q, %v", addr, r.Type, r.Hint, err)
+		}
+		return cl
+	}
+	cl := rawTo(leaderClient)
+	g, err := cl.acquire("kept", 0, 250)
+	if err != nil || g.Type != wire.TypeGranted {
+		t.Fatalf("acquire kept: %q %v", g.Type, err)
+	}
+	cl.c.Close()
+
+	// Replace a dead node: kill -9 a follower, remove it on the leader;
+	// the other original and n4 stay voters.
+	dead := follower
+	_ = nodes[dead].cmd.Process.Kill()
+	<-nodes[dead].done
+	deadID := views[dead].NodeID
+	code, out, stderr = runCapture(t, "cluster", "remove", deadID, "--admin", admins[lead], "--json")
 	var resp clusterChangeResponse
-	if err := json.Unmarshal([]byte(out), &resp); code != 0 || err != nil || resp.ID != "n4" || resp.Cluster == nil {
-		t.Fatalf("cluster remove n4: exit %d: %s%s", code, out, stderr)
+	if err := json.Unmarshal([]byte(out), &resp); code != 0 || err != nil || resp.ID != deadID || resp.Cluster == nil {
+		t.Fatalf("cluster remove %s: exit %d: %s%s", deadID, code, out, stderr)
 	}
 	for _, m := range resp.Cluster.Servers {
-		if m.ID == "n4" {
-			t.Errorf("n4 still in the configuration after its removal: %+v", resp.Cluster.Servers)
+		if m.ID == deadID {
+			t.Errorf("%s still in the configuration after its removal: %+v", deadID, resp.Cluster.Servers)
 		}
 	}
-	waitCluster(t, admins, "three voters again", func(v []server.ClusterStatus) bool { return agreedLeader(v, 3) == lead })
+	type live struct {
+		proc        *subprocess
+		config      string
+		admin, name string
+	}
+	var alive []live
+	for i := range 3 {
+		if i != dead {
+			alive = append(alive, live{nodes[i], filepath.Join(dir, views[i].NodeID, initConfigFile), admins[i], views[i].NodeID})
+		}
+	}
+	alive = append(alive, live{node4, filepath.Join(dir, "n4", initConfigFile), admin4, "n4"})
+	liveAdmins := func() []string {
+		var a []string
+		for _, l := range alive {
+			a = append(a, l.admin)
+		}
+		return a
+	}
+	waitCluster(t, liveAdmins(), "three voters without the dead node", func(v []server.ClusterStatus) bool {
+		i := agreedLeader(v, 3)
+		return i >= 0 && v[i].NodeID == leaderID
+	})
 
-	for _, n := range append(nodes, node4) {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	// A full restart: every node stops (SIGTERM) and starts again. The
+	// held lock and the token counter survive: the new leader answers T
+	// for the kept key and grants a fresh one above its token.
+	for _, l := range alive {
+		_ = l.proc.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for i, n := range append(nodes, node4) {
-		if code := n.exitCode(); code != 0 {
-			t.Errorf("node %d: exit %d:\n%s", i+1, code, n.stderr.String())
+	for _, l := range alive {
+		if code := l.proc.exitCode(); code != 0 {
+			t.Errorf("%s: exit %d:\n%s", l.name, code, l.proc.stderr.String())
+		}
+		if strings.Contains(l.proc.stderr.String(), ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(l.proc.stderr.String(), token) {
+			t.Errorf("%s logged a token:\n%s", l.name, l.proc.stderr.String())
 		}
 	}
-	for _, n := range nodes {
-		if strings.Contains(n.stderr.String(), ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(n.stderr.String(), ex["TICKETING_TOKEN"]) {
-			t.Errorf("a token was logged:\n%s", n.stderr.String())
+	for i := range alive {
+		alive[i].proc = startBinary(t, bin, "serve", "--config", alive[i].config, "--log-format", "json")
+		alive[i].proc.addr(t)
+		if alive[i].name != "n4" && !strings.Contains(alive[i].proc.stderr.String(), "cluster: raft state exists; the peers setting is ignored") {
+			t.Errorf("%s, restarted with peers in its config, did not say it ignores them:\n%s", alive[i].name, alive[i].proc.stderr.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "n4", initDataDir, "raft", "raft.db")); err != nil {
+		t.Errorf("no Raft log in the data dir: %v", err)
+	}
+	views = waitCluster(t, liveAdmins(), "a leader after the full restart", func(v []server.ClusterStatus) bool { return agreedLeader(v, 3) >= 0 })
+	newLeader := views[agreedLeader(views, 3)]
+	cl = rawTo(newLeader.LeaderAdvertise)
+	if r, err := cl.acquire("kept", 0, 10); err != nil || r.Type != wire.TypeTimedOut {
+		t.Errorf("acquire kept after the full restart: %q %v; want T (still held)", r.Type, err)
+	}
+	if r, err := cl.acquire("fresh", 0, 10); err != nil || r.Type != wire.TypeGranted || r.Token <= g.Token {
+		t.Errorf("acquire fresh after the full restart: %q token %d, %v; want a grant above %d", r.Type, r.Token, err, g.Token)
+	}
+	cl.c.Close()
+
+	for _, l := range alive {
+		_ = l.proc.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, l := range alive {
+		if code := l.proc.exitCode(); code != 0 {
+			t.Errorf("%s: exit %d:\n%s", l.name, code, l.proc.stderr.String())
 		}
 	}
 }

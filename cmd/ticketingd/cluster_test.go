@@ -184,7 +184,8 @@ func waitCluster(t *testing.T, admins []string, what string, cond func([]server.
 }
 
 // agreedLeader returns the index of the node that leads and serves, if
-// every view names it as leader with n voters; -1 otherwise.
+// every view names it as leader, with its client address, and n servers;
+// -1 otherwise.
 func agreedLeader(views []server.ClusterStatus, n int) int {
 	lead := -1
 	for i, v := range views {
@@ -196,7 +197,9 @@ func agreedLeader(views []server.ClusterStatus, n int) int {
 		return -1
 	}
 	for _, v := range views {
-		if v.Leader != views[lead].NodeID || len(v.Servers) != n {
+		// LeaderAdvertise: the follower has applied the entry with the
+		// leader's client address, its M hint.
+		if v.Leader != views[lead].NodeID || len(v.Servers) != n || v.LeaderAdvertise == "" {
 			return -1
 		}
 	}

@@ -237,9 +237,11 @@ func printClusterStatus(w io.Writer, cs *server.ClusterStatus, st *server.Stats)
 	printMembers(w, cs.Servers)
 }
 
+// printMembers writes the Raft configuration as a table; a member's client
+// address is "-" until it has led.
 func printMembers(w io.Writer, servers []server.ClusterMember) {
-	fmt.Fprintf(w, "\n")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tCLIENT ADDRESS\t\n")
 	for _, m := range servers {
 		lead := ""
@@ -249,11 +251,15 @@ func printMembers(w io.Writer, servers []server.ClusterMember) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Address, m.Suffrage, orUnknown(m.Advertise), lead)
 	}
 	_ = tw.Flush()
+	fmt.Fprintf(w, "\n")
+	for line := range strings.Lines(b.String()) {
+		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+	}
 }
 
 func orUnknown(s string) string {
 	if s == "" {
-		return "?"
+		return "-"
 	}
 	return s
 }

@@ -36,6 +36,11 @@ the flag names without dashes in front (listen:, data-dir:, client-token: [..],
 max-locks: ...). A flag given on the command line overrides the file. Relative
 paths in the file are relative to the file's directory.
 
+With --cluster the server is a node of a Raft cluster (--node-id,
+--raft-listen, --peers, --peer-tls-*; 'ticketingd init --cluster' writes a
+config per node): only the leader serves, the others answer NOT_ACTIVE with
+the leader's --advertise address. See docs/operations.md, "Cluster".
+
 The server logs "listening" with addr=HOST:PORT once it accepts connections.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

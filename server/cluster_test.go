@@ -2,7 +2,10 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +42,18 @@ type tcluster struct {
 // non-nil, adjusts each node's Config before it starts.
 func newTestCluster(t *testing.T, n int, tweak func(i int, cfg *server.Config)) *tcluster {
 	t.Helper()
+	return newTestClusterOpts(t, n, tweak, nil)
+}
+
+// newTestClusterLossy is newTestCluster with every node's outgoing RPCs
+// lost when drop says so.
+func newTestClusterLossy(t *testing.T, n int, drop func() bool) *tcluster {
+	t.Helper()
+	return newTestClusterOpts(t, n, nil, drop)
+}
+
+func newTestClusterOpts(t *testing.T, n int, tweak func(i int, cfg *server.Config), drop func() bool) *tcluster {
+	t.Helper()
 	tc := &tcluster{t: t}
 	var peers []server.Peer
 	for i := range n {
@@ -60,7 +75,11 @@ func newTestCluster(t *testing.T, n int, tweak func(i int, cfg *server.Config)) 
 	for i, nd := range tc.nodes {
 		cc := &server.ClusterConfig{NodeID: nd.in.ID, Advertise: nd.addr, Peers: peers,
 			HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection}
-		nd.in.Use(cc)
+		if drop != nil {
+			nd.in.UseLossy(cc, drop)
+		} else {
+			nd.in.Use(cc)
+		}
 		nd.cfg = server.Config{DataDir: t.TempDir(), Cluster: cc, NodeName: "node-" + nd.in.ID}
 		if tweak != nil {
 			tweak(i, &nd.cfg)
@@ -406,14 +425,15 @@ func TestClusterSnapshotInstallOnLaggingFollower(t *testing.T) {
 
 func TestClusterRestartsInEveryOrder(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
-	orders := [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}}
+	// Every start order (each after stopping all three in another).
+	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
 	var last uint64
 	c := tc.leaderSession(tc.leader())
 	last = c.acquireOK(2, owner(1), 0, 60, "kept")
 	kept := last
 	c.nc.Close()
 	for n, order := range orders {
-		for _, i := range order {
+		for _, i := range orders[(n+1)%len(orders)] {
 			tc.stop(i)
 		}
 		for _, i := range order {
@@ -460,4 +480,56 @@ func TestClusterConfigErrors(t *testing.T) {
 		Cluster: &server.ClusterConfig{NodeID: "a", RaftListen: "127.0.0.1:0", Advertise: "127.0.0.1:1"}}); err == nil {
 		t.Error("New accepted Standby with Cluster")
 	}
+}
+
+// TestClusterMessageLoss runs acquire/release cycles while two fifths of
+// all Raft RPCs are lost: the leader may change and requests in flight may go
+// unanswered (their session then closes with M, or stalls and the client
+// gives up on it), but every grant has a new token, above every token
+// granted before it was asked for.
+func TestClusterMessageLoss(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	drop := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(5) < 2
+	}
+	tc := newTestClusterLossy(t, 3, drop)
+	var last uint64
+	grants := 0
+	deadline := time.Now().Add(4 * time.Second)
+	var c *client
+	for n := 0; time.Now().Before(deadline); n++ {
+		if c == nil {
+			l := tc.leader()
+			c = tc.leaderSession(l)
+		}
+		// A key of its own: one whose grant went unanswered stays held.
+		key := fmt.Sprintf("k%d", n)
+		c.send(acq(uint32(2+n), owner(n), 0, 10, key))
+		r, err := c.recvErr(2 * time.Second)
+		if err != nil || r.Type == wire.TypeNotActive {
+			c.nc.Close()
+			c = nil // unanswered (Indeterminate): try again on the leader
+			continue
+		}
+		if r.Type != wire.TypeGranted {
+			t.Fatalf("ACQUIRE of a free key: %s", show(r))
+		}
+		if r.Token <= last {
+			t.Fatalf("token %d after %d", r.Token, last)
+		}
+		last = r.Token
+		grants++
+		c.send(wire.Request{Type: wire.TypeReleaseOwned, ReqID: uint32(1 << 30), Token: r.Token, Owner: owner(n), Key: []byte(key)})
+		if r, err := c.recvErr(2 * time.Second); err != nil || r.Type != wire.TypeReleased {
+			c.nc.Close()
+			c = nil
+		}
+	}
+	if grants < 10 {
+		t.Fatalf("only %d grants in 4 s with 40%% message loss", grants)
+	}
+	t.Logf("%d grants with 40%% of Raft RPCs lost; last token %d", grants, last)
 }

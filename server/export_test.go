@@ -1,6 +1,11 @@
 package server
 
-import "github.com/hashicorp/raft"
+import (
+	"errors"
+	"io"
+
+	"github.com/hashicorp/raft"
+)
 
 // Hooks for the black-box tests in package server_test.
 
@@ -49,3 +54,46 @@ func SetRaftTuning(cc *ClusterConfig, f func(*raft.Config)) { cc.tune = f }
 
 // Snapshot makes the node take a Raft snapshot now.
 func (s *Server) Snapshot() error { return s.cl.r.Snapshot().Error() }
+
+// UseLossy is Use with a transport that fails each outgoing RPC for which
+// drop returns true (message loss; pipelining is off so that every append
+// goes through AppendEntries).
+func (n *InmemNode) UseLossy(cc *ClusterConfig, drop func() bool) {
+	n.Use(cc)
+	cc.transport = &lossyTransport{Transport: n.Trans, close: n.Trans, drop: drop}
+}
+
+type lossyTransport struct {
+	raft.Transport
+	close raft.WithClose
+	drop  func() bool
+}
+
+var errDropped = errors.New("test: message dropped")
+
+func (t *lossyTransport) Close() error { return t.close.Close() }
+
+func (t *lossyTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (t *lossyTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.AppendEntries(id, target, args, resp)
+}
+
+func (t *lossyTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.RequestVote(id, target, args, resp)
+}
+
+func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.InstallSnapshot(id, target, args, resp, data)
+}

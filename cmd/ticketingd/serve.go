@@ -139,7 +139,13 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		}
 		return &runtimeError{err} // names the data dir or file itself
 	}
-	if o.InitialToken != 0 {
+	switch {
+	case o.InitialToken != 0 && o.Cluster:
+		// The counter is the log's, which this node may not have applied
+		// yet: only its own takeover as leader raises it.
+		log.Info("initial-token: when this node leads, it raises the token counter to it if the counter is below (tokens never go back); give it to every node",
+			"initial_token", o.InitialToken)
+	case o.InitialToken != 0:
 		if st := srv.Stats(); st.LastToken > o.InitialToken {
 			log.Warn("initial-token is below the stored token ceiling and is ignored: tokens never go back",
 				"initial_token", o.InitialToken, "continuing_above", st.LastToken)

@@ -23,7 +23,8 @@ const adminTokenEnv = "TICKETING_ADMIN_TOKEN"
 
 // clusterCmdOptions are the flags of every 'ticketingd cluster' command.
 type clusterCmdOptions struct {
-	Admin   string
+	Admins  []string // --admin: the nodes to ask, in order
+	Admin   string   // the one being asked
 	Token   string
 	JSON    bool
 	Timeout time.Duration
@@ -43,15 +44,17 @@ func newClusterCmd(stdout io.Writer) *cobra.Command {
 
 add and remove must reach the leader's admin listener; a node that is not
 the leader refuses (exit 1) and says which node leads, so that the command
-can be repeated there. The admin token is --admin-token, or else the
-environment variable ` + adminTokenEnv + `.`,
+can be repeated there. With several --admin addresses (A,B,C) add and
+remove try them in turn until one is the leader, and status uses the first
+that answers. The admin token is --admin-token, or else the environment
+variable ` + adminTokenEnv + `.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usagef("missing cluster command (status, add or remove)")
 		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.Admin, "admin", "", "`HOST:PORT` of a node's admin listener (its --admin-listen)")
+	pf.StringSliceVar(&o.Admins, "admin", nil, "`HOST:PORT` of a node's admin listener (its --admin-listen); several (comma-separated or repeated): ask them in turn, add and remove until one is the leader")
 	pf.StringVar(&o.Token, "admin-token", "", "the node's --admin-token (default $"+adminTokenEnv+")")
 	pf.BoolVar(&o.JSON, "json", false, "print the answer as JSON")
 	pf.DurationVar(&o.Timeout, "timeout", 30*time.Second, "give up on the admin request after this long")
@@ -117,12 +120,15 @@ against the leader's admin listener.`,
 // check validates the common flags and fills in the token from the
 // environment.
 func (o *clusterCmdOptions) check() error {
-	o.Admin = strings.TrimPrefix(o.Admin, "http://")
-	if o.Admin == "" {
+	if len(o.Admins) == 0 {
 		return usagef("--admin is required: the HOST:PORT of a node's admin listener (its --admin-listen)")
 	}
-	if err := checkHostPort("--admin", o.Admin, hostPortRule{}); err != nil {
-		return err
+	for i, a := range o.Admins {
+		a = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "/")
+		if err := checkHostPort("--admin", a, hostPortRule{}); err != nil {
+			return err
+		}
+		o.Admins[i] = a
 	}
 	if o.Token == "" {
 		o.Token = os.Getenv(adminTokenEnv)
@@ -190,7 +196,20 @@ func answerError(o *clusterCmdOptions, code int, body []byte) error {
 	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), nl.Error)
 }
 
+// clusterStatus prints the view of the first of the --admin nodes that
+// answers.
 func clusterStatus(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
+	var err error
+	for _, a := range o.Admins {
+		o.Admin = a
+		if err = clusterStatusOf(ctx, o, stdout); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
 	code, body, err := adminCall(ctx, o, http.MethodGet, "/status", nil)
 	if err != nil {
 		return err
@@ -264,11 +283,34 @@ func orUnknown(s string) string {
 	return s
 }
 
+// clusterChange posts a membership change to the --admin nodes in turn
+// until one that is not unreachable and not a follower (409) answers.
+// An answer of any other kind ends it: a change whose outcome is unknown
+// (504) must not be made twice.
 func clusterChange(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) error {
+	var err error
+	for _, a := range o.Admins {
+		o.Admin = a
+		var retry bool
+		if retry, err = clusterChangeOn(ctx, o, stdout, path, reqBody); !retry {
+			return err
+		}
+	}
+	return err
+}
+
+func clusterChangeOn(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) (retry bool, err error) {
 	code, body, err := adminCall(ctx, o, http.MethodPost, path, reqBody)
 	if err != nil {
-		return err
+		return ctx.Err() == nil, err
 	}
+	if code == http.StatusConflict {
+		return true, answerError(o, code, body)
+	}
+	return false, clusterChangeAnswer(o, stdout, path, code, body)
+}
+
+func clusterChangeAnswer(o *clusterCmdOptions, stdout io.Writer, path string, code int, body []byte) error {
 	var ae adminError
 	if (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) && json.Unmarshal(body, &ae) != nil {
 		// The mux's own answer, not the endpoint's.

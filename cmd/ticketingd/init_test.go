@@ -481,7 +481,7 @@ func TestInitCluster(t *testing.T) {
 		t.Errorf("n4: node certificate: %v", err)
 	}
 	for _, w := range []string{"ticketingd serve --config " + shellQuote(filepath.Join(dir, "n4", initConfigFile)),
-		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca="} {
+		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca="} {
 		if !strings.Contains(out, w) {
 			t.Errorf("init --add output lacks %q:\n%s", w, out)
 		}

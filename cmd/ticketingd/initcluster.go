@@ -572,20 +572,21 @@ func printAddGuide(w io.Writer, o *initOptions, plan clusterPlan, b *bundle) {
 	fmt.Fprintf(w, "\nThen add %s on the leader, one node at a time (on the leader's machine: the admin\n", them)
 	fmt.Fprintf(w, "listeners are on loopback; 'ticketingd cluster status' on any node names the leader):\n\n")
 	fmt.Fprintf(w, "    export TICKETING_ADMIN_TOKEN=\"$(cat %s)\"\n", shellQuote(filepath.Join(dir, initAdminTokenFile)))
-	for _, r := range raft {
-		fmt.Fprintf(w, "    ticketingd cluster add %s --admin %s\n", r, b.nodes[0].adminAdr)
-	}
-	fmt.Fprintf(w, "\nIf the node at %s is not the leader, the command names the one that is.", b.nodes[0].adminAdr)
-	if plan.loopback {
-		fmt.Fprintf(w, " The admin ports:")
-		for i, n := range append(slices.Clone(b.nodes), plan.nodes...) {
-			sep := ","
-			if i == 0 {
-				sep = ""
-			}
-			fmt.Fprintf(w, "%s %s %s", sep, n.id, n.adminAdr)
+	admin := b.nodes[0].adminAdr
+	if plan.loopback { // every node's admin listener is on this machine: ask them in turn
+		var all []string
+		for _, n := range b.nodes {
+			all = append(all, n.adminAdr)
 		}
-		fmt.Fprintf(w, ".")
+		admin = strings.Join(all, ",")
+	}
+	for _, r := range raft {
+		fmt.Fprintf(w, "    ticketingd cluster add %s --admin %s\n", r, admin)
+	}
+	if plan.loopback {
+		fmt.Fprintf(w, "\n(the command tries the admin listeners in turn until it reaches the leader).")
+	} else {
+		fmt.Fprintf(w, "\nIf the node at %s is not the leader, the command names the one that is.", admin)
 	}
 	var addrs []string
 	for _, n := range append(slices.Clone(b.nodes), plan.nodes...) {

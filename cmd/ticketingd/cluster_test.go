@@ -452,7 +452,7 @@ func TestClusterSingleNodeAdmin(t *testing.T) {
 		t.Errorf("listening line %v: want advertise = the bound addr (--listen port 0)", listening)
 	}
 	p.stderr.waitJSON(t, "cluster: leading", p.done)
-	if n := strings.Count(p.stderr.String(), "cluster: the Raft transport is plain TCP"); n != 1 {
+	if n := strings.Count(p.stderr.String(), "raft peer transport without TLS"); n != 1 {
 		t.Errorf("%d warnings about the plain Raft transport, want 1:\n%s", n, p.stderr.String())
 	}
 

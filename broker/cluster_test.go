@@ -290,3 +290,40 @@ func TestCluster_LeaderChangeHintAhead(t *testing.T) {
 		t.Fatalf("grants per node before %v after %v", before, after)
 	}
 }
+
+// TestCluster_ServingNodeLost: the serving node vanishes without an M (a
+// kill -9: its sessions just drop) while the sessions to the other nodes
+// sit in a long backoff (they were answered M). The broker makes them try
+// again at once, so it is ready on the new leader without waiting out that
+// backoff (10 s here, so at least 5 s with jitter).
+func TestCluster_ServingNodeLost(t *testing.T) {
+	c := newCluster(t) // node 1 serves
+	cfg := testConfig(c.addrs()...)
+	cfg.BackoffMin, cfg.BackoffMax = 10*s, 10*s
+	b := newBroker(t, cfg)
+	cycle(t, b, 5)
+	// Node 2 is elected; node 1 has not noticed yet, and then dies.
+	if err := c.nodes[2].SetRole(server.RoleLeader, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[0].SetRole(server.RoleStandby, c.nodes[2].Addr); err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	c.nodes[1].Close()
+	for c.nodes[2].Stats().Sessions == 0 {
+		if time.Since(lost) > 3*s {
+			t.Fatal("no session to the new leader within 3 s of losing the serving node (backoff 10 s)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := b.WaitReady(within(t, 3*s)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ready on the new leader %v after the serving node was lost", time.Since(lost).Round(time.Microsecond))
+	before := c.grants()
+	cycle(t, b, 10)
+	if after := c.grants(); after[2] != before[2]+10 {
+		t.Fatalf("grants per node before %v after %v: want node 2 to grant", before, after)
+	}
+}

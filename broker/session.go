@@ -80,6 +80,9 @@ type session struct {
 	// poke cuts the session's backoff short: another session was told by
 	// its node (M) that this session's address serves (see followHint).
 	poke chan struct{}
+	// probed: the latest poke was a probe (see probeOthers), not a hint:
+	// the backoff restarts, but the session still passes its own M hints on.
+	probed atomic.Bool
 
 	// Guarded by b.mu: the refusal for good of the latest attempt to open
 	// the session (nil: it was not refused for good), and when it came.
@@ -233,8 +236,9 @@ func (s *session) run() {
 			}
 			if poked {
 				// The hinted node may be about to serve (a new leader
-				// starting up): retry it from the shortest backoff.
-				hinted, attempt = true, 0
+				// starting up): retry it from the shortest backoff. A
+				// probe restarts the backoff too, but is no hint.
+				hinted, attempt = hinted || !s.probed.Swap(false), 0
 			} else if attempt < maxAttempt {
 				attempt++
 			}
@@ -280,14 +284,19 @@ func (s *session) run() {
 		}
 		// A node that stopped serving ended the session with M: its hint
 		// names the new serving node, whose session need not wait out its
-		// backoff.
-		s.followHint(c.err)
+		// backoff. A serving node lost without a hint (killed, partitioned,
+		// or an M naming no node) makes every other node's session try
+		// again at once: one of them may be the new leader, and their
+		// backoff grew while they answered M.
+		if !s.followHint(c.err) {
+			s.probeOthers()
+		}
 		ok, poked := s.pause(s.backoff(attempt))
 		if !ok {
 			return
 		}
 		if poked {
-			hinted, attempt = true, 0
+			hinted, attempt = hinted || !s.probed.Swap(false), 0
 		} else if attempt < maxAttempt {
 			attempt++
 		}
@@ -316,14 +325,16 @@ func (s *session) pause(d time.Duration) (ok, poked bool) {
 // not followed (logged once per broker at Warn): the broker talks only to
 // the nodes it was given, with their TLS settings, so that no node can
 // send it elsewhere; list every node of the cluster in Addrs.
-func (s *session) followHint(err error) {
+//
+// It reports whether err carried a hint that names one of Addrs.
+func (s *session) followHint(err error) bool {
 	var na *NotActiveError
 	if !errors.As(err, &na) || na.Hint == "" {
-		return
+		return false
 	}
 	h, nerr := normalizeAddr(na.Hint)
 	if nerr != nil {
-		return
+		return false
 	}
 	found := false
 	for _, o := range s.b.sessions {
@@ -341,6 +352,23 @@ func (s *session) followHint(err error) {
 	}
 	if !found && s.b.hintWarned.CompareAndSwap(false, true) {
 		s.b.log.Warn("broker: M hint names an address not in Addrs; not followed (list every node in Addrs)", "addr", s.addr, "hint", na.Hint)
+	}
+	return found
+}
+
+// probeOthers makes the sessions to every other node redial at once, from
+// the shortest backoff (once per lost serving session: a probe is not
+// passed on, so it cannot loop).
+func (s *session) probeOthers() {
+	for _, o := range s.b.sessions {
+		if o.node == s.node {
+			continue
+		}
+		o.probed.Store(true)
+		select {
+		case o.poke <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -54,6 +54,7 @@ type ClusterConfig struct {
 	// and DataDir/raft.
 	transport raft.Transport
 	stores    *raftStores
+	tune      func(*raft.Config)
 }
 
 // Peer is one node of a cluster's initial configuration.

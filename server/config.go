@@ -252,5 +252,12 @@ func (c *Config) normalize() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Cluster != nil {
+		cc := *c.Cluster // the caller's struct is not modified
+		if err := cc.validate(c); err != nil {
+			return err
+		}
+		c.Cluster = &cc
+	}
 	return nil
 }

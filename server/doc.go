@@ -167,6 +167,67 @@
 // re-acquiring them allocates nothing. A held lock costs about 150 bytes of
 // heap (key included, for short keys).
 //
+// # Raft mode (a cluster)
+//
+// With Config.Cluster the server is a node of a 3- or 5-node cluster on
+// hashicorp/raft. Every node applies the committed log to one state
+// machine over all keys (the holdings, the token counter, the nodes'
+// client addresses); only the leader serves. The contract is HA.md's:
+//
+//   - Tokens are the machine's counter, +1 per committed grant, so no token
+//     is issued twice and a new leader's tokens are above every earlier
+//     one. Config.InitialToken, and the ceiling of a standalone token store
+//     found in DataDir (a migration), are a floor: a node that takes over
+//     raises the counter to its floor through the log. The floor is the
+//     node's configuration, not the cluster's: give every node the same
+//     InitialToken (a node whose floor is above the counter a leader left
+//     logs an error), and start a cluster from a standalone data dir only
+//     with that node alone (New refuses a bootstrap of several nodes with
+//     it), adding the others once it leads.
+//   - A node answers a HELLO with HELLO_OK (role leader) only once it has
+//     won an election, applied a Barrier (every earlier entry is applied),
+//     raised the counter to the floor and recorded its client address
+//     (ClusterConfig.Advertise) in the log, and restarted every lease at
+//     its full lease_s plus one election timeout: a failover never shortens
+//     a lease. Every other node answers M with the leader's client address
+//     (empty while no leader is known).
+//   - When the leader loses its leadership (a partition: raft's leader
+//     lease, one heartbeat timeout without a majority), its waiters are
+//     dropped and every session gets M and closes: what was in flight is
+//     Indeterminate for its caller. Held locks live in the log and survive.
+//   - Every leader's stint begins with an entry naming it; from its apply
+//     on, every node skips the entries of other stints (a deposed leader's
+//     late ones), so the new leader's view of the holdings stays exact.
+//   - Nothing is answered before it is committed: the leader's scheduler
+//     queues commands for the proposer, which puts everything queued while
+//     raft appends the previous entry into the next one (group commit: many
+//     grants share one append and one fsync), and replies from the apply of
+//     the entry on the leader. A release of the holder and the grant to the
+//     next waiter are one command, so a contended hand-off costs one commit.
+//   - Expiry is a log entry the leader proposes when a lease ends on its
+//     clock; followers expire nothing. A grant whose waiter left (its
+//     session closed, or its wait ran out while the grant was being
+//     committed, or the commit took longer than an election timeout, so
+//     that another leader may have restarted the lease from an earlier
+//     instant) is answered T if the session is still open, and freed again
+//     by the next entry, so that no key stays held by nobody for a lease;
+//     a grant committed by a leader that died before answering it stays
+//     held until its (restarted) lease ends, as its caller saw
+//     Indeterminate.
+//   - The holder's retry of its ACQUIRE gets its token (lease not
+//     extended), on the leader that granted it or on a later one.
+//
+// The Raft log, stable store (raft-boltdb) and snapshots are in
+// DataDir/raft, locked against a second process. ClusterConfig.Peers
+// bootstraps a node with no Raft state; a node with state ignores it. The
+// peer transport (package internal/raftnet) uses mutual TLS against the
+// cluster CA with ClusterConfig.PeerTLS, and logs a warning without it.
+// Membership changes (AddVoter, RemoveServer) are made on the leader;
+// elsewhere they return a NotLeaderError naming the leader. ClusterStatus
+// reports the node's Raft state, leader, term, commit and applied index and
+// the configuration. Shutdown (not Close) of a leader first transfers its
+// leadership, so that the others need not wait for an election timeout.
+//
 // # Tokens and durability
 //
 // Fencing tokens come from one atomic counter for the whole server: they
@@ -275,6 +336,17 @@
 //	ticketing_token_unavailable_total    counter: B replies for want of a token
 //	ticketing_token_store_ok             gauge: 1 while TokenStoreErr is nil
 //	ticketing_role                       gauge: 0 standby, 1 standalone, 2 active, 3 leader
+//
+// In Raft mode also:
+//
+//	ticketing_raft_commit_seconds        histogram: a log entry's proposal to its apply on the leader
+//	ticketing_raft_leader_changes_total  counter: leader changes this node has observed
+//	ticketing_raft_applied_index         gauge: last log index applied to the state machine
+//	ticketing_raft_commit_index          gauge: last committed log index
+//	ticketing_raft_leader                gauge: 1 while this node leads and serves
+//
+// (In Raft mode ticketing_token_last and ticketing_token_ceiling are both
+// the applied counter, and ticketing_token_store_ok is 1.)
 //
 // The protocol_errors_total series for codes 1 to 7 (but 5) exist from the
 // start; a code above 7 gets a series of its own once sent. The hot path

@@ -1,5 +1,12 @@
 package server
 
+import (
+	"errors"
+	"io"
+
+	"github.com/hashicorp/raft"
+)
+
 // Hooks for the black-box tests in package server_test.
 
 // SetCeilingWriter makes servers created after it write their token
@@ -19,3 +26,76 @@ var FormatCeiling = formatCeiling
 
 // (FakeClock, NewFakeClock and SetClock, in fakeclock_test.go, inject the
 // scheduler's clock.)
+
+// InmemNode is a cluster node's in-memory Raft transport and stores, kept
+// across restarts of the node's Server.
+type InmemNode struct {
+	ID    string
+	Addr  string // its Raft address ("inmem-ID:1")
+	Trans *raft.InmemTransport
+	Store *raft.InmemStore
+	Snaps *raft.InmemSnapshotStore
+}
+
+// NewInmemNode returns the in-memory transport and stores of node id.
+func NewInmemNode(id string) *InmemNode {
+	addr := "inmem-" + id + ":1"
+	_, tr := raft.NewInmemTransport(raft.ServerAddress(addr))
+	return &InmemNode{ID: id, Addr: addr, Trans: tr, Store: raft.NewInmemStore(), Snaps: raft.NewInmemSnapshotStore()}
+}
+
+// Use makes cc use n's transport and stores.
+func (n *InmemNode) Use(cc *ClusterConfig) {
+	cc.transport = n.Trans
+	cc.stores = &raftStores{log: n.Store, stable: n.Store, snaps: n.Snaps}
+}
+
+// SetRaftTuning lets a test change the Raft configuration of a node (e.g.
+// snapshot thresholds).
+func SetRaftTuning(cc *ClusterConfig, f func(*raft.Config)) { cc.tune = f }
+
+// Snapshot makes the node take a Raft snapshot now.
+func (s *Server) Snapshot() error { return s.cl.r.Snapshot().Error() }
+
+// UseLossy is Use with a transport that fails each outgoing RPC for which
+// drop returns true (message loss; pipelining is off so that every append
+// goes through AppendEntries).
+func (n *InmemNode) UseLossy(cc *ClusterConfig, drop func() bool) {
+	n.Use(cc)
+	cc.transport = &lossyTransport{Transport: n.Trans, close: n.Trans, drop: drop}
+}
+
+type lossyTransport struct {
+	raft.Transport
+	close raft.WithClose
+	drop  func() bool
+}
+
+var errDropped = errors.New("test: message dropped")
+
+func (t *lossyTransport) Close() error { return t.close.Close() }
+
+func (t *lossyTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (t *lossyTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.AppendEntries(id, target, args, resp)
+}
+
+func (t *lossyTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.RequestVote(id, target, args, resp)
+}
+
+func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if t.drop() {
+		return errDropped
+	}
+	return t.Transport.InstallSnapshot(id, target, args, resp, data)
+}

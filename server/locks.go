@@ -76,6 +76,10 @@ type waiter struct {
 	// counted: a token waiter (acquireLate) still counted in s.waiters;
 	// whoever clears it (acquireLate, or a CANCEL) uncounts it.
 	counted atomic.Bool
+	// Raft mode (cluster.go): the key, and whether the waiter's grant is
+	// proposed (being committed: a CANCEL leaves it alone).
+	ck       *ckey
+	proposed bool
 }
 
 type expList struct{ head, tail *lockState }
@@ -191,6 +195,10 @@ var tokenWait = time.Second
 
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
 func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
+	if s.cl != nil {
+		s.cl.acquire(c, req, arrived)
+		return
+	}
 	if s.held.Load() >= int64(s.cfg.MaxLocks) {
 		s.sweepForCapacity()
 	}
@@ -396,6 +404,10 @@ func (s *Server) ownedOnly(c *conn) bool {
 // is also req.Owner. A plain RELEASE does not free a holding that only
 // RELEASE_OWNED may free (ls.ownedOnly): N, the lock stays held.
 func (s *Server) release(c *conn, req *wire.Request, owned bool) {
+	if s.cl != nil {
+		s.cl.release(c, req, owned)
+		return
+	}
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
 	now := s.now()
@@ -426,6 +438,10 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 // answered right now, and an unknown reqID, are left alone: no reply, no
 // error.
 func (s *Server) cancel(c *conn, reqID uint32) {
+	if s.cl != nil {
+		s.cl.cancel(c, reqID)
+		return
+	}
 	if c.nInflight.Load() == 0 {
 		return
 	}
@@ -585,6 +601,10 @@ func (s *Server) dropWaiterLocked(w *waiter) {
 // dropWaiter removes w (of a closing session) from its queue, if it is
 // still there.
 func (s *Server) dropWaiter(w *waiter) {
+	if w.ck != nil {
+		s.cl.dropWaiter(w)
+		return
+	}
 	w.sh.mu.Lock()
 	if !w.done {
 		if w.ls == nil {

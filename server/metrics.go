@@ -82,12 +82,12 @@ func (s *Server) collectors() []prometheus.Collector {
 			func() float64 { return float64(v.Load()) })
 	}
 	m := &s.m
-	return []prometheus.Collector{
+	cs := []prometheus.Collector{
 		gauge("sessions", "Open sessions (HELLO completed).", func() float64 { return float64(s.sessions.Load()) }),
 		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.held.Load()) }),
 		gauge("waiters", "ACQUIREs waiting in a queue.", func() float64 { return float64(s.waiters.Load()) }),
-		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.tokens.last.Load()) }),
-		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.tokens.ceiling.Load()) }),
+		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.lastToken()) }),
+		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.tokenCeiling()) }),
 		counter("grants_total", "Grants with a new token.", &m.grants),
 		counter("timeouts_total", "ACQUIREs answered T.", &m.timeouts),
 		counter("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time).", &m.busy),
@@ -116,6 +116,10 @@ func (s *Server) collectors() []prometheus.Collector {
 			return 1
 		}),
 	}
+	if s.cl != nil {
+		cs = append(cs, s.cl.collectors()...)
+	}
+	return cs
 }
 
 // register registers the server's collectors on reg; on an error it
@@ -149,5 +153,8 @@ func (s *Server) unregister(reg prometheus.Registerer) {
 // space is exhausted (ErrTokensExhausted). While it is non-nil, ACQUIREs
 // that need a new token may get B or E(6); ticketingd's /healthz answers 503.
 func (s *Server) TokenStoreErr() error {
+	if s.tokens == nil {
+		return nil // Raft mode: tokens come from the replicated counter
+	}
 	return s.tokens.health(tokenWait)
 }

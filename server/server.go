@@ -48,7 +48,8 @@ type Stats struct {
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
-	tokens       *tokenStore
+	tokens       *tokenStore // standalone only
+	cl           *cluster    // Raft mode only
 	tokenDigests [][sha256.Size]byte
 	role         atomic.Pointer[roleState] // current role; its HELLO_OK or hint
 	roleSw       roleSwitch
@@ -120,7 +121,9 @@ func New(cfg Config) (*Server, error) {
 		s.tokenDigests = append(s.tokenDigests, sha256.Sum256([]byte(t)))
 	}
 	initial, hint := RoleStandalone, ""
-	if cfg.Standby {
+	if cfg.Cluster != nil {
+		initial = RoleStandby // until this node leads
+	} else if cfg.Standby {
 		initial, hint = RoleStandby, cfg.StandbyHint
 	}
 	rs, err := s.newRoleState(initial, hint)
@@ -130,6 +133,9 @@ func New(cfg Config) (*Server, error) {
 	s.role.Store(rs)
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*lockState)
+	}
+	if cfg.Cluster != nil {
+		return s.startCluster()
 	}
 	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, s.now); err != nil {
 		return nil, err
@@ -318,6 +324,9 @@ func (s *Server) stopAccepting() []*conn {
 // once before it returns. Locks are not persisted: a restarted server starts
 // with no locks, and with tokens above the durable ceiling.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.cl != nil {
+		s.cl.graceful.Store(true)
+	}
 	frame := wire.AppendError(nil, 0, wire.CodeShuttingDown, "shutting down")
 	for _, c := range s.stopAccepting() {
 		c.closeWith(frame)
@@ -358,7 +367,12 @@ func (s *Server) finish() {
 		close(s.stopBg)
 		s.bg.Wait()
 		s.logs.flush(s.log, logInterval)
-		s.tokens.close()
+		if s.tokens != nil {
+			s.tokens.close()
+		}
+		if s.cl != nil {
+			s.cl.shutdown()
+		}
 		if s.cfg.Registerer != nil {
 			s.unregister(s.cfg.Registerer)
 		}
@@ -371,10 +385,10 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
-		HeldLocks:      int(s.held.Load()),
+		HeldLocks:      s.heldLocks(),
 		Waiters:        int(s.waiters.Load()),
-		LastToken:      s.tokens.last.Load(),
-		TokenCeiling:   s.tokens.ceiling.Load(),
+		LastToken:      s.lastToken(),
+		TokenCeiling:   s.tokenCeiling(),
 		Standby:        !role.Serving(),
 		Role:           role.String(),
 		Grants:         s.m.grants.Load(),

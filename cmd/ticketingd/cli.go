@@ -80,7 +80,7 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usagef("missing command (serve, init or version)")
+			return usagef("missing command (serve, init, cluster or version)")
 		},
 	}
 	root.SetOut(stdout)
@@ -88,7 +88,7 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{err}
 	})
-	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newVersionCmd(stdout))
+	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newClusterCmd(stdout), newVersionCmd(stdout))
 	return root
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -37,7 +38,8 @@ func TestVersion(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"init", "--help"}, {"version", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"init", "--help"}, {"version", "--help"},
+		{"cluster", "--help"}, {"cluster", "status", "--help"}, {"cluster", "add", "--help"}, {"cluster", "remove", "--help"}} {
 		code, out, _ := runCapture(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output:\n%s", args, code, out)
@@ -46,7 +48,9 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
-		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only"} {
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only",
+		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
+		"--raft-heartbeat", "--raft-election"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -70,6 +74,7 @@ func TestUsageErrors(t *testing.T) {
 	badYAML := writeTemp(t, "bad.yaml", "listen: [\n", 0o644)
 	emptyTokens := writeTemp(t, "tokens", "# nothing here\n\n", 0o600)
 	zeroWrite := writeTemp(t, "zerowrite.yaml", "write-timeout: 0s\n", 0o644)
+	clusterNoFlag := writeTemp(t, "nocluster.yaml", "raft-listen: 127.0.0.1:7001\n", 0o644)
 	tests := []struct {
 		name string
 		args []string
@@ -105,6 +110,65 @@ func TestUsageErrors(t *testing.T) {
 		{"init port and listen", []string{"init", "--dir", "/nonexistent/d", "--port", "6000", "--listen", "127.0.0.1:6000"}, 2, []string{"--listen and --port"}},
 		{"init bad port", []string{"init", "--dir", "/nonexistent/d", "--port", "0"}, 2, []string{"--port"}},
 		{"version args", []string{"version", "x"}, 2, []string{"no arguments"}},
+
+		// Cluster mode.
+		{"cluster without node id", []string{"serve", "--cluster", "--raft-listen", "127.0.0.1:7001"}, 2, []string{"--cluster needs --node-id"}},
+		{"cluster without raft listen", []string{"serve", "--cluster", "--node-id", "n1"}, 2, []string{"--cluster needs --raft-listen"}},
+		{"bad node id", []string{"serve", "--cluster", "--node-id", "n 1", "--raft-listen", "127.0.0.1:7001"}, 2, []string{`invalid --node-id "n 1"`}},
+		{"long node id", []string{"serve", "--cluster", "--node-id", strings.Repeat("n", 65), "--raft-listen", "127.0.0.1:7001"}, 2, []string{"invalid --node-id"}},
+		{"raft listen no port", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1"}, 2, []string{`invalid --raft-listen "127.0.0.1": want HOST:PORT`}},
+		{"raft listen port 0", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:0"}, 2, []string{`invalid --raft-listen "127.0.0.1:0": want a port 1..65535`}},
+		{"raft listen wildcard", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", ":7001"}, 2, []string{"--raft-listen", "give --raft-advertise"}},
+		{"raft advertise wildcard", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", ":7001", "--raft-advertise", "0.0.0.0:7001"}, 2, []string{"invalid --raft-advertise", "wildcard"}},
+		{"advertise required", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--listen", "0.0.0.0:5225"}, 2, []string{"--cluster needs --advertise", `--listen "0.0.0.0:5225"`}},
+		{"advertise required for ::", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--listen", "[::]:5225"}, 2, []string{"--cluster needs --advertise"}},
+		{"advertise wildcard", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--advertise", ":5225"}, 2, []string{"invalid --advertise"}},
+		{"advertise too long", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--advertise", strings.Repeat("h", 250) + ".test:5225"}, 2, []string{"--advertise is longer than 255 bytes"}},
+		{"peers no equals", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001,127.0.0.1:7002"}, 2, []string{`invalid --peers entry "127.0.0.1:7002": want ID=HOST:PORT`}},
+		{"peers no port", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001,n2=127.0.0.2"}, 2, []string{`invalid --peers entry n2 "127.0.0.2"`}},
+		{"peers bad id", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001,n/2=127.0.0.1:7002"}, 2, []string{`invalid --peers entry "n/2=127.0.0.1:7002"`}},
+		{"peers empty entry", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001,,n2=127.0.0.1:7002"}, 2, []string{`invalid --peers entry ""`}},
+		{"peers duplicate id", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001", "--peers", "n1=127.0.0.1:7002"}, 2, []string{"node n1 is listed twice"}},
+		{"peers duplicate address", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001,n2=127.0.0.1:7001"}, 2, []string{"nodes n1 and n2 have the same address 127.0.0.1:7001"}},
+		{"peers without self", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n2=127.0.0.1:7002,n3=127.0.0.1:7003"}, 2, []string{"does not list this node (n1)"}},
+		{"peers other self address", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7009,n2=127.0.0.1:7002"}, 2, []string{"gives this node (n1) the address 127.0.0.1:7009", "is 127.0.0.1:7001"}},
+		{"peer tls incomplete", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peer-tls-cert", "node.pem", "--peer-tls-key", "node-key.pem"}, 2, []string{"--peer-tls-cert, --peer-tls-key and --peer-tls-ca must be given together"}},
+		{"peer tls files missing", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--peer-tls-cert", "/nonexistent/node.pem", "--peer-tls-key", "/nonexistent/node-key.pem", "--peer-tls-ca", "/nonexistent/ca.pem"}, 1, []string{"/nonexistent/node.pem"}},
+		{"raft heartbeat tiny", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--raft-heartbeat", "1ms"}, 2, []string{"invalid --raft-heartbeat 1ms: must be at least 5ms"}},
+		{"raft election below heartbeat", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--raft-heartbeat", "1s", "--raft-election", "500ms"}, 2, []string{"invalid --raft-election 500ms: must be at least --raft-heartbeat (1s)"}},
+		{"cluster and standby", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--standby"}, 2, []string{"--standby and --cluster exclude each other"}},
+		{"cluster and standby hint", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--standby-hint", "x:1"}, 2, []string{"--standby-hint and --cluster exclude each other"}},
+		{"node id without cluster", []string{"serve", "--node-id", "n1"}, 2, []string{"--node-id needs --cluster"}},
+		{"peers without cluster", []string{"serve", "--peers", "n1=127.0.0.1:7001"}, 2, []string{"--peers needs --cluster"}},
+		{"raft election without cluster", []string{"serve", "--raft-election", "2s"}, 2, []string{"--raft-election needs --cluster"}},
+		{"peer tls without cluster", []string{"serve", "--peer-tls-ca", "ca.pem"}, 2, []string{"--peer-tls-ca needs --cluster"}},
+		{"config cluster key without cluster", []string{"serve", "--config", clusterNoFlag}, 2, []string{"raft-listen in config file " + clusterNoFlag + " needs --cluster"}},
+		{"admin token with blank", []string{"serve", "--admin-token", "a b"}, 2, []string{"invalid --admin-token"}},
+		{"admin token too long", []string{"serve", "--admin-token", strings.Repeat("t", 257)}, 2, []string{"--admin-token is longer than 256 bytes"}},
+		{"admin non-loopback cluster no token", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--listen", "127.0.0.1:0", "--admin-listen", ":0", "--data-dir", "/nonexistent/never"}, 2, []string{"--admin-listen :0 is not a loopback address", "--admin-token"}},
+
+		// ticketingd cluster.
+		{"cluster no subcommand", []string{"cluster"}, 2, []string{"missing cluster command"}},
+		{"cluster status no admin", []string{"cluster", "status"}, 2, []string{"--admin is required"}},
+		{"cluster status bad admin", []string{"cluster", "status", "--admin", "localhost"}, 2, []string{`invalid --admin "localhost"`}},
+		{"cluster add no arg", []string{"cluster", "add", "--admin", "127.0.0.1:9"}, 2, []string{"one argument"}},
+		{"cluster add bad arg", []string{"cluster", "add", "n4", "--admin", "127.0.0.1:9"}, 2, []string{`invalid node entry "n4"`}},
+		{"cluster add two nodes", []string{"cluster", "add", "n4=127.0.0.1:7004,n5=127.0.0.1:7005", "--admin", "127.0.0.1:9"}, 2, []string{"adds one node"}},
+		{"cluster remove bad id", []string{"cluster", "remove", "n 4", "--admin", "127.0.0.1:9"}, 2, []string{`invalid node ID "n 4"`}},
+		{"cluster status unreachable", []string{"cluster", "status", "--admin", "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))}, 1, []string{"admin listener 127.0.0.1:", "connection refused"}},
+
+		// ticketingd init --cluster.
+		{"init cluster without nodes", []string{"init", "--cluster", "--dir", "/nonexistent/d"}, 2, []string{"--cluster needs its nodes"}},
+		{"init node without cluster", []string{"init", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1"}, 2, []string{"--node needs --cluster"}},
+		{"init cluster and host", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--host", "x"}, 2, []string{"--host and --cluster exclude each other"}},
+		{"init cluster bad node", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1"}, 2, []string{`invalid --node "n1": want ID=HOST`}},
+		{"init cluster node with port", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1:5225"}, 2, []string{`invalid --node "n1=127.0.0.1:5225"`}},
+		{"init cluster duplicate node", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n1=127.0.0.2"}, 2, []string{"--node n1 is given twice"}},
+		{"init cluster mixed hosts", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n2=10.0.0.2", "--node", "n3=10.0.0.3"}, 2, []string{"mix loopback"}},
+		{"init cluster port clash", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--port", "7000", "--raft-port", "7001"}, 2, []string{"n2's client port 7001 on 127.0.0.1 is also n1's Raft port"}},
+		{"init add without cluster", []string{"init", "--add", "--dir", "/nonexistent/d"}, 2, []string{"--add needs --cluster"}},
+		{"init cluster same ports", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--port", "7000", "--raft-port", "7000"}, 2, []string{"--port, --raft-port and --admin-port must differ"}},
+		{"init cluster port overflow", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--node", "n2=h", "--port", "65535"}, 2, []string{"too many nodes on h"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,6 +227,7 @@ shutdown-timeout: 3s
 token-block: 500
 initial-token: 7000
 owned-release-only: true
+admin-token: s3cret
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -199,6 +264,9 @@ owned-release-only: true
 		TokenBlock:       500,
 		InitialToken:     7000,
 		OwnedRelease:     true,
+		AdminToken:       "s3cret",
+		RaftHeartbeat:    server.DefaultRaftHeartbeat,
+		RaftElection:     server.DefaultRaftElection,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)
@@ -218,6 +286,70 @@ owned-release-only: true
 	empty := writeTemp(t, "empty.yaml", "", 0o644)
 	if _, err := parseServe(t, "--config", empty); err != nil {
 		t.Errorf("empty config: %v", err)
+	}
+}
+
+// TestClusterConfigFile: the cluster settings from a config file (peers a
+// YAML list, each element possibly a comma-separated list too, paths
+// relative to the file) and flags over them, and the server.ClusterConfig
+// serve builds from them.
+func TestClusterConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "node.yaml")
+	content := `listen: "127.0.0.1:0"
+cluster: true
+node-id: n1
+raft-listen: "0.0.0.0:7001"
+raft-advertise: "127.0.0.1:7001"
+peers:
+  - n1=127.0.0.1:7001
+  - n2=127.0.0.1:7002, n3=127.0.0.1:7003
+peer-tls-cert: node.pem
+peer-tls-key: node-key.pem
+peer-tls-ca: /etc/ticketing/cluster-ca.pem
+raft-heartbeat: 200ms
+raft-election: 1s
+admin-token: tok
+`
+	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseServe(t, "--config", cfg, "--raft-election", "2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.PeerTLSCert != filepath.Join(dir, "node.pem") || o.PeerTLSKey != filepath.Join(dir, "node-key.pem") || o.PeerTLSCA != "/etc/ticketing/cluster-ca.pem" {
+		t.Errorf("peer TLS paths: %q %q %q", o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA)
+	}
+	bound := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 43210}
+	cc := clusterConfig(o, bound, nil)
+	want := &server.ClusterConfig{
+		NodeID:        "n1",
+		RaftListen:    "0.0.0.0:7001",
+		RaftAdvertise: "127.0.0.1:7001",
+		Advertise:     "127.0.0.1:43210", // --listen's port 0: the bound address
+		Peers: []server.Peer{{ID: "n1", Address: "127.0.0.1:7001"}, {ID: "n2", Address: "127.0.0.1:7002"},
+			{ID: "n3", Address: "127.0.0.1:7003"}},
+		HeartbeatTimeout: 200 * time.Millisecond,
+		ElectionTimeout:  2 * time.Second, // the flag wins
+	}
+	if !reflect.DeepEqual(cc, want) {
+		t.Errorf("ClusterConfig\n got  %+v\n want %+v", cc, want)
+	}
+	if o.AdminToken != "tok" {
+		t.Errorf("admin token %q", o.AdminToken)
+	}
+
+	// Defaults: --advertise is --listen as given, --raft-advertise is
+	// --raft-listen, Raft timeouts the server's defaults, no peers.
+	o, err = parseServe(t, "--cluster", "--node-id", "a.b_c-1", "--listen", "locks-a.test:5225", "--raft-listen", "10.0.0.1:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc = clusterConfig(o, bound, nil)
+	if cc.Advertise != "locks-a.test:5225" || cc.RaftAdvertise != "10.0.0.1:7001" || cc.Peers != nil ||
+		cc.HeartbeatTimeout != server.DefaultRaftHeartbeat || cc.ElectionTimeout != server.DefaultRaftElection {
+		t.Errorf("defaults: %+v", cc)
 	}
 }
 

@@ -50,6 +50,20 @@ type serveOptions struct {
 	TokenBlock       uint64
 	InitialToken     uint64
 	OwnedRelease     bool
+	AdminToken       string
+
+	// Cluster mode (see clusterOptions in cluster.go).
+	Cluster       bool
+	NodeID        string
+	RaftListen    string
+	RaftAdvertise string
+	Advertise     string
+	Peers         []string
+	PeerTLSCert   string
+	PeerTLSKey    string
+	PeerTLSCA     string
+	RaftHeartbeat time.Duration
+	RaftElection  time.Duration
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -86,12 +100,24 @@ func (o *serveOptions) options() []option {
 		opt(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off"),
 		opt(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)"),
 		opt(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0"),
-		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status (off when empty)"),
+		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status, and in cluster mode /cluster/add and /cluster/remove (off when empty)"),
+		opt(&o.AdminToken, "admin-token", "", "require 'Authorization: Bearer `TOKEN`' on every admin request but GET /healthz; required in cluster mode when --admin-listen is not a loopback address"),
 		opt(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error"),
 		opt(&o.LogFormat, "log-format", "text", "log format: text or json"),
 		opt(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")"),
 		opt(&o.Standby, "standby", false, "run as a standby: answer every session with NOT_ACTIVE and --standby-hint"),
 		opt(&o.StandbyHint, "standby-hint", "", "`address` of the active node, sent to clients by a standby"),
+		opt(&o.Cluster, "cluster", false, "run as a node of a Raft cluster (needs --node-id and --raft-listen): only the leader serves, the others answer NOT_ACTIVE with the leader's --advertise address"),
+		opt(&o.NodeID, "node-id", "", "cluster: this node's `ID` in the Raft configuration (1 to 64 letters, digits, '.', '_', '-')"),
+		opt(&o.RaftListen, "raft-listen", "", "cluster: TCP `address` (host:port) of the Raft peer transport"),
+		opt(&o.RaftAdvertise, "raft-advertise", "", "cluster: `address` the other nodes dial to reach this node's Raft transport (default --raft-listen, which must then be a specific address)"),
+		opt(&o.Advertise, "advertise", "", "cluster: client `address` (host:port) the other nodes send to clients while this node leads (default --listen when that is a specific address)"),
+		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet (repeatable; a YAML list in the file)"),
+		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca)"),
+		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster: PEM private key `file` of --peer-tls-cert"),
+		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster: PEM `file` of the cluster CA(s) whose node certificates peers must present"),
+		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),
+		opt(&o.RaftElection, "raft-election", server.DefaultRaftElection, "cluster: Raft election timeout (at least --raft-heartbeat); a new leader restarts every lease at its full lease_s plus this"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none"),
 		opt(&o.OwnedRelease, "owned-release-only", false, "a lock granted on a version-2 session (every Go broker of this release) is freed only by RELEASE_OWNED with its owner, never by a plain RELEASE with a guessed token; version-1 clients' locks are released as before"),
@@ -309,7 +335,13 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	if o.ShutdownTimeout <= 0 {
 		return usagef("invalid %s %v: must be > 0", src("shutdown-timeout"), o.ShutdownTimeout)
 	}
-	return nil
+	if len(o.AdminToken) > maxAdminTokenLen {
+		return usagef("%s is longer than %d bytes", src("admin-token"), maxAdminTokenLen)
+	}
+	if !validAdminToken(o.AdminToken) {
+		return usagef("invalid %s: want printable ASCII without blanks", src("admin-token"))
+	}
+	return o.checkCluster(fs, src)
 }
 
 func parseLevel(s string) (slog.Level, error) {

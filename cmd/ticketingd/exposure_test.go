@@ -114,7 +114,7 @@ func TestServeTLSOnlyAEADSuites(t *testing.T) {
 func TestServeWarnsWhenExposed(t *testing.T) {
 	const noTokens = "listening on a non-loopback address without client tokens: anyone who can reach it can take and release locks; set --client-tokens-file"
 	const noTLS = "listening on a non-loopback address without TLS: client tokens and lock traffic cross the network in clear; set --tls-cert and --tls-key"
-	const adminOpen = "admin listening on a non-loopback address: /metrics and /status have no authentication; restrict it with a firewall or listen on 127.0.0.1"
+	const adminOpen = "admin listening on a non-loopback address: /metrics and /status have no authentication; set --admin-token, restrict it with a firewall or listen on 127.0.0.1"
 
 	p := startInProc(t, "serve", "--listen", "0.0.0.0:0", "--admin-listen", "0.0.0.0:0", "--data-dir", t.TempDir(), "--log-format", "json")
 	for _, msg := range []string{noTokens, noTLS, adminOpen} {
@@ -128,6 +128,13 @@ func TestServeWarnsWhenExposed(t *testing.T) {
 	q.stderr.waitJSON(t, "listening", q.done)
 	if out := q.stderr.String(); strings.Contains(out, "non-loopback") {
 		t.Errorf("loopback server warned:\n%s", out)
+	}
+
+	// With --admin-token the admin port is authenticated: no warning.
+	r := startInProc(t, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:0", "--admin-token", "t", "--data-dir", t.TempDir(), "--log-format", "json")
+	r.stderr.waitJSON(t, "listening", r.done)
+	if out := r.stderr.String(); strings.Contains(out, "non-loopback") {
+		t.Errorf("admin listener with a token warned:\n%s", out)
 	}
 }
 

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -15,6 +18,8 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/raftnet"
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // freePort returns a TCP port that is free on host ("" for all
@@ -255,5 +260,297 @@ func TestInitPlan(t *testing.T) {
 			t.Errorf("hosts %q listen %q: got listen %q client %q hosts %q unserved %q wildcard %v unnamed %v",
 				tc.hosts, tc.listen, p.listen, p.client, p.hosts, p.unserved, p.wildcard, p.unnamed)
 		}
+	}
+}
+
+// shExports runs the "export NAME=..." lines of out through sh, as a user
+// pastes them, and returns the variables' values.
+func shExports(t *testing.T, out string, names ...string) map[string]string {
+	t.Helper()
+	lines := regexp.MustCompile(`(?m)^    export TICKETING_[A-Z_]+=.*$`).FindAllString(out, -1)
+	if len(lines) != len(names) {
+		t.Fatalf("want %d export lines, got %q in:\n%s", len(names), lines, out)
+	}
+	script := strings.Join(lines, "\n")
+	for _, n := range names {
+		script += "\nprintf '%s\\n' \"$" + n + "\""
+	}
+	sh := exec.Command("sh", "-c", script)
+	sh.Env = []string{"PATH=" + os.Getenv("PATH")}
+	res, err := sh.Output()
+	if err != nil {
+		t.Fatalf("sh: %v on:\n%s", err, script)
+	}
+	vals := strings.Split(strings.TrimSuffix(string(res), "\n"), "\n")
+	if len(vals) != len(names) {
+		t.Fatalf("sh printed %q", vals)
+	}
+	m := map[string]string{}
+	for i, n := range names {
+		m[n] = vals[i]
+	}
+	return m
+}
+
+// readCert reads the one certificate of a PEM file.
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		t.Fatalf("%s: no PEM", path)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func certPool(t *testing.T, path string) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("%s: no certificate", path)
+	}
+	return pool
+}
+
+// TestInitCluster writes a bundle for three nodes on 127.0.0.1 and checks
+// it as 'serve --config' and the peer transport will read it: each config
+// parses through the loader serve uses into a cluster node with distinct
+// ports and the peers of all three, its peer TLS loads (a node certificate
+// of the cluster CA), the certificates verify against the right CA for the
+// host with the right usages, and the printed lines, run through sh, give
+// a TICKETING_URL with the three client addresses.
+func TestInitCluster(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("runs the printed export lines with sh")
+	}
+	dir := filepath.Join(t.TempDir(), "clu ster")
+	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
+		"--port", "16000", "--raft-port", "17000", "--admin-port", "19000")
+	if code != 0 {
+		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("init --cluster of 3 nodes warns:\n%s", stderr)
+	}
+	modes := map[string]os.FileMode{initCACert: 0o644, initCAKey: 0o600, initClusterCACert: 0o644, initClusterCAKey: 0o600, initAdminTokenFile: 0o600,
+		initTokensFile: 0o600}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		for name, perm := range map[string]os.FileMode{initConfigFile: 0o600, initTokensFile: 0o600, initServerCert: 0o644, initServerKey: 0o600,
+			initNodeCert: 0o644, initNodeKey: 0o600, initClusterCACert: 0o644, initDataDir: 0o700 | os.ModeDir} {
+			modes[filepath.Join(id, name)] = perm
+		}
+	}
+	for name, perm := range modes {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if st.Mode() != perm {
+			t.Errorf("%s: mode %v, want %v", name, st.Mode(), perm)
+		}
+	}
+	for _, name := range []string{initCAKey, initClusterCAKey} {
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if _, err := os.Stat(filepath.Join(dir, id, name)); err == nil {
+				t.Errorf("%s is in node %s's directory: CA keys stay out of the nodes", name, id)
+			}
+		}
+	}
+
+	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	adminToken, err := os.ReadFile(filepath.Join(dir, initAdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex["TICKETING_ADMIN_TOKEN"] != strings.TrimSpace(string(adminToken)) {
+		t.Errorf("printed admin token %q, file %q", ex["TICKETING_ADMIN_TOKEN"], adminToken)
+	}
+	if strings.Count(out, ex["TICKETING_TOKEN"]) != 1 {
+		t.Errorf("client token printed %d times, want once:\n%s", strings.Count(out, ex["TICKETING_TOKEN"]), out)
+	}
+	u, err := broker.ParseURL(ex["TICKETING_URL"])
+	if err != nil {
+		t.Fatalf("ParseURL(printed URL %q): %v", ex["TICKETING_URL"], err)
+	}
+	wantAddrs := []string{"127.0.0.1:16000", "127.0.0.1:16001", "127.0.0.1:16002"}
+	if !slices.Equal(u.Addrs, wantAddrs) || u.Token != ex["TICKETING_TOKEN"] ||
+		u.TLS.Mode != broker.TLSCAFile || u.TLS.CAFile != filepath.Join(dir, initCACert) {
+		t.Errorf("printed URL gives %v token ok %v TLS %+v", u.Addrs, u.Token == ex["TICKETING_TOKEN"], u.TLS)
+	}
+	serveCmds := regexp.MustCompile(`(?m)^    ticketingd serve --config (.+)$`).FindAllStringSubmatch(out, -1)
+	if len(serveCmds) != 3 {
+		t.Fatalf("want 3 serve commands in:\n%s", out)
+	}
+	for i, m := range serveCmds {
+		want := filepath.Join(dir, "n"+strconv.Itoa(i+1), initConfigFile)
+		if got, err := exec.Command("sh", "-c", "printf %s "+m[1]).Output(); err != nil || string(got) != want {
+			t.Errorf("serve command %d names %q (%v), want %q", i+1, got, err, want)
+		}
+	}
+
+	clientCA, clusterCA := certPool(t, filepath.Join(dir, initCACert)), certPool(t, filepath.Join(dir, initClusterCACert))
+	wantPeers := []server.Peer{{ID: "n1", Address: "127.0.0.1:17000"}, {ID: "n2", Address: "127.0.0.1:17001"}, {ID: "n3", Address: "127.0.0.1:17002"}}
+	for i, id := range []string{"n1", "n2", "n3"} {
+		nd := filepath.Join(dir, id)
+		o, err := parseServe(t, "--config", filepath.Join(nd, initConfigFile))
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		port := func(base int) string { return "127.0.0.1:" + strconv.Itoa(base+i) }
+		if !o.Cluster || o.NodeID != id || o.Listen != port(16000) || o.Advertise != port(16000) || o.RaftListen != port(17000) ||
+			o.AdminListen != port(19000) || o.AdminToken != ex["TICKETING_ADMIN_TOKEN"] || o.DataDir != filepath.Join(nd, initDataDir) ||
+			o.TLSCert != filepath.Join(nd, initServerCert) || o.TLSKey != filepath.Join(nd, initServerKey) {
+			t.Errorf("%s: options %+v", id, *o)
+		}
+		tokens, _, err := readTokensFile(o.ClientTokensFile)
+		if err != nil || !slices.Equal(tokens, []string{ex["TICKETING_TOKEN"]}) {
+			t.Errorf("%s: client tokens %q (%v)", id, tokens, err)
+		}
+		peerTLS, err := loadPeerTLS(o)
+		if err != nil || peerTLS == nil {
+			t.Fatalf("%s: peer TLS: %v", id, err)
+		}
+		if _, err := loadTLS(o); err != nil {
+			t.Errorf("%s: client TLS: %v", id, err)
+		}
+		cc := clusterConfig(o, nil, peerTLS)
+		if !reflect.DeepEqual(cc.Peers, wantPeers) || cc.RaftAdvertise != port(17000) || cc.Advertise != port(16000) {
+			t.Errorf("%s: ClusterConfig %+v", id, cc)
+		}
+
+		// The node certificate: the cluster CA's, for the node's host
+		// (which is its Raft address's host), server and client auth.
+		node := readCert(t, filepath.Join(nd, initNodeCert))
+		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+			if _, err := node.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clusterCA, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+				t.Errorf("%s: node certificate for usage %v: %v", id, usage, err)
+			}
+		}
+		if _, err := node.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clientCA}); err == nil {
+			t.Errorf("%s: node certificate verifies against the client CA", id)
+		}
+		// The server certificate: the client CA's, for the host, server
+		// auth only, so that it cannot serve as a node certificate.
+		srvCert := readCert(t, filepath.Join(nd, initServerCert))
+		if _, err := srvCert.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clientCA}); err != nil {
+			t.Errorf("%s: server certificate: %v", id, err)
+		}
+		if _, err := srvCert.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clientCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+			t.Errorf("%s: server certificate is good for client auth", id)
+		}
+		if _, err := raftnet.LoadPeerTLS(o.TLSCert, o.TLSKey, o.PeerTLSCA); err == nil {
+			t.Errorf("%s: the server certificate loads as a node certificate", id)
+		}
+	}
+
+	// --add: a fourth node from the same CAs and tokens, on the next ports
+	// of the shared host, without peers (it waits to be added).
+	code, out, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n4=127.0.0.1",
+		"--port", "16000", "--raft-port", "17000", "--admin-port", "19000")
+	if code != 0 {
+		t.Fatalf("init --cluster --add: exit %d: %s", code, stderr)
+	}
+	o4, err := parseServe(t, "--config", filepath.Join(dir, "n4", initConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o4.NodeID != "n4" || o4.Listen != "127.0.0.1:16003" || o4.RaftListen != "127.0.0.1:17003" || o4.AdminListen != "127.0.0.1:19003" ||
+		len(o4.Peers) != 0 || o4.AdminToken != ex["TICKETING_ADMIN_TOKEN"] {
+		t.Errorf("n4: options %+v", *o4)
+	}
+	if tokens, _, err := readTokensFile(o4.ClientTokensFile); err != nil || !slices.Equal(tokens, []string{ex["TICKETING_TOKEN"]}) {
+		t.Errorf("n4: client tokens %q (%v)", tokens, err)
+	}
+	if _, err := loadPeerTLS(o4); err != nil {
+		t.Errorf("n4: peer TLS: %v", err)
+	}
+	if _, err := readCert(t, filepath.Join(dir, "n4", initNodeCert)).Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: clusterCA,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("n4: node certificate: %v", err)
+	}
+	for _, w := range []string{"ticketingd serve --config " + shellQuote(filepath.Join(dir, "n4", initConfigFile)),
+		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca="} {
+		if !strings.Contains(out, w) {
+			t.Errorf("init --add output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(out, ex["TICKETING_TOKEN"]) {
+		t.Errorf("init --add printed a token:\n%s", out)
+	}
+	code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n2=127.0.0.1")
+	if code != 2 || !strings.Contains(stderr, "has a node n2 already") {
+		t.Errorf("--add of an existing ID: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", t.TempDir(), "--node", "n5=127.0.0.1"); code != 1 || !strings.Contains(stderr, "--add") {
+		t.Errorf("--add to a directory without a bundle: exit %d: %s", code, stderr)
+	}
+
+	// No overwrite without --force; --force writes new keys and tokens.
+	code, _, stderr = runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1")
+	if code != 1 || !strings.Contains(stderr, "--force") {
+		t.Errorf("second init: exit %d, %s", code, stderr)
+	}
+	code, out2, stderr := runCapture(t, "init", "--cluster", "--force", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1")
+	if code != 0 {
+		t.Fatalf("init --cluster --force: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(out2, ex["TICKETING_TOKEN"]) || strings.Contains(out2, ex["TICKETING_ADMIN_TOKEN"]) {
+		t.Error("init --cluster --force reused a token")
+	}
+}
+
+// TestInitClusterRemote: nodes on separate hosts all get the base ports,
+// certificates for their own host (IP or DNS name), and the printed lines
+// say how to copy each node's directory to its machine.
+func TestInitClusterRemote(t *testing.T) {
+	dir := t.TempDir()
+	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "a=10.0.0.1", "--node", "b=locks-b.example.test", "--node", "c=[2001:db8::3]", "--node", "d=10.0.0.4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "warning: a cluster of 4 nodes survives the loss of 1 of them") {
+		t.Errorf("no warning about 4 nodes:\n%s", stderr)
+	}
+	clusterCA := certPool(t, filepath.Join(dir, initClusterCACert))
+	for _, n := range []struct{ id, host, listen string }{
+		{"a", "10.0.0.1", "10.0.0.1:5225"}, {"b", "locks-b.example.test", "locks-b.example.test:5225"},
+		{"c", "2001:db8::3", "[2001:db8::3]:5225"}, {"d", "10.0.0.4", "10.0.0.4:5225"},
+	} {
+		o, err := parseServe(t, "--config", filepath.Join(dir, n.id, initConfigFile))
+		if err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+		raft := strings.TrimSuffix(n.listen, "5225") + "7225"
+		if o.Listen != n.listen || o.Advertise != n.listen || o.RaftListen != raft || o.AdminListen != "127.0.0.1:9225" || len(o.Peers) != 4 {
+			t.Errorf("%s: options %+v", n.id, *o)
+		}
+		node := readCert(t, filepath.Join(dir, n.id, initNodeCert))
+		if _, err := node.Verify(x509.VerifyOptions{DNSName: n.host, Roots: clusterCA, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("%s: node certificate for %s: %v", n.id, n.host, err)
+		}
+		if _, err := node.Verify(x509.VerifyOptions{DNSName: "10.0.0.9", Roots: clusterCA}); err == nil {
+			t.Errorf("%s: node certificate valid for another host", n.id)
+		}
+		if !strings.Contains(out, "ticketingd serve --config ticketing-"+n.id+"/"+initConfigFile+"    # on "+n.host) {
+			t.Errorf("no serve line for %s in:\n%s", n.id, out)
+		}
+		if !strings.Contains(out, "scp -rp "+filepath.Join(dir, n.id)+" "+sshHost(n.host)+":ticketing-"+n.id) {
+			t.Errorf("no scp line for %s in:\n%s", n.id, out)
+		}
+	}
+	if !strings.Contains(out, "@10.0.0.1:5225,locks-b.example.test:5225,[2001:db8::3]:5225,10.0.0.4:5225?ca=") {
+		t.Errorf("URL lacks the four addresses:\n%s", out)
 	}
 }

@@ -37,13 +37,20 @@ type initOptions struct {
 	Force  bool
 	Listen string // empty: derived from Hosts and Port
 	Port   int
+
+	// --cluster: a bundle for a Raft cluster (initcluster.go).
+	Cluster   bool
+	Add       bool     // add Nodes to the bundle in Dir
+	Nodes     []string // ID=HOST
+	RaftPort  int
+	AdminPort int
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
 	var o initOptions
 	cmd := &cobra.Command{
-		Use:   "init --dir DIR [--host NAME ...] [--tls] [--port N | --listen ADDR]",
-		Short: "Write a ready deployment: config file, client token, and optionally a TLS CA and server certificate",
+		Use:   "init --dir DIR [--host NAME ...] [--tls] [--port N | --listen ADDR] | init --cluster --dir DIR --node ID=HOST ...",
+		Short: "Write a ready deployment: config file, client token, and optionally a TLS CA and server certificate; or a cluster bundle",
 		Long: `Write a ready deployment into DIR:
 
   ticketingd.yaml    config file for 'ticketingd serve --config'
@@ -61,11 +68,30 @@ interfaces (:PORT). --listen overrides that choice.
 init then prints how a client connects: the token as TICKETING_TOKEN and a
 TICKETING_URL (ticketing://TOKEN@HOST:PORT?ca=CA.PEM) for broker.ParseURL,
 using the first host other machines can reach. init refuses to overwrite an
-existing deployment unless --force is given.`,
+existing deployment unless --force is given.
+
+With --cluster, init writes a bundle for a Raft cluster instead, one
+--node ID=HOST per node (3 or 5 of them): a client CA (ca.pem), a cluster
+CA for the peer links (cluster-ca.pem), and per node a directory DIR/ID
+with its config (ticketingd.yaml), server and node certificates, the
+client token and a data directory. Each node listens on HOST:--port, its
+Raft transport on HOST:--raft-port and its admin listener on
+127.0.0.1:--admin-port; nodes that share a host get the next ports (port+1,
+port+2, ...), so that a bundle of nodes all on 127.0.0.1 runs on one
+machine. init then prints how to start each node and the TICKETING_URL
+listing every node.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {
 				return usagef("--dir is required")
+			}
+			if o.Cluster {
+				return initClusterCmd(cmd, &o, stdout)
+			}
+			for _, name := range []string{"node", "raft-port", "admin-port", "add"} {
+				if cmd.Flags().Changed(name) {
+					return usagef("--%s needs --cluster", name)
+				}
 			}
 			for i, h := range o.Hosts {
 				h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]") // [::1]
@@ -97,6 +123,11 @@ existing deployment unless --force is given.`,
 	f.BoolVar(&o.Force, "force", false, "overwrite an existing deployment in --dir")
 	f.IntVar(&o.Port, "port", wire.DefaultPort, "TCP `port` to listen on and to print in the client settings")
 	f.StringVar(&o.Listen, "listen", "", "listen `address` to put into the config file (default: 127.0.0.1:PORT when every --host is loopback, else :PORT, all interfaces)")
+	f.BoolVar(&o.Cluster, "cluster", false, "write a bundle for a Raft cluster of the --node nodes (always with TLS)")
+	f.BoolVar(&o.Add, "add", false, "with --cluster: add the --node nodes to the bundle in --dir (its CAs and tokens), for 'ticketingd cluster add'")
+	f.StringArrayVar(&o.Nodes, "node", nil, "with --cluster: a node as `ID=HOST`, its --node-id and the host name or IP that clients and the other nodes reach it at (repeatable, 3 or 5 times)")
+	f.IntVar(&o.RaftPort, "raft-port", defaultRaftPort, "with --cluster: TCP `port` of each node's Raft transport (nodes sharing a host: the next ones)")
+	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
 	return cmd
 }
 
@@ -403,26 +434,10 @@ func writeTLS(dir string, hosts []string) error {
 	if err != nil {
 		return runtimef("%w", err)
 	}
-	for _, f := range []struct {
-		name string
-		pair *pki.KeyPair
-		key  bool
-		perm os.FileMode
-	}{
+	return writePairs(dir, []pemFile{
 		{initCACert, &ca.KeyPair, false, 0o644},
 		{initCAKey, &ca.KeyPair, true, 0o600},
 		{initServerCert, srv, false, 0o644},
 		{initServerKey, srv, true, 0o600},
-	} {
-		data := f.pair.CertPEM()
-		if f.key {
-			if data, err = f.pair.KeyPEM(); err != nil {
-				return runtimef("%s: %w", f.name, err)
-			}
-		}
-		if err := writeFile(filepath.Join(dir, f.name), data, f.perm); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }

@@ -4,6 +4,8 @@
 //
 //	ticketingd serve   run the server (flags or --config FILE)
 //	ticketingd init    write a ready deployment: config, client token, TLS CA and certificate
+//	                   (with --cluster: a bundle for every node of a Raft cluster)
+//	ticketingd cluster show or change a cluster's membership through a node's admin listener
 //	ticketingd version print the version
 //
 // Exit status: 0 on success, 2 for a usage error (bad flag, bad config file

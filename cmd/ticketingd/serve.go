@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing-dev/ticketing/server"
@@ -37,6 +35,11 @@ Settings come from flags and from --config FILE, a YAML file whose keys are
 the flag names without dashes in front (listen:, data-dir:, client-token: [..],
 max-locks: ...). A flag given on the command line overrides the file. Relative
 paths in the file are relative to the file's directory.
+
+With --cluster the server is a node of a Raft cluster (--node-id,
+--raft-listen, --peers, --peer-tls-*; 'ticketingd init --cluster' writes a
+config per node): only the leader serves, the others answer NOT_ACTIVE with
+the leader's --advertise address. See docs/operations.md, "Cluster".
 
 The server logs "listening" with addr=HOST:PORT once it accepts connections.`,
 		Args: noArgs,
@@ -82,6 +85,10 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	peerTLS, err := loadPeerTLS(o)
+	if err != nil {
+		return err
+	}
 
 	// The data dir must be a directory; say so with its path rather than
 	// leaving it to whatever the token store reports.
@@ -105,15 +112,26 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			return runtimef("--admin-listen: %w", err)
 		}
 	}
-	warnExposure(log, ln.Addr(), aln, len(tokens) > 0, tlsConf != nil)
+	if o.Cluster && aln != nil && o.AdminToken == "" && !isLoopback(aln.Addr()) {
+		// The cluster endpoints change the membership: not for anyone who
+		// can reach the port.
+		_ = ln.Close()
+		_ = aln.Close()
+		return usagef("--admin-listen %s is not a loopback address: a cluster node's admin listener can add and remove nodes, so it needs --admin-token (or listen on 127.0.0.1)", o.AdminListen)
+	}
+	warnExposure(log, ln.Addr(), aln, len(tokens) > 0, tlsConf != nil, o.AdminToken != "")
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	cfg := serverConfig(o, tokens, tlsConf, log, reg)
+	if o.Cluster {
+		cfg.Cluster = clusterConfig(o, ln.Addr(), peerTLS)
+	}
 
-	srv, err := server.New(serverConfig(o, tokens, tlsConf, log, reg))
+	srv, err := server.New(cfg)
 	if err != nil {
 		_ = ln.Close()
 		if aln != nil {
@@ -121,7 +139,13 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		}
 		return &runtimeError{err} // names the data dir or file itself
 	}
-	if o.InitialToken != 0 {
+	switch {
+	case o.InitialToken != 0 && o.Cluster:
+		// The counter is the log's, which this node may not have applied
+		// yet: only its own takeover as leader raises it.
+		log.Info("initial-token: when this node leads, it raises the token counter to it if the counter is below (tokens never go back); give it to every node",
+			"initial_token", o.InitialToken)
+	case o.InitialToken != 0:
 		if st := srv.Stats(); st.LastToken > o.InitialToken {
 			log.Warn("initial-token is below the stored token ceiling and is ignored: tokens never go back",
 				"initial_token", o.InitialToken, "continuing_above", st.LastToken)
@@ -136,7 +160,11 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		adminSrv     *http.Server
 	)
 	if aln != nil {
-		adminSrv = newAdminServer(adminHandler(srv, reg, &shuttingDown), log)
+		ac := adminConfig{token: o.AdminToken, log: log}
+		if o.Cluster {
+			ac.cluster = srv
+		}
+		adminSrv = newAdminServer(adminHandler(srv, reg, &shuttingDown, ac), log)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -153,9 +181,17 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		defer wg.Done()
 		serveErr <- srv.Serve(ln)
 	}()
-	log.Info("listening", "addr", ln.Addr().String(), "data_dir", o.DataDir,
+	attrs := []any{"addr", ln.Addr().String(), "data_dir", o.DataDir,
 		"tls", tlsConf != nil, "client_cert_required", o.TLSClientCA != "",
-		"client_tokens", len(tokens), "standby", o.Standby, "version", version)
+		"client_tokens", len(tokens), "standby", o.Standby, "version", version}
+	if cc := cfg.Cluster; cc != nil {
+		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
+			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerTLS != nil)
+		if len(cc.Peers) > 0 {
+			attrs = append(attrs, "peers", peersString(cc.Peers))
+		}
+	}
+	log.Info("listening", attrs...)
 
 	var result error
 	select {
@@ -244,9 +280,9 @@ func socketBuffer(n int) int {
 
 // warnExposure warns when the lock port is reachable from other hosts
 // (not a loopback address: a wildcard address counts as reachable) without
-// client tokens or without TLS, and when the admin port, which has no
-// authentication, is.
-func warnExposure(log *slog.Logger, addr net.Addr, admin net.Listener, tokens, tls bool) {
+// client tokens or without TLS, and when the admin port is without
+// --admin-token.
+func warnExposure(log *slog.Logger, addr net.Addr, admin net.Listener, tokens, tls, adminToken bool) {
 	if !isLoopback(addr) {
 		if !tokens {
 			log.Warn("listening on a non-loopback address without client tokens: anyone who can reach it can take and release locks; set --client-tokens-file",
@@ -257,8 +293,8 @@ func warnExposure(log *slog.Logger, addr net.Addr, admin net.Listener, tokens, t
 				"addr", addr.String())
 		}
 	}
-	if admin != nil && !isLoopback(admin.Addr()) {
-		log.Warn("admin listening on a non-loopback address: /metrics and /status have no authentication; restrict it with a firewall or listen on 127.0.0.1",
+	if admin != nil && !isLoopback(admin.Addr()) && !adminToken {
+		log.Warn("admin listening on a non-loopback address: /metrics and /status have no authentication; set --admin-token, restrict it with a firewall or listen on 127.0.0.1",
 			"addr", admin.Addr().String())
 	}
 }
@@ -355,32 +391,4 @@ func loadTLS(o *serveOptions) (*tls.Config, error) {
 		conf.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return conf, nil
-}
-
-// adminHandler serves /metrics, /healthz and /status.
-func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *atomic.Bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if shuttingDown.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "shutting down\n")
-			return
-		}
-		if err := srv.TokenStoreErr(); err != nil {
-			// No new token can be reserved: grants of free keys fail.
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "token store: %v\n", err)
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(srv.Stats())
-	})
-	return mux
 }

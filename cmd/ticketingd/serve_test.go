@@ -124,7 +124,7 @@ func TestAdminHealthzWhileShuttingDown(t *testing.T) {
 	}
 	defer srv.Close()
 	var down atomic.Bool
-	h := adminHandler(srv, prometheus.NewRegistry(), &down)
+	h := adminHandler(srv, prometheus.NewRegistry(), &down, adminConfig{})
 	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
@@ -158,7 +158,7 @@ func TestAdminTokenStoreHealth(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
-	h := adminHandler(srv, prometheus.NewRegistry(), new(atomic.Bool))
+	h := adminHandler(srv, prometheus.NewRegistry(), new(atomic.Bool), adminConfig{})
 	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// adminTokenEnv is the environment variable 'ticketingd cluster' reads the
+// admin token from when --admin-token is not given.
+const adminTokenEnv = "TICKETING_ADMIN_TOKEN"
+
+// clusterCmdOptions are the flags of every 'ticketingd cluster' command.
+type clusterCmdOptions struct {
+	Admins  []string // --admin: the nodes to ask, in order
+	Admin   string   // the one being asked
+	Token   string
+	JSON    bool
+	Timeout time.Duration
+}
+
+func newClusterCmd(stdout io.Writer) *cobra.Command {
+	var o clusterCmdOptions
+	cmd := &cobra.Command{
+		Use:   "cluster status|add|remove --admin HOST:PORT",
+		Short: "Show or change a cluster's membership through a node's admin listener",
+		Long: `Show or change a Raft cluster's membership through the admin listener
+(--admin-listen) of one of its nodes:
+
+  ticketingd cluster status --admin HOST:PORT             the node's view: leader, term, indexes, members
+  ticketingd cluster add ID=RAFTADDR --admin HOST:PORT    add a node as a voter (on the leader)
+  ticketingd cluster remove ID --admin HOST:PORT          remove a node (on the leader)
+
+add and remove must reach the leader's admin listener; a node that is not
+the leader refuses (exit 1) and says which node leads, so that the command
+can be repeated there. With several --admin addresses (A,B,C) add and
+remove try them in turn until one is the leader, and status uses the first
+that answers. The admin token is --admin-token, or else the environment
+variable ` + adminTokenEnv + `.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("missing cluster command (status, add or remove)")
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringSliceVar(&o.Admins, "admin", nil, "`HOST:PORT` of a node's admin listener (its --admin-listen); several (comma-separated or repeated): ask them in turn, add and remove until one is the leader")
+	pf.StringVar(&o.Token, "admin-token", "", "the node's --admin-token (default $"+adminTokenEnv+")")
+	pf.BoolVar(&o.JSON, "json", false, "print the answer as JSON")
+	pf.DurationVar(&o.Timeout, "timeout", 30*time.Second, "give up on the admin request after this long")
+
+	status := &cobra.Command{
+		Use:   "status --admin HOST:PORT",
+		Short: "Print the node's view of the cluster: leader, term, commit and applied index, members",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			return clusterStatus(cmd.Context(), &o, stdout)
+		},
+	}
+	add := &cobra.Command{
+		Use:   "add ID=RAFTADDR --admin HOST:PORT",
+		Short: "Add a node (its --node-id and --raft-advertise address) to the cluster as a voter",
+		Long: `Add a node to the cluster as a voter. ID is the new node's --node-id,
+RAFTADDR its Raft address (--raft-advertise, default --raft-listen). Start
+the new node first, with --cluster and without --peers (a node without Raft
+state and without --peers waits to be added), then run this against the
+leader's admin listener.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("cluster add takes one argument, ID=RAFTADDR; got %d", len(args))
+			}
+			peers, err := parsePeers("node", args)
+			if err != nil {
+				return err
+			}
+			if len(peers) != 1 {
+				return usagef("cluster add adds one node: want ID=RAFTADDR, got %q", args[0])
+			}
+			if err := o.check(); err != nil {
+				return err
+			}
+			return clusterChange(cmd.Context(), &o, stdout, "/cluster/add", clusterAddRequest{ID: peers[0].ID, Address: peers[0].Address})
+		},
+	}
+	remove := &cobra.Command{
+		Use:   "remove ID --admin HOST:PORT",
+		Short: "Remove a node from the cluster",
+		Long: `Remove a node (by its --node-id) from the cluster's configuration. Run it
+against the leader's admin listener.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("cluster remove takes one argument, the node ID; got %d", len(args))
+			}
+			if !validNodeID(args[0]) {
+				return usagef("invalid node ID %q: want 1 to %d letters, digits, '.', '_' or '-'", args[0], maxNodeIDLen)
+			}
+			if err := o.check(); err != nil {
+				return err
+			}
+			return clusterChange(cmd.Context(), &o, stdout, "/cluster/remove", clusterRemoveRequest{ID: args[0]})
+		},
+	}
+	cmd.AddCommand(status, add, remove)
+	return cmd
+}
+
+// check validates the common flags and fills in the token from the
+// environment.
+func (o *clusterCmdOptions) check() error {
+	if len(o.Admins) == 0 {
+		return usagef("--admin is required: the HOST:PORT of a node's admin listener (its --admin-listen)")
+	}
+	for i, a := range o.Admins {
+		a = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "/")
+		if err := checkHostPort("--admin", a, hostPortRule{}); err != nil {
+			return err
+		}
+		o.Admins[i] = a
+	}
+	if o.Token == "" {
+		o.Token = os.Getenv(adminTokenEnv)
+	}
+	if !validAdminToken(o.Token) {
+		return usagef("invalid admin token: want printable ASCII without blanks")
+	}
+	if o.Timeout <= 0 {
+		return usagef("invalid --timeout %v: must be > 0", o.Timeout)
+	}
+	return nil
+}
+
+// adminCall makes one request to the admin listener and returns the
+// answer's status code and body. A transport failure is a runtime error.
+func adminCall(ctx context.Context, o *clusterCmdOptions, method, path string, reqBody any) (int, []byte, error) {
+	var body io.Reader
+	if reqBody != nil {
+		b, err := json.Marshal(reqBody)
+		if err != nil {
+			return 0, nil, runtimef("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+o.Admin+path, body)
+	if err != nil {
+		return 0, nil, runtimef("admin request: %w", err)
+	}
+	if reqBody != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if o.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, runtimef("admin listener %s: %w", o.Admin, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, runtimef("admin listener %s: read answer: %w", o.Admin, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// answerError turns a non-2xx admin answer into a runtime error that says
+// what to do: for 409, which node leads.
+func answerError(o *clusterCmdOptions, code int, body []byte) error {
+	var nl notLeaderBody
+	if err := json.Unmarshal(body, &nl); err != nil || nl.Error == "" {
+		return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), strings.TrimSpace(string(body)))
+	}
+	switch {
+	case code == http.StatusConflict && nl.Leader != "":
+		return runtimef("the node at %s is not the leader; the leader is %s (Raft address %s): repeat the command against %s's admin listener",
+			o.Admin, nl.Leader, nl.LeaderAddress, nl.Leader)
+	case code == http.StatusConflict:
+		return runtimef("the node at %s is not the leader and knows no leader (an election may be running, or a majority of the nodes is down): retry later, or against another node", o.Admin)
+	case code == http.StatusUnauthorized:
+		return runtimef("admin listener %s: %s (give --admin-token or set %s)", o.Admin, nl.Error, adminTokenEnv)
+	}
+	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), nl.Error)
+}
+
+// clusterStatus prints the view of the first of the --admin nodes that
+// answers.
+func clusterStatus(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
+	var err error
+	for _, a := range o.Admins {
+		o.Admin = a
+		if err = clusterStatusOf(ctx, o, stdout); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
+	code, body, err := adminCall(ctx, o, http.MethodGet, "/status", nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return answerError(o, code, body)
+	}
+	var st statusBody
+	if err := json.Unmarshal(body, &st); err != nil {
+		return runtimef("admin listener %s: /status: %w", o.Admin, err)
+	}
+	if st.Cluster == nil {
+		if st.ClusterError != "" {
+			return runtimef("admin listener %s: no cluster status: %s", o.Admin, st.ClusterError)
+		}
+		return runtimef("the node at %s is not a cluster node (role %s)", o.Admin, st.Role)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st.Cluster)
+	}
+	printClusterStatus(stdout, st.Cluster, &st.Stats)
+	return nil
+}
+
+// printClusterStatus writes a cluster node's view for humans.
+func printClusterStatus(w io.Writer, cs *server.ClusterStatus, st *server.Stats) {
+	serving := "not serving clients"
+	if cs.Serving {
+		serving = "serving clients"
+	}
+	fmt.Fprintf(w, "node %s: %s, %s\n", cs.NodeID, cs.State, serving)
+	if cs.Leader == "" {
+		fmt.Fprintf(w, "leader: none known\n")
+	} else {
+		fmt.Fprintf(w, "leader: %s (raft %s, clients %s)\n", cs.Leader, orUnknown(cs.LeaderAddress), orUnknown(cs.LeaderAdvertise))
+	}
+	fmt.Fprintf(w, "term %d, commit index %d, applied index %d, last log index %d, leader changes seen %d\n",
+		cs.Term, cs.CommitIndex, cs.AppliedIndex, cs.LastLogIndex, cs.LeaderChanges)
+	if st != nil {
+		fmt.Fprintf(w, "sessions %d, held locks %d, last token %d\n", st.Sessions, st.HeldLocks, st.LastToken)
+	}
+	printMembers(w, cs.Servers)
+}
+
+// printMembers writes the Raft configuration as a table; a member's client
+// address is "-" until it has led.
+func printMembers(w io.Writer, servers []server.ClusterMember) {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tCLIENT ADDRESS\t\n")
+	for _, m := range servers {
+		lead := ""
+		if m.Leader {
+			lead = "leader"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Address, m.Suffrage, orUnknown(m.Advertise), lead)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\n")
+	for line := range strings.Lines(b.String()) {
+		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// clusterChange posts a membership change to the --admin nodes in turn
+// until one that is not unreachable and not a follower (409) answers.
+// An answer of any other kind ends it: a change whose outcome is unknown
+// (504) must not be made twice.
+func clusterChange(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) error {
+	var err error
+	for _, a := range o.Admins {
+		o.Admin = a
+		var retry bool
+		if retry, err = clusterChangeOn(ctx, o, stdout, path, reqBody); !retry {
+			return err
+		}
+	}
+	return err
+}
+
+func clusterChangeOn(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) (retry bool, err error) {
+	code, body, err := adminCall(ctx, o, http.MethodPost, path, reqBody)
+	if err != nil {
+		return ctx.Err() == nil, err
+	}
+	if code == http.StatusConflict {
+		return true, answerError(o, code, body)
+	}
+	return false, clusterChangeAnswer(o, stdout, path, code, body)
+}
+
+func clusterChangeAnswer(o *clusterCmdOptions, stdout io.Writer, path string, code int, body []byte) error {
+	var ae adminError
+	if (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) && json.Unmarshal(body, &ae) != nil {
+		// The mux's own answer, not the endpoint's.
+		return runtimef("the node at %s has no %s endpoint: it is not a cluster node", o.Admin, path)
+	}
+	if code != http.StatusOK {
+		return answerError(o, code, body)
+	}
+	var resp clusterChangeResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return runtimef("admin listener %s: %s: %w", o.Admin, path, err)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(resp)
+	}
+	switch path {
+	case "/cluster/add":
+		fmt.Fprintf(stdout, "added %s (raft %s) as a voter\n", resp.ID, resp.Address)
+	default:
+		fmt.Fprintf(stdout, "removed %s\n", resp.ID)
+	}
+	if resp.Cluster != nil {
+		fmt.Fprintf(stdout, "configuration now:\n")
+		printMembers(stdout, resp.Cluster.Servers)
+	}
+	return nil
+}

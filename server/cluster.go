@@ -1,0 +1,1166 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ticketing-dev/ticketing/internal/raftnet"
+	"github.com/ticketing-dev/ticketing/internal/raftstore"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// Raft mode: the node and its leader's scheduler.
+//
+// Every node runs hashicorp/raft with the state machine of cluster_fsm.go.
+// A node that is not the leader has RoleStandby with the leader's client
+// address as hint: HELLO gets M. When a node wins an election it applies a
+// Barrier (every entry of earlier terms is applied), raises the counter to
+// the configured floor and records its client address (one entry, waited
+// for), restarts every lease at its full lease_s plus one election timeout,
+// and only then takes RoleLeader and serves. When it loses leadership its
+// scheduler stops (waiters are dropped, proposals in flight are forgotten)
+// and every session gets M and closes: callers see Indeterminate for what
+// was in flight, and retry on the new leader.
+//
+// The leader's scheduler mirrors the machine's holdings and projects onto
+// them every command it has proposed and not yet seen applied: it is the
+// only proposer, the commands apply in the order proposed, and a command is
+// proposed only when the mirror says it will succeed (a Grant of a key
+// projected free, a Free of the token projected to hold it), so the mirror
+// is always the state the machine will reach. The one thing it does not
+// know in advance is a pending grant's token: until its entry applies, a
+// RELEASE cannot name it (N) and a retry by its owner waits for it.
+// Replies are sent only from the apply of the entry that decided them:
+// nothing is answered before it is committed. Lease and wait timers run on
+// the leader's clock (Config.clock); an ended lease is a proposed Free of
+// kind expire; followers expire nothing.
+type cluster struct {
+	s        *Server
+	cfg      ClusterConfig
+	r        *raft.Raft
+	fsm      *clusterFSM
+	trans    raft.Transport
+	closers  []func() error
+	lockFile *os.File
+
+	// The scheduler (leader only), under mu.
+	mu      sync.Mutex
+	active  bool
+	stint   uint64
+	seq     uint64
+	keys    map[string]*ckey
+	pending map[uint64]*proposal
+
+	// The proposer's queue: commands encoded for the next entry.
+	pmu    sync.Mutex
+	pbuf   []byte
+	pn     int
+	pstint uint64
+	pwake  chan struct{}
+
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	hintChange chan struct{}
+
+	graceful      atomic.Bool // Server.Shutdown, not Close
+	leaderChanges atomic.Uint64
+	serving       atomic.Bool
+	commitLatency prometheus.Histogram
+}
+
+// ckey is the leader's view of one key.
+type ckey struct {
+	key       string
+	held      bool
+	owner     [wire.OwnerLen]byte
+	lease     uint8
+	ownedOnly bool
+	token     uint64 // 0 while the grant that made it held is not applied yet
+	leaseEnd  int64
+	timer     timer      // lease end, while held with a known token
+	q         *waitQueue // waiters (q.timer unused)
+	retries   []*waiter  // ACQUIREs of the owner while its grant is pending
+}
+
+// proposal is a command of the current stint awaiting its apply.
+type proposal struct {
+	ck   *ckey
+	w    *waiter // Grant: the ACQUIRE granted
+	next *waiter // Free: the waiter granted with it
+	rc   *conn   // Free by RELEASE: the releasing session
+	rid  uint32
+	kind uint8 // Free: freeRelease, freeReleaseOwned, freeExpire
+	at   int64 // proposed (server clock)
+}
+
+// waiter deadlines of ACQUIREs granted at once (no wait).
+const noDeadline = math.MaxInt64
+
+func (cc *ClusterConfig) validate(c *Config) error {
+	if !validNodeID(cc.NodeID) {
+		return fmt.Errorf("server: ClusterConfig.NodeID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.NodeID)
+	}
+	if cc.transport == nil {
+		if cc.RaftListen == "" {
+			return errors.New("server: ClusterConfig.RaftListen is required")
+		}
+		if cc.RaftAdvertise == "" {
+			cc.RaftAdvertise = cc.RaftListen
+		}
+		if err := concreteHostPort(cc.RaftAdvertise); err != nil {
+			return fmt.Errorf("server: ClusterConfig.RaftAdvertise: %w", err)
+		}
+	}
+	if cc.Advertise == "" {
+		return errors.New("server: ClusterConfig.Advertise (the client address other nodes give as hint) is required")
+	}
+	if len(cc.Advertise) > wire.MaxNameLen {
+		return fmt.Errorf("server: ClusterConfig.Advertise longer than %d bytes", wire.MaxNameLen)
+	}
+	if len(cc.Peers) > 0 {
+		seen := map[string]bool{}
+		self := false
+		for _, p := range cc.Peers {
+			if !validNodeID(p.ID) || p.Address == "" {
+				return fmt.Errorf("server: ClusterConfig.Peers: bad peer %q=%q", p.ID, p.Address)
+			}
+			if seen[p.ID] {
+				return fmt.Errorf("server: ClusterConfig.Peers: node %q twice", p.ID)
+			}
+			seen[p.ID] = true
+			if p.ID == cc.NodeID {
+				self = true
+				if cc.transport == nil && p.Address != cc.RaftAdvertise {
+					return fmt.Errorf("server: ClusterConfig.Peers gives %s the address %s, but its RaftAdvertise is %s", p.ID, p.Address, cc.RaftAdvertise)
+				}
+			}
+		}
+		if !self {
+			return fmt.Errorf("server: ClusterConfig.Peers does not list this node (%s)", cc.NodeID)
+		}
+	}
+	if cc.HeartbeatTimeout < 0 || cc.ElectionTimeout < 0 {
+		return errors.New("server: negative ClusterConfig timeout")
+	}
+	if cc.HeartbeatTimeout == 0 {
+		cc.HeartbeatTimeout = DefaultRaftHeartbeat
+	}
+	if cc.ElectionTimeout == 0 {
+		cc.ElectionTimeout = DefaultRaftElection
+	}
+	if c.Standby {
+		return errors.New("server: Config.Standby and Config.Cluster are exclusive (a cluster node's role follows the election)")
+	}
+	return nil
+}
+
+func validNodeID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func concreteHostPort(a string) error {
+	host, _, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return fmt.Errorf("%q is not an address other nodes can dial", a)
+	}
+	return nil
+}
+
+// newCluster starts the Raft node of s (called by New).
+func newCluster(s *Server) (*cluster, error) {
+	cc := *s.cfg.Cluster
+	cl := &cluster{
+		s:          s,
+		cfg:        cc,
+		fsm:        newClusterFSM(),
+		pwake:      make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		hintChange: make(chan struct{}, 1),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "ticketing", Subsystem: "raft", Name: "commit_seconds",
+			Help:    "Time from proposing a log entry (a batch of commands) to its apply on the leader.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+	}
+	cl.fsm.done = cl.applied
+	cl.fsm.changed = cl.signalHint
+	ok := false
+	defer func() {
+		if !ok {
+			cl.closeResources()
+		}
+	}()
+
+	// Tokens continue above the configured floor, and above a standalone
+	// ceiling found in the data dir (a migration), whichever is higher.
+	floor := s.cfg.InitialToken
+	ceilPath := filepath.Join(s.cfg.DataDir, ceilingFile)
+	var imported uint64
+	switch b, err := os.ReadFile(ceilPath); {
+	case err == nil:
+		v, err := parseCeiling(b)
+		if err != nil {
+			return nil, fmt.Errorf("server: %s: a standalone token ceiling that cannot be read: %w", ceilPath, err)
+		}
+		imported = v
+		if v > floor {
+			floor = v
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("server: %s: %w", ceilPath, err)
+	}
+	cl.fsm.floor = floor
+	cl.fsm.lowFloor = func(last uint64) {
+		s.log.Error("cluster: this node's token floor (initial-token, or an imported standalone ceiling) is above the cluster's counter: the leader was started without it, and may issue tokens at or below it. Give every node the same initial-token", "floor", floor, "counter", last)
+	}
+
+	var logs raft.LogStore
+	var stable raft.StableStore
+	var snaps raft.SnapshotStore
+	if cc.stores != nil {
+		logs, stable, snaps = cc.stores.log, cc.stores.stable, cc.stores.snaps
+	} else {
+		dir := filepath.Join(s.cfg.DataDir, "raft")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		lf, err := lockDir(filepath.Join(dir, "LOCK"))
+		if err != nil {
+			return nil, err
+		}
+		cl.lockFile = lf
+		st, err := raftstore.Open(dir, raftnet.HCLogger(s.log).Named("raft"))
+		if err != nil {
+			return nil, err
+		}
+		cl.closers = append(cl.closers, st.Close)
+		logs, stable, snaps = st.Log, st.Stable, st.Snapshots
+	}
+
+	trans := cc.transport
+	if trans == nil {
+		adv, err := net.ResolveTCPAddr("tcp", cc.RaftAdvertise)
+		if err != nil {
+			return nil, fmt.Errorf("server: ClusterConfig.RaftAdvertise: %w", err)
+		}
+		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.PeerTLS, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		cl.closers = append(cl.closers, nt.Close)
+		trans = nt
+	}
+	cl.trans = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cc.NodeID)
+	rc.HeartbeatTimeout = cc.HeartbeatTimeout
+	rc.ElectionTimeout = cc.ElectionTimeout
+	rc.LeaderLeaseTimeout = cc.HeartbeatTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.Logger = raftnet.HCLogger(s.log).Named("raft")
+	rc.NoLegacyTelemetry = true
+	if cc.tune != nil {
+		cc.tune(rc)
+	}
+
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("server: raft state in %s: %w", s.cfg.DataDir, err)
+	}
+	if imported > 0 && !has {
+		// The ceiling is this node's alone: only this node's takeover can
+		// put it in the log. A cluster may start from it only with this
+		// node alone (the others added later, once its tokens are there).
+		if !(len(cc.Peers) == 1 && cc.Peers[0].ID == cc.NodeID) {
+			return nil, fmt.Errorf("server: %s holds a standalone token ceiling (%d): a cluster can start from it only on this node alone, so that its first leader is the node that knows it. Bootstrap this node with itself as the only peer, then add the others (ticketingd cluster add); or move the file aside and give every node initial-token %d", ceilPath, imported, imported)
+		}
+		s.log.Info("cluster: tokens continue above the standalone ceiling found in the data dir", "ceiling", imported)
+	}
+	if !has && len(cc.Peers) > 0 {
+		var conf raft.Configuration
+		for _, p := range cc.Peers {
+			addr := raft.ServerAddress(p.Address)
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
+		}
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
+		}
+		s.log.Info("cluster: bootstrapped", "node_id", cc.NodeID, "peers", len(cc.Peers))
+	} else if has && len(cc.Peers) > 0 {
+		s.log.Info("cluster: raft state exists; the peers setting is ignored", "node_id", cc.NodeID)
+	} else if !has {
+		s.log.Info("cluster: no raft state and no peers: waiting to be added to a cluster", "node_id", cc.NodeID)
+	}
+	r, err := raft.NewRaft(rc, cl.fsm, logs, stable, snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("server: start raft: %w", err)
+	}
+	cl.r = r
+	// (Without PeerTLS, raftnet.New has logged its warning.)
+	cl.wg.Add(2)
+	go cl.leadership()
+	go cl.proposer()
+	ok = true
+	return cl, nil
+}
+
+func (cl *cluster) closeResources() {
+	for i := len(cl.closers) - 1; i >= 0; i-- {
+		cl.closers[i]()
+	}
+	unlockDir(cl.lockFile)
+}
+
+// shutdown stops the node. After Server.Shutdown (graceful), a leader
+// first hands its leadership over, so that the others need not wait for an
+// election timeout; after Close it just stops, as a crash would.
+func (cl *cluster) shutdown() {
+	if cl.graceful.Load() && cl.r.State() == raft.Leader {
+		if err := cl.r.LeadershipTransfer().Error(); err != nil {
+			cl.s.log.Info("cluster: no leadership transfer before shutdown", "err", err)
+		}
+	}
+	cl.stopScheduler()
+	close(cl.stop)
+	if err := cl.r.Shutdown().Error(); err != nil {
+		cl.s.log.Warn("cluster: raft shutdown", "err", err)
+	}
+	cl.wg.Wait()
+	cl.closeResources()
+}
+
+// await waits for a raft future, or for the node to stop: a future still
+// queued when raft shuts down is never answered (hashicorp/raft#498), and
+// must not hang Close.
+func (cl *cluster) await(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-cl.stop:
+		return raft.ErrRaftShutdown
+	}
+}
+
+func (cl *cluster) signalHint() {
+	select {
+	case cl.hintChange <- struct{}{}:
+	default:
+	}
+}
+
+// leadership follows this node's Raft state: it takes over on winning an
+// election, steps down on losing it, and keeps the NOT_ACTIVE hint (the
+// leader's client address) current while following.
+func (cl *cluster) leadership() {
+	defer cl.wg.Done()
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	cl.r.RegisterObserver(o)
+	defer cl.r.DeregisterObserver(o)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var lastLeader raft.ServerID
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case lead := <-cl.r.LeaderCh():
+			cl.stopScheduler()
+			if lead {
+				cl.takeOver()
+			} else {
+				cl.follow()
+			}
+		case o := <-obs:
+			if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" && lo.LeaderID != lastLeader {
+				lastLeader = lo.LeaderID
+				cl.leaderChanges.Add(1)
+			}
+			if !cl.serving.Load() {
+				cl.follow()
+			}
+		case <-cl.hintChange:
+			if !cl.serving.Load() {
+				cl.follow()
+			}
+		case <-tick.C:
+			// A leader whose takeover failed (an entry that could not be
+			// committed) tries again while it leads.
+			if !cl.serving.Load() && cl.r.State() == raft.Leader {
+				cl.takeOver()
+			} else if !cl.serving.Load() {
+				cl.follow()
+			}
+		}
+	}
+}
+
+// follow sets RoleStandby with the leader's client address as hint.
+func (cl *cluster) follow() {
+	_, id := cl.r.LeaderWithID()
+	hint := ""
+	if id != "" {
+		hint = cl.fsm.advertised(string(id))
+	}
+	if err := cl.s.SetRole(RoleStandby, hint); err != nil {
+		cl.s.log.Error("cluster: role change", "err", err)
+	}
+}
+
+// takeOver makes the new leader serve: Barrier, floor and address, lease
+// restart, then RoleLeader.
+func (cl *cluster) takeOver() {
+	start := time.Now()
+	if err := cl.await(cl.r.Barrier(0)); err != nil {
+		cl.s.log.Info("cluster: barrier failed; not serving", "err", err)
+		return
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
+	_, last, addrs := cl.fsm.holdingsNow()
+	cmds, n := appendStint(nil, stint), 1
+	if cl.fsm.floor > last {
+		cmds, n = appendFloor(cmds, cl.fsm.floor), n+1
+	}
+	if addrs[cl.cfg.NodeID] != cl.cfg.Advertise {
+		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
+	}
+	if err := cl.await(cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
+		cl.s.log.Info("cluster: takeover entry failed; not serving", "err", err)
+		return
+	}
+	if cl.r.State() != raft.Leader {
+		return
+	}
+	hs, last, _ := cl.fsm.holdingsNow()
+
+	s := cl.s
+	now := s.now()
+	margin := int64(cl.cfg.ElectionTimeout)
+	cl.mu.Lock()
+	cl.stint, cl.seq = stint, 0
+	cl.keys = make(map[string]*ckey, len(hs))
+	cl.pending = make(map[uint64]*proposal)
+	for _, h := range hs {
+		ck := &ckey{key: h.Key, held: true, owner: h.Owner, lease: h.LeaseS, ownedOnly: h.OwnedOnly, token: h.Token}
+		// Every lease restarts in full, plus one election timeout: a
+		// failover never shortens a lease.
+		ck.leaseEnd = now + int64(h.LeaseS)*secondNs + margin
+		cl.armLease(ck, now)
+		cl.keys[h.Key] = ck
+	}
+	s.held.Store(int64(len(hs)))
+	s.waiters.Store(0)
+	// The proposer's queue takes the new stint before the first command
+	// can be queued (mu, then pmu, as in proposeLocked).
+	cl.pmu.Lock()
+	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, stint
+	cl.pmu.Unlock()
+	cl.active = true
+	cl.mu.Unlock()
+	cl.serving.Store(true)
+	if err := s.SetRole(RoleLeader, ""); err != nil {
+		s.log.Error("cluster: role change", "err", err)
+	}
+	s.log.Info("cluster: leading", "node_id", cl.cfg.NodeID, "held_locks", len(hs), "last_token", last,
+		"leases_restarted_for", fmt.Sprintf("lease_s + %v", cl.cfg.ElectionTimeout), "takeover", time.Since(start).Round(time.Microsecond))
+}
+
+// stopScheduler ends the leader's scheduler (if it runs): timers stop,
+// waiters and proposals are forgotten; then the role becomes RoleStandby,
+// which closes every session with M.
+func (cl *cluster) stopScheduler() {
+	cl.mu.Lock()
+	was := cl.active
+	cl.active = false
+	for _, ck := range cl.keys {
+		if ck.timer != nil {
+			ck.timer.Stop()
+		}
+		if ck.q != nil {
+			for w := ck.q.head; w != nil; w = w.next {
+				w.done = true
+				w.timer.Stop()
+			}
+		}
+	}
+	cl.keys, cl.pending = nil, nil
+	cl.s.held.Store(0)
+	cl.s.waiters.Store(0)
+	cl.pmu.Lock()
+	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, 0
+	cl.pmu.Unlock()
+	cl.mu.Unlock()
+	if was {
+		cl.serving.Store(false)
+		cl.follow()
+	}
+}
+
+// propose queues a command (encoded by enc) for the next entry; under mu.
+func (cl *cluster) proposeLocked(p *proposal, enc func(b []byte, seq uint64) []byte) {
+	cl.seq++
+	seq := cl.seq
+	p.at = cl.s.now()
+	cl.pending[seq] = p
+	cl.pmu.Lock()
+	cl.pbuf = enc(cl.pbuf, seq)
+	cl.pn++
+	cl.pmu.Unlock()
+	select {
+	case cl.pwake <- struct{}{}:
+	default:
+	}
+}
+
+// proposer turns the queued commands into log entries: everything queued
+// while raft appends the previous entries goes into the next one, so that
+// concurrent requests share one append and one fsync.
+func (cl *cluster) proposer() {
+	defer cl.wg.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case <-cl.pwake:
+		}
+		for {
+			cl.pmu.Lock()
+			if cl.pn == 0 {
+				cl.pmu.Unlock()
+				break
+			}
+			// The whole queue forms one entry: what arrived while raft
+			// appended the previous ones (raft holds on to the bytes, so
+			// each entry is a new buffer).
+			n := cl.pn
+			buf := append(entryHeader(cl.pstint, n), cl.pbuf...)
+			cl.pbuf, cl.pn = cl.pbuf[:0], 0
+			cl.pmu.Unlock()
+			// Not waited for: the apply of the entry answers its
+			// commands, and a leadership loss is seen on LeaderCh.
+			cl.r.Apply(buf, 0)
+			_ = n
+		}
+	}
+}
+
+// applied answers the commands of an applied entry of the current stint
+// (the FSM calls it after applying the entry, off its lock).
+func (cl *cluster) applied(stint uint64, res []cmdResult) {
+	s := cl.s
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.active || stint != cl.stint {
+		return
+	}
+	now := s.now()
+	observed := false
+	for _, r := range res {
+		p := cl.pending[r.seq]
+		if p == nil {
+			continue
+		}
+		delete(cl.pending, r.seq)
+		if !observed {
+			// The entry's first command was proposed first: its wait is
+			// the entry's commit latency.
+			cl.commitLatency.Observe(float64(now-p.at) / 1e9)
+			observed = true
+		}
+		ck := p.ck
+		if p.w != nil { // a Grant
+			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, p.at, now)
+			continue
+		}
+		// A Free.
+		if !r.ok {
+			// Not reached: the mirror said the token held the key.
+			s.log.Error("cluster: a release or expiry the scheduler proposed did not apply; resynchronising the key", "key", ck.key)
+			if p.rc != nil {
+				s.m.notHeld.Add(1)
+				p.rc.replySimpleQueued(wire.TypeNotHeld, p.rid)
+			}
+			if p.next != nil {
+				p.next.c.replySimpleQueued(wire.TypeTimedOut, p.next.reqID)
+			}
+			cl.resync(ck, now)
+			continue
+		}
+		if p.kind == freeExpire {
+			s.m.expired.Add(1)
+		} else {
+			s.m.released.Add(1)
+			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
+		}
+		if p.next != nil {
+			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
+		} else if !ck.held && ck.q == nil && cl.keys[ck.key] == ck && len(ck.retries) == 0 {
+			delete(cl.keys, ck.key) // free and idle: forget it
+		}
+	}
+}
+
+// grantApplied completes the grant of ck to w (its ACQUIRE's reply),
+// proposed at proposed.
+func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhausted bool, proposed, now int64) {
+	s := cl.s
+	retries := ck.retries
+	ck.retries = nil
+	if !ok {
+		// No token left (MaxToken): the key stays free, and so would it
+		// for every waiter: they get B too, as in standalone.
+		ck.held = false
+		s.held.Add(-1)
+		if exhausted {
+			s.noToken(ErrTokensExhausted)
+		}
+		w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
+		for _, rw := range retries {
+			rw.c.replySimpleQueued(wire.TypeBusy, rw.reqID)
+		}
+		if q := ck.q; q != nil {
+			for q.head != nil {
+				qw := q.head
+				cl.dropQueuedLocked(qw)
+				s.m.busy.Add(1)
+				qw.c.replySimpleQueued(wire.TypeBusy, qw.reqID)
+			}
+		}
+		return
+	}
+	ck.token = tok
+	ck.leaseEnd = now + int64(ck.lease)*secondNs
+	cl.armLease(ck, now)
+	w.done = true
+	// A commit that took longer than an election timeout may have been
+	// applied by a leader that was stalled (a GC pause, SIGSTOP) while
+	// another was elected and restarted this lease from an earlier instant:
+	// a G now would let its holder count the lease from now, past the new
+	// leader's end of it. It gets T instead.
+	stale := now-proposed > int64(cl.cfg.ElectionTimeout)
+	if w.c.dead.Load() || now >= w.deadline || stale {
+		// The holder is gone, or its wait ran out while the grant was
+		// being committed (or the commit was too slow to trust): it gets T
+		// (if it is still there), and the key is freed again at once
+		// rather than held by nobody for a lease.
+		if !w.c.dead.Load() {
+			s.m.timeouts.Add(1)
+			w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+		}
+		for _, rw := range retries {
+			rw.c.replySimpleQueued(wire.TypeTimedOut, rw.reqID)
+		}
+		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
+		return
+	}
+	s.m.granted(now - w.arrived)
+	w.c.replyGrantedQueued(w.reqID, tok, waitedMS(now, w.arrived))
+	for _, rw := range retries {
+		rw.done = true
+		rw.c.replyGrantedQueued(rw.reqID, tok, 0)
+	}
+}
+
+// resync sets ck from the machine (after a command that did not apply as
+// projected; not reached).
+func (cl *cluster) resync(ck *ckey, now int64) {
+	cl.fsm.mu.Lock()
+	ls := cl.fsm.sm.m[ck.key]
+	held := ls != nil && ls.token != 0
+	if held {
+		ck.owner, ck.token, ck.lease, ck.ownedOnly = ls.owner, ls.token, ls.lease, ls.ownedOnly
+	}
+	cl.fsm.mu.Unlock()
+	if held != ck.held {
+		if held {
+			cl.s.held.Add(1)
+		} else {
+			cl.s.held.Add(-1)
+		}
+	}
+	ck.held = held
+	if held {
+		ck.leaseEnd = now + int64(ck.lease)*secondNs
+		cl.armLease(ck, now)
+	}
+}
+
+// armLease (re)starts ck's lease timer for ck.leaseEnd.
+func (cl *cluster) armLease(ck *ckey, now int64) {
+	if ck.timer != nil {
+		ck.timer.Stop()
+	}
+	tok, stint := ck.token, cl.stint
+	ck.timer = cl.s.afterFunc(time.Duration(ck.leaseEnd-now), func() { cl.leaseTimer(ck, tok, stint) })
+}
+
+func (cl *cluster) leaseTimer(ck *ckey, tok, stint uint64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.active || cl.stint != stint || !ck.held || ck.token != tok || cl.keys[ck.key] != ck {
+		return
+	}
+	now := cl.s.now()
+	if now < ck.leaseEnd {
+		cl.armLease(ck, now)
+		return
+	}
+	cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
+}
+
+// freeLocked proposes the end of ck's holding (a release by rc, or an
+// expiry), with the grant to the oldest live waiter whose wait has not run
+// out, if any, in the same command.
+func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) {
+	s := cl.s
+	if ck.timer != nil {
+		ck.timer.Stop()
+		ck.timer = nil
+	}
+	var next *waiter
+	if q := ck.q; q != nil {
+		for q.head != nil {
+			w := q.head
+			q.remove(w)
+			s.waiters.Add(-1)
+			w.timer.Stop()
+			if w.c.dead.Load() {
+				w.done = true
+				continue
+			}
+			if now >= w.deadline {
+				w.done = true
+				s.m.timeouts.Add(1)
+				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+				continue
+			}
+			next = w
+			next.proposed = true // its grant is being committed: a CANCEL or close leaves it alone
+			break
+		}
+		if q.head == nil {
+			ck.q = nil
+		}
+	}
+	tok := ck.token
+	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind}
+	key := ck.key
+	cl.proposeLocked(p, func(b []byte, seq uint64) []byte {
+		return appendFree(b, seq, key, tok, kind, &owner, next)
+	})
+	if next != nil {
+		ck.owner, ck.lease, ck.ownedOnly, ck.token = next.owner, next.lease, next.ownedOnly, 0
+	} else {
+		ck.held, ck.token = false, 0
+		s.held.Add(-1)
+	}
+}
+
+// acquire handles an ACQUIRE on the leader.
+func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
+	s := cl.s
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.active {
+		return // stepping down: the session gets M and closes
+	}
+	now := s.now()
+	ck := cl.keys[string(req.Key)]
+	if ck != nil && ck.held && ck.token != 0 && now >= ck.leaseEnd {
+		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
+	}
+	if ck == nil || !ck.held {
+		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
+			s.held.Add(-1)
+			s.m.busy.Add(1)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
+		if ck == nil {
+			ck = &ckey{key: string(req.Key)}
+			cl.keys[ck.key] = ck
+		}
+		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
+			deadline: noDeadline, ownedOnly: s.ownedOnly(c), ck: ck, proposed: true}
+		if !c.addInflight(w) {
+			s.held.Add(-1)
+			return
+		}
+		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
+		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
+		key := ck.key
+		cl.proposeLocked(&proposal{ck: ck, w: w}, func(b []byte, seq uint64) []byte {
+			return appendGrant(b, seq, []byte(key), &owner, lease, ownedOnly)
+		})
+		return
+	}
+	if ck.owner == req.Owner {
+		// The holder's retry: its token, lease not extended.
+		if ck.token != 0 {
+			c.replyGranted(req.ReqID, ck.token, 0)
+			return
+		}
+		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, ck: ck, proposed: true}
+		if c.addInflight(w) {
+			ck.retries = append(ck.retries, w)
+		}
+		return
+	}
+	if req.WaitS == 0 {
+		s.m.timeouts.Add(1)
+		c.replySimple(wire.TypeTimedOut, req.ReqID)
+		return
+	}
+	q := ck.q
+	var old *waiter
+	if q != nil {
+		old = q.byOwner[req.Owner]
+	}
+	if old == nil {
+		if q != nil && q.n >= s.cfg.MaxKeyWaiters || s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+			if !(q != nil && q.n >= s.cfg.MaxKeyWaiters) {
+				s.waiters.Add(-1)
+			}
+			s.m.busy.Add(1)
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
+	}
+	w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
+		deadline: arrived + int64(req.WaitS)*secondNs, ownedOnly: s.ownedOnly(c), ck: ck}
+	if !c.addInflight(w) {
+		if old == nil {
+			s.waiters.Add(-1)
+		}
+		return
+	}
+	if q == nil {
+		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
+		ck.q = q
+	}
+	if old != nil {
+		q.replace(old, w)
+		old.done = true
+		old.timer.Stop()
+		s.m.timeouts.Add(1)
+		old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
+	} else {
+		q.push(w)
+	}
+	stint := cl.stint
+	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { cl.waitTimeout(w, stint) })
+}
+
+func (cl *cluster) waitTimeout(w *waiter, stint uint64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.active || cl.stint != stint || w.done || w.proposed || w.ck.q == nil {
+		return
+	}
+	cl.dropQueuedLocked(w)
+	cl.s.m.timeouts.Add(1)
+	w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+}
+
+func (cl *cluster) dropQueuedLocked(w *waiter) {
+	ck := w.ck
+	ck.q.remove(w)
+	cl.s.waiters.Add(-1)
+	w.done = true
+	w.timer.Stop()
+	if ck.q.head == nil {
+		ck.q = nil
+	}
+}
+
+// release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
+func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
+	s := cl.s
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.active {
+		return
+	}
+	now := s.now()
+	ck := cl.keys[string(req.Key)]
+	ok := ck != nil && ck.held && ck.token != 0 && ck.token == req.Token &&
+		(owned && ck.owner == req.Owner || !owned && !ck.ownedOnly)
+	if ok && now >= ck.leaseEnd {
+		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now) // the lease ended: N
+		ok = false
+	}
+	if !ok {
+		s.m.notHeld.Add(1)
+		c.replySimple(wire.TypeNotHeld, req.ReqID)
+		return
+	}
+	kind := uint8(freeRelease)
+	if owned {
+		kind = freeReleaseOwned
+	}
+	// The owner in a Free command is the releaser's (RELEASE_OWNED checks
+	// it); for a plain RELEASE it is not looked at.
+	cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
+}
+
+// cancel handles a CANCEL on the leader: a queued ACQUIRE of c is removed
+// and answered T; one whose grant is being committed is left alone.
+func (cl *cluster) cancel(c *conn, reqID uint32) {
+	if c.nInflight.Load() == 0 {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	c.mu.Lock()
+	w := c.inflight[reqID]
+	c.mu.Unlock()
+	if !cl.active || w == nil || w.ck == nil || w.done || w.proposed || cl.keys[w.ck.key] != w.ck {
+		return
+	}
+	cl.dropQueuedLocked(w)
+	cl.s.m.timeouts.Add(1)
+	cl.s.m.cancelled.Add(1)
+	c.replySimpleQueued(wire.TypeTimedOut, reqID)
+}
+
+// dropWaiter removes w, of a closing session, from its queue.
+func (cl *cluster) dropWaiter(w *waiter) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.active && !w.done && !w.proposed && w.ck.q != nil && cl.keys[w.ck.key] == w.ck {
+		cl.dropQueuedLocked(w)
+	}
+}
+
+// ClusterStatus returns this node's view of the cluster.
+func (s *Server) ClusterStatus() (ClusterStatus, error) {
+	cl := s.cl
+	if cl == nil {
+		return ClusterStatus{}, ErrNotCluster
+	}
+	r := cl.r
+	st := ClusterStatus{
+		NodeID:        cl.cfg.NodeID,
+		State:         r.State().String(),
+		Serving:       cl.serving.Load(),
+		CommitIndex:   r.CommitIndex(),
+		AppliedIndex:  r.AppliedIndex(),
+		LastLogIndex:  r.LastIndex(),
+		LeaderChanges: cl.leaderChanges.Load(),
+	}
+	if t, err := parseUint(r.Stats()["term"]); err == nil {
+		st.Term = t
+	}
+	addr, id := r.LeaderWithID()
+	st.Leader, st.LeaderAddress = string(id), string(addr)
+	_, _, addrs := cl.fsm.holdingsNow()
+	if id != "" {
+		st.LeaderAdvertise = addrs[string(id)]
+	}
+	if f := r.GetConfiguration(); f.Error() == nil {
+		for _, sv := range f.Configuration().Servers {
+			st.Servers = append(st.Servers, ClusterMember{
+				ID: string(sv.ID), Address: string(sv.Address), Suffrage: sv.Suffrage.String(),
+				Advertise: addrs[string(sv.ID)], Leader: sv.ID == id,
+			})
+		}
+	}
+	return st, nil
+}
+
+func parseUint(v string) (uint64, error) {
+	var n uint64
+	if v == "" {
+		return 0, errors.New("empty")
+	}
+	for _, ch := range v {
+		if ch < '0' || ch > '9' {
+			return 0, errors.New("not a number")
+		}
+		n = n*10 + uint64(ch-'0')
+	}
+	return n, nil
+}
+
+func (cl *cluster) notLeader() error {
+	addr, id := cl.r.LeaderWithID()
+	return &NotLeaderError{Leader: string(id), LeaderAddress: string(addr)}
+}
+
+// membershipTimeout bounds a configuration change when ctx has no deadline.
+const membershipTimeout = 30 * time.Second
+
+func changeTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return membershipTimeout
+}
+
+// AddVoter adds node id, reachable by its peers at raftAddr, to the
+// cluster as a voter (on the leader). Adding a node that is already a
+// voter at that address changes nothing.
+func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
+	cl := s.cl
+	if cl == nil {
+		return ErrNotCluster
+	}
+	if !validNodeID(id) {
+		return fmt.Errorf("server: node ID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", id)
+	}
+	if err := concreteHostPort(raftAddr); err != nil {
+		return fmt.Errorf("server: raft address: %w", err)
+	}
+	if cl.r.State() != raft.Leader {
+		return cl.notLeader()
+	}
+	err := waitFuture(ctx, cl.r.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, changeTimeout(ctx)))
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return cl.notLeader()
+	}
+	if err == nil {
+		s.log.Info("cluster: voter added", "id", id, "address", raftAddr)
+	}
+	return err
+}
+
+// RemoveServer removes node id from the cluster (on the leader). A leader
+// may remove itself: it steps down once the change is committed.
+func (s *Server) RemoveServer(ctx context.Context, id string) error {
+	cl := s.cl
+	if cl == nil {
+		return ErrNotCluster
+	}
+	if cl.r.State() != raft.Leader {
+		return cl.notLeader()
+	}
+	f := cl.r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	found := false
+	for _, sv := range f.Configuration().Servers {
+		found = found || string(sv.ID) == id
+	}
+	if !found {
+		return fmt.Errorf("server: node %q is not in the cluster configuration", id)
+	}
+	err := waitFuture(ctx, cl.r.RemoveServer(raft.ServerID(id), 0, changeTimeout(ctx)))
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return cl.notLeader()
+	}
+	if err == nil {
+		s.log.Info("cluster: server removed", "id", id)
+	}
+	return err
+}
+
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("server: cluster change outcome unknown: %w", ctx.Err())
+	}
+}
+
+// clusterCollectors are the cluster's Prometheus collectors.
+func (cl *cluster) collectors() []prometheus.Collector {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ticketing", Subsystem: "raft", Name: name, Help: help}, f)
+	}
+	return []prometheus.Collector{
+		cl.commitLatency,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
+			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
+		gauge("applied_index", "Index of the last log entry applied to the state machine.", func() float64 { return float64(cl.r.AppliedIndex()) }),
+		gauge("commit_index", "Index of the last committed log entry.", func() float64 { return float64(cl.r.CommitIndex()) }),
+		gauge("leader", "1 while this node leads and serves, else 0.", func() float64 {
+			if cl.serving.Load() {
+				return 1
+			}
+			return 0
+		}),
+	}
+}
+
+// startCluster is the end of New in Raft mode: the Raft node instead of
+// the token store.
+func (s *Server) startCluster() (*Server, error) {
+	cl, err := newCluster(s)
+	if err != nil {
+		return nil, err
+	}
+	s.cl = cl
+	if s.cfg.Registerer != nil {
+		if err := s.register(s.cfg.Registerer); err != nil {
+			cl.shutdown()
+			return nil, err
+		}
+	}
+	s.bg.Add(1)
+	go s.housekeeping()
+	return s, nil
+}
+
+// lastToken is the highest token handed out (standalone), or applied (Raft mode).
+func (s *Server) lastToken() uint64 {
+	if s.cl != nil {
+		return s.cl.fsm.last.Load()
+	}
+	return s.tokens.last.Load()
+}
+
+// tokenCeiling is the durable ceiling (standalone); in Raft mode, the
+// committed counter.
+func (s *Server) tokenCeiling() uint64 {
+	if s.cl != nil {
+		return s.cl.fsm.last.Load()
+	}
+	return s.tokens.ceiling.Load()
+}
+
+// heldLocks is the number of held locks: in Raft mode, the holdings of the
+// applied log.
+func (s *Server) heldLocks() int {
+	if s.cl != nil {
+		return int(s.cl.fsm.nheld.Load())
+	}
+	return int(s.held.Load())
+}

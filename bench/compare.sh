@@ -182,7 +182,10 @@ run_one() {
   p99=$(field "$json" acquire_release p99_us)
   hand=$(field "$json" handoff p50_us)
   printf '%s %s %s %s %s %s %s\n' "$workload" "$target" "$round" "$cps" "$p50" "$p99" "${hand:-0}" >>"$work/results"
-  say "$(printf 'round %s  %-11s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs  hand-off p50 %9.1f µs' "$round" "$target" "$workload" "$cps" "$p50" "$p99" "${hand:-0}")"
+  local line
+  line=$(printf 'round %s  %-11s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs' "$round" "$target" "$workload" "$cps" "$p50" "$p99")
+  [ -n "$hand" ] && line+=$(printf '  hand-off p50 %9.1f µs' "$hand")
+  say "$line"
 }
 
 : >"$work/results"

@@ -24,6 +24,9 @@
 //
 // Proxy.SetDefault sets the faults a new connection starts with (for
 // instance a blackhole, so dials succeed but HELLO is never answered).
+// Proxy.SetClassifier chooses them per connection instead, from the
+// client's address (Conn.ClientAddr): a test that knows which process owns
+// a source port can cut one peer's links and not another's.
 //
 // # Concurrency
 //
@@ -74,6 +77,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
 	def      Faults
+	classify func(client net.Addr) Faults
 	closed   bool
 	accepted atomic.Int64
 	nextID   atomic.Int64
@@ -104,6 +108,16 @@ func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 func (p *Proxy) SetDefault(f Faults) {
 	p.mu.Lock()
 	p.def = f
+	p.mu.Unlock()
+}
+
+// SetClassifier makes f choose the faults of every connection accepted
+// from now on, from the client's address; while it is set, SetDefault's
+// faults are not used. nil removes it. f runs on the accepting goroutine,
+// before the target is dialled, and must not call the Proxy.
+func (p *Proxy) SetClassifier(f func(client net.Addr) Faults) {
+	p.mu.Lock()
+	p.classify = f
 	p.mu.Unlock()
 }
 
@@ -153,6 +167,12 @@ func (p *Proxy) acceptLoop() {
 			return
 		}
 		p.accepted.Add(1)
+		p.mu.Lock()
+		faults, classify := p.def, p.classify
+		p.mu.Unlock()
+		if classify != nil {
+			faults = classify(client.RemoteAddr())
+		}
 		server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
 		if err != nil {
 			// Target down: the client sees a reset, as it would without
@@ -168,8 +188,8 @@ func (p *Proxy) acceptLoop() {
 			return
 		}
 		c := &Conn{id: p.nextID.Add(1), client: client, server: server, done: make(chan struct{})}
-		c.delay.Store(int64(p.def.Delay))
-		c.blackhole.Store(p.def.Blackhole)
+		c.delay.Store(int64(faults.Delay))
+		c.blackhole.Store(faults.Blackhole)
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
 		c.start(&p.wg, func() {
@@ -196,6 +216,10 @@ type Conn struct {
 
 // ID identifies the connection within its proxy (1, 2, ...).
 func (c *Conn) ID() int64 { return c.id }
+
+// ClientAddr is the address the client connected from (the remote
+// address of the accepted socket).
+func (c *Conn) ClientAddr() net.Addr { return c.client.RemoteAddr() }
 
 // SetDelay sets the latency added in both directions (0: none).
 func (c *Conn) SetDelay(d time.Duration) { c.delay.Store(int64(d)) }

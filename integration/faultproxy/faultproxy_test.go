@@ -154,3 +154,80 @@ func TestDefaultBlackholeForNewConns(t *testing.T) {
 		t.Fatalf("read %d bytes through a blackholed new connection", n)
 	}
 }
+
+// TestClassifierChoosesByClientAddr: the classifier sees the address each
+// client dialled from (the one Conn.ClientAddr reports) and its faults
+// apply to that connection only; it wins over SetDefault, and removing it
+// brings SetDefault back.
+func TestClassifierChoosesByClientAddr(t *testing.T) {
+	p := newProxy(t)
+	p.SetDefault(faultproxy.Faults{Blackhole: true})
+	cut := make(chan string, 1) // the client address to blackhole
+	seen := make(chan string, 4)
+	p.SetClassifier(func(client net.Addr) faultproxy.Faults {
+		seen <- client.String()
+		select {
+		case a := <-cut:
+			return faultproxy.Faults{Blackhole: client.String() == a}
+		default:
+			return faultproxy.Faults{}
+		}
+	})
+	roundTrip := func(c net.Conn) bool {
+		t.Helper()
+		f := frame("Pping")
+		if _, err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		got := make([]byte, len(f))
+		_, err := io.ReadFull(c, got)
+		return err == nil && bytes.Equal(got, f)
+	}
+
+	// A free connection: forwarded despite the blackhole default.
+	c1, pc1 := dial(t, p)
+	if a := <-seen; a != c1.LocalAddr().String() || pc1.ClientAddr().String() != a {
+		t.Fatalf("classifier saw %s, proxy conn says %s, client is %s", a, pc1.ClientAddr(), c1.LocalAddr())
+	}
+	if !roundTrip(c1) {
+		t.Fatal("classified free: no echo")
+	}
+
+	// The next client, picked by its address: blackholed; the first still
+	// forwards.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // reserve a source port
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	d.LocalAddr = src
+	cut <- src.String()
+	c2, err := d.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if a := <-seen; a != src.String() {
+		t.Fatalf("classifier saw %s, want %s", a, src)
+	}
+	if roundTrip(c2) {
+		t.Fatal("classified blackholed: echoed")
+	}
+	if !roundTrip(c1) {
+		t.Fatal("the other connection stopped forwarding")
+	}
+
+	// Without a classifier, the default applies again.
+	p.SetClassifier(nil)
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if roundTrip(c3) {
+		t.Fatal("default blackhole not applied after SetClassifier(nil)")
+	}
+}

@@ -196,6 +196,49 @@ func (n *ClusterNode) Restart(tb testing.TB) {
 	n.setPid()
 }
 
+// Pause stops the node with SIGSTOP and returns once every thread of it
+// is stopped (Linux: /proc/PID/task/*/stat), so that nothing it answers
+// afterwards comes from before the stop; elsewhere, or if that takes more
+// than 5 s, right after the signal.
+func (n *ClusterNode) Pause() error {
+	if err := n.Server.Pause(); err != nil {
+		return err
+	}
+	waitStopped(n.Server.Process().Pid(), 5*time.Second)
+	return nil
+}
+
+// waitStopped waits until every thread of pid is in state T or t.
+func waitStopped(pid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for time.Now().Before(deadline) {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		stopped := true
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+			if err != nil {
+				continue // exited thread
+			}
+			// pid (comm) state ...: comm may hold spaces; the state follows the last ')'.
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) {
+				if c := st[i+2]; c != 'T' && c != 't' {
+					stopped = false
+					break
+				}
+			}
+		}
+		if stopped {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Addrs returns the nodes' client addresses, in node order (a broker's
 // Config.Addrs).
 func (c *Cluster) Addrs() []string {

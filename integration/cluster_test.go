@@ -659,3 +659,77 @@ func TestClusterFullRestart(t *testing.T) {
 	}
 	r.finish()
 }
+
+// TestClusterCancelUnderContention: goroutines queue on a few contended
+// keys and cancel their waits (the broker sends CANCEL on a version-2
+// session) after a random few milliseconds, while the holders release and
+// the leader hands each key to its next waiter; some cancels therefore
+// arrive while that hand-off is being committed. Every node must stay up
+// (none exits), and the history must pass the checkers: a cancelled wait
+// is Indeterminate or timed out, never a ticket, and every key is
+// acquirable afterwards.
+func TestClusterCancelUnderContention(t *testing.T) {
+	r := startClusterRun(t, harness.ClusterOptions{})
+	keys := []string{"cancel-0", "cancel-1"}
+	r.keys = append(r.keys, keys...)
+	for w := range 8 {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			proc := fmt.Sprintf("c%d", w)
+			for {
+				select {
+				case <-r.stop:
+					return
+				default:
+				}
+				// Half the goroutines hold and release, half wait and
+				// give up early.
+				key := keys[rand.IntN(len(keys))]
+				if w%2 == 0 {
+					ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
+					tk, err := r.acquire(ctx, proc, key, 2*time.Second, clusterLease)
+					cancel()
+					if err == nil {
+						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+						_ = harness.Release(context.WithoutCancel(r.t.Context()), r.h, proc, tk)
+					} else {
+						time.Sleep(5 * time.Millisecond)
+					}
+					continue
+				}
+				ctx, cancel := context.WithTimeout(r.t.Context(), time.Duration(1+rand.IntN(20))*time.Millisecond)
+				tk, err := r.acquire(ctx, proc, key, 2*time.Second, clusterLease)
+				cancel()
+				switch {
+				case err == nil:
+					_ = harness.Release(context.WithoutCancel(r.t.Context()), r.h, proc, tk)
+				case errors.Is(err, broker.ErrUnsent):
+					time.Sleep(5 * time.Millisecond) // no ready session: do not spin
+				}
+			}
+		}()
+	}
+	w := r.watch(r.h.Now(), 300)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	guard := time.After(hangGuard)
+	for done := false; !done; {
+		select {
+		case <-w.done:
+			done = true
+		case <-guard:
+			t.Fatalf("fewer than 300 grants within %v; outcomes %v", hangGuard, r.h.Counts())
+		case <-tick.C:
+			for _, n := range r.c.Nodes {
+				select {
+				case <-n.Process().Done():
+					r.stopLoad()
+					t.Fatalf("node %s exited under cancellations (its stderr is logged below); outcomes %v", n.ID, r.h.Counts())
+				default:
+				}
+			}
+		}
+	}
+	r.finish()
+}

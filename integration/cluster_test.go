@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -348,6 +349,7 @@ func checkFollowersHint(t *testing.T, c *harness.Cluster, leader *harness.Cluste
 func TestClusterKill9Leader(t *testing.T) {
 	const rounds = 10
 	r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
+	checkPeerTLS(t, r.c)
 	r.startLoad(8, 6)
 	var failovers []time.Duration
 	for round := range rounds {
@@ -369,6 +371,18 @@ func TestClusterKill9Leader(t *testing.T) {
 	reportFailover(t, failovers)
 	if !t.Failed() {
 		checkersCatch(t, r.h)
+	}
+}
+
+// checkPeerTLS: every node says it runs with peer TLS (its "listening"
+// line) and none warns of a plain TCP transport.
+func checkPeerTLS(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		log := n.Log()
+		if !strings.Contains(log, `"peer_tls":true`) || strings.Contains(log, "Raft transport is plain TCP") {
+			t.Errorf("%s does not run with peer TLS:\n%s", n.ID, log)
+		}
 	}
 }
 
@@ -589,8 +603,15 @@ func TestClusterPartitions(t *testing.T) {
 	r.waitGrants(cutAt, 50, "with a follower isolated")
 	time.Sleep(2 * time.Second) // several election timeouts of the isolated follower
 	r.waitGrants(r.h.Now(), 20, "with a follower isolated, later")
-	if st, err := f.Status(); err == nil && st.Serving {
-		t.Errorf("isolated follower %s serves: %+v", f.ID, st)
+	// The cut holds: the follower serves nothing and has applied none of
+	// the entries the leader committed since.
+	lst, lerr := nl.Status()
+	fst, ferr := f.Status()
+	if lerr != nil || ferr != nil {
+		t.Fatalf("status with a follower isolated: leader %v, follower %v", lerr, ferr)
+	}
+	if fst.Serving || fst.AppliedIndex >= lst.CommitIndex {
+		t.Errorf("isolated follower %s: serving %v, applied %d, the leader's commit index %d: not cut off", f.ID, fst.Serving, fst.AppliedIndex, lst.CommitIndex)
 	}
 	r.h.Event("test", "heal", "")
 	r.c.Heal(t)
@@ -610,12 +631,13 @@ func TestClusterPartitions(t *testing.T) {
 // every key acquirable.
 func TestClusterFullRestart(t *testing.T) {
 	r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
+	checkPeerTLS(t, r.c)
 	r.startLoad(8, 6)
 	r.c.WaitConverged(t, hangGuard)
 	r.waitGrants(r.h.Now(), 50, "before the stop")
 	pins := r.pin("restart-pin", 3, 30*time.Second)
 
-	r.h.Event("test", "sigterm all", "")
+	term := r.h.Event("test", "sigterm all", "")
 	var wg sync.WaitGroup
 	codes := make([]int, len(r.c.Nodes))
 	errs := make([]error, len(r.c.Nodes))
@@ -643,7 +665,9 @@ func TestClusterFullRestart(t *testing.T) {
 	if err := r.b.WaitReady(ctx); err != nil {
 		t.Fatalf("WaitReady after the restart: %v", err)
 	}
-	r.waitGrants(up, 20, "after the restart")
+	first := r.waitGrants(up, 20, "after the restart")
+	t.Logf("full restart: SIGTERM -> all exited %v, -> all listening %v, -> first grant %v",
+		stopped-term, up-term, first-term)
 
 	for _, p := range pins {
 		_, err := r.acquire(ctx, "probe", p.Key(), 0, clusterLease)

@@ -36,6 +36,20 @@
 //     faultproxy (delay, mid-frame cuts, blackhole, reset); every outcome
 //     must be one the semantics allow, no token is granted twice, and
 //     confirmed holdings of a key never overlap.
+//   - TestCluster*: a 3-node ticketingd --cluster (harness.StartCluster)
+//     whose Raft links all go through fault proxies, one broker given the
+//     three addresses, and a load of acquires and releases recorded in a
+//     History; after each test the history passes CheckTokensUnique,
+//     CheckNoTicketAfterIndeterminate, CheckTokensFollowRealTime,
+//     CheckLeaseExclusion and CheckReleasedIntervals, and every key used is
+//     acquirable again. TestClusterKill9Leader kills the leader 10 times
+//     in a row (peer TLS; failover p50/max logged and written to
+//     failover.json in its artifact directory); TestClusterSIGSTOPLeader
+//     stops it past two leases (it steps down on SIGCONT);
+//     TestClusterPartitions isolates the leader, then a follower;
+//     TestClusterFullRestart stops all three with SIGTERM and restarts them
+//     (held locks kept, tokens above); TestClusterCancelUnderContention
+//     cancels queued ACQUIREs during hand-offs (no node may exit).
 //   - TestContainers_*: the fence's rule-19 load and the migrations on
 //     PostgreSQL and MariaDB started by testcontainers-go from the images
 //     named by TICKETING_TEST_POSTGRES_IMAGE / TICKETING_TEST_MYSQL_IMAGE

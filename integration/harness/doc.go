@@ -28,6 +28,20 @@
 // captured; Process.ReadJSON reads its stdout reports line by line;
 // Stop/Cont/Kill9 signal it.
 //
+// # Clusters
+//
+// StartCluster runs a Raft cluster of ticketingd --cluster nodes on
+// 127.0.0.1, bootstrapped with --peers, optionally with mutual peer TLS
+// (certificates from internal/pki). Every node's Raft address in the
+// configuration (--raft-advertise) is a faultproxy in front of its
+// --raft-listen, so Cluster.Cut(a, b), Isolate(i) and Heal blackhole and
+// restore chosen links; the proxy tells who dialled a connection from the
+// owner of its source socket (Linux /proc). WaitLeader and WaitConverged
+// read the nodes' admin /status; ClusterNode.Restart, Pause (returns once
+// the process is stopped) and the Server methods inject faults. Hello and
+// WaitHint send a raw HELLO (a follower answers M with the leader's client
+// address).
+//
 // # History and checkers
 //
 // A History records operations (process, kind, key, invoke and complete

@@ -538,12 +538,14 @@ func TestClusterSIGSTOPLeader(t *testing.T) {
 	}
 	resumed = true
 	waitNotServing(t, l)
-	nl = r.c.WaitLeader(t, hangGuard)
-	if nl == l {
-		t.Errorf("the resumed node %s is the leader again", l.ID)
-	}
-	if err := harness.WaitHint(l.Addr(), nl.Addr(), 10*time.Second); err != nil {
-		t.Errorf("resumed old leader: %v", err)
+	if nl = r.c.WaitLeader(t, hangGuard); nl != l {
+		if err := harness.WaitHint(l.Addr(), nl.Addr(), 10*time.Second); err != nil {
+			t.Errorf("resumed old leader: %v", err)
+		}
+	} else {
+		// It stepped down (above), then won a later election: Raft allows
+		// that; the hint check does not apply.
+		t.Logf("the resumed node %s stepped down and was elected again later", l.ID)
 	}
 	r.waitGrants(r.h.Now(), 20, "after SIGCONT")
 	r.finish()

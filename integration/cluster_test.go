@@ -264,6 +264,24 @@ func (r *clusterRun) reacquireAsync(pins []*broker.Ticket, proc string) (wait fu
 	}
 }
 
+// checkKept: the pinned locks, held through a fault, are still held: an
+// immediate acquire of each times out, and its holder's Release (by token
+// and owner) is confirmed (R).
+func (r *clusterRun) checkKept(pins []*broker.Ticket, fault string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
+	defer cancel()
+	for _, p := range pins {
+		_, err := r.acquire(ctx, "probe", p.Key(), 0, clusterLease)
+		if !errors.Is(err, broker.ErrTimedOut) {
+			r.t.Errorf("acquire of pinned %s (held through %s) at once: %v, want timed out", p.Key(), fault, err)
+		}
+		if err := harness.Release(ctx, r.h, "pin", p); err != nil {
+			r.t.Errorf("release of pinned %s (token %d) after %s: %v, want R (the lock was kept)", p.Key(), p.Token(), fault, err)
+		}
+	}
+}
+
 // finish stops the load, waits for the cluster to converge, checks that
 // every key used is acquirable, and runs the checkers.
 func (r *clusterRun) finish() {
@@ -343,8 +361,10 @@ func checkFollowersHint(t *testing.T, c *harness.Cluster, leader *harness.Cluste
 // SIGKILL sent -> first grant (to an ACQUIRE invoked after the kill, so on
 // the new leader) completed; its p50 and max are logged and written to
 // failover.json in the test's artifact directory, not asserted. Each round
-// pins a key on the leader before the kill and re-acquires it after: the
-// new leader kept it. Pass: the checkers, every key acquirable, and the
+// pins two keys on the leader before the kill: one (lease 2 s) is
+// re-acquired after it, which CheckLeaseExclusion judges; the other (lease
+// 30 s) must still be held (an immediate acquire times out, its Release
+// is confirmed). Pass: the checkers, every key acquirable, and the
 // followers' HELLO answered M with the leader's address in every round.
 func TestClusterKill9Leader(t *testing.T) {
 	const rounds = 10
@@ -357,12 +377,14 @@ func TestClusterKill9Leader(t *testing.T) {
 		checkFollowersHint(t, r.c, l)
 		r.waitGrants(r.h.Now(), 20, fmt.Sprintf("round %d before the kill", round))
 		pins := r.pin(fmt.Sprintf("kill-pin-%d", round), 1, clusterLease)
+		kept := r.pin(fmt.Sprintf("kill-keep-%d", round), 1, 30*time.Second)
 		sent := r.h.Event("test", "kill9", fmt.Sprintf("round %d: %s", round, l.ID))
 		l.Kill9()
 		killed := r.h.Event("test", "killed", l.ID)
 		first := r.waitGrants(killed, 1, fmt.Sprintf("round %d after killing %s", round, l.ID))
 		failovers = append(failovers, first-sent)
 		repinned := r.reacquireAsync(pins, fmt.Sprintf("repin-%d", round))
+		r.checkKept(kept, "the kill")
 		l.Restart(t)
 		r.h.Event("test", "restarted", l.ID)
 		repinned()
@@ -671,15 +693,7 @@ func TestClusterFullRestart(t *testing.T) {
 	t.Logf("full restart: SIGTERM -> all exited %v, -> all listening %v, -> first grant %v",
 		stopped-term, up-term, first-term)
 
-	for _, p := range pins {
-		_, err := r.acquire(ctx, "probe", p.Key(), 0, clusterLease)
-		if !errors.Is(err, broker.ErrTimedOut) {
-			t.Errorf("acquire of pinned %s (held through the restart) at once: %v, want timed out", p.Key(), err)
-		}
-		if err := harness.Release(ctx, r.h, "pin", p); err != nil {
-			t.Errorf("release of pinned %s (token %d) after the restart: %v, want R (the lock was kept)", p.Key(), p.Token(), err)
-		}
-	}
+	r.checkKept(pins, "the full restart")
 	if err := harness.CheckTokensIncreaseAcross(r.h, stopped, up); err != nil {
 		t.Error(err)
 	}

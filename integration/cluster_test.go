@@ -689,58 +689,74 @@ func TestClusterPartitions(t *testing.T) {
 	r.finish()
 }
 
-// TestClusterFullRestart stops all three nodes with SIGTERM (under load,
-// with mutual TLS) and starts them again on their data directories. Keys
-// pinned before (lease 30 s) are still held afterwards: an immediate
-// acquire of one times out, and its holder's Release, by token and owner,
-// is confirmed (R). Every grant after the restart has a token above every
-// grant before the stop. Pass: exit code 0 on SIGTERM, the checkers, and
-// every key acquirable.
+// TestClusterFullRestart stops all three nodes at once (under load, with
+// mutual TLS) and starts them again on their data directories: with
+// SIGTERM (each must exit 0), and with SIGKILL (a committed grant survives
+// kill -9 of every node). Keys pinned before (lease 30 s) are still held
+// afterwards: an immediate acquire of one times out, and its holder's
+// Release, by token and owner, is confirmed (R). Every grant after the
+// restart has a token above every grant before the stop. Pass: the
+// checkers, and every key acquirable.
 func TestClusterFullRestart(t *testing.T) {
-	r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
-	checkPeerTLS(t, r.c)
-	r.startLoad(8, 6)
-	r.c.WaitConverged(t, hangGuard)
-	r.waitGrants(r.h.Now(), 50, "before the stop")
-	pins := r.pin("restart-pin", 3, 30*time.Second)
+	for _, tc := range []struct {
+		name string
+		stop func(n *harness.ClusterNode) error
+	}{
+		{"SIGTERM", func(n *harness.ClusterNode) error {
+			code, err := n.Stop(hangGuard)
+			if err == nil && code != 0 {
+				err = fmt.Errorf("exit code %d", code)
+			}
+			return err
+		}},
+		{"SIGKILL", func(n *harness.ClusterNode) error { n.Kill9(); return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
+			checkPeerTLS(t, r.c)
+			r.startLoad(8, 6)
+			r.c.WaitConverged(t, hangGuard)
+			r.waitGrants(r.h.Now(), 50, "before the stop")
+			pins := r.pin("restart-pin", 3, 30*time.Second)
 
-	term := r.h.Event("test", "sigterm all", "")
-	var wg sync.WaitGroup
-	codes := make([]int, len(r.c.Nodes))
-	errs := make([]error, len(r.c.Nodes))
-	for i, n := range r.c.Nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes[i], errs[i] = n.Stop(hangGuard)
-		}()
-	}
-	wg.Wait()
-	for i, n := range r.c.Nodes {
-		if errs[i] != nil || codes[i] != 0 {
-			t.Errorf("%s on SIGTERM: exit code %d, %v", n.ID, codes[i], errs[i])
-		}
-	}
-	stopped := r.h.Event("test", "all stopped", "")
-	for _, n := range r.c.Nodes {
-		n.Restart(t)
-	}
-	up := r.h.Event("test", "all listening", "")
-	r.c.WaitConverged(t, hangGuard)
-	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
-	defer cancel()
-	if err := r.b.WaitReady(ctx); err != nil {
-		t.Fatalf("WaitReady after the restart: %v", err)
-	}
-	first := r.waitGrants(up, 20, "after the restart")
-	t.Logf("full restart: SIGTERM -> all exited %v, -> all listening %v, -> first grant %v",
-		stopped-term, up-term, first-term)
+			sig := r.h.Event("test", tc.name+" all", "")
+			var wg sync.WaitGroup
+			errs := make([]error, len(r.c.Nodes))
+			for i, n := range r.c.Nodes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = tc.stop(n)
+				}()
+			}
+			wg.Wait()
+			for i, n := range r.c.Nodes {
+				if errs[i] != nil {
+					t.Errorf("%s on %s: %v", n.ID, tc.name, errs[i])
+				}
+			}
+			stopped := r.h.Event("test", "all stopped", "")
+			for _, n := range r.c.Nodes {
+				n.Restart(t)
+			}
+			up := r.h.Event("test", "all listening", "")
+			r.c.WaitConverged(t, hangGuard)
+			ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
+			defer cancel()
+			if err := r.b.WaitReady(ctx); err != nil {
+				t.Fatalf("WaitReady after the restart: %v", err)
+			}
+			first := r.waitGrants(up, 20, "after the restart")
+			t.Logf("full restart: %s -> all exited %v, -> all listening %v, -> first grant %v",
+				tc.name, stopped-sig, up-sig, first-sig)
 
-	r.checkKept(pins, "the full restart")
-	if err := harness.CheckTokensIncreaseAcross(r.h, stopped, up); err != nil {
-		t.Error(err)
+			r.checkKept(pins, "the full restart")
+			if err := harness.CheckTokensIncreaseAcross(r.h, stopped, up); err != nil {
+				t.Error(err)
+			}
+			r.finish()
+		})
 	}
-	r.finish()
 }
 
 // TestClusterCancelUnderContention: goroutines queue on a few contended

@@ -47,7 +47,7 @@
 //     failover.json in its artifact directory); TestClusterSIGSTOPLeader
 //     stops it past two leases (it steps down on SIGCONT);
 //     TestClusterPartitions isolates the leader, then a follower;
-//     TestClusterFullRestart stops all three with SIGTERM and restarts them
+//     TestClusterFullRestart stops all three (SIGTERM; SIGKILL) and restarts them
 //     (held locks kept, tokens above); TestClusterCancelUnderContention
 //     cancels queued ACQUIREs during hand-offs (no node may exit).
 //   - TestContainers_*: the fence's rule-19 load and the migrations on

@@ -411,9 +411,10 @@ func (c *Cluster) Isolate(i int) {
 
 // Heal removes every cut and closes the connections that were blackholed
 // (their streams lost bytes), so that the nodes redial. It logs how many
-// proxied connections during the cuts belonged to no known node (each one
-// a link the cut could not place, left open), and fails tb if the owners
-// could not be looked up at all.
+// proxied connections during the cuts belonged to no known node (usually
+// one its dialler had closed already; it was left open unless its target
+// was cut from every other node), and fails tb if the owners could not be
+// looked up at all.
 func (c *Cluster) Heal(tb testing.TB) {
 	tb.Helper()
 	c.mu.Lock()
@@ -466,8 +467,14 @@ func (c *Cluster) classify(client net.Addr, target int) faultproxy.Faults {
 		c.lookupErr = err
 	}
 	if owner < 0 {
+		// Gone already, or not a node's: when target is cut from every
+		// other node, nothing may reach it anyway.
 		c.unknown++
-		return faultproxy.Faults{}
+		isolated := true
+		for j := range c.Nodes {
+			isolated = isolated && (j == target || c.cuts[[2]int{min(j, target), max(j, target)}])
+		}
+		return faultproxy.Faults{Blackhole: isolated}
 	}
 	return faultproxy.Faults{Blackhole: c.cuts[[2]int{min(owner, target), max(owner, target)}]}
 }

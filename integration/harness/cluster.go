@@ -428,7 +428,7 @@ func (c *Cluster) Heal(tb testing.TB) {
 		pc.Close()
 	}
 	if unknown > 0 {
-		tb.Logf("harness: %d proxied Raft connection(s) during the cut had no known owner and were left open", unknown)
+		tb.Logf("harness: %d proxied Raft connection(s) during the cut had no known owner (blackholed only if their target was isolated)", unknown)
 	}
 	if lerr != nil {
 		tb.Fatalf("harness: the cut could not tell who dialled: %v", lerr)

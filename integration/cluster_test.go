@@ -140,6 +140,23 @@ func (r *clusterRun) acquire(ctx context.Context, proc, key string, wait, lease 
 	return tk, err
 }
 
+// acquireRetry is acquire, repeated (after 20 ms) while the outcome says
+// nothing about the lock: no ready session (ErrUnsent), the node stopped
+// serving (ErrNotActive), or the reply was lost (ErrIndeterminate, also
+// when a leader change interrupts it) and indeterminate is in retry. It
+// returns the last outcome, or the first that is none of those.
+func (r *clusterRun) acquireRetry(ctx context.Context, proc, key string, wait, lease time.Duration, indeterminate bool) (*broker.Ticket, error) {
+	for {
+		tk, err := r.acquire(ctx, proc, key, wait, lease)
+		again := errors.Is(err, broker.ErrUnsent) || errors.Is(err, broker.ErrNotActive) ||
+			indeterminate && errors.Is(err, broker.ErrIndeterminate)
+		if !again || ctx.Err() != nil {
+			return tk, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // watch returns a watch of the next n grants invoked at or after after.
 func (r *clusterRun) watch(after time.Duration, n int) *grantWatch {
 	w := &grantWatch{after: after, n: n, done: make(chan struct{})}
@@ -214,7 +231,7 @@ func (r *clusterRun) pin(prefix string, n int, lease time.Duration) []*broker.Ti
 		key := fmt.Sprintf("%s-%d", prefix, i)
 		r.keys = append(r.keys, key)
 		ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-		tk, err := r.acquire(ctx, "pin", key, 0, lease)
+		tk, err := r.acquireRetry(ctx, "pin", key, 0, lease, false)
 		cancel()
 		if err != nil {
 			r.t.Fatalf("pin %s: %v", key, err)
@@ -244,7 +261,7 @@ func (r *clusterRun) reacquireAsync(pins []*broker.Ticket, proc string) (wait fu
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
 			defer cancel()
-			tk, err := r.acquire(ctx, proc, p.Key(), 10*time.Second, clusterLease)
+			tk, err := r.acquireRetry(ctx, proc, p.Key(), 10*time.Second, clusterLease, true)
 			if err != nil {
 				errs[i] = fmt.Errorf("re-acquire pinned %s: %w", p.Key(), err)
 				return
@@ -272,11 +289,19 @@ func (r *clusterRun) checkKept(pins []*broker.Ticket, fault string) {
 	ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
 	defer cancel()
 	for _, p := range pins {
-		_, err := r.acquire(ctx, "probe", p.Key(), 0, clusterLease)
+		_, err := r.acquireRetry(ctx, "probe", p.Key(), 0, clusterLease, true)
 		if !errors.Is(err, broker.ErrTimedOut) {
 			r.t.Errorf("acquire of pinned %s (held through %s) at once: %v, want timed out", p.Key(), fault, err)
 		}
-		if err := harness.Release(ctx, r.h, "pin", p); err != nil {
+		err = harness.Release(ctx, r.h, "pin", p)
+		for errors.Is(err, broker.ErrUnsent) && ctx.Err() == nil {
+			err = harness.Release(ctx, r.h, "pin", p) // nothing was sent: still held, may be released again
+		}
+		switch {
+		case errors.Is(err, broker.ErrReleaseUnconfirmed):
+			// A leader change during the release: no evidence either way.
+			r.t.Logf("release of pinned %s after %s unconfirmed: %v", p.Key(), fault, err)
+		case err != nil:
 			r.t.Errorf("release of pinned %s (token %d) after %s: %v, want R (the lock was kept)", p.Key(), p.Token(), fault, err)
 		}
 	}
@@ -299,7 +324,7 @@ func (r *clusterRun) finish() {
 			defer cancel()
 			// Up to 10 s: an indeterminate acquire's lock lives until its
 			// lease (restarted on a failover) ends.
-			tk, err := r.acquire(ctx, proc, key, 10*time.Second, clusterLease)
+			tk, err := r.acquireRetry(ctx, proc, key, 10*time.Second, clusterLease, true)
 			if err != nil {
 				errs[i] = fmt.Errorf("key %s not acquirable after the faults healed: %w", key, err)
 				return

@@ -430,7 +430,7 @@ func checkPeerTLS(t *testing.T, c *harness.Cluster) {
 	t.Helper()
 	for _, n := range c.Nodes {
 		log := n.Log()
-		if !strings.Contains(log, `"peer_tls":true`) || strings.Contains(log, "Raft transport is plain TCP") {
+		if !strings.Contains(log, `"peer_tls":true`) || strings.Contains(log, "raft peer transport without TLS") {
 			t.Errorf("%s does not run with peer TLS:\n%s", n.ID, log)
 		}
 	}

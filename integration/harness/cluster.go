@@ -48,7 +48,7 @@ type ClusterOptions struct {
 //
 // Its methods are safe for concurrent use.
 type Cluster struct {
-	tb    testing.TB
+	// Nodes are the nodes, Nodes[i].Index == i.
 	Nodes []*ClusterNode
 	http  *http.Client
 
@@ -64,7 +64,7 @@ type Cluster struct {
 // and the proxy in front of its Raft listener.
 type ClusterNode struct {
 	*Server
-	Index      int
+	Index      int    // in Cluster.Nodes
 	ID         string // --node-id: n1, n2, ...
 	RaftListen string // --raft-listen
 	Proxy      *faultproxy.Proxy
@@ -85,7 +85,6 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 		opts.Nodes = 3
 	}
 	c := &Cluster{
-		tb:    tb,
 		cuts:  map[[2]int]bool{},
 		holed: map[*faultproxy.Conn]bool{},
 		// No keep-alive: no idle connection (and goroutine) outlives a call.

@@ -93,6 +93,11 @@ type ckey struct {
 	timer     timer      // lease end, while held with a known token
 	q         *waitQueue // waiters (q.timer unused)
 	retries   []*waiter  // ACQUIREs of the owner while its grant is pending
+	// freeing is the proposed Free of the holding just ended (until it
+	// applies), freeingTok that holding's token: a RELEASE naming it waits
+	// for that commit and then gets N.
+	freeing    *proposal
+	freeingTok uint64
 }
 
 // proposal is a command of the current stint awaiting its apply.
@@ -100,10 +105,16 @@ type proposal struct {
 	ck   *ckey
 	w    *waiter // Grant: the ACQUIRE granted
 	next *waiter // Free: the waiter granted with it
-	rc   *conn   // Free by RELEASE: the releasing session
+	rc   *conn   // Free by RELEASE: the releasing session (answered R, or N if its lease had ended)
 	rid  uint32
-	kind uint8 // Free: freeRelease, freeReleaseOwned, freeExpire
-	at   int64 // proposed (server clock)
+	late []lateRelease // RELEASEs of the freed token that came after the Free was proposed: N once it applies
+	kind uint8         // Free: freeRelease, freeReleaseOwned, freeExpire
+	at   int64         // proposed (server clock)
+}
+
+type lateRelease struct {
+	c   *conn
+	rid uint32
 }
 
 // waiter deadlines of ACQUIREs granted at once (no wait).
@@ -607,6 +618,9 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 			continue
 		}
 		// A Free.
+		if ck.freeing == p {
+			ck.freeing, ck.freeingTok = nil, 0
+		}
 		if !r.ok {
 			// Not reached: the mirror said the token held the key.
 			s.log.Error("cluster: a release or expiry the scheduler proposed did not apply; resynchronising the key", "key", ck.key)
@@ -617,20 +631,35 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 			if p.next != nil {
 				p.next.c.replySimpleQueued(wire.TypeTimedOut, p.next.reqID)
 			}
+			cl.answerLate(p)
 			cl.resync(ck, now)
 			continue
 		}
 		if p.kind == freeExpire {
 			s.m.expired.Add(1)
+			if p.rc != nil { // a RELEASE that found the lease ended
+				s.m.notHeld.Add(1)
+				p.rc.replySimpleQueued(wire.TypeNotHeld, p.rid)
+			}
 		} else {
 			s.m.released.Add(1)
 			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
 		}
 		if p.next != nil {
 			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
-		} else if !ck.held && ck.q == nil && cl.keys[ck.key] == ck && len(ck.retries) == 0 {
+		} else if !ck.held && ck.q == nil && cl.keys[ck.key] == ck && len(ck.retries) == 0 && ck.freeing == nil {
 			delete(cl.keys, ck.key) // free and idle: forget it
 		}
+		cl.answerLate(p)
+	}
+}
+
+// answerLate answers N to the RELEASEs that named the token a Free ended
+// (after the releaser's R, if any).
+func (cl *cluster) answerLate(p *proposal) {
+	for _, lr := range p.late {
+		cl.s.m.notHeld.Add(1)
+		lr.c.replySimpleQueued(wire.TypeNotHeld, lr.rid)
 	}
 }
 
@@ -778,6 +807,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 	}
 	tok := ck.token
 	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind}
+	ck.freeing, ck.freeingTok = p, tok
 	key := ck.key
 	cl.proposeLocked(p, func(b []byte, seq uint64) []byte {
 		return appendFree(b, seq, key, tok, kind, &owner, next)
@@ -920,8 +950,18 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	ok := ck != nil && ck.held && ck.token != 0 && ck.token == req.Token &&
 		(owned && ck.owner == req.Owner || !owned && !ck.ownedOnly)
 	if ok && now >= ck.leaseEnd {
-		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now) // the lease ended: N
-		ok = false
+		// The lease ended on this leader's clock: N, but only once the
+		// expiry is committed (a deposed leader, whose successor restarted
+		// the lease, cannot commit it, and so never says N for a held lock).
+		cl.freeLocked(ck, freeExpire, c, req.ReqID, ck.owner, now)
+		return
+	}
+	if !ok && ck != nil && ck.freeing != nil && ck.freeingTok == req.Token {
+		// That holding's end (an expiry, or another RELEASE) is proposed
+		// but not committed: N once it is (a deposed leader never commits
+		// it, and so never says N for a lock its successor still holds).
+		ck.freeing.late = append(ck.freeing.late, lateRelease{c, req.ReqID})
+		return
 	}
 	if !ok {
 		s.m.notHeld.Add(1)

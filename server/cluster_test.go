@@ -539,3 +539,34 @@ func TestClusterMessageLoss(t *testing.T) {
 	}
 	t.Logf("%d grants (and %d T for a commit slower than an election timeout) with 40%% of Raft RPCs lost; last token %d", grants, timedOut, last)
 }
+
+// TestClusterReleaseAfterLeaseEndIsCommitted: a RELEASE that finds its
+// lease ended on the leader's clock gets N only once the expiry is
+// committed: an isolated (deposed) leader cannot commit it, so it never
+// tells a holder "not held" about a lock its successor still holds (the
+// successor restarted the lease).
+func TestClusterReleaseAfterLeaseEndIsCommitted(t *testing.T) {
+	clk := server.NewFakeClock()
+	tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) { server.SetClock(cfg, clk) })
+	l := tc.leader()
+	c := tc.leaderSession(l)
+	tok := c.acquireOK(2, owner(1), 0, 5, "k")
+	for i := range tc.nodes {
+		eventually(t, "every node to apply the grant", func() bool { return tc.nodes[i].s.Stats().LastToken == tok })
+	}
+	// On a healthy leader: N, after the committed expiry.
+	c2 := tc.leaderSession(l)
+	t2 := c2.acquireOK(2, owner(2), 0, 5, "k2")
+	clk.Advance(5 * time.Second) // both leases end (the timers may fire first: N either way)
+	c2.send(rel(3, t2, "k2"))
+	c2.expect(wire.TypeNotHeld, 3)
+	// A second key, then the leader is cut off before its lease ends.
+	tok3 := c.acquireOK(3, owner(3), 0, 5, "k3")
+	tc.isolate(l)
+	clk.Advance(5 * time.Second)
+	c.send(rel(4, tok3, "k3"))
+	if r, err := c.recvErr(3 * time.Second); err == nil && r.Type == wire.TypeNotHeld {
+		t.Fatalf("an isolated leader answered N without a commit: %s", show(r))
+	}
+	_ = tok
+}

@@ -216,6 +216,13 @@
 //     Indeterminate.
 //   - The holder's retry of its ACQUIRE gets its token (lease not
 //     extended), on the leader that granted it or on a later one.
+//   - A RELEASE whose lease ended (on the leader's clock), or that names a
+//     holding whose end is proposed but not committed yet, gets N only once
+//     that end is committed: a deposed leader cannot commit it, so it never
+//     answers N for a lock its successor still holds. (Answers that need no
+//     commit, T to an ACQUIRE with wait_s 0 of a held key, B, and the
+//     holder's retry, may come from a leader that does not know yet that
+//     it was deposed; none of them grants or frees anything.)
 //
 // The Raft log, stable store (raft-boltdb) and snapshots are in
 // DataDir/raft, locked against a second process. ClusterConfig.Peers

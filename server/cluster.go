@@ -178,8 +178,15 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	return nil
 }
 
+// MaxNodeIDLen is the longest ClusterConfig.NodeID.
+const MaxNodeIDLen = 64
+
+// ValidNodeID reports whether id can be a ClusterConfig.NodeID: 1 to
+// MaxNodeIDLen bytes of ASCII letters, digits, '.', '_' and '-'.
+func ValidNodeID(id string) bool { return validNodeID(id) }
+
 func validNodeID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
+	if len(id) == 0 || len(id) > MaxNodeIDLen {
 		return false
 	}
 	for _, r := range id {

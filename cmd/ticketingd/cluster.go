@@ -14,8 +14,8 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// maxNodeIDLen is the longest --node-id (server.ClusterConfig.NodeID).
-const maxNodeIDLen = 64
+// maxNodeIDLen is the longest --node-id (server.MaxNodeIDLen).
+const maxNodeIDLen = server.MaxNodeIDLen
 
 // maxAdminTokenLen is the longest --admin-token.
 const maxAdminTokenLen = 256
@@ -24,19 +24,8 @@ const maxAdminTokenLen = 256
 // hashicorp/raft accepts.
 const minRaftTimeout = 5 * time.Millisecond
 
-// validNodeID reports whether id is a node ID: 1 to 64 bytes of letters,
-// digits, '.', '_' and '-'.
-func validNodeID(id string) bool {
-	if id == "" || len(id) > maxNodeIDLen {
-		return false
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validNodeID reports whether id is a node ID (server.ValidNodeID).
+func validNodeID(id string) bool { return server.ValidNodeID(id) }
 
 // validAdminToken reports whether t can travel in an Authorization header
 // as it is: printable ASCII without blanks.

@@ -212,8 +212,8 @@ func agreedLeader(views []server.ClusterStatus, n int) int {
 // send clients to the leader; 'ticketingd cluster' shows the cluster and
 // refuses a change on a follower naming the leader. Then the operations of
 // docs/operations.md: a node from 'init --cluster --add' is added, a
-// follower killed with -9 is removed, and a full restart keeps a held lock
-// and the token counter.
+// follower killed with -9 is removed, a full restart keeps a held lock
+// and the token counter, and so does a kill -9 of the leader after it.
 func TestClusterEndToEnd(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("runs the printed export lines with sh")
@@ -422,10 +422,40 @@ func TestClusterEndToEnd(t *testing.T) {
 	if r, err := cl.acquire("kept", 0, 10); err != nil || r.Type != wire.TypeTimedOut {
 		t.Errorf("acquire kept after the full restart: %q %v; want T (still held)", r.Type, err)
 	}
-	if r, err := cl.acquire("fresh", 0, 10); err != nil || r.Type != wire.TypeGranted || r.Token <= g.Token {
-		t.Errorf("acquire fresh after the full restart: %q token %d, %v; want a grant above %d", r.Type, r.Token, err, g.Token)
+	fresh, err := cl.acquire("fresh", 0, 10)
+	if err != nil || fresh.Type != wire.TypeGranted || fresh.Token <= g.Token {
+		t.Errorf("acquire fresh after the full restart: %q token %d, %v; want a grant above %d", fresh.Type, fresh.Token, err, g.Token)
 	}
 	cl.c.Close()
+
+	// kill -9 the leader: the other two elect one of them; the held lock
+	// and the tokens survive (no token again: the next is above all).
+	var survivors []live
+	for _, l := range alive {
+		if l.name == newLeader.NodeID {
+			_ = l.proc.cmd.Process.Kill()
+			l.proc.exitCode()
+		} else {
+			survivors = append(survivors, l)
+		}
+	}
+	var survAdmins []string
+	for _, l := range survivors {
+		survAdmins = append(survAdmins, l.admin)
+	}
+	views = waitCluster(t, survAdmins, "a new leader after the leader's kill -9", func(v []server.ClusterStatus) bool {
+		i := agreedLeader(v, 3)
+		return i >= 0 && v[i].NodeID != newLeader.NodeID
+	})
+	cl = rawTo(views[agreedLeader(views, 3)].LeaderAdvertise)
+	if r, err := cl.acquire("kept", 0, 10); err != nil || r.Type != wire.TypeTimedOut {
+		t.Errorf("acquire kept after the leader's kill -9: %q %v; want T (still held)", r.Type, err)
+	}
+	if r, err := cl.acquire("after-kill", 0, 10); err != nil || r.Type != wire.TypeGranted || r.Token <= fresh.Token {
+		t.Errorf("acquire after the leader's kill -9: %q token %d, %v; want a grant above %d", r.Type, r.Token, err, fresh.Token)
+	}
+	cl.c.Close()
+	alive = survivors
 
 	for _, l := range alive {
 		_ = l.proc.cmd.Process.Signal(syscall.SIGTERM)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -569,4 +570,51 @@ func TestClusterReleaseAfterLeaseEndIsCommitted(t *testing.T) {
 		t.Fatalf("an isolated leader answered N without a commit: %s", show(r))
 	}
 	_ = tok
+}
+
+// TestClusterMetrics: the Raft metrics (package doc, Metrics) on the
+// leader and on a follower, gathered by a pedantic registry.
+func TestClusterMetrics(t *testing.T) {
+	regs := make([]*prometheus.Registry, 3)
+	tc := newTestCluster(t, 3, func(i int, cfg *server.Config) {
+		regs[i] = prometheus.NewPedanticRegistry()
+		cfg.Registerer = regs[i]
+	})
+	l := tc.leader()
+	c := tc.leaderSession(l)
+	tok := c.acquireOK(2, owner(1), 0, 10, "k")
+	c.send(rel(3, tok, "k"))
+	c.expect(wire.TypeReleased, 3)
+	gather := func(i int) map[string]float64 {
+		t.Helper()
+		mfs, err := regs[i].Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := map[string]float64{}
+		for _, mf := range mfs {
+			m := mf.GetMetric()[0]
+			switch {
+			case m.GetHistogram() != nil:
+				v[mf.GetName()] = float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				v[mf.GetName()] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v[mf.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+		return v
+	}
+	lv := gather(l)
+	if lv["ticketing_raft_commit_seconds"] < 2 || lv["ticketing_raft_leader"] != 1 || lv["ticketing_role"] != float64(server.RoleLeader) ||
+		lv["ticketing_raft_applied_index"] < 3 || lv["ticketing_raft_commit_index"] < lv["ticketing_raft_applied_index"] ||
+		lv["ticketing_raft_leader_changes_total"] < 1 || lv["ticketing_token_last"] != float64(tok) || lv["ticketing_token_store_ok"] != 1 {
+		t.Fatalf("leader's metrics: %v", lv)
+	}
+	f := (l + 1) % 3
+	eventually(t, "the follower to apply the release", func() bool { return gather(f)["ticketing_raft_applied_index"] >= lv["ticketing_raft_applied_index"] })
+	fv := gather(f)
+	if fv["ticketing_raft_leader"] != 0 || fv["ticketing_role"] != float64(server.RoleStandby) || fv["ticketing_raft_commit_seconds"] != 0 || fv["ticketing_token_last"] != float64(tok) {
+		t.Fatalf("follower's metrics: %v", fv)
+	}
 }

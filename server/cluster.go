@@ -584,14 +584,12 @@ func (cl *cluster) proposer() {
 			// The whole queue forms one entry: what arrived while raft
 			// appended the previous ones (raft holds on to the bytes, so
 			// each entry is a new buffer).
-			n := cl.pn
-			buf := append(entryHeader(cl.pstint, n), cl.pbuf...)
+			buf := append(entryHeader(cl.pstint, cl.pn), cl.pbuf...)
 			cl.pbuf, cl.pn = cl.pbuf[:0], 0
 			cl.pmu.Unlock()
 			// Not waited for: the apply of the entry answers its
 			// commands, and a leadership loss is seen on LeaderCh.
 			cl.r.Apply(buf, 0)
-			_ = n
 		}
 	}
 }

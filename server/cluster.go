@@ -907,15 +907,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
 		ck.q = q
 	}
-	if old != nil {
-		q.replace(old, w)
-		old.done = true
-		old.timer.Stop()
-		s.m.timeouts.Add(1)
-		old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
-	} else {
-		q.push(w)
-	}
+	s.enqueue(q, w, old)
 	stint := cl.stint
 	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { cl.waitTimeout(w, stint) })
 }

@@ -162,6 +162,17 @@ func (tc *tcluster) leader(among ...int) int {
 	return found
 }
 
+// others returns the indexes of every node but i.
+func (tc *tcluster) others(i int) []int {
+	var o []int
+	for j := range tc.nodes {
+		if j != i {
+			o = append(o, j)
+		}
+	}
+	return o
+}
+
 // isolate cuts node i's Raft links to every other node (both ways); heal
 // restores them.
 func (tc *tcluster) isolate(i int) {
@@ -302,13 +313,7 @@ func TestClusterFailoverKeepsLocksAndRestartsLeases(t *testing.T) {
 	// The old leader's sessions end (Close: no M, the socket closes).
 	c.expectClosed()
 	other.expectClosed()
-	var rest []int
-	for i := range tc.nodes {
-		if i != l {
-			rest = append(rest, i)
-		}
-	}
-	nl := tc.leader(rest...)
+	nl := tc.leader(tc.others(l)...)
 	c2 := tc.leaderSession(nl)
 	// The holder's retry gets its token: the lock survived.
 	if got := c2.acquireOK(2, owner(1), 0, 5, "held"); got != tok {
@@ -338,13 +343,7 @@ func TestClusterPartitionedLeaderStepsDown(t *testing.T) {
 	if r.Type != wire.TypeNotActive {
 		t.Fatalf("old leader's session got %s, want M", show(r))
 	}
-	var rest []int
-	for i := range tc.nodes {
-		if i != l {
-			rest = append(rest, i)
-		}
-	}
-	nl := tc.leader(rest...)
+	nl := tc.leader(tc.others(l)...)
 	c2 := tc.leaderSession(nl)
 	if got := c2.acquireOK(2, owner(1), 0, 10, "k"); got != tok {
 		t.Fatalf("lock lost in the partition: token %d, want %d", got, tok)

@@ -156,6 +156,21 @@ func (q *waitQueue) remove(w *waiter) {
 	}
 }
 
+// enqueue queues w at the end of q or, when old (the same owner's earlier
+// ACQUIRE of the key, a deliberate retry, perhaps on another session) is
+// waiting, in old's place; old is answered T. Under the key's lock.
+func (s *Server) enqueue(q *waitQueue, w, old *waiter) {
+	if old == nil {
+		q.push(w)
+		return
+	}
+	q.replace(old, w)
+	old.done = true
+	old.timer.Stop()
+	s.m.timeouts.Add(1)
+	old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
+}
+
 // replace puts nw in old's place in the queue.
 func (q *waitQueue) replace(old, nw *waiter) {
 	nw.prev, nw.next = old.prev, old.next
@@ -373,18 +388,7 @@ func (s *Server) acquireOnce(c *conn, req *wire.Request, arrived int64, sh *shar
 		ls.q = q
 		q.timer = s.afterFunc(time.Duration(ls.expires-now), func() { s.keyTimer(sh, ls) })
 	}
-	if old != nil {
-		// The owner is already waiting for this key (a deliberate retry,
-		// perhaps on another session): the new request takes the old one's
-		// place in the queue and the old one is answered T.
-		q.replace(old, w)
-		old.done = true
-		old.timer.Stop()
-		s.m.timeouts.Add(1)
-		old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
-	} else {
-		q.push(w)
-	}
+	s.enqueue(q, w, old)
 	// wait_s counts from the ACQUIRE's arrival, not from now: a capacity
 	// sweep or a contended shard in between must not lengthen the wait.
 	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { s.waitTimeout(w) })

@@ -90,7 +90,7 @@ type ClusterMember struct {
 	ID        string `json:"id"`
 	Address   string `json:"address"`   // Raft address
 	Suffrage  string `json:"suffrage"`  // Voter, Nonvoter, Staging
-	Advertise string `json:"advertise"` // client address, once the node has led or joined (empty if unknown)
+	Advertise string `json:"advertise"` // client address, once the node has led (empty until then)
 	Leader    bool   `json:"leader"`
 }
 

@@ -581,6 +581,7 @@ func TestClusterMetrics(t *testing.T) {
 	})
 	l := tc.leader()
 	c := tc.leaderSession(l)
+	c.acquireOK(4, owner(2), 0, 60, "kept")
 	tok := c.acquireOK(2, owner(1), 0, 10, "k")
 	c.send(rel(3, tok, "k"))
 	c.expect(wire.TypeReleased, 3)
@@ -607,13 +608,13 @@ func TestClusterMetrics(t *testing.T) {
 	lv := gather(l)
 	if lv["ticketing_raft_commit_seconds"] < 2 || lv["ticketing_raft_leader"] != 1 || lv["ticketing_role"] != float64(server.RoleLeader) ||
 		lv["ticketing_raft_applied_index"] < 3 || lv["ticketing_raft_commit_index"] < lv["ticketing_raft_applied_index"] ||
-		lv["ticketing_raft_leader_changes_total"] < 1 || lv["ticketing_token_last"] != float64(tok) || lv["ticketing_token_store_ok"] != 1 {
+		lv["ticketing_raft_leader_changes_total"] < 1 || lv["ticketing_token_last"] != float64(tok) || lv["ticketing_token_store_ok"] != 1 || lv["ticketing_held_locks"] != 1 {
 		t.Fatalf("leader's metrics: %v", lv)
 	}
 	f := (l + 1) % 3
 	eventually(t, "the follower to apply the release", func() bool { return gather(f)["ticketing_raft_applied_index"] >= lv["ticketing_raft_applied_index"] })
 	fv := gather(f)
-	if fv["ticketing_raft_leader"] != 0 || fv["ticketing_role"] != float64(server.RoleStandby) || fv["ticketing_raft_commit_seconds"] != 0 || fv["ticketing_token_last"] != float64(tok) {
+	if fv["ticketing_raft_leader"] != 0 || fv["ticketing_role"] != float64(server.RoleStandby) || fv["ticketing_raft_commit_seconds"] != 0 || fv["ticketing_token_last"] != float64(tok) || fv["ticketing_held_locks"] != 1 {
 		t.Fatalf("follower's metrics: %v", fv)
 	}
 }

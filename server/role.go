@@ -123,6 +123,10 @@ func (s *Server) SetRole(r Role, hint string) error {
 		}
 		n = len(cs)
 	}
+	if old.role == r {
+		s.log.Info("role hint changed", "role", r.String(), "hint", hint)
+		return nil
+	}
 	s.log.Info("role changed", "from", old.role.String(), "to", r.String(), "hint", hint, "connections_closed", n)
 	return nil
 }

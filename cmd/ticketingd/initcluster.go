@@ -593,7 +593,7 @@ func printAddGuide(w io.Writer, o *initOptions, plan clusterPlan, b *bundle) {
 		addrs = append(addrs, n.listen)
 	}
 	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
-	fmt.Fprintf(w, "\n\nClients may list the new address too (a removed node's address can go):\n\n")
+	fmt.Fprintf(w, "\n\nClients must list the new address too (the broker follows hints only to listed addresses; a removed node's address can go):\n\n")
 	fmt.Fprintf(w, "    export TICKETING_URL=\"ticketing://${TICKETING_TOKEN}@%s?ca=%s\"\n\n", strings.Join(addrs, ","),
 		strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/"))
 }

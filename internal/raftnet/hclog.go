@@ -2,6 +2,7 @@ package raftnet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -61,6 +62,15 @@ func slogLevel(level hclog.Level) slog.Level {
 func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
+	}
+	for i, v := range args {
+		// hclog.Fmt values ("servers", hclog.Fmt("%+v", ...)) are a format
+		// and its arguments: render them as hclog would.
+		if f, ok := v.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
 	}
 	a.out.Log(context.Background(), slogLevel(level), msg, args...)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
@@ -338,8 +339,9 @@ func TestHCLogger(t *testing.T) {
 	l.Debug("hidden")
 	l.Named("raft").Named("net").With("k", "v").Warn("shown", "peer", "n2")
 	l.StandardLogger(nil).Print("from std")
+	l.Info("initial configuration", "servers", hclog.Fmt("%+v", []struct{ ID string }{{"n1"}}))
 	got := lb.String()
-	for _, want := range []string{"level=WARN msg=shown logger=raft.net k=v peer=n2", "msg=\"from std\""} {
+	for _, want := range []string{"level=WARN msg=shown logger=raft.net k=v peer=n2", "msg=\"from std\"", "servers=[{ID:n1}]"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("log %q lacks %q", got, want)
 		}

@@ -1053,6 +1053,27 @@ func parseUint(v string) (uint64, error) {
 	return n, nil
 }
 
+// health is TokenStoreErr in Raft mode.
+func (cl *cluster) health() error {
+	if cl.r.State() == raft.Shutdown {
+		return errRaftShutdown
+	}
+	f := cl.r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	servers := f.Configuration().Servers
+	for _, sv := range servers {
+		if string(sv.ID) == cl.cfg.NodeID {
+			return nil
+		}
+	}
+	if len(servers) == 0 {
+		return nil // waiting to be added
+	}
+	return errRemoved
+}
+
 func (cl *cluster) notLeader() error {
 	addr, id := cl.r.LeaderWithID()
 	return &NotLeaderError{Leader: string(id), LeaderAddress: string(addr)}

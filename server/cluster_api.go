@@ -105,6 +105,13 @@ type NotLeaderError struct {
 	LeaderAddress string // its Raft address
 }
 
+// errRaftShutdown and errRemoved are TokenStoreErr of a cluster node whose
+// raft has shut down, or that its configuration no longer lists.
+var (
+	errRaftShutdown = errors.New("server: this node's raft has shut down (removed from the cluster, or a store error): it cannot serve or follow")
+	errRemoved      = errors.New("server: this node is not in the cluster's configuration (removed): it cannot serve or vote")
+)
+
 // ErrNotLeader matches a NotLeaderError.
 var ErrNotLeader = errors.New("server: not the cluster leader")
 

@@ -618,3 +618,27 @@ func TestClusterMetrics(t *testing.T) {
 		t.Fatalf("follower's metrics: %v", fv)
 	}
 }
+
+// TestClusterRemovedNodeUnhealthy: a node removed from the configuration
+// shuts its raft down and reports it (TokenStoreErr: ticketingd's /healthz
+// answers 503); the others go on.
+func TestClusterRemovedNodeUnhealthy(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := (l + 1) % 3
+	if err := tc.nodes[f].s.TokenStoreErr(); err != nil {
+		t.Fatalf("a follower's health: %v", err)
+	}
+	if err := tc.nodes[f].s.RemoveServer(t.Context(), tc.nodes[l].in.ID); !errors.Is(err, server.ErrNotLeader) {
+		t.Fatalf("RemoveServer on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := tc.nodes[l].s.RemoveServer(t.Context(), tc.nodes[f].in.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the removed node to report its raft shut down", func() bool { return tc.nodes[f].s.TokenStoreErr() != nil })
+	if err := tc.nodes[l].s.TokenStoreErr(); err != nil {
+		t.Fatalf("the leader's health: %v", err)
+	}
+	c := tc.leaderSession(l)
+	c.acquireOK(2, owner(1), 0, 10, "k")
+}

@@ -152,9 +152,15 @@ func (s *Server) unregister(reg prometheus.Registerer) {
 // one has been running for over a second (a stalled disk), or the token
 // space is exhausted (ErrTokensExhausted). While it is non-nil, ACQUIREs
 // that need a new token may get B or E(6); ticketingd's /healthz answers 503.
+// In Raft mode it is non-nil once the node's raft has shut down (a leader
+// that removed itself, or a store failure) or the cluster's configuration
+// no longer lists the node (removed); a node waiting to be added is healthy.
 func (s *Server) TokenStoreErr() error {
-	if s.tokens == nil {
-		return nil // Raft mode: tokens come from the replicated counter
+	if s.cl != nil {
+		// Raft mode: tokens come from the replicated counter, which this
+		// node can no longer reach once its raft has shut down or it has
+		// been removed from the cluster.
+		return s.cl.health()
 	}
 	return s.tokens.health(tokenWait)
 }

@@ -140,8 +140,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 			if !changeAllowed(w, r, ac.token != "") || !decodeBody(w, r, &req) {
 				return
 			}
-			if !validNodeID(req.ID) {
-				writeJSON(w, http.StatusBadRequest, adminError{Error: fmt.Sprintf("invalid id %q: want 1 to %d letters, digits, '.', '_' or '-'", req.ID, maxNodeIDLen)})
+			if !checkNodeID(w, req.ID) {
 				return
 			}
 			if err := checkHostPort("address", req.Address, hostPortRule{}); err != nil {
@@ -163,8 +162,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 			if !changeAllowed(w, r, ac.token != "") || !decodeBody(w, r, &req) {
 				return
 			}
-			if !validNodeID(req.ID) {
-				writeJSON(w, http.StatusBadRequest, adminError{Error: fmt.Sprintf("invalid id %q: want 1 to %d letters, digits, '.', '_' or '-'", req.ID, maxNodeIDLen)})
+			if !checkNodeID(w, req.ID) {
 				return
 			}
 			if cs, err := cn.ClusterStatus(); err == nil && cs.State == "Leader" && !hasMember(cs, req.ID) {
@@ -307,4 +305,13 @@ func bearerToken(h string) (string, bool) {
 	}
 	tok = strings.TrimSpace(tok)
 	return tok, tok != ""
+}
+
+// checkNodeID reports whether id is a valid node ID, answering 400 if not.
+func checkNodeID(w http.ResponseWriter, id string) bool {
+	if validNodeID(id) {
+		return true
+	}
+	writeJSON(w, http.StatusBadRequest, adminError{Error: fmt.Sprintf("invalid id %q: want 1 to %d letters, digits, '.', '_' or '-'", id, maxNodeIDLen)})
+	return false
 }

@@ -11,13 +11,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		os.Exit(crashChild(dir))
 	}
-	if spec := os.Getenv(fsyncProbeEnv); spec != "" {
-		os.Exit(fsyncProbe(spec))
-	}
 	code := m.Run()
-	if benchDir != "" {
-		os.RemoveAll(benchDir)
-	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")

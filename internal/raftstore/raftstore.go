@@ -3,11 +3,15 @@
 //
 // The log and stable store are raft-boltdb v2 (one bbolt file, raft.db),
 // chosen over github.com/hashicorp/raft-wal after measuring both on this
-// project's machine (ext4 on a virtio disk; bench_test.go has the benchmarks
-// and the commands, crash_test.go the kill -9 test):
+// project's machine (ext4 on a virtio disk). The benchmarks and the kill -9
+// test that compare them are in bench/logstore, a module of its own so that
+// raft-wal stays out of this module's go.mod; its package doc has the
+// commands to rerun them. This package's TestCrashKill9 is the same kill -9
+// test on Open's stores.
 //
 //   - Crash safety decided it. TestCrashKill9 (SIGKILL of a writing child,
-//     reopen, check every acknowledged entry) passes for bolt. raft-wal
+//     reopen, check every acknowledged entry) passes for bolt, here and in
+//     bench/logstore. raft-wal
 //     v0.4.1 (the newest that builds with raft v1.8.0's go-metrics v0.7.0)
 //     loses no acknowledged entry, but a kill between the append that seals
 //     a segment and the asynchronous rotation that records it leaves a log

@@ -107,7 +107,7 @@ func (c *conn) afterAppendLocked(wake bool) {
 		c.mu.Unlock()
 		c.warn("session dropped: output buffer overflow (peer not reading)", "limit", c.s.cfg.OutputBuffer)
 		c.s.m.overflows.Add(1)
-		c.nc.Close()
+		c.closeRaw()
 		c.signal()
 		return
 	}
@@ -273,8 +273,21 @@ func (c *conn) kill() {
 	c.closing, c.killed = true, true
 	c.dead.Store(true)
 	c.mu.Unlock()
-	c.nc.Close()
+	c.closeRaw()
 	c.signal()
+}
+
+// closeRaw closes the connection without a TLS close_notify: tls.Conn's
+// Close writes that alert with a 5 s deadline, which a peer that does not
+// read (the reason for most drops) makes it wait out; and the caller may
+// hold a scheduler lock (an overflow found while queueing a reply under a
+// shard mutex, or under the cluster scheduler's on the FSM's goroutine).
+func (c *conn) closeRaw() {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
+	c.nc.Close()
 }
 
 func (c *conn) writeLoop() {

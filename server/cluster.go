@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -468,12 +469,11 @@ func (cl *cluster) takeOver() {
 	var b [8]byte
 	rand.Read(b[:])
 	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
-	_, last, addrs := cl.fsm.holdingsNow()
 	cmds, n := appendStint(nil, stint), 1
-	if cl.fsm.floor > last {
+	if cl.fsm.floor > cl.fsm.last.Load() {
 		cmds, n = appendFloor(cmds, cl.fsm.floor), n+1
 	}
-	if addrs[cl.cfg.NodeID] != cl.cfg.Advertise {
+	if cl.fsm.advertised(cl.cfg.NodeID) != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
 	}
 	if err := cl.await(cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
@@ -483,7 +483,7 @@ func (cl *cluster) takeOver() {
 	if cl.r.State() != raft.Leader {
 		return
 	}
-	hs, last, _ := cl.fsm.holdingsNow()
+	hs, last := cl.fsm.holdingsNow()
 
 	s := cl.s
 	now := s.now()
@@ -886,10 +886,12 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		old = q.byOwner[req.Owner]
 	}
 	if old == nil {
-		if q != nil && q.n >= s.cfg.MaxKeyWaiters || s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
-			if !(q != nil && q.n >= s.cfg.MaxKeyWaiters) {
-				s.waiters.Add(-1)
-			}
+		full := q != nil && q.n >= s.cfg.MaxKeyWaiters
+		if !full && s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+			s.waiters.Add(-1)
+			full = true
+		}
+		if full {
 			s.m.busy.Add(1)
 			c.replySimple(wire.TypeBusy, req.ReqID)
 			return
@@ -1019,12 +1021,12 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 		LastLogIndex:  r.LastIndex(),
 		LeaderChanges: cl.leaderChanges.Load(),
 	}
-	if t, err := parseUint(r.Stats()["term"]); err == nil {
+	if t, err := strconv.ParseUint(r.Stats()["term"], 10, 64); err == nil {
 		st.Term = t
 	}
 	addr, id := r.LeaderWithID()
 	st.Leader, st.LeaderAddress = string(id), string(addr)
-	_, _, addrs := cl.fsm.holdingsNow()
+	addrs := cl.fsm.addresses()
 	if id != "" {
 		st.LeaderAdvertise = addrs[string(id)]
 	}
@@ -1037,20 +1039,6 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 		}
 	}
 	return st, nil
-}
-
-func parseUint(v string) (uint64, error) {
-	var n uint64
-	if v == "" {
-		return 0, errors.New("empty")
-	}
-	for _, ch := range v {
-		if ch < '0' || ch > '9' {
-			return 0, errors.New("not a number")
-		}
-		n = n*10 + uint64(ch-'0')
-	}
-	return n, nil
 }
 
 // health is TokenStoreErr in Raft mode.

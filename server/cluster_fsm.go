@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -264,16 +265,18 @@ func (f *clusterFSM) grant(key []byte, owner [wire.OwnerLen]byte, lease uint8, o
 	return 0, false, false
 }
 
-// holdingsNow returns a copy of the holdings, the last token and the
-// client addresses.
-func (f *clusterFSM) holdingsNow() ([]holding, uint64, map[string]string) {
+// holdingsNow returns a copy of the holdings and the last token.
+func (f *clusterFSM) holdingsNow() ([]holding, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	addrs := make(map[string]string, len(f.addrs))
-	for k, v := range f.addrs {
-		addrs[k] = v
-	}
-	return f.sm.holdings(), f.sm.last, addrs
+	return f.sm.holdings(), f.sm.last
+}
+
+// addresses returns a copy of the nodes' client addresses.
+func (f *clusterFSM) addresses() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.addrs)
 }
 
 // advertised returns the client address of node id, if known.

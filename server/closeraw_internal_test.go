@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/tls"
-	"net"
 	"testing"
 	"time"
 
@@ -24,33 +23,10 @@ func TestCloseRawDoesNotWaitForCloseNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.(*net.TCPConn).SetReadBuffer(4096)
+	sraw, raw := tcpPair(t)
+	raw.SetReadBuffer(4096)
 	client := tls.Client(raw, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
-	sraw := <-accepted
-	if sraw == nil {
-		t.Fatal("accept failed")
-	}
-	defer sraw.Close()
-	sraw.(*net.TCPConn).SetWriteBuffer(4096)
+	sraw.SetWriteBuffer(4096)
 	stls := tls.Server(sraw, &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}})
 	done := make(chan error, 1)
 	go func() { done <- client.Handshake() }()

@@ -165,15 +165,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		defer cancel()
 	}
 	d := tls.Dialer{Config: s.tls.clientConfig(host)}
-	c, err := d.DialContext(ctx, "tcp", string(address))
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := s.conns.track(c)
-	if !ok {
-		return nil, net.ErrClosed
-	}
-	return tc, nil
+	return s.conns.dialled(d.DialContext(ctx, "tcp", string(address)))
 }
 
 // Close stops accepting, closes every connection the layer accepted or
@@ -199,6 +191,19 @@ type connSet struct {
 }
 
 // track records c, or closes it and reports false if the set is closed.
+// dialled tracks a connection a Dial made (c, err from the dialer), or
+// closes it with net.ErrClosed if the set is closed.
+func (cs *connSet) dialled(c net.Conn, err error) (net.Conn, error) {
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := cs.track(c)
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return tc, nil
+}
+
 func (cs *connSet) track(c net.Conn) (net.Conn, bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

@@ -155,13 +155,5 @@ func (s *tcpStream) Close() error {
 func (s *tcpStream) Addr() net.Addr { return s.advertise }
 
 func (s *tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := s.conns.track(c)
-	if !ok {
-		return nil, net.ErrClosed
-	}
-	return tc, nil
+	return s.conns.dialled(net.DialTimeout("tcp", string(address), timeout))
 }

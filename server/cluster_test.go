@@ -162,6 +162,16 @@ func (tc *tcluster) leader(among ...int) int {
 	return found
 }
 
+// waitApplied waits until every running node has applied token tok.
+func (tc *tcluster) waitApplied(tok uint64) {
+	tc.t.Helper()
+	for _, nd := range tc.nodes {
+		if nd.s != nil {
+			eventually(tc.t, "every node to apply token "+fmt.Sprint(tok), func() bool { return nd.s.Stats().LastToken == tok })
+		}
+	}
+}
+
 // others returns the indexes of every node but i.
 func (tc *tcluster) others(i int) []int {
 	var o []int
@@ -306,9 +316,7 @@ func TestClusterFailoverKeepsLocksAndRestartsLeases(t *testing.T) {
 	other := tc.leaderSession(l)
 	other.send(acq(7, owner(2), 30, 5, "held")) // a waiter: dropped by the failover
 	other.expectNothing(50 * time.Millisecond)
-	for i := range tc.nodes {
-		eventually(t, "every node to apply the grant", func() bool { return tc.nodes[i].s.Stats().LastToken == tok })
-	}
+	tc.waitApplied(tok)
 	tc.stop(l)
 	// The old leader's sessions end (Close: no M, the socket closes).
 	c.expectClosed()
@@ -551,9 +559,7 @@ func TestClusterReleaseAfterLeaseEndIsCommitted(t *testing.T) {
 	l := tc.leader()
 	c := tc.leaderSession(l)
 	tok := c.acquireOK(2, owner(1), 0, 5, "k")
-	for i := range tc.nodes {
-		eventually(t, "every node to apply the grant", func() bool { return tc.nodes[i].s.Stats().LastToken == tok })
-	}
+	tc.waitApplied(tok)
 	// On a healthy leader: N, after the committed expiry.
 	c2 := tc.leaderSession(l)
 	t2 := c2.acquireOK(2, owner(2), 0, 5, "k2")
@@ -568,7 +574,6 @@ func TestClusterReleaseAfterLeaseEndIsCommitted(t *testing.T) {
 	if r, err := c.recvErr(3 * time.Second); err == nil && r.Type == wire.TypeNotHeld {
 		t.Fatalf("an isolated leader answered N without a commit: %s", show(r))
 	}
-	_ = tok
 }
 
 // TestClusterMetrics: the Raft metrics (package doc, Metrics) on the

@@ -375,10 +375,10 @@ func (cl *cluster) shutdown() {
 	cl.closeResources()
 }
 
-// await waits for a raft future, or for the node to stop: a future still
-// queued when raft shuts down is never answered (hashicorp/raft#498), and
-// must not hang Close.
-func (cl *cluster) await(f raft.Future) error {
+// await waits for a raft future, or for ctx, or for the node to stop: a
+// future still queued when raft shuts down is never answered
+// (hashicorp/raft#498), and must not hang Close.
+func (cl *cluster) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -386,6 +386,8 @@ func (cl *cluster) await(f raft.Future) error {
 		return err
 	case <-cl.stop:
 		return raft.ErrRaftShutdown
+	case <-ctx.Done():
+		return fmt.Errorf("server: cluster change outcome unknown: %w", ctx.Err())
 	}
 }
 
@@ -462,7 +464,7 @@ func (cl *cluster) follow() {
 // restart, then RoleLeader.
 func (cl *cluster) takeOver() {
 	start := time.Now()
-	if err := cl.await(cl.r.Barrier(0)); err != nil {
+	if err := cl.await(context.Background(), cl.r.Barrier(0)); err != nil {
 		cl.s.log.Info("cluster: barrier failed; not serving", "err", err)
 		return
 	}
@@ -476,7 +478,7 @@ func (cl *cluster) takeOver() {
 	if cl.fsm.advertised(cl.cfg.NodeID) != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
 	}
-	if err := cl.await(cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
+	if err := cl.await(context.Background(), cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
 		cl.s.log.Info("cluster: takeover entry failed; not serving", "err", err)
 		return
 	}
@@ -1094,7 +1096,7 @@ func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
 	if cl.r.State() != raft.Leader {
 		return cl.notLeader()
 	}
-	err := waitFuture(ctx, cl.r.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, changeTimeout(ctx)))
+	err := cl.await(ctx, cl.r.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, changeTimeout(ctx)))
 	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 		return cl.notLeader()
 	}
@@ -1125,7 +1127,7 @@ func (s *Server) RemoveServer(ctx context.Context, id string) error {
 	if !found {
 		return fmt.Errorf("server: node %q is not in the cluster configuration", id)
 	}
-	err := waitFuture(ctx, cl.r.RemoveServer(raft.ServerID(id), 0, changeTimeout(ctx)))
+	err := cl.await(ctx, cl.r.RemoveServer(raft.ServerID(id), 0, changeTimeout(ctx)))
 	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 		return cl.notLeader()
 	}
@@ -1133,17 +1135,6 @@ func (s *Server) RemoveServer(ctx context.Context, id string) error {
 		s.log.Info("cluster: server removed", "id", id)
 	}
 	return err
-}
-
-func waitFuture(ctx context.Context, f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("server: cluster change outcome unknown: %w", ctx.Err())
-	}
 }
 
 // clusterCollectors are the cluster's Prometheus collectors.

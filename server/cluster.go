@@ -650,7 +650,9 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 			}
 		} else {
 			s.m.released.Add(1)
-			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
+			if p.rc != nil {
+				p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
+			}
 		}
 		if p.next != nil {
 			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
@@ -781,7 +783,7 @@ func (cl *cluster) leaseTimer(ck *ckey, tok, stint uint64) {
 // freeLocked proposes the end of ck's holding (a release by rc, or an
 // expiry), with the grant to the oldest live waiter whose wait has not run
 // out, if any, in the same command.
-func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) {
+func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) *proposal {
 	s := cl.s
 	if ck.timer != nil {
 		ck.timer.Stop()
@@ -825,6 +827,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 		ck.held, ck.token = false, 0
 		s.held.Add(-1)
 	}
+	return p
 }
 
 // acquire handles an ACQUIRE on the leader.
@@ -975,7 +978,17 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	}
 	// The owner in a Free command is the releaser's (RELEASE_OWNED checks
 	// it); for a plain RELEASE it is not looked at.
-	cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
+	p := cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
+	if !cl.cfg.CommittedRelease {
+		// R now: the leader's log order has decided it (the Free is
+		// proposed behind everything this leader granted, and any grant
+		// of the key goes behind the Free). If this leader fails before
+		// the Free commits, its successor still sees the holding and
+		// restarts its lease: the key stays taken until that lease ends,
+		// as if the holder had died, and no token or exclusion changes.
+		p.rc = nil
+		c.replySimple(wire.TypeReleased, req.ReqID)
+	}
 }
 
 // cancel handles a CANCEL on the leader: a queued ACQUIRE of c is removed

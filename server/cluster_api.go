@@ -50,6 +50,19 @@ type ClusterConfig struct {
 	// every lease at its full lease_s plus ElectionTimeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
 
+	// CommittedRelease makes the leader answer a RELEASE with R only once
+	// the release is committed. By default it answers R as soon as it has
+	// decided the release (the command is queued for the log), which saves
+	// the releaser one commit. The cost of the default: if the leader fails
+	// within that commit, the next leader does not know of the release and
+	// keeps the key held until the holding's restarted lease ends (lease_s
+	// plus ElectionTimeout), as if the holder had died. Safety is the same
+	// either way: no grant of the key can commit before the release, and no
+	// token is reused. With CommittedRelease, a RELEASE in flight during a
+	// failover gets no reply and the broker resends it to the new leader,
+	// which frees the key at once.
+	CommittedRelease bool
+
 	// For tests: an in-memory transport and stores instead of RaftListen
 	// and DataDir/raft.
 	transport raft.Transport

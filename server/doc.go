@@ -198,12 +198,22 @@
 //   - Every leader's stint begins with an entry naming it; from its apply
 //     on, every node skips the entries of other stints (a deposed leader's
 //     late ones), so the new leader's view of the holdings stays exact.
-//   - Nothing is answered before it is committed: the leader's scheduler
+//   - No grant is answered before it is committed: the leader's scheduler
 //     queues commands for the proposer, which puts everything queued while
 //     raft appends the previous entry into the next one (group commit: many
 //     grants share one append and one fsync), and replies from the apply of
 //     the entry on the leader. A release of the holder and the grant to the
 //     next waiter are one command, so a contended hand-off costs one commit.
+//   - A RELEASE of the current holding is answered R as soon as the leader
+//     has queued its Free (ClusterConfig.CommittedRelease waits for the
+//     commit instead). Any later grant of the key is queued behind that
+//     Free, so it commits only after it: exclusion and tokens do not depend
+//     on the R. If the leader fails before the Free commits, its successor
+//     still sees the holding and restarts its lease, so the key stays held
+//     until that lease ends (lease_s plus ElectionTimeout), as if the
+//     holder had died without releasing; the releaser, told R, does not
+//     resend. The default saves every release a commit (an uncontended
+//     acquire+release cycle waits one commit instead of two).
 //   - Expiry is a log entry the leader proposes when a lease ends on its
 //     clock; followers expire nothing. A grant whose waiter left (its
 //     session closed, or its wait ran out while the grant was being

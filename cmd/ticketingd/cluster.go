@@ -57,6 +57,7 @@ func (o *serveOptions) clusterOnly() []struct {
 		{"peer-tls-ca", o.PeerTLSCA != ""},
 		{"raft-heartbeat", o.RaftHeartbeat != server.DefaultRaftHeartbeat},
 		{"raft-election", o.RaftElection != server.DefaultRaftElection},
+		{"committed-release", o.CommittedRelease},
 	}
 }
 
@@ -259,6 +260,7 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 		PeerTLS:          peerTLS,
 		HeartbeatTimeout: o.RaftHeartbeat,
 		ElectionTimeout:  o.RaftElection,
+		CommittedRelease: o.CommittedRelease,
 	}
 }
 

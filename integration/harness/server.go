@@ -15,15 +15,32 @@ import (
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (it
 // listens on port 0 and closes). Another process may take it before you
-// do; Server.Restart retries for that reason.
+// do; Server.Restart retries for that reason. It never returns a port it
+// has returned before in this process: the kernel may hand a just-closed
+// port out again, and a cluster's nodes must not be given the same one.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !freePorts.given[p] {
+			freePorts.given[p] = true
+			return p, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("harness: no port not handed out before, in 100 tries")
 }
+
+// freePorts are the ports FreePort has returned.
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 // ServerOptions configures StartServer. Every field is optional.
 type ServerOptions struct {

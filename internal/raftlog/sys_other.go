@@ -1,0 +1,8 @@
+//go:build !linux
+
+package raftlog
+
+import "os"
+
+// preallocate does nothing here: records are appended at the file's end.
+func preallocate(*os.File, int64) error { return nil }

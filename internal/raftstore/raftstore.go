@@ -48,6 +48,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/ticketing-dev/ticketing/internal/raftlog"
 	"go.etcd.io/bbolt"
 )
 
@@ -56,6 +57,19 @@ const RetainSnapshots = 2
 
 // lockTimeout bounds the wait for raft.db's file lock in Open.
 const lockTimeout = 2 * time.Second
+
+// logCacheSize is how many recent entries Open's log keeps in memory
+// (raft.LogCache): the leader's replication and a follower's conflict
+// check read the entries just stored, and this saves them a pread and a
+// decode (and an allocation) each.
+const logCacheSize = 512
+
+// logSegmentSize is the log's segment size; tests make it small.
+var logSegmentSize int64 = raftlog.DefaultSegmentSize
+
+// migrateBatch is how many entries a migration from raft.db copies per
+// StoreLogs.
+const migrateBatch = 4096
 
 // Stores are a node's Raft stores.
 type Stores struct {
@@ -68,11 +82,17 @@ type Stores struct {
 	close     func() error
 }
 
-// Open opens (or creates, mode 0700) the stores in dir: the log and stable
-// store in dir/raft.db, snapshots under dir/snapshots. Every StoreLogs and
-// every stable Set is fsync'd before it returns. If another process has the
-// stores open, Open fails with ErrLocked after a short wait. A nil logger
-// discards.
+// Open opens (or creates, mode 0700) the stores in dir: the log in dir/log
+// (package raftlog), the stable store in dir/raft.db (raft-boltdb),
+// snapshots under dir/snapshots. Every StoreLogs and every stable Set is
+// fsync'd before it returns. If another process has the stores open, Open
+// fails with ErrLocked after a short wait: raft.db's bbolt lock is taken
+// first, and the log directory has its own flock. A nil logger discards.
+//
+// A directory of an earlier version has its log in raft.db: if dir/log
+// does not exist, Open copies the entries into a new log (built in
+// dir/log.migrating, fsync'd, renamed to dir/log) and then deletes them
+// from raft.db.
 func Open(dir string, logger hclog.Logger) (*Stores, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
@@ -91,12 +111,138 @@ func Open(dir string, logger hclog.Logger) (*Stores, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
 	}
+	log, err := openLog(dir, db, logger)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	cached, err := raft.NewLogCache(logCacheSize, log)
+	if err != nil {
+		log.Close()
+		db.Close()
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, RetainSnapshots, logger)
 	if err != nil {
+		log.Close()
 		db.Close()
 		return nil, fmt.Errorf("raftstore: snapshots in %s: %w", dir, err)
 	}
-	return &Stores{Log: db, Stable: db, Snapshots: snaps, close: db.Close}, nil
+	return &Stores{Log: cached, Stable: db, Snapshots: snaps, close: func() error {
+		return errors.Join(log.Close(), db.Close())
+	}}, nil
+}
+
+// openLog opens the log in dir/log, moving the entries raft.db holds (a
+// directory of an earlier version) into it first.
+func openLog(dir string, db *raftboltdb.BoltStore, logger hclog.Logger) (*raftlog.Store, error) {
+	logDir := filepath.Join(dir, "log")
+	tmpDir := filepath.Join(dir, "log.migrating")
+	opts := raftlog.Options{SegmentSize: logSegmentSize, Logger: logger.Named("log")}
+	// A migration a crash interrupted: raft.db still has every entry.
+	if err := os.RemoveAll(tmpDir); err != nil {
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	boltFirst, err := db.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: raft.db: %w", err)
+	}
+	boltLast, err := db.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: raft.db: %w", err)
+	}
+	_, err = os.Stat(logDir)
+	switch {
+	case err == nil:
+		if boltLast > 0 {
+			// A migration that a crash stopped after the rename: the
+			// log has the entries.
+			logger.Info("deleting the raft log entries left in raft.db by a migration", "first", boltFirst, "last", boltLast)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("raftstore: %w", err)
+	case boltLast > 0:
+		logger.Info("moving the raft log from raft.db to log/", "first", boltFirst, "last", boltLast)
+		if err := migrate(tmpDir, db, boltFirst, boltLast, opts); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmpDir, logDir); err != nil {
+			return nil, fmt.Errorf("raftstore: %w", err)
+		}
+		if err := syncDir(dir); err != nil {
+			return nil, fmt.Errorf("raftstore: %w", err)
+		}
+	}
+	if boltLast > 0 {
+		if err := db.DeleteRange(boltFirst, boltLast); err != nil {
+			return nil, fmt.Errorf("raftstore: deleting the log entries from raft.db: %w", err)
+		}
+	}
+	log, err := raftlog.Open(logDir, opts)
+	if errors.Is(err, raftlog.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, logDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	return log, nil
+}
+
+// migrate copies entries first..last from db into a new log in dir. A
+// bolt log may have a gap (raft stores after one on a follower that
+// installed a snapshot beyond its log); the entries before it are older
+// than the snapshot, and raftlog drops them at a gap anyway, so only the
+// run of consecutive entries that ends at last is copied.
+func migrate(dir string, db *raftboltdb.BoltStore, first, last uint64, opts raftlog.Options) error {
+	var l raft.Log
+	start := last
+	for start > first {
+		err := db.GetLog(start-1, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			opts.Logger.Info("raft.db's log has a gap: copying only the entries after it", "gap-before", start, "first", first)
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("raftstore: migration: raft.db entry %d: %w", start-1, err)
+		}
+		start--
+	}
+	first = start
+	log, err := raftlog.Open(dir, opts)
+	if err != nil {
+		return fmt.Errorf("raftstore: migration: %w", err)
+	}
+	for i := first; i <= last; {
+		var batch []*raft.Log
+		for ; i <= last && len(batch) < migrateBatch; i++ {
+			l := new(raft.Log)
+			if err := db.GetLog(i, l); err != nil {
+				log.Close()
+				return fmt.Errorf("raftstore: migration: raft.db entry %d: %w", i, err)
+			}
+			batch = append(batch, l)
+		}
+		if err := log.StoreLogs(batch); err != nil {
+			log.Close()
+			return fmt.Errorf("raftstore: migration: %w", err)
+		}
+	}
+	if err := log.Close(); err != nil {
+		return fmt.Errorf("raftstore: migration: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Close closes the stores. It is idempotent: later calls return the first

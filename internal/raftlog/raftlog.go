@@ -576,8 +576,8 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.undoWrite(tail, start, err)
 		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
 	}
-	if err := tail.f.Sync(); err != nil {
-		// After a failed fsync the page cache may hold data that is not
+	if err := datasync(tail.f); err != nil {
+		// After a failed fdatasync the page cache may hold data that is not
 		// on disk and never will be: nothing can be trusted any more.
 		s.broken = fmt.Errorf("raftlog: fsync of %s failed: %w", tail.path, err)
 		return s.broken

@@ -25,3 +25,15 @@ func preallocate(f *os.File, size int64) error {
 		}
 	}
 }
+
+// datasync is fdatasync(2): the data and the metadata needed to read it
+// back (the file size, the conversion of preallocated extents to written
+// ones), not the timestamps.
+func datasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}

@@ -81,12 +81,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// nonMonotonic hides the Store's IsMonotonic: raft then keeps the old log
+// after a snapshot install and stores the next entries after a gap.
+type nonMonotonic struct{ raft.LogStore }
+
 // TestRaftFollowerInstallsSnapshot runs hashicorp/raft on Stores: a
 // follower cut off while the leader snapshots and compacts its log gets an
 // InstallSnapshot, then entries from after the snapshot, beyond its own
-// log (raft v1.8.0 stores them after a gap, see the package doc); it must
-// catch up and hold the leader's entries.
+// log; it must catch up and hold the leader's entries. As raftstore.Open
+// has it (behind a raft.LogCache, monotonic: raft deletes the old log after
+// the install), and without IsMonotonic (raft v1.8.0 keeps the old log and
+// stores the next entries after a gap).
 func TestRaftFollowerInstallsSnapshot(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		wrap func(*Store) raft.LogStore
+		gap  bool // whether the follower's StoreLogs sees a gap
+	}{
+		{"LogCache", func(s *Store) raft.LogStore {
+			c, err := raft.NewLogCache(512, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, false},
+		{"not monotonic", func(s *Store) raft.LogStore { return nonMonotonic{s} }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testRaftFollowerInstallsSnapshot(t, tt.wrap, tt.gap) })
+	}
+}
+
+func testRaftFollowerInstallsSnapshot(t *testing.T, wrap func(*Store) raft.LogStore, gap bool) {
 	const n = 3
 	nodes := make([]*raftNode, n)
 	var servers []raft.Server
@@ -122,7 +147,7 @@ func TestRaftFollowerInstallsSnapshot(t *testing.T) {
 		if err := raft.BootstrapCluster(conf, nd.log, stable, raft.NewInmemSnapshotStore(), nd.trans, raft.Configuration{Servers: servers}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := raft.NewRaft(conf, nd.fsm, nd.log, stable, raft.NewInmemSnapshotStore(), nd.trans)
+		r, err := raft.NewRaft(conf, nd.fsm, wrap(nd.log), stable, raft.NewInmemSnapshotStore(), nd.trans)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,6 +232,12 @@ func TestRaftFollowerInstallsSnapshot(t *testing.T) {
 	last, _ := follower.log.LastIndex()
 	if first <= cutLast+1 {
 		t.Fatalf("the follower's log is [%d, %d]; its log ended at %d before the snapshot: no gap?", first, last, cutLast)
+	}
+	follower.log.wmu.Lock()
+	resets := follower.log.gapResets
+	follower.log.wmu.Unlock()
+	if (resets > 0) != gap {
+		t.Fatalf("the follower's StoreLogs came after a gap %d times; want a gap: %v", resets, gap)
 	}
 	waitFor(t, "the follower's log to reach the leader's", func() bool {
 		l1, _ := leader.log.LastIndex()

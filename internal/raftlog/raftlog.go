@@ -30,14 +30,19 @@
 //     the meta file (tmp, fsync, rename, directory fsync), then deletes the
 //     segments that hold only deleted entries; Open deletes any it finds
 //     left by a crash and ignores entries below the meta file's index.
-//   - StoreLogs with a gap (its first index above LastIndex+1) is what
-//     hashicorp/raft v1.8.0 does on a follower after it installed a
-//     snapshot beyond its log (installSnapshot's compactLogs keeps the
-//     log, and the next AppendEntries stores from the snapshot's index+1),
-//     and after a user snapshot restore: the log before the gap is older
-//     than the snapshot. The store then deletes every entry (meta file
-//     first, then the segments) and starts again at the batch's index, as
-//     raft itself does for a MonotonicLogStore.
+//   - Gaps. hashicorp/raft v1.8.0, on a follower that installed a
+//     snapshot beyond its log (and after a user snapshot restore), keeps
+//     the old log if the store is not a raft.MonotonicLogStore
+//     (installSnapshot's compactLogs deletes nothing from a log shorter
+//     than TrailingLogs), and the next AppendEntries stores from the
+//     snapshot's index+1: a StoreLogs whose first index is above
+//     LastIndex+1. The Store says it is monotonic (IsMonotonic), so raft
+//     deletes the whole log itself after the install (removeOldLogs, a
+//     DeleteRange that a raft.LogCache in front sees too, and clears its
+//     cache). A gap can still come after a crash between the install and
+//     that deletion; StoreLogs then deletes every entry itself (meta file
+//     first, then the segments) and starts again at the batch's index: the
+//     entries before a gap are older than the snapshot.
 //
 // A directory is used by one Store at a time: Open takes a flock on
 // dir/LOCK and fails with ErrLocked if it is held.
@@ -110,6 +115,7 @@ type Store struct {
 	metaFirst uint64 // the meta file's index
 	buf       []byte
 	broken    error // set when the files may no longer match the index
+	gapResets int   // StoreLogs calls that came after a gap, for tests
 
 	// mu guards segs, first, last and closed (written with wmu held too).
 	mu          sync.RWMutex
@@ -118,7 +124,15 @@ type Store struct {
 	closed      bool
 }
 
-var _ raft.LogStore = (*Store)(nil)
+var (
+	_ raft.LogStore          = (*Store)(nil)
+	_ raft.MonotonicLogStore = (*Store)(nil)
+)
+
+// IsMonotonic returns true: the Store holds consecutive entries only, and
+// raft is to delete the whole log after installing a snapshot (see the
+// package doc).
+func (s *Store) IsMonotonic() bool { return true }
 
 func segName(first uint64) string { return fmt.Sprintf("%020d.seg", first) }
 
@@ -537,6 +551,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			if err := s.deleteAll(next); err != nil {
 				return err
 			}
+			s.gapResets++
 		}
 	}
 	var tail *segment

@@ -234,8 +234,10 @@
 //     holder's retry, may come from a leader that does not know yet that
 //     it was deposed; none of them grants or frees anything.)
 //
-// The Raft log, stable store (raft-boltdb) and snapshots are in
-// DataDir/raft, locked against a second process. ClusterConfig.Peers
+// The Raft state is in DataDir/raft, locked against a second process: the
+// log in log/ (segment files with one fdatasync per append, package
+// internal/raftlog), the stable store in raft.db (raft-boltdb) and the
+// snapshots in snapshots/. ClusterConfig.Peers
 // bootstraps a node with no Raft state; a node with state ignores it. The
 // peer transport (package internal/raftnet) uses mutual TLS against the
 // cluster CA with ClusterConfig.PeerTLS, and logs a warning without it.

@@ -1,22 +1,28 @@
-// Package logstore compares the two Raft log stores considered for a
-// cluster node: raft-boltdb v2 v2.3.0, which internal/raftstore.Open uses,
-// and github.com/hashicorp/raft-wal v0.4.1. It has no code of its own, only
-// benchmarks and a kill -9 test; the figures and the reasons for the choice
-// are in internal/raftstore's package doc.
+// Package logstore compares the Raft log stores considered for a cluster
+// node: internal/raftlog (what internal/raftstore.Open uses since it
+// replaced raft-boltdb for the log; kind "raftlog", opened through
+// raftstore.Open itself), raft-boltdb v2 v2.3.0 (kind "bolt", the log
+// store before it, still raftstore's stable store) and
+// github.com/hashicorp/raft-wal v0.4.1 (kind "wal", rejected). It has no
+// code of its own, only benchmarks and a kill -9 test; the figures and the
+// reasons for the choice are in internal/raftstore's package doc.
 //
 // It is a Go module of its own so that raft-wal, and what it brings with it
 // (github.com/coreos/etcd among others), stay out of the library's go.mod.
-// It cannot import internal/raftstore (an internal package of another
-// module), so it opens raft-boltdb with the options raftstore.Open uses;
+// It requires the library through a replace directive (../..), which also
+// lets it import the library's internal packages (the import path is
+// under github.com/ticketing-dev/ticketing). openBolt opens raft-boltdb
+// with the options raftstore.Open uses for raft.db;
 // TestBoltOptionsAreRaftstores keeps them the same.
 //
 // # Benchmarks
 //
-// Both stores with their defaults: every StoreLogs is fsync'd before it
-// returns (strace: bolt makes two fdatasyncs per call, raft-wal one fsync;
-// see fsyncProbeEnv in bench_test.go). Use a disk, not tmpfs (os.TempDir
+// The stores with their defaults: every StoreLogs is fsync'd before it
+// returns (strace: bolt makes two fdatasyncs per call, raft-wal one fsync,
+// raftlog one pwrite64 and one fdatasync; see fsyncProbeEnv in
+// bench_test.go). Use a disk, not tmpfs (os.TempDir
 // must not be a tmpfs; else set TMPDIR). The figures in raftstore's doc come
-// from three rounds, each running both stores in turn, from this directory:
+// from three rounds, each running the stores in turn, from this directory:
 //
 //	go test -c -o /tmp/logstore.test .
 //	for i in 1 2 3; do
@@ -26,12 +32,23 @@
 //	  /tmp/logstore.test -test.run '^$' -test.bench Open1M -test.benchtime 5x
 //	done
 //
+// The StoreLogs comparison of bolt and raftlog in internal/raftstore's doc
+// (the two alternating, batch after batch, in each of three rounds):
+//
+//	for i in 1 2 3; do
+//	  /tmp/logstore.test -test.run '^$' -test.bench 'StoreLogs/batch=(1|64|256)/(bolt|raftlog)$' -test.benchtime 200x
+//	done
+//
+// (the pattern also matches batch=16.)
+//
 // # Crash test
 //
 // TestCrashKill9 appends to a store from a child process, kills it with
 // SIGKILL mid-stream, reopens the store and checks every acknowledged entry,
-// for several rounds: with bolt (raftstore.Open's options; raftstore has the
-// same test on Open itself) and with raft-wal's default 64 MiB segments.
+// for several rounds: with bolt (raftstore.Open's options for raft.db),
+// with raftstore.Open's stores (raftlog; raftstore has the same test, and
+// one with tiny segments and tail truncations) and with raft-wal's default
+// 64 MiB segments.
 // With LOGSTORE_TEST_WAL_SMALL_SEGMENTS=1 it also runs raft-wal with 64 KiB
 // segments (a rotation every few appends), which fails with v0.4.1 in about
 // half the runs (3 of 7 here) with "segment is sealed": a kill between the

@@ -19,6 +19,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/ticketing-dev/ticketing/internal/raftstore"
 	"go.etcd.io/bbolt"
 )
 
@@ -48,6 +49,18 @@ type storeKind struct {
 var kinds = []storeKind{
 	{"bolt", openBolt},
 	{"wal", func(dir string) (store, error) { return openWAL(dir, 0) }},
+	{"raftlog", openRaftstore},
+}
+
+// openRaftstore opens internal/raftstore.Open's stores: the log in
+// internal/raftlog (dir/log, 64 MiB segments, behind a raft.LogCache), the
+// stable store in raft-boltdb (dir/raft.db).
+func openRaftstore(dir string) (store, error) {
+	s, err := raftstore.Open(dir, nil)
+	if err != nil {
+		return store{}, err
+	}
+	return store{s.Log, s.Stable, s.Close}, nil
 }
 
 // wal64KiB is raft-wal with small segments: a rotation every few appends.

@@ -1,0 +1,746 @@
+// Package raftlog is a raft.LogStore (hashicorp/raft) in segment files
+// that makes one fdatasync per StoreLogs.
+//
+// The log is a directory of segment files, <20-digit first index>.seg,
+// each preallocated (fallocate) to Options.SegmentSize and holding
+// consecutive entries as CRC32C-checked records (format.go has the layout),
+// and a meta file, "meta", holding the index below which entries are
+// deleted. StoreLogs encodes its batch into one buffer, writes it with one
+// pwrite at the end of the tail segment and makes one fdatasync before it
+// returns. A batch that does not fit in the tail segment goes whole into a
+// new one (created as a .tmp file, header fsync'd, renamed, directory
+// fsync'd), so a batch never spans two files. An in-memory index of record
+// offsets makes GetLog one pread and a CRC check.
+//
+// Crash safety:
+//
+//   - Open scans every segment. A segment before the tail must be intact
+//     and contiguous with the next; anything else is an error naming the
+//     file: corruption is never skipped. In the tail segment the records
+//     end at the first zero length, short record or CRC mismatch (a torn
+//     write of the last, unacknowledged StoreLogs); Open truncates the file
+//     there (and preallocates it again) and fsyncs it, so that nothing
+//     after that point can be taken for a record later.
+//   - DeleteRange of the tail (a follower's log conflict) deletes the later
+//     segment files newest first, fsyncing the directory after each, then
+//     truncates the segment at the first deleted record and fsyncs it before
+//     it returns: the deleted entries cannot reappear after a crash, even
+//     when new, shorter entries are written where they were.
+//   - DeleteRange of the head (compaction) writes the new first index to
+//     the meta file (tmp, fsync, rename, directory fsync), then deletes the
+//     segments that hold only deleted entries; Open deletes any it finds
+//     left by a crash and ignores entries below the meta file's index.
+//   - Gaps. hashicorp/raft v1.8.0, on a follower that installed a
+//     snapshot beyond its log (and after a user snapshot restore), keeps
+//     the old log if the store is not a raft.MonotonicLogStore
+//     (installSnapshot's compactLogs deletes nothing from a log shorter
+//     than TrailingLogs), and the next AppendEntries stores from the
+//     snapshot's index+1: a StoreLogs whose first index is above
+//     LastIndex+1. The Store says it is monotonic (IsMonotonic), so raft
+//     deletes the whole log itself after the install (removeOldLogs, a
+//     DeleteRange that a raft.LogCache in front sees too, and clears its
+//     cache). A gap can still come after a crash between the install and
+//     that deletion; StoreLogs then deletes every entry itself (meta file
+//     first, then the segments) and starts again at the batch's index: the
+//     entries before a gap are older than the snapshot.
+//
+// A directory is used by one Store at a time: Open takes a flock on
+// dir/LOCK and fails with ErrLocked if it is held.
+package raftlog
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// DefaultSegmentSize is the size segment files are preallocated to.
+const DefaultSegmentSize = 64 << 20
+
+// ErrLocked is returned by Open when the directory is in use by another
+// Store (in this process or another).
+var ErrLocked = errors.New("raftlog: log directory is in use (locked by another process?)")
+
+// ErrClosed is returned by the methods of a closed Store.
+var ErrClosed = errors.New("raftlog: store is closed")
+
+// Options configure a Store. The zero value is the default.
+type Options struct {
+	// SegmentSize is the size segment files are preallocated to, and the
+	// size after which StoreLogs starts a new one. 0 means
+	// DefaultSegmentSize.
+	SegmentSize int64
+	// Logger gets what Open repairs (a torn tail, leftover files). nil
+	// discards.
+	Logger hclog.Logger
+}
+
+// segment is one segment file and the offsets of its records.
+type segment struct {
+	first uint64
+	path  string
+	f     *os.File
+	// offs[i] is the offset of entry first+i; the last element is the end
+	// of the last record. len(offs)-1 entries.
+	offs []int64
+}
+
+func (s *segment) n() uint64    { return uint64(len(s.offs) - 1) }
+func (s *segment) end() int64   { return s.offs[len(s.offs)-1] }
+func (s *segment) last() uint64 { return s.first + s.n() - 1 } // first-1 if empty
+
+// Store is a raft.LogStore in a directory. Its methods are safe for
+// concurrent use; GetLog, FirstIndex and LastIndex run alongside a
+// StoreLogs.
+type Store struct {
+	dir     string
+	segSize int64
+	logger  hclog.Logger
+	lock    *os.File
+
+	// wmu serialises StoreLogs, DeleteRange and Close; it guards metaFirst,
+	// buf and broken.
+	wmu       sync.Mutex
+	metaFirst uint64 // the meta file's index
+	buf       []byte
+	broken    error // set when the files may no longer match the index
+	gapResets int   // StoreLogs calls that came after a gap, for tests
+
+	// mu guards segs, first, last and closed (written with wmu held too).
+	mu          sync.RWMutex
+	segs        []*segment
+	first, last uint64 // 0, 0 when empty
+	closed      bool
+}
+
+var (
+	_ raft.LogStore          = (*Store)(nil)
+	_ raft.MonotonicLogStore = (*Store)(nil)
+)
+
+// IsMonotonic returns true: the Store holds consecutive entries only, and
+// raft is to delete the whole log after installing a snapshot (see the
+// package doc).
+func (s *Store) IsMonotonic() bool { return true }
+
+func segName(first uint64) string { return fmt.Sprintf("%020d.seg", first) }
+
+// Open opens the log in dir, creating it (mode 0700) if needed, and
+// recovers it as the package doc says.
+func Open(dir string, opts Options) (*Store, error) {
+	s := &Store{dir: dir, segSize: opts.SegmentSize, logger: opts.Logger}
+	if s.segSize <= 0 {
+		s.segSize = DefaultSegmentSize
+	}
+	if s.logger == nil {
+		s.logger = hclog.NewNullLogger()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	if err := lockFile(lock); err != nil {
+		lock.Close()
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("raftlog: lock %s: %w", dir, err)
+	}
+	s.lock = lock
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	return s, nil
+}
+
+// recover reads the meta file and the segments.
+func (s *Store) recover() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	var firsts []uint64
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, ".tmp"):
+			// A segment or meta file whose creation a crash interrupted.
+			s.logger.Warn("removing an unfinished file", "file", filepath.Join(s.dir, name))
+			if err := os.Remove(filepath.Join(s.dir, name)); err != nil {
+				return fmt.Errorf("raftlog: %w", err)
+			}
+		case strings.HasSuffix(name, ".seg"):
+			first, err := strconv.ParseUint(strings.TrimSuffix(name, ".seg"), 10, 64)
+			if err != nil || name != segName(first) {
+				return fmt.Errorf("raftlog: unexpected file %s", filepath.Join(s.dir, name))
+			}
+			firsts = append(firsts, first)
+		}
+	}
+	slices.Sort(firsts)
+
+	metaPath := filepath.Join(s.dir, "meta")
+	b, err := os.ReadFile(metaPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && len(firsts) == 0:
+		// A new log.
+		if err := s.writeMeta(1); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("raftlog: meta file: %w", err)
+	default:
+		if s.metaFirst, err = decodeMeta(b); err != nil {
+			return fmt.Errorf("raftlog: %s: %w", metaPath, err)
+		}
+	}
+
+	// Segments holding only entries below metaFirst are left by a
+	// compaction or a reset that a crash interrupted: the next segment
+	// starts at or below metaFirst.
+	drop := 0
+	for drop+1 < len(firsts) && firsts[drop+1] <= s.metaFirst {
+		drop++
+	}
+	for _, first := range firsts[:drop] {
+		if err := s.removeSegmentFile(filepath.Join(s.dir, segName(first))); err != nil {
+			return err
+		}
+	}
+	firsts = firsts[drop:]
+
+	for i, first := range firsts {
+		seg, err := s.openSegment(first, i == len(firsts)-1)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			prev := s.segs[i-1]
+			if first != prev.last()+1 {
+				seg.f.Close()
+				return fmt.Errorf("raftlog: %s starts at index %d but %s ends at %d: segments are not contiguous (corrupt or missing file)",
+					seg.path, first, prev.path, prev.last())
+			}
+		}
+		s.segs = append(s.segs, seg)
+	}
+	if len(s.segs) == 0 {
+		return nil
+	}
+	tail := s.segs[len(s.segs)-1]
+	if tail.last() < s.metaFirst || tail.last() < s.segs[0].first {
+		// Nothing at or above metaFirst: the log is empty (a crash in a
+		// deletion of every entry, or after a new segment was created
+		// for the first entry of an empty log).
+		segs := s.segs
+		s.segs = nil
+		for _, seg := range segs {
+			seg.f.Close()
+			if err := s.removeSegmentFile(seg.path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if s.segs[0].first > s.metaFirst {
+		return fmt.Errorf("raftlog: %s starts at index %d but the log starts at %d (meta file): missing segment",
+			s.segs[0].path, s.segs[0].first, s.metaFirst)
+	}
+	s.first = max(s.metaFirst, s.segs[0].first)
+	s.last = tail.last()
+	return nil
+}
+
+// openSegment opens and scans a segment file. A non-tail segment must be
+// intact; a tail segment is cut at its first bad record.
+func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
+	path := filepath.Join(s.dir, segName(first))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	seg := &segment{first: first, path: path, f: f}
+	fail := func(format string, args ...any) (*segment, error) {
+		f.Close()
+		return nil, fmt.Errorf("raftlog: %s: %s", path, fmt.Sprintf(format, args...))
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail("%v", err)
+	}
+	size := fi.Size()
+	r := bufio.NewReaderSize(f, 1<<20)
+	hdr := make([]byte, segHeaderSize)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return fail("reading the header: %v", err)
+	}
+	hfirst, err := decodeSegHeader(hdr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if hfirst != first {
+		return fail("header says first index %d, the name %d", hfirst, first)
+	}
+	off := int64(segHeaderSize)
+	seg.offs = append(seg.offs, off)
+	var (
+		rh      [recHeaderSize]byte
+		payload []byte
+		l       raft.Log
+		why     string
+	)
+	for {
+		if off+recHeaderSize > size {
+			if off < size {
+				why = "short record header"
+			}
+			break
+		}
+		if _, err := io.ReadFull(r, rh[:]); err != nil {
+			return fail("read at %d: %v", off, err)
+		}
+		n := int64(binary.LittleEndian.Uint32(rh[0:]))
+		if n == 0 {
+			break
+		}
+		if n > maxRecordSize || off+recHeaderSize+n > size {
+			why = "record length beyond the file"
+			break
+		}
+		payload = slices.Grow(payload[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return fail("read at %d: %v", off, err)
+		}
+		if err := decodeRecord(payload, binary.LittleEndian.Uint32(rh[4:]), &l); err != nil {
+			why = "CRC mismatch or malformed record"
+			break
+		}
+		if want := first + seg.n(); l.Index != want {
+			why = fmt.Sprintf("record of index %d where %d belongs", l.Index, want)
+			break
+		}
+		off += recHeaderSize + n
+		seg.offs = append(seg.offs, off)
+	}
+	if !tail {
+		if why != "" {
+			return fail("corrupt record at offset %d (index %d): %s", off, first+seg.n(), why)
+		}
+		return seg, nil
+	}
+	if why != "" {
+		s.logger.Warn("torn write at the end of the log: dropping the unfinished last append",
+			"file", path, "offset", off, "index", first+seg.n(), "reason", why)
+	}
+	// Whatever follows the last good record (a torn append: parts of
+	// records, or whole ones past a hole) goes, so that a later, shorter
+	// append there cannot make it readable again.
+	if err := s.cutAt(seg, off); err != nil {
+		return fail("truncating the tail: %v", err)
+	}
+	return seg, nil
+}
+
+// cutAt truncates seg's file at off, preallocates it again and fsyncs it.
+func (s *Store) cutAt(seg *segment, off int64) error {
+	if err := seg.f.Truncate(off); err != nil {
+		return err
+	}
+	if err := preallocate(seg.f, s.segSize); err != nil {
+		return err
+	}
+	return seg.f.Sync()
+}
+
+// writeMeta replaces the meta file with first, durably.
+func (s *Store) writeMeta(first uint64) error {
+	path := filepath.Join(s.dir, "meta")
+	if err := writeFileSync(path+".tmp", encodeMeta(first)); err != nil {
+		return fmt.Errorf("raftlog: meta file: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("raftlog: meta file: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("raftlog: meta file: %w", err)
+	}
+	s.metaFirst = first
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// removeSegmentFile deletes a segment file and fsyncs the directory.
+func (s *Store) removeSegmentFile(path string) error {
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	return nil
+}
+
+// createSegment creates an empty segment for entries from first: a .tmp
+// file, preallocated, with its header fsync'd, renamed, the directory
+// fsync'd.
+func (s *Store) createSegment(first uint64) (*segment, error) {
+	path := filepath.Join(s.dir, segName(first))
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	err = preallocate(f, s.segSize)
+	if err == nil {
+		_, err = f.WriteAt(encodeSegHeader(first), 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("raftlog: creating %s: %w", path, err)
+	}
+	return &segment{first: first, path: path, f: f, offs: []int64{segHeaderSize}}, nil
+}
+
+// FirstIndex returns the first index in the log, 0 if it is empty.
+func (s *Store) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.first, nil
+}
+
+// LastIndex returns the last index in the log, 0 if it is empty.
+func (s *Store) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.last, nil
+}
+
+// GetLog reads entry index into l: raft.ErrLogNotFound if it is not in
+// the log. l's Data and Extensions are not shared with anything else.
+func (s *Store) GetLog(index uint64, l *raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.first == 0 || index < s.first || index > s.last {
+		return raft.ErrLogNotFound
+	}
+	i, _ := slices.BinarySearchFunc(s.segs, index, func(seg *segment, idx uint64) int {
+		switch {
+		case seg.last() < idx:
+			return -1
+		case seg.first > idx:
+			return 1
+		}
+		return 0
+	})
+	seg := s.segs[i]
+	k := index - seg.first
+	off, end := seg.offs[k], seg.offs[k+1]
+	buf := make([]byte, end-off)
+	if _, err := seg.f.ReadAt(buf, off); err != nil {
+		return fmt.Errorf("raftlog: reading index %d in %s: %w", index, seg.path, err)
+	}
+	if int64(binary.LittleEndian.Uint32(buf[0:])) != end-off-recHeaderSize {
+		return fmt.Errorf("raftlog: index %d in %s at offset %d: bad record length", index, seg.path, off)
+	}
+	if err := decodeRecord(buf[recHeaderSize:], binary.LittleEndian.Uint32(buf[4:]), l); err != nil {
+		return fmt.Errorf("raftlog: index %d in %s at offset %d: %w", index, seg.path, off, err)
+	}
+	if l.Index != index {
+		return fmt.Errorf("raftlog: %s at offset %d holds index %d, want %d", seg.path, off, l.Index, index)
+	}
+	return nil
+}
+
+// StoreLog stores one entry (StoreLogs of one).
+func (s *Store) StoreLog(l *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{l})
+}
+
+// StoreLogs appends entries with consecutive indexes, from LastIndex+1 (or
+// any index if the log is empty), durably: it returns after one
+// fdatasync. A first index above LastIndex+1 (a gap, see the package doc)
+// first deletes every entry. A first index at or below LastIndex is an
+// error: raft deletes conflicting entries (DeleteRange) first.
+func (s *Store) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	next := logs[0].Index
+	if next == 0 {
+		return errors.New("raftlog: StoreLogs of index 0")
+	}
+	size := 0
+	for i, l := range logs {
+		if l.Index != next+uint64(i) {
+			return fmt.Errorf("raftlog: StoreLogs: entry %d has index %d, want %d (not consecutive)", i, l.Index, next+uint64(i))
+		}
+		size += recordSize(l)
+	}
+	if s.first != 0 {
+		if next <= s.last {
+			return fmt.Errorf("raftlog: StoreLogs from index %d, but the log ends at %d: delete the conflicting entries first", next, s.last)
+		}
+		if next > s.last+1 {
+			s.logger.Info("entries stored after a gap: deleting the log before it", "first", s.first, "last", s.last, "next", next)
+			if err := s.deleteAll(next); err != nil {
+				return err
+			}
+			s.gapResets++
+		}
+	}
+	var tail *segment
+	if len(s.segs) > 0 {
+		tail = s.segs[len(s.segs)-1]
+	}
+	var prev *segment
+	if tail == nil || (tail.n() > 0 && tail.end()+int64(size) > s.segSize) {
+		if tail == nil && next != s.metaFirst {
+			if err := s.writeMeta(next); err != nil {
+				return err
+			}
+		}
+		seg, err := s.createSegment(next)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.segs = append(s.segs, seg)
+		s.mu.Unlock()
+		prev, tail = tail, seg
+	}
+	if prev != nil {
+		// The full segment's preallocated rest is no use: give it back.
+		// Not fsync'd: zeros or no bytes after its records read the same.
+		_ = prev.f.Truncate(prev.end())
+	}
+
+	s.buf = s.buf[:0]
+	offs := make([]int64, 0, len(logs))
+	start := tail.end()
+	for _, l := range logs {
+		s.buf = appendRecord(s.buf, l)
+		offs = append(offs, start+int64(len(s.buf)))
+	}
+	if _, err := tail.f.WriteAt(s.buf, start); err != nil {
+		s.undoWrite(tail, start, err)
+		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
+	}
+	if err := datasync(tail.f); err != nil {
+		// After a failed fdatasync the page cache may hold data that is not
+		// on disk and never will be: nothing can be trusted any more.
+		s.broken = fmt.Errorf("raftlog: fsync of %s failed: %w", tail.path, err)
+		return s.broken
+	}
+	s.mu.Lock()
+	tail.offs = append(tail.offs, offs...)
+	if s.first == 0 {
+		s.first = next
+	}
+	s.last = logs[len(logs)-1].Index
+	s.mu.Unlock()
+	return nil
+}
+
+// undoWrite cuts what a failed write may have left after start.
+func (s *Store) undoWrite(seg *segment, start int64, cause error) {
+	if err := s.cutAt(seg, start); err != nil {
+		s.broken = fmt.Errorf("raftlog: a write to %s failed (%v) and undoing it too: %w", seg.path, cause, err)
+	}
+}
+
+func (s *Store) usable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return s.broken
+}
+
+// deleteAll deletes every entry: the meta file first (to newFirst, above
+// every entry), then the segments, oldest first. Called with wmu held.
+func (s *Store) deleteAll(newFirst uint64) error {
+	if err := s.writeMeta(newFirst); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	segs := s.segs
+	s.segs, s.first, s.last = nil, 0, 0
+	s.mu.Unlock()
+	for _, seg := range segs {
+		seg.f.Close()
+		if err := s.removeSegmentFile(seg.path); err != nil {
+			// Open deletes it: the meta file says its entries are gone.
+			s.broken = err
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteRange deletes entries min to max inclusive. The range must cover
+// the head of the log (min <= FirstIndex: compaction) or its tail (max >=
+// LastIndex: a log conflict); both are durable when it returns. Parts of
+// the range outside the log are ignored.
+func (s *Store) DeleteRange(min, max uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if s.first == 0 || min > max || max < s.first || min > s.last {
+		return nil
+	}
+	switch {
+	case min <= s.first && max >= s.last:
+		return s.deleteAll(max + 1)
+	case min <= s.first:
+		return s.deleteHead(max)
+	case max >= s.last:
+		return s.deleteTail(min)
+	}
+	return fmt.Errorf("raftlog: DeleteRange(%d, %d) of the middle of the log [%d, %d]: only the head or the tail can be deleted", min, max, s.first, s.last)
+}
+
+// deleteHead deletes the entries up to max (first <= max < last).
+func (s *Store) deleteHead(max uint64) error {
+	if err := s.writeMeta(max + 1); err != nil {
+		return err
+	}
+	k := 0
+	for k < len(s.segs)-1 && s.segs[k].last() <= max {
+		k++
+	}
+	s.mu.Lock()
+	gone := s.segs[:k]
+	s.segs = slices.Clone(s.segs[k:])
+	s.first = max + 1
+	s.mu.Unlock()
+	for _, seg := range gone {
+		seg.f.Close()
+		if err := s.removeSegmentFile(seg.path); err != nil {
+			// Harmless for the log (Open removes it), but report it.
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteTail deletes the entries from min (first < min <= last).
+func (s *Store) deleteTail(min uint64) error {
+	i := len(s.segs) - 1
+	for s.segs[i].first > min {
+		i--
+	}
+	seg := s.segs[i]
+	s.mu.Lock()
+	gone := s.segs[i+1:]
+	s.segs = slices.Clone(s.segs[:i+1])
+	cut := seg.offs[min-seg.first]
+	seg.offs = seg.offs[:min-seg.first+1]
+	s.last = min - 1
+	s.mu.Unlock()
+	// Newest first, so that a crash leaves contiguous segments.
+	for j := len(gone) - 1; j >= 0; j-- {
+		gone[j].f.Close()
+		if err := s.removeSegmentFile(gone[j].path); err != nil {
+			s.broken = err
+			return err
+		}
+	}
+	if err := s.cutAt(seg, cut); err != nil {
+		s.broken = fmt.Errorf("raftlog: truncating %s: %w", seg.path, err)
+		return s.broken
+	}
+	return nil
+}
+
+// Close closes the files and releases the directory's lock. Later calls
+// return ErrClosed.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	return s.closeFiles()
+}
+
+func (s *Store) closeFiles() error {
+	var errs []error
+	for _, seg := range s.segs {
+		errs = append(errs, seg.f.Close())
+	}
+	s.segs = nil
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+	}
+	return errors.Join(errs...)
+}

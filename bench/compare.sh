@@ -7,6 +7,8 @@
 #   cluster     three ticketingd processes: serve --cluster on loopback
 #               (plain TCP between the nodes), ticketing-bench given all
 #               three addresses finds the leader
+#   cluster-cr  the same with --committed-release (R only once the release
+#               is committed, the default before; see docs/operations.md)
 #   etcd        a 3-member etcd v3.7.3 (etcd-bench starts the members as
 #               subprocesses, fsync on; concurrency.Mutex)
 #
@@ -20,7 +22,7 @@
 #
 # Settings (environment):
 #   ROUNDS=3 DURATION=10s WARMUP=500ms UNC_CLIENTS=64 CON_CLIENTS=16 CONNS=2
-#   TARGETS="standalone cluster etcd"   a subset runs only those
+#   TARGETS="standalone cluster cluster-cr etcd"   a subset runs only those
 #   OUT=DIR                             keep every run's JSON and logs in DIR
 #   TICKETINGD=PATH                     use this ticketingd binary instead of building one
 #
@@ -33,7 +35,7 @@ WARMUP=${WARMUP:-500ms}
 UNC_CLIENTS=${UNC_CLIENTS:-64}
 CON_CLIENTS=${CON_CLIENTS:-16}
 CONNS=${CONNS:-2}
-TARGETS=${TARGETS:-standalone cluster etcd}
+TARGETS=${TARGETS:-standalone cluster cluster-cr etcd}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/ticketing-compare.XXXXXX")
@@ -120,8 +122,9 @@ start_standalone() {
 }
 
 # start_cluster: three ticketingd nodes, serve --cluster; sets addrs.
-start_cluster() {
+start_cluster() { # start_cluster TAG [EXTRA SERVE FLAGS...]
   local tag=$1 i peers="" list=""
+  shift
   local -a cport rport
   for i in 1 2 3; do
     cport[i]=$(free_port)
@@ -134,7 +137,7 @@ start_cluster() {
     "$work/bin/ticketingd" serve --cluster --node-id "n$i" \
       --listen "127.0.0.1:${cport[i]}" --advertise "127.0.0.1:${cport[i]}" \
       --raft-listen "127.0.0.1:${rport[i]}" --peers "$peers" \
-      --data-dir "$work/data-$tag-n$i" --log-level info >"$log" 2>&1 &
+      --data-dir "$work/data-$tag-n$i" --log-level info "$@" >"$log" 2>&1 &
     pids+=($!)
   done
   for i in 1 2 3; do
@@ -162,8 +165,11 @@ run_one() {
   tag="r$round-$target-$workload"
   json="$out/$tag.json"
   case $target in
-    standalone | cluster)
-      "start_$target" "$tag"
+    standalone | cluster | cluster-cr)
+      case $target in
+        cluster-cr) start_cluster "$tag" --committed-release ;;
+        *) "start_$target" "$tag" ;;
+      esac
       "$work/bin/ticketing-bench" --addr "$addrs" --find-wait 30s --mode "$workload" \
         --clients "$clients" --conns "$CONNS" --duration "$DURATION" --warmup "$WARMUP" --json >"$json" 2>"$out/$tag.err" ||
         { say "ticketing-bench failed ($tag):"; cat "$out/$tag.err" >&2; stop_nodes; return 1; }
@@ -227,6 +233,7 @@ ratio() { # ratio WORKLOAD A B: median cycles/s of A over B's
 for workload in uncontended contended; do
   ratio "$workload" cluster standalone
   ratio "$workload" cluster etcd
+  ratio "$workload" cluster-cr etcd
   ratio "$workload" standalone etcd
 done
 if [ -n "${OUT:-}" ]; then echo "runs' JSON and logs in $out"; fi

@@ -554,6 +554,19 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			s.gapResets++
 		}
 	}
+	if s.first == 0 && len(s.segs) == 1 && s.segs[0].first != next {
+		// An empty log with a segment: the one a failed write of another
+		// first index left. Entries from next must not go into it.
+		seg := s.segs[0]
+		s.mu.Lock()
+		s.segs = nil
+		s.mu.Unlock()
+		seg.f.Close()
+		if err := s.removeSegmentFile(seg.path); err != nil {
+			s.broken = err
+			return err
+		}
+	}
 	var tail *segment
 	if len(s.segs) > 0 {
 		tail = s.segs[len(s.segs)-1]

@@ -45,7 +45,8 @@ import (
 // know in advance is a pending grant's token: until its entry applies, a
 // RELEASE cannot name it (N) and a retry by its owner waits for it.
 // Replies are sent only from the apply of the entry that decided them:
-// nothing is answered before it is committed. Lease and wait timers run on
+// nothing but R (see ClusterConfig.CommittedRelease) is answered before it
+// is committed. Lease and wait timers run on
 // the leader's clock (Config.clock); an ended lease is a proposed Free of
 // kind expire; followers expire nothing.
 type cluster struct {
@@ -648,11 +649,9 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 				s.m.notHeld.Add(1)
 				p.rc.replySimpleQueued(wire.TypeNotHeld, p.rid)
 			}
-		} else {
+		} else if p.rc != nil { // (an early R was answered and counted at once)
 			s.m.released.Add(1)
-			if p.rc != nil {
-				p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
-			}
+			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
 		}
 		if p.next != nil {
 			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
@@ -987,6 +986,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 		// restarts its lease: the key stays taken until that lease ends,
 		// as if the holder had died, and no token or exclusion changes.
 		p.rc = nil
+		s.m.released.Add(1)
 		c.replySimple(wire.TypeReleased, req.ReqID)
 	}
 }

@@ -52,15 +52,17 @@ type ClusterConfig struct {
 
 	// CommittedRelease makes the leader answer a RELEASE with R only once
 	// the release is committed. By default it answers R as soon as it has
-	// decided the release (the command is queued for the log), which saves
-	// the releaser one commit. The cost of the default: if the leader fails
-	// within that commit, the next leader does not know of the release and
-	// keeps the key held until the holding's restarted lease ends (lease_s
-	// plus ElectionTimeout), as if the holder had died. Safety is the same
-	// either way: no grant of the key can commit before the release, and no
-	// token is reused. With CommittedRelease, a RELEASE in flight during a
-	// failover gets no reply and the broker resends it to the new leader,
-	// which frees the key at once.
+	// decided the release (the Free is queued for the log), which saves
+	// the releaser one commit. Exclusion does not depend on it: no grant of
+	// the key to another owner can commit before that Free, and no token
+	// is issued twice. The cost of the default: if the Free does not
+	// commit (the leader dies, or is deposed, before it does), the next
+	// leader still has the holding and keeps the key held until its
+	// restarted lease ends (lease_s plus ElectionTimeout), as if the holder
+	// had died; an ACQUIRE with the same owner then gets the same token
+	// again (waited_ms 0), a repeated token that starts no new lease. With
+	// CommittedRelease, a RELEASE cut off by a failover gets no R, and the
+	// broker resends it to the new leader, which frees the key at once.
 	CommittedRelease bool
 
 	// For tests: an in-memory transport and stores instead of RaftListen

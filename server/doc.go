@@ -206,14 +206,21 @@
 //     next waiter are one command, so a contended hand-off costs one commit.
 //   - A RELEASE of the current holding is answered R as soon as the leader
 //     has queued its Free (ClusterConfig.CommittedRelease waits for the
-//     commit instead). Any later grant of the key is queued behind that
-//     Free, so it commits only after it: exclusion and tokens do not depend
-//     on the R. If the leader fails before the Free commits, its successor
-//     still sees the holding and restarts its lease, so the key stays held
-//     until that lease ends (lease_s plus ElectionTimeout), as if the
-//     holder had died without releasing; the releaser, told R, does not
-//     resend. The default saves every release a commit (an uncontended
-//     acquire+release cycle waits one commit instead of two).
+//     commit instead), and counted then in ticketing_released_total. Any
+//     later grant of the key is queued behind that Free, so it commits only
+//     after it: no other owner gets the key, and no token is issued twice,
+//     whatever becomes of the R. If the Free does not commit (the leader
+//     dies, or was cut off from the others and deposed without knowing it
+//     yet, or hands its leadership on at Shutdown), the next leader still
+//     sees the holding and restarts its lease, so the key stays held until
+//     that lease ends (lease_s plus ElectionTimeout), as if the holder had
+//     died without releasing; the releaser, told R, does not resend. An
+//     ACQUIRE by the same owner then gets G with the same token and
+//     waited_ms 0: a repeated token, which PROTOCOL.md says starts no new
+//     lease (a client must never reuse an owner for a new acquire; the
+//     broker takes a fresh random one for each). The default saves every
+//     release a commit: an uncontended acquire+release cycle waits for
+//     one commit instead of two.
 //   - Expiry is a log entry the leader proposes when a lease ends on its
 //     clock; followers expire nothing. A grant whose waiter left (its
 //     session closed, or its wait ran out while the grant was being
@@ -230,9 +237,9 @@
 //     holding whose end is proposed but not committed yet, gets N only once
 //     that end is committed: a deposed leader cannot commit it, so it never
 //     answers N for a lock its successor still holds. (Answers that need no
-//     commit, T to an ACQUIRE with wait_s 0 of a held key, B, and the
-//     holder's retry, may come from a leader that does not know yet that
-//     it was deposed; none of them grants or frees anything.)
+//     commit, T to an ACQUIRE with wait_s 0 of a held key, B, the holder's
+//     retry, and the early R below, may come from a leader that does not
+//     know yet that it was deposed; none of them grants anything.)
 //
 // The Raft state is in DataDir/raft, locked against a second process: the
 // log in log/ (segment files with one fdatasync per append, package

@@ -176,8 +176,14 @@ func openLog(dir string, db *raftboltdb.BoltStore, logger hclog.Logger) (*raftlo
 	switch {
 	case err == nil:
 		if boltLast > 0 {
-			// A migration that a crash stopped after the rename: the
-			// log has the entries.
+			// A migration that a crash stopped after the rename leaves
+			// the same entries in both (log/ ends where raft.db does, with
+			// the same term). Anything else was written to raft.db after
+			// the migration, by an older ticketingd: those entries were
+			// acknowledged, and neither store alone has the node's log.
+			if err := checkLeftover(logDir, db, boltFirst, boltLast, opts); err != nil {
+				return nil, err
+			}
 			logger.Info("deleting the raft log entries left in raft.db by a migration", "first", boltFirst, "last", boltLast)
 		}
 	case !errors.Is(err, os.ErrNotExist):
@@ -207,6 +213,38 @@ func openLog(dir string, db *raftboltdb.BoltStore, logger hclog.Logger) (*raftlo
 		return nil, fmt.Errorf("raftstore: %w", err)
 	}
 	return log, nil
+}
+
+// checkLeftover returns nil if raft.db's entries first..last are what an
+// interrupted migration left: the log in logDir ends at last, with the
+// same term. Otherwise it returns ErrLogConflict.
+func checkLeftover(logDir string, db *raftboltdb.BoltStore, first, last uint64, opts raftlog.Options) error {
+	var bl, ll raft.Log
+	if err := db.GetLog(last, &bl); err != nil {
+		return fmt.Errorf("raftstore: raft.db entry %d: %w", last, err)
+	}
+	log, err := raftlog.Open(logDir, opts)
+	if errors.Is(err, raftlog.ErrLocked) {
+		return fmt.Errorf("%w: %s", ErrLocked, logDir)
+	}
+	if err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	defer log.Close()
+	logLast, err := log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	if logLast == last {
+		if err := log.GetLog(last, &ll); err == nil && ll.Term == bl.Term {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s holds raft log entries %d..%d (term %d at %d) that %s does not end with (it ends at %d): "+
+		"an older ticketingd, which keeps the log in raft.db, ran on this data directory after this version moved the log to log/. "+
+		"Both hold entries this node acknowledged, so neither can be used alone: remove the node from the cluster (ticketingd cluster remove), "+
+		"delete %s, and add it again (it then copies the log from the leader)",
+		ErrLogConflict, filepath.Join(filepath.Dir(logDir), "raft.db"), first, last, bl.Term, last, logDir, logLast, filepath.Dir(logDir))
 }
 
 // migrate copies entries first..last from db into a new log in dir. A

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -48,11 +49,21 @@ func TestOpenAfterDowngradeKeepsBoltEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Upgraded again.
+	// Upgraded again: Open refuses, and deletes nothing.
 	s, err = Open(dir, nil)
-	if err != nil {
-		t.Logf("Open refused the directory (acceptable): %v", err)
+	if errors.Is(err, ErrLogConflict) {
+		db, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if last, _ := db.LastIndex(); last != 300 {
+			t.Errorf("raft.db log ends at %d after the refused Open, want 300", last)
+		}
 		return
+	}
+	if err != nil {
+		t.Fatalf("Open: %v, want ErrLogConflict", err)
 	}
 	defer s.Close()
 	last, err := s.Log.LastIndex()

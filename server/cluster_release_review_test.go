@@ -14,7 +14,7 @@ import (
 // still has the holding, its lease restarted: a new owner's ACQUIRE with
 // wait 0 gets T (the documented cost: the key stays held until that lease
 // ends), and the old owner's ACQUIRE gets G with the same token and
-// waited 0, a repeated token that PROTOCOL.md says starts no new lease.
+// waited 0, a repeated token that docs/protocol.md says starts no new lease.
 // With CommittedRelease the cut-off leader never answers R: the session
 // gets M (found in review: the docs said the early R could only follow a
 // leader's death, and Released counted Frees applied, not R replies).

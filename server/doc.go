@@ -216,7 +216,7 @@
 //     that lease ends (lease_s plus ElectionTimeout), as if the holder had
 //     died without releasing; the releaser, told R, does not resend. An
 //     ACQUIRE by the same owner then gets G with the same token and
-//     waited_ms 0: a repeated token, which PROTOCOL.md says starts no new
+//     waited_ms 0: a repeated token, which docs/protocol.md says starts no new
 //     lease (a client must never reuse an owner for a new acquire; the
 //     broker takes a fresh random one for each). The default saves every
 //     release a commit: an uncontended acquire+release cycle waits for

@@ -377,7 +377,10 @@ func (s *Store) writeMeta(first uint64) error {
 		return fmt.Errorf("raftlog: meta file: %w", err)
 	}
 	if err := syncDir(s.dir); err != nil {
-		return fmt.Errorf("raftlog: meta file: %w", err)
+		// The new meta file may or may not survive a crash: what is on
+		// disk no longer matches the index for sure.
+		s.broken = fmt.Errorf("raftlog: meta file: fsync of %s failed: %w", s.dir, err)
+		return s.broken
 	}
 	s.metaFirst = first
 	return nil
@@ -441,9 +444,18 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(s.dir)
+		if err == nil {
+			if err = syncDir(s.dir); err != nil {
+				// Renamed, but perhaps not durably: remove it again (it
+				// holds no entry), and trust nothing more if that fails.
+				f.Close()
+				if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+					s.broken = fmt.Errorf("raftlog: creating %s: %w (and removing it: %v)", path, err, rerr)
+					return nil, s.broken
+				}
+				return nil, fmt.Errorf("raftlog: creating %s: %w", path, err)
+			}
+		}
 	}
 	if err != nil {
 		f.Close()
@@ -540,7 +552,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		if l.Index != next+uint64(i) {
 			return fmt.Errorf("raftlog: StoreLogs: entry %d has index %d, want %d (not consecutive)", i, l.Index, next+uint64(i))
 		}
-		size += recordSize(l)
+		rs := recordSize(l)
+		if rs-recHeaderSize > maxRecordSize {
+			return fmt.Errorf("raftlog: StoreLogs: entry %d is %d bytes, more than a record holds (%d)", l.Index, rs, maxRecordSize)
+		}
+		size += rs
 	}
 	if s.first != 0 {
 		if next <= s.last {

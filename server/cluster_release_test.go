@@ -35,23 +35,32 @@ func (tc *tcluster) applied(i int) uint64 {
 	return st.AppliedIndex
 }
 
+// releaseWithSlowCommits acquires a key on a cluster whose Raft RPCs then
+// take 100 ms each, releases it and returns the leader's applied index
+// before the RELEASE and when its R arrived, the token and the leader.
+func releaseWithSlowCommits(t *testing.T, committed bool) (tc *tcluster, l int, tok, before, atR uint64) {
+	tc, delay := releaseCluster(t, committed)
+	t.Cleanup(func() { delay(0) })
+	l = tc.leader()
+	c := tc.leaderSession(l)
+	tok = c.acquireOK(2, owner(1), 0, 60, "k")
+	tc.waitApplied(tok)
+	before = tc.applied(l)
+	delay(100 * time.Millisecond)
+	c.send(rel(3, tok, "k"))
+	c.expect(wire.TypeReleased, 3)
+	return tc, l, tok, before, tc.applied(l)
+}
+
 // By default the leader answers a RELEASE as soon as it has decided it:
 // the R arrives while the Free cannot have committed yet (every Raft RPC
 // takes 100 ms), and the release still commits behind it. The next
 // holder's grant commits only after the Free: an ACQUIRE sent after the R
 // is granted a higher token.
 func TestClusterReleaseAnsweredOnDecision(t *testing.T) {
-	tc, delay := releaseCluster(t, false)
-	l := tc.leader()
-	c := tc.leaderSession(l)
-	tok := c.acquireOK(2, owner(1), 0, 60, "k")
-	tc.waitApplied(tok)
-	before := tc.applied(l)
-	delay(100 * time.Millisecond)
-	c.send(rel(3, tok, "k"))
-	c.expect(wire.TypeReleased, 3)
-	if a := tc.applied(l); a != before {
-		t.Fatalf("applied index %d when R arrived, want %d: the R waited for the commit", a, before)
+	tc, l, tok, before, atR := releaseWithSlowCommits(t, false)
+	if atR != before {
+		t.Fatalf("applied index %d when R arrived, want %d: the R waited for the commit", atR, before)
 	}
 	c2 := tc.leaderSession(l)
 	if t2 := c2.acquireOK(2, owner(2), 0, 60, "k"); t2 <= tok {
@@ -60,22 +69,12 @@ func TestClusterReleaseAnsweredOnDecision(t *testing.T) {
 	if a := tc.applied(l); a < before+2 {
 		t.Fatalf("applied index %d after the next grant, want at least %d (the Free, then the Grant)", a, before+2)
 	}
-	delay(0)
 }
 
 // With CommittedRelease the R comes only once the Free is applied.
 func TestClusterCommittedRelease(t *testing.T) {
-	tc, delay := releaseCluster(t, true)
-	l := tc.leader()
-	c := tc.leaderSession(l)
-	tok := c.acquireOK(2, owner(1), 0, 60, "k")
-	tc.waitApplied(tok)
-	before := tc.applied(l)
-	delay(100 * time.Millisecond)
-	c.send(rel(3, tok, "k"))
-	c.expect(wire.TypeReleased, 3)
-	delay(0)
-	if a := tc.applied(l); a <= before {
-		t.Fatalf("applied index %d when R arrived, want > %d: R before the commit", a, before)
+	_, _, _, before, atR := releaseWithSlowCommits(t, true)
+	if atR <= before {
+		t.Fatalf("applied index %d when R arrived, want > %d: R before the commit", atR, before)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/fsutil"
 )
 
 // Token store files in Config.DataDir.
@@ -282,15 +284,7 @@ func writeCeiling(dir string, v uint64) error {
 	if err := os.Rename(tmp, filepath.Join(dir, ceilingFile)); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsutil.SyncDir(dir)
 }
 
 // writeCopy durably writes the ceiling v into f (LOCK), in the ceiling

@@ -63,6 +63,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/fsutil"
 )
 
 // DefaultSegmentSize is the size segment files are preallocated to.
@@ -376,7 +378,7 @@ func (s *Store) writeMeta(first uint64) error {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		return fmt.Errorf("raftlog: meta file: %w", err)
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := fsutil.SyncDir(s.dir); err != nil {
 		// The new meta file may or may not survive a crash: what is on
 		// disk no longer matches the index for sure.
 		s.broken = fmt.Errorf("raftlog: meta file: fsync of %s failed: %w", s.dir, err)
@@ -402,24 +404,12 @@ func writeFileSync(path string, data []byte) error {
 	return f.Close()
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // removeSegmentFile deletes a segment file and fsyncs the directory.
 func (s *Store) removeSegmentFile(path string) error {
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("raftlog: %w", err)
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := fsutil.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	return nil
@@ -445,7 +435,7 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 	if err == nil {
 		err = os.Rename(tmp, path)
 		if err == nil {
-			if err = syncDir(s.dir); err != nil {
+			if err = fsutil.SyncDir(s.dir); err != nil {
 				// Renamed, but perhaps not durably: remove it again (it
 				// holds no entry), and trust nothing more if that fails.
 				f.Close()

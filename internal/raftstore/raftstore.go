@@ -69,8 +69,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"github.com/ticketing-dev/ticketing/internal/raftlog"
 	"go.etcd.io/bbolt"
+
+	"github.com/ticketing-dev/ticketing/internal/fsutil"
+	"github.com/ticketing-dev/ticketing/internal/raftlog"
 )
 
 // RetainSnapshots is how many snapshots are kept.
@@ -196,7 +198,7 @@ func openLog(dir string, db *raftboltdb.BoltStore, logger hclog.Logger) (*raftlo
 		if err := os.Rename(tmpDir, logDir); err != nil {
 			return nil, fmt.Errorf("raftstore: %w", err)
 		}
-		if err := syncDir(dir); err != nil {
+		if err := fsutil.SyncDir(dir); err != nil {
 			return nil, fmt.Errorf("raftstore: %w", err)
 		}
 	}
@@ -290,18 +292,6 @@ func migrate(dir string, db *raftboltdb.BoltStore, first, last uint64, opts raft
 		return fmt.Errorf("raftstore: migration: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Close closes the stores. It is idempotent: later calls return the first

@@ -146,6 +146,12 @@ func boltLogs(t *testing.T, dir string) (uint64, uint64) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	return logRange(t, db)
+}
+
+// logRange is db's FirstIndex and LastIndex.
+func logRange(t *testing.T, db *raftboltdb.BoltStore) (uint64, uint64) {
+	t.Helper()
 	first, err := db.FirstIndex()
 	if err != nil {
 		t.Fatal(err)

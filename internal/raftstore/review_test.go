@@ -81,14 +81,5 @@ func TestOpenAfterDowngradeKeepsBoltEntries(t *testing.T) {
 // boltLogsOpen is raft.db's log range through the open Stores.
 func boltLogsOpen(t *testing.T, s *Stores) (uint64, uint64) {
 	t.Helper()
-	db := s.Stable.(*raftboltdb.BoltStore)
-	first, err := db.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := db.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return first, last
+	return logRange(t, s.Stable.(*raftboltdb.BoltStore))
 }

@@ -630,7 +630,12 @@ func TestClusterBackupRestore(t *testing.T) {
 	}
 
 	// The backup: stop a follower, copy its raft directory, start it again.
-	f := (agreedLeader(views, 3) + 1) % 3
+	// The grant committed with one follower's copy: wait until this one
+	// has it too (a backup holds what its follower had).
+	ldr := agreedLeader(views, 3)
+	f := (ldr + 1) % 3
+	committed := waitCluster(t, admins, "the grant committed", formed)[ldr].CommitIndex
+	waitCluster(t, admins, "the grant on the follower", func(v []server.ClusterStatus) bool { return v[f].LastLogIndex >= committed })
 	stop(f)
 	backup := filepath.Join(t.TempDir(), "raft")
 	copyTree(t, filepath.Join(dir, ids[f], initDataDir, "raft"), backup)

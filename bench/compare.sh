@@ -5,8 +5,8 @@
 #
 #   standalone  one ticketingd process on a temporary data dir
 #   cluster     three ticketingd processes: serve --cluster on loopback
-#               (plain TCP between the nodes), ticketing-bench given all
-#               three addresses finds the leader
+#               (plain TCP between the nodes; TLS=1: see below),
+#               ticketing-bench given all three addresses finds the leader
 #   cluster-cr  the same with --committed-release (R only once the release
 #               is committed, the default before; see docs/operations.md)
 #   etcd        a 3-member etcd v3.7.3 (etcd-bench starts the members as
@@ -25,8 +25,19 @@
 #   TARGETS="standalone cluster cluster-cr etcd"   a subset runs only those
 #   OUT=DIR                             keep every run's JSON and logs in DIR
 #   TICKETINGD=PATH                     use this ticketingd binary instead of building one
+#   TLS=1                               ticketingd as deployed, from the files of 'ticketingd init':
+#                                       cluster and cluster-cr are started from a bundle of
+#                                       'init --cluster' (3 nodes on 127.0.0.1: mutual TLS between
+#                                       the nodes, TLS from the clients, a client token; cluster-cr
+#                                       adds --committed-release on the command line), standalone
+#                                       from one of 'init --tls' (TLS, a client token), and
+#                                       ticketing-bench gets --tls-ca DIR/ca.pem and the token.
+#                                       Those bundles require no client certificate. etcd stays
+#                                       plain TCP (etcd-bench has no TLS): with TLS=1 the
+#                                       ratios to etcd compare TLS with plain TCP.
 #
 # Example:  ROUNDS=3 DURATION=10s bench/compare.sh
+#           ROUNDS=3 DURATION=10s TLS=1 TARGETS="standalone cluster cluster-cr" bench/compare.sh
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -36,6 +47,12 @@ UNC_CLIENTS=${UNC_CLIENTS:-64}
 CON_CLIENTS=${CON_CLIENTS:-16}
 CONNS=${CONNS:-2}
 TARGETS=${TARGETS:-standalone cluster cluster-cr etcd}
+TLS=${TLS:-}
+case $TLS in
+  "" | 0) TLS= ;;
+  1) ;;
+  *) printf 'bench/compare.sh: TLS=%s: want TLS=1 (or unset)\n' "$TLS" >&2; exit 2 ;;
+esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/ticketing-compare.XXXXXX")
@@ -66,19 +83,23 @@ else
 fi
 (cd "$root/bench/etcd" && go build -o "$work/bin/etcd-bench" .)
 
-# free_port prints a loopback port nothing listens on (and that this script
-# has not handed out yet).
+# free_port sets port to a loopback port nothing listens on (and that this
+# script has not handed out yet); free_port N sets it to the first of N
+# consecutive such ports. (It sets a variable rather than printing the
+# port: in a $(...) subshell the record of the ports handed out would be
+# lost.)
 used_ports=" "
 free_port() {
-  local p
+  local n=${1:-1} p i
   while :; do
     p=$((20000 + RANDOM % 30000))
-    case $used_ports in *" $p "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      used_ports+="$p "
-      echo "$p"
-      return
-    fi
+    for ((i = 0; i < n; i++)); do
+      case $used_ports in *" $((p + i)) "*) continue 2 ;; esac
+      if (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null; then continue 2; fi
+    done
+    for ((i = 0; i < n; i++)); do used_ports+="$((p + i)) "; done
+    port=$p
+    return
   done
 }
 
@@ -104,13 +125,22 @@ stop_nodes() {
   pids=()
 }
 
-# start_standalone: one ticketingd; sets addrs.
+# start_standalone: one ticketingd; sets addrs (and with TLS=1 bench_args).
 start_standalone() {
   local tag=$1 port dir log
-  port=$(free_port)
+  free_port
   dir="$work/data-$tag"
   log="$out/$tag.log"
-  "$work/bin/ticketingd" serve --listen "127.0.0.1:$port" --data-dir "$dir" --log-level warn >"$log" 2>&1 &
+  if [ -n "$TLS" ]; then
+    # A deployment of 'init --tls' (TLS, a client token), its data dir inside.
+    dir="$work/deploy-$tag"
+    "$work/bin/ticketingd" init --dir "$dir" --tls --port "$port" >"$out/$tag-init.log" 2>&1 ||
+      { say "ticketingd init --tls failed ($tag):"; cat "$out/$tag-init.log" >&2; return 1; }
+    tls_bench_args "$dir" "$out/$tag-init.log"
+    "$work/bin/ticketingd" serve --config "$dir/ticketingd.yaml" --log-level warn >"$log" 2>&1 &
+  else
+    "$work/bin/ticketingd" serve --listen "127.0.0.1:$port" --data-dir "$dir" --log-level warn >"$log" 2>&1 &
+  fi
   pids+=($!)
   # The listening line is logged at info; at warn, wait for the port.
   for _ in $(seq 1 300); do
@@ -121,14 +151,53 @@ start_standalone() {
   addrs="127.0.0.1:$port"
 }
 
-# start_cluster: three ticketingd nodes, serve --cluster; sets addrs.
+# tls_bench_args DIR INITLOG: ticketing-bench's flags for the deployment
+# 'ticketingd init' wrote into DIR: its CA, and the token that init printed
+# (export TICKETING_TOKEN='...').
+tls_bench_args() {
+  local token
+  token=$(sed -n "s/^ *export TICKETING_TOKEN='\(.*\)'\$/\1/p" "$2")
+  if [ -z "$token" ]; then say "no TICKETING_TOKEN in $2"; return 1; fi
+  bench_args=(--tls-ca "$1/ca.pem" --token "$token")
+}
+
+# start_cluster_tls TAG [EXTRA SERVE FLAGS...]: the three nodes of a bundle
+# of 'init --cluster' on 127.0.0.1 (peer mutual TLS, client TLS, a client
+# token), each started with serve --config and the extra flags, which
+# override the config; sets addrs and bench_args.
+start_cluster_tls() {
+  local tag=$1 bundle="$work/bundle-$1" cbase rbase abase i
+  shift
+  free_port 3; cbase=$port
+  free_port 3; rbase=$port
+  free_port 3; abase=$port
+  "$work/bin/ticketingd" init --cluster --dir "$bundle" --node n1=127.0.0.1 --node n2=127.0.0.1 --node n3=127.0.0.1 \
+    --port "$cbase" --raft-port "$rbase" --admin-port "$abase" >"$out/$tag-init.log" 2>&1 ||
+    { say "ticketingd init --cluster failed ($tag):"; cat "$out/$tag-init.log" >&2; return 1; }
+  tls_bench_args "$bundle" "$out/$tag-init.log"
+  for i in 1 2 3; do
+    "$work/bin/ticketingd" serve --config "$bundle/n$i/ticketingd.yaml" --log-level info "$@" >"$out/$tag-n$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in 1 2 3; do
+    wait_listening "$out/$tag-n$i.log" "${pids[i-1]}"
+  done
+  addrs="127.0.0.1:$cbase,127.0.0.1:$((cbase + 1)),127.0.0.1:$((cbase + 2))"
+}
+
+# start_cluster: three ticketingd nodes, serve --cluster; sets addrs. With
+# TLS=1, start_cluster_tls.
 start_cluster() { # start_cluster TAG [EXTRA SERVE FLAGS...]
+  if [ -n "$TLS" ]; then
+    start_cluster_tls "$@"
+    return
+  fi
   local tag=$1 i peers="" list=""
   shift
   local -a cport rport
   for i in 1 2 3; do
-    cport[i]=$(free_port)
-    rport[i]=$(free_port)
+    free_port; cport[i]=$port
+    free_port; rport[i]=$port
     peers+="${peers:+,}n$i=127.0.0.1:${rport[i]}"
     list+="${list:+,}127.0.0.1:${cport[i]}"
   done
@@ -166,11 +235,12 @@ run_one() {
   json="$out/$tag.json"
   case $target in
     standalone | cluster | cluster-cr)
+      bench_args=()
       case $target in
         cluster-cr) start_cluster "$tag" --committed-release ;;
         *) "start_$target" "$tag" ;;
       esac
-      "$work/bin/ticketing-bench" --addr "$addrs" --find-wait 30s --mode "$workload" \
+      "$work/bin/ticketing-bench" --addr "$addrs" --find-wait 30s --mode "$workload" "${bench_args[@]}" \
         --clients "$clients" --conns "$CONNS" --duration "$DURATION" --warmup "$WARMUP" --json >"$json" 2>"$out/$tag.err" ||
         { say "ticketing-bench failed ($tag):"; cat "$out/$tag.err" >&2; stop_nodes; return 1; }
       stop_nodes
@@ -211,6 +281,9 @@ median() {
 
 echo
 echo "ticketing vs etcd: median of $ROUNDS alternating rounds, $DURATION each ($(nproc) CPUs, $(date -u +%FT%TZ))"
+if [ -n "$TLS" ]; then
+  echo "TLS=1: ticketingd from the files of 'ticketingd init' (cluster: peer mutual TLS; clients: TLS and a token); etcd plain TCP"
+fi
 printf '%-12s %-11s %8s %12s %12s %12s %14s\n' workload target clients "cycles/s" "p50 µs" "p99 µs" "hand-off p50"
 for workload in uncontended contended; do
   clients=$UNC_CLIENTS

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -41,6 +43,11 @@ type options struct {
 	rate       float64
 	cpuProfile string
 	memProfile string
+
+	// Client TLS: the files given, and the configuration they make (nil:
+	// plain TCP). A tlsConf without ServerName verifies each address's host.
+	tlsCA, tlsServerName, tlsCert, tlsKey string
+	tlsConf                               *tls.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -62,6 +69,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (client and in-process server) to `file`")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end to `file`")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "speak TLS to --addr, verifying the server's certificate with the PEM CA bundle `file` (a bundle of 'ticketingd init --tls' or 'init --cluster': its ca.pem)")
+	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "with --tls-ca: the `name` the server certificate must carry (default: the host of each --addr)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "with --tls-ca: present this PEM client certificate `file`, for a server with --tls-client-ca (needs --tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,7 +109,47 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.serverPID != 0 && len(o.addrs) == 0 {
 		return nil, fmt.Errorf("--server-pid needs --addr (the in-process server's RSS is this process's)")
 	}
+	if err := o.loadTLS(); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// loadTLS checks the --tls-* flags and reads their files into o.tlsConf,
+// so that a missing or bad file is a usage error before anything is dialled.
+func (o *options) loadTLS() error {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key must be given together")
+	}
+	if o.tlsCA == "" {
+		for _, f := range []struct{ name, v string }{{"tls-server-name", o.tlsServerName}, {"tls-cert", o.tlsCert}} {
+			if f.v != "" {
+				return fmt.Errorf("--%s needs --tls-ca (which turns TLS on)", f.name)
+			}
+		}
+		return nil
+	}
+	if len(o.addrs) == 0 {
+		return fmt.Errorf("--tls-ca needs --addr: the in-process server speaks plain TCP")
+	}
+	pem, err := os.ReadFile(o.tlsCA)
+	if err != nil {
+		return fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("--tls-ca %s: no PEM certificates found", o.tlsCA)
+	}
+	conf := &tls.Config{RootCAs: pool, ServerName: o.tlsServerName, MinVersion: tls.VersionTLS12}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert %s / --tls-key %s: %w", o.tlsCert, o.tlsKey, err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	o.tlsConf = conf
+	return nil
 }
 
 // result is what one run reports; it is also the --json output.
@@ -107,6 +158,7 @@ type result struct {
 	Addr         string          `json:"addr"`            // the server the sessions went to
 	Addrs        []string        `json:"addrs,omitempty"` // several --addr: the cluster's nodes
 	InProcess    bool            `json:"in_process_server"`
+	TLS          bool            `json:"tls"`
 	Clients      int             `json:"clients"`
 	TargetRate   float64         `json:"target_rate,omitempty"`
 	Conns        int             `json:"conns"`
@@ -224,7 +276,7 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 		}
 	}()
 	if len(o.addrs) > 1 {
-		serving, c, err := findServing(ctx, o.addrs, o.token, clk, o.findWait)
+		serving, c, err := findServing(ctx, o.addrs, o.token, o.tlsConf, clk, o.findWait)
 		if err != nil {
 			return nil, err
 		}
@@ -232,14 +284,14 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 		conns = append(conns, c)
 	}
 	for len(conns) < o.conns {
-		c, err := dialMux(addr, o.token, clk)
+		c, err := dialMux(addr, o.token, o.tlsConf, clk)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", addr, err)
 		}
 		conns = append(conns, c)
 	}
 
-	res = &result{Mode: o.mode, Addr: addr, InProcess: srv != nil, Clients: o.clients, Conns: o.conns, TargetRate: o.rate,
+	res = &result{Mode: o.mode, Addr: addr, InProcess: srv != nil, TLS: o.tlsConf != nil, Clients: o.clients, Conns: o.conns, TargetRate: o.rate,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	if len(o.addrs) > 1 {
 		res.Addrs = o.addrs
@@ -615,6 +667,9 @@ func printHuman(w io.Writer, r *result) {
 	}
 	if len(r.Addrs) > 1 {
 		where = fmt.Sprintf("%s (the serving node of %s)", r.Addr, strings.Join(r.Addrs, ","))
+	}
+	if r.TLS {
+		where += " over TLS"
 	}
 	fmt.Fprintf(w, "mode %s: %d clients over %d sessions, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
 	lat := func(name string, s *latencySummary) {

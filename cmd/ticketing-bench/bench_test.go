@@ -132,7 +132,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	clk := newClock()
 	var conns []*muxConn
 	for range 2 {
-		c, err := dialMux(srv.Addr(), "", clk)
+		c, err := dialMux(srv.Addr(), "", nil, clk)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,10 +64,11 @@ const findRetry = 100 * time.Millisecond
 // pass, it dials that one next. The first node to answer HELLO_OK is the
 // serving node: its address and that first session are returned. While no
 // node serves, passes repeat every findRetry until wait has passed; a
-// HELLO refused with E (a wrong token) ends the search at once. Each
+// HELLO refused with E (a wrong token), a server certificate that does not
+// verify or a TLS alert refusing this client ends the search at once. Each
 // pass dials every address at most once, so two nodes naming each other
 // cannot make it spin.
-func findServing(ctx context.Context, addrs []string, token string, clk *clock, wait time.Duration) (string, *muxConn, error) {
+func findServing(ctx context.Context, addrs []string, token string, tlsConf *tls.Config, clk *clock, wait time.Duration) (string, *muxConn, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		var errs []error
@@ -75,12 +77,12 @@ func findServing(ctx context.Context, addrs []string, token string, clk *clock, 
 		for next != "" {
 			addr := next
 			tried[addr] = true
-			c, err := dialMux(addr, token, clk)
+			c, err := dialMux(addr, token, tlsConf, clk)
 			if err == nil {
 				return addr, c, nil
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-			if _, ok := errors.AsType[*helloRefusedError](err); ok {
+			if _, ok := errors.AsType[*helloRefusedError](err); ok || tlsRefused(err) {
 				return "", nil, fmt.Errorf("connect to %s: %w", addr, err)
 			}
 			next = ""

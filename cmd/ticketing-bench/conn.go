@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,18 +41,44 @@ type muxConn struct {
 	wg   sync.WaitGroup
 }
 
-// dialMux connects, says HELLO and starts the reader and writer.
-func dialMux(addr, token string, clk *clock) (*muxConn, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// dialTimeout bounds the TCP connect, and then the TLS handshake and the
+// HELLO exchange together.
+const dialTimeout = 5 * time.Second
+
+// dialMux connects, says HELLO and starts the reader and writer. With
+// tlsConf non-nil the session is TLS: the handshake runs before HELLO,
+// within the same deadline, and a tlsConf without ServerName verifies the
+// server's certificate against addr's host.
+func dialMux(addr, token string, tlsConf *tls.Config, clk *clock) (*muxConn, error) {
+	raw, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
+	c := raw
+	if tlsConf != nil {
+		conf := tlsConf
+		if conf.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				raw.Close()
+				return nil, err
+			}
+			conf = conf.Clone()
+			conf.ServerName = host
+		}
+		tc := tls.Client(raw, conf)
+		if err := tc.Handshake(); err != nil {
+			raw.Close()
+			return nil, &tlsError{err: err}
+		}
+		c = tc
 	}
 	hello, _ := wire.AppendRequest(nil, &wire.Request{Type: wire.TypeHello, ReqID: 1, Version: wire.Version,
 		AuthToken: []byte(token), Name: []byte("ticketing-bench")})
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write(hello); err != nil {
 		c.Close()
 		return nil, err
@@ -93,6 +120,27 @@ func dialMux(addr, token string, clk *clock) (*muxConn, error) {
 	go m.readLoop(fr)
 	go m.writeLoop()
 	return m, nil
+}
+
+// tlsError is a failed TLS handshake.
+type tlsError struct{ err error }
+
+func (e *tlsError) Error() string { return "TLS handshake: " + e.err.Error() }
+func (e *tlsError) Unwrap() error { return e.err }
+
+// tlsRefused reports whether err is TLS refusing for good: a server
+// certificate that does not verify (the wrong CA, a name the certificate
+// lacks), or the server's alert rejecting this client (no client
+// certificate, or one it does not trust; with TLS 1.3 that alert comes
+// only after the handshake, in answer to HELLO). Asking again will not help.
+func tlsRefused(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	// crypto/tls reports an alert from the peer as a net.OpError with Op
+	// "remote error".
+	oe, ok := errors.AsType[*net.OpError](err)
+	return ok && oe.Op == "remote error"
 }
 
 // send queues one request; its reply goes to ch, which must have room.

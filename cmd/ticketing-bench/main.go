@@ -20,6 +20,14 @@
 // again for up to --find-wait. Every session goes to the serving node; a
 // leader change during the run ends it with an error.
 //
+// With --tls-ca the sessions to --addr are TLS (the handshake within the
+// dial's 5 s deadline, before HELLO), verified against that CA bundle and
+// the host of each address (or --tls-server-name); --tls-cert and --tls-key
+// give a client certificate, for a server that requires one
+// (--tls-client-ca). A certificate that does not verify, or a TLS alert
+// refusing the client, ends the search for the serving node at once, as a
+// wrong token does.
+//
 // Examples:
 //
 //	ticketing-bench --mode uncontended --clients 64 --conns 2 --duration 10s
@@ -27,6 +35,7 @@
 //	ticketing-bench --mode hold --locks 1000000
 //	ticketing-bench --addr 127.0.0.1:5225 --token "$TOKEN" --mode hold --server-pid "$(pidof ticketingd)"
 //	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --mode contended --clients 16
+//	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --token "$TICKETING_TOKEN" --tls-ca DIR/ca.pem
 package main
 
 import (

@@ -69,3 +69,50 @@ func TestAdminHeaderCap(t *testing.T) {
 		t.Errorf("%d-byte header: status %d, want 431", big, got)
 	}
 }
+
+// TestAdminSlowBodyClosed: a client that sends a request header at once and
+// then its body a byte at a time (a slow POST) is disconnected after the
+// admin server's ReadTimeout (adminReadTimeout, 10 s), which bounds the
+// whole request: neither the header timeout (the header is complete) nor
+// the idle timeout (a request is in progress) applies to it, and the
+// WriteTimeout (30 s) comes much later. About 10 s, in parallel with the
+// rest of the package.
+func TestAdminSlowBodyClosed(t *testing.T) {
+	t.Parallel()
+	s := startConf(t, withAdmin)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.admin, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := io.WriteString(c, "POST /status HTTP/1.1\r\nHost: admin\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	trickled := make(chan struct{})
+	go func() {
+		defer close(trickled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-trickled }()
+	// Our deadline lies between the read timeout and the write timeout: a
+	// server without ReadTimeout keeps reading the trickle past it.
+	guard := adminReadTimeout + (adminWriteTimeout-adminReadTimeout)/2
+	c.SetReadDeadline(start.Add(guard))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("slow body: connection still open after %v (read %q), want closed after about %v", time.Since(start), b, adminReadTimeout)
+	}
+	t.Logf("slow body: connection closed after %v (err %v, read %q)", time.Since(start).Round(time.Millisecond), err, b)
+}

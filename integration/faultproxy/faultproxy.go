@@ -88,7 +88,14 @@ type Proxy struct {
 // New listens on 127.0.0.1:0 and forwards every accepted connection to
 // target. It returns an error only if it cannot listen.
 func New(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return NewOn("127.0.0.1:0", target)
+}
+
+// NewOn is New listening on addr (host:port): for a caller that hands out
+// the ports of a test itself, so that the kernel cannot give the proxy a
+// port the caller gave to something else a moment ago.
+func NewOn(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,10 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 	var peers []string
 	for i := range opts.Nodes {
 		n := &ClusterNode{Index: i, ID: fmt.Sprintf("n%d", i+1), RaftListen: port(), Admin: port(), c: c}
-		p, err := faultproxy.New(n.RaftListen)
+		// The proxy's port comes from FreePort too: a proxy on port 0
+		// could get a port just handed out to another node (it happened:
+		// an admin port).
+		p, err := faultproxy.NewOn(port(), n.RaftListen)
 		if err != nil {
 			tb.Fatalf("harness: proxy: %v", err)
 		}

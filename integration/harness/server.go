@@ -3,7 +3,9 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,26 +16,48 @@ import (
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (it
-// listens on port 0 and closes). Another process may take it before you
-// do; Server.Restart retries for that reason. It never returns a port it
-// has returned before in this process: the kernel may hand a just-closed
-// port out again, and a cluster's nodes must not be given the same one.
+// listens on it and closes). Another process may take it before you do;
+// Server.Restart retries for that reason. The port is below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), so no listener on port 0
+// and no outgoing connection, in this process or another, can be given it
+// meanwhile (it happened: a fault proxy on port 0 got a port just handed
+// to a node's admin listener); and FreePort never returns a port twice in
+// one process.
 func FreePort() (int, error) {
 	freePorts.Lock()
 	defer freePorts.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
+	lo, hi := freePortMin, ephemeralLow()
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if freePorts.given[p] {
+			continue
 		}
-		p := ln.Addr().(*net.TCPAddr).Port
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // in use
+		}
 		ln.Close()
-		if !freePorts.given[p] {
-			freePorts.given[p] = true
-			return p, nil
+		freePorts.given[p] = true
+		return p, nil
+	}
+	return 0, fmt.Errorf("harness: no free port in %d..%d in 1000 tries", lo, hi-1)
+}
+
+// freePortMin is the lowest port FreePort hands out.
+const freePortMin = 15000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 if
+// it cannot be read, or if it leaves too little room below).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > freePortMin+1000 {
+				return v
+			}
 		}
 	}
-	return 0, fmt.Errorf("harness: no port not handed out before, in 100 tries")
+	return 32768
 }
 
 // freePorts are the ports FreePort has returned.

@@ -30,14 +30,20 @@ func TestAdminSlowHeaderClosed(t *testing.T) {
 	}
 	// Our deadline lies between the header timeout and the read timeout:
 	// a server with only ReadTimeout (or none) keeps the connection past it.
-	guard := adminReadHeaderTimeout + (adminReadTimeout-adminReadHeaderTimeout)*3/4
+	expectClosedBy(t, c, "partial header", start, adminReadHeaderTimeout, adminReadHeaderTimeout+(adminReadTimeout-adminReadHeaderTimeout)*3/4)
+}
+
+// expectClosedBy reads c until the server closes it, and fails if it is
+// still open at start+guard; want is the timeout expected to close it.
+func expectClosedBy(t *testing.T, c net.Conn, what string, start time.Time, want, guard time.Duration) {
+	t.Helper()
 	c.SetReadDeadline(start.Add(guard))
 	b, err := io.ReadAll(c)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("partial header: connection still open after %v (read %q), want closed after about %v", time.Since(start), b, adminReadHeaderTimeout)
+		t.Fatalf("%s: connection still open after %v (read %q), want closed after about %v", what, time.Since(start), b, want)
 	}
-	t.Logf("partial header: connection closed after %v (err %v, read %q)", time.Since(start).Round(time.Millisecond), err, b)
+	t.Logf("%s: connection closed after %v (err %v, read %q)", what, time.Since(start).Round(time.Millisecond), err, b)
 }
 
 // TestAdminHeaderCap: request headers over the admin server's cap
@@ -107,12 +113,5 @@ func TestAdminSlowBodyClosed(t *testing.T) {
 	defer func() { close(stop); <-trickled }()
 	// Our deadline lies between the read timeout and the write timeout: a
 	// server without ReadTimeout keeps reading the trickle past it.
-	guard := adminReadTimeout + (adminWriteTimeout-adminReadTimeout)/2
-	c.SetReadDeadline(start.Add(guard))
-	b, err := io.ReadAll(c)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("slow body: connection still open after %v (read %q), want closed after about %v", time.Since(start), b, adminReadTimeout)
-	}
-	t.Logf("slow body: connection closed after %v (err %v, read %q)", time.Since(start).Round(time.Millisecond), err, b)
+	expectClosedBy(t, c, "slow body", start, adminReadTimeout, adminReadTimeout+(adminWriteTimeout-adminReadTimeout)/2)
 }

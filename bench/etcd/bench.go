@@ -9,9 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/ticketing-dev/ticketing/internal/benchkit"
 )
 
 type options struct {
@@ -89,21 +89,21 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // result is what one run reports; it is also the --json output. The
 // fields shared with ticketing-bench have its names.
 type result struct {
-	Mode         string          `json:"mode"`
-	Addr         string          `json:"addr"`    // the endpoints the clients used
-	Members      int             `json:"members"` // of the cluster the tool started; 0 with --endpoints
-	Etcd         string          `json:"etcd"`    // the etcd version the tool was built with
-	Fsync        bool            `json:"fsync"`   // the started members fsync (always, unless --endpoints)
-	Clients      int             `json:"clients"` // each with its own session
-	Conns        int             `json:"conns"`   // clientv3 clients
-	GOMAXPROCS   int             `json:"gomaxprocs"`
-	Seconds      float64         `json:"seconds"`
-	Cycles       uint64          `json:"cycles"`
-	CyclesPerSec float64         `json:"cycles_per_sec"`
-	Acquire      *latencySummary `json:"acquire,omitempty"`
-	Cycle        *latencySummary `json:"acquire_release,omitempty"`
-	Handoff      *latencySummary `json:"handoff,omitempty"`
-	Host         *hostLoad       `json:"host,omitempty"`
+	Mode         string                   `json:"mode"`
+	Addr         string                   `json:"addr"`    // the endpoints the clients used
+	Members      int                      `json:"members"` // of the cluster the tool started; 0 with --endpoints
+	Etcd         string                   `json:"etcd"`    // the etcd version the tool was built with
+	Fsync        bool                     `json:"fsync"`   // the started members fsync (always, unless --endpoints)
+	Clients      int                      `json:"clients"` // each with its own session
+	Conns        int                      `json:"conns"`   // clientv3 clients
+	GOMAXPROCS   int                      `json:"gomaxprocs"`
+	Seconds      float64                  `json:"seconds"`
+	Cycles       uint64                   `json:"cycles"`
+	CyclesPerSec float64                  `json:"cycles_per_sec"`
+	Acquire      *benchkit.LatencySummary `json:"acquire,omitempty"`
+	Cycle        *benchkit.LatencySummary `json:"acquire_release,omitempty"`
+	Handoff      *benchkit.LatencySummary `json:"handoff,omitempty"`
+	Host         *benchkit.HostLoad       `json:"host,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -179,12 +179,11 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 		sessions = append(sessions, s)
 	}
 
-	cpu0, wait0 := schedstat()
+	endHost := benchkit.StartHostLoad()
 	if err := runCycles(ctx, o, sessions, res); err != nil {
 		return nil, err
 	}
-	cpu1, wait1 := schedstat()
-	res.Host = &hostLoad{CPUSeconds: (cpu1 - cpu0).Seconds(), RunqWaitSeconds: (wait1 - wait0).Seconds(), LoadAvg1: loadAvg()}
+	res.Host = endHost()
 	return res, nil
 }
 
@@ -231,7 +230,7 @@ func findLeader(ctx context.Context, endpoints []string) (string, error) {
 }
 
 type clientStats struct {
-	acq, cycle, handoff hist
+	acq, cycle, handoff benchkit.Hist
 	cycles              uint64
 }
 
@@ -286,7 +285,7 @@ func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session,
 						return
 					}
 					if rel := lastRelease.Load(); rel > 0 && measured {
-						st.handoff.record(t1 - time.Duration(rel))
+						st.handoff.Record(t1 - time.Duration(rel))
 					}
 					holders.Add(-1)
 					lastRelease.Store(int64(now()))
@@ -297,8 +296,8 @@ func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session,
 				}
 				t2 := now()
 				if measured {
-					st.acq.record(t1 - t0)
-					st.cycle.record(t2 - t0)
+					st.acq.Record(t1 - t0)
+					st.cycle.Record(t2 - t0)
 					st.cycles++
 				}
 			}
@@ -310,22 +309,22 @@ func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session,
 		return err
 	}
 	elapsed := min(now(), end) - measureFrom
-	var acq, cyc, hand hist
+	var acq, cyc, hand benchkit.Hist
 	for i := range stats {
 		st := &stats[i]
-		acq.merge(&st.acq)
-		cyc.merge(&st.cycle)
-		hand.merge(&st.handoff)
+		acq.Merge(&st.acq)
+		cyc.Merge(&st.cycle)
+		hand.Merge(&st.handoff)
 		res.Cycles += st.cycles
 	}
 	res.Seconds = elapsed.Seconds()
 	if res.Seconds > 0 {
 		res.CyclesPerSec = float64(res.Cycles) / res.Seconds
 	}
-	a, c := acq.summary(), cyc.summary()
+	a, c := acq.Summary(), cyc.Summary()
 	res.Acquire, res.Cycle = &a, &c
 	if contended {
-		h := hand.summary()
+		h := hand.Summary()
 		res.Handoff = &h
 	}
 	return nil
@@ -338,7 +337,7 @@ func printHuman(w io.Writer, r *result) {
 		where = fmt.Sprintf("%d-member etcd %s (member subprocesses, fsync on), clients to %s", r.Members, r.Etcd, r.Addr)
 	}
 	fmt.Fprintf(w, "mode %s: %d clients (a session each) over %d connections, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
-	lat := func(name string, s *latencySummary) {
+	lat := func(name string, s *benchkit.LatencySummary) {
 		if s == nil || s.Count == 0 {
 			return
 		}
@@ -353,47 +352,4 @@ func printHuman(w io.Writer, r *result) {
 		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
 			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
 	}
-}
-
-// hostLoad is what else was going on, as in ticketing-bench: this
-// process's CPU time (the client's only: the members are other
-// processes), the time its threads waited for a CPU, the load average.
-type hostLoad struct {
-	CPUSeconds      float64 `json:"process_cpu_seconds"`
-	RunqWaitSeconds float64 `json:"runqueue_wait_seconds"`
-	LoadAvg1        float64 `json:"loadavg_1m"`
-}
-
-func schedstat() (cpu, wait time.Duration) {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return 0, 0
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b))
-		if len(f) >= 2 {
-			c, _ := strconv.ParseInt(f[0], 10, 64)
-			w, _ := strconv.ParseInt(f[1], 10, 64)
-			cpu += time.Duration(c)
-			wait += time.Duration(w)
-		}
-	}
-	return cpu, wait
-}
-
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -99,21 +98,5 @@ func TestBenchUsage(t *testing.T) {
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, %s", args, code, errb.String())
 		}
-	}
-}
-
-// hist.go is a copy of ticketing-bench's, so that both tools compute
-// quantiles alike; this keeps the copy exact.
-func TestHistIsTicketingBenchs(t *testing.T) {
-	ours, err := os.ReadFile("hist.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := os.ReadFile(filepath.Join("..", "..", "cmd", "ticketing-bench", "hist.go"))
-	if err != nil {
-		t.Skipf("ticketing-bench's hist.go not beside this module: %v", err)
-	}
-	if !bytes.Equal(ours, theirs) {
-		t.Error("hist.go differs from cmd/ticketing-bench/hist.go: copy it again")
 	}
 }

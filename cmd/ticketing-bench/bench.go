@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/benchkit"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -154,28 +155,28 @@ func (o *options) loadTLS() error {
 
 // result is what one run reports; it is also the --json output.
 type result struct {
-	Mode         string          `json:"mode"`
-	Addr         string          `json:"addr"`            // the server the sessions went to
-	Addrs        []string        `json:"addrs,omitempty"` // several --addr: the cluster's nodes
-	InProcess    bool            `json:"in_process_server"`
-	TLS          bool            `json:"tls"`
-	Clients      int             `json:"clients"`
-	TargetRate   float64         `json:"target_rate,omitempty"`
-	Conns        int             `json:"conns"`
-	GOMAXPROCS   int             `json:"gomaxprocs"`
-	Seconds      float64         `json:"seconds"`
-	Cycles       uint64          `json:"cycles"`
-	CyclesPerSec float64         `json:"cycles_per_sec"`
-	Acquire      *latencySummary `json:"acquire,omitempty"`
-	Cycle        *latencySummary `json:"acquire_release,omitempty"`
-	Handoff      *latencySummary `json:"handoff,omitempty"`
-	PingRTT      *latencySummary `json:"ping_rtt,omitempty"`
-	PingLoaded   *latencySummary `json:"ping_rtt_under_load,omitempty"`
-	TimedOut     uint64          `json:"timed_out"`
-	Busy         uint64          `json:"busy"`
-	NotHeld      uint64          `json:"not_held"`
-	Hold         *holdResult     `json:"hold,omitempty"`
-	Host         *hostLoad       `json:"host,omitempty"`
+	Mode         string                   `json:"mode"`
+	Addr         string                   `json:"addr"`            // the server the sessions went to
+	Addrs        []string                 `json:"addrs,omitempty"` // several --addr: the cluster's nodes
+	InProcess    bool                     `json:"in_process_server"`
+	TLS          bool                     `json:"tls"`
+	Clients      int                      `json:"clients"`
+	TargetRate   float64                  `json:"target_rate,omitempty"`
+	Conns        int                      `json:"conns"`
+	GOMAXPROCS   int                      `json:"gomaxprocs"`
+	Seconds      float64                  `json:"seconds"`
+	Cycles       uint64                   `json:"cycles"`
+	CyclesPerSec float64                  `json:"cycles_per_sec"`
+	Acquire      *benchkit.LatencySummary `json:"acquire,omitempty"`
+	Cycle        *benchkit.LatencySummary `json:"acquire_release,omitempty"`
+	Handoff      *benchkit.LatencySummary `json:"handoff,omitempty"`
+	PingRTT      *benchkit.LatencySummary `json:"ping_rtt,omitempty"`
+	PingLoaded   *benchkit.LatencySummary `json:"ping_rtt_under_load,omitempty"`
+	TimedOut     uint64                   `json:"timed_out"`
+	Busy         uint64                   `json:"busy"`
+	NotHeld      uint64                   `json:"not_held"`
+	Hold         *holdResult              `json:"hold,omitempty"`
+	Host         *benchkit.HostLoad       `json:"host,omitempty"`
 }
 
 type holdResult struct {
@@ -305,11 +306,10 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 	var stop atomic.Bool
 	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 
-	cpu0, wait0 := schedstat()
+	endHost := benchkit.StartHostLoad()
 	defer func() {
 		if res != nil {
-			cpu1, wait1 := schedstat()
-			res.Host = &hostLoad{CPUSeconds: (cpu1 - cpu0).Seconds(), RunqWaitSeconds: (wait1 - wait0).Seconds(), LoadAvg1: loadAvg()}
+			res.Host = endHost()
 		}
 	}()
 	switch o.mode {
@@ -335,8 +335,8 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (res *result, err 
 
 // pingRTT measures the round trip of a PING through the same client
 // machinery: the "one loopback round trip" the hand-off is compared to.
-func pingRTT(c *muxConn, clk *clock, n int) (*latencySummary, error) {
-	var h hist
+func pingRTT(c *muxConn, clk *clock, n int) (*benchkit.LatencySummary, error) {
+	var h benchkit.Hist
 	ch := make(chan reply, 1)
 	for range n {
 		t0 := clk.now()
@@ -347,9 +347,9 @@ func pingRTT(c *muxConn, clk *clock, n int) (*latencySummary, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("ping: %w", r.err)
 		}
-		h.record(clk.since(t0))
+		h.Record(clk.since(t0))
 	}
-	s := h.summary()
+	s := h.Summary()
 	return &s, nil
 }
 
@@ -365,7 +365,7 @@ func newOwner() (o [wire.OwnerLen]byte) {
 }
 
 type clientStats struct {
-	acq, cycle, handoff     hist
+	acq, cycle, handoff     benchkit.Hist
 	cycles                  uint64
 	timedOut, busy, notHeld uint64
 }
@@ -440,7 +440,7 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 				}
 				if contended {
 					if rel := lastRelease.Load(); rel > 0 && measured {
-						st.handoff.record(t1 - time.Duration(rel))
+						st.handoff.Record(t1 - time.Duration(rel))
 					}
 					lastRelease.Store(int64(clk.now()))
 				}
@@ -458,8 +458,8 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 					st.notHeld++
 				}
 				if measured {
-					st.acq.record(t1 - t0)
-					st.cycle.record(t2 - t0)
+					st.acq.Record(t1 - t0)
+					st.cycle.Record(t2 - t0)
 					st.cycles++
 				}
 			}
@@ -468,7 +468,7 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 	// A PING every millisecond on the first session during the measured
 	// run: the loopback round trip under the same load, which the hand-off
 	// is compared to.
-	var pingH hist
+	var pingH benchkit.Hist
 	pingDone := make(chan struct{})
 	go func() {
 		defer close(pingDone)
@@ -486,25 +486,25 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 				return
 			}
 			if t0 >= measureFrom {
-				pingH.record(clk.since(t0))
+				pingH.Record(clk.since(t0))
 			}
 		}
 	}()
 	wg.Wait()
 	<-pingDone
-	ps := pingH.summary()
+	ps := pingH.Summary()
 	res.PingLoaded = &ps
 	close(errs)
 	if err := <-errs; err != nil {
 		return err
 	}
 	elapsed := min(clk.now(), end) - measureFrom
-	var acq, cyc, hand hist
+	var acq, cyc, hand benchkit.Hist
 	for i := range stats {
 		st := &stats[i]
-		acq.merge(&st.acq)
-		cyc.merge(&st.cycle)
-		hand.merge(&st.handoff)
+		acq.Merge(&st.acq)
+		cyc.Merge(&st.cycle)
+		hand.Merge(&st.handoff)
 		res.Cycles += st.cycles
 		res.TimedOut += st.timedOut
 		res.Busy += st.busy
@@ -514,10 +514,10 @@ func runCycles(o *options, conns []*muxConn, clk *clock, res *result, stop *atom
 	if res.Seconds > 0 {
 		res.CyclesPerSec = float64(res.Cycles) / res.Seconds
 	}
-	a, c := acq.summary(), cyc.summary()
+	a, c := acq.Summary(), cyc.Summary()
 	res.Acquire, res.Cycle = &a, &c
 	if contended {
-		h := hand.summary()
+		h := hand.Summary()
 		res.Handoff = &h
 	}
 	return nil
@@ -672,7 +672,7 @@ func printHuman(w io.Writer, r *result) {
 		where += " over TLS"
 	}
 	fmt.Fprintf(w, "mode %s: %d clients over %d sessions, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
-	lat := func(name string, s *latencySummary) {
+	lat := func(name string, s *benchkit.LatencySummary) {
 		if s == nil || s.Count == 0 {
 			return
 		}
@@ -720,46 +720,3 @@ func printHost(w io.Writer, r *result) {
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
-
-// hostLoad is what else was going on: this process's CPU time, the time its
-// threads were runnable but waiting for a CPU (from /proc/self/task/*/schedstat:
-// the host was busy with other processes), and the load average.
-type hostLoad struct {
-	CPUSeconds      float64 `json:"process_cpu_seconds"`
-	RunqWaitSeconds float64 `json:"runqueue_wait_seconds"`
-	LoadAvg1        float64 `json:"loadavg_1m"`
-}
-
-func schedstat() (cpu, wait time.Duration) {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return 0, 0
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b))
-		if len(f) >= 2 {
-			c, _ := strconv.ParseInt(f[0], 10, 64)
-			w, _ := strconv.ParseInt(f[1], 10, 64)
-			cpu += time.Duration(c)
-			wait += time.Duration(w)
-		}
-	}
-	return cpu, wait
-}
-
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,37 +86,6 @@ func TestBenchUsage(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, %s", args, code, errb.String())
-		}
-	}
-}
-
-func TestHistQuantiles(t *testing.T) {
-	var h hist
-	rng := rand.New(rand.NewPCG(1, 2))
-	samples := make([]time.Duration, 100_000)
-	for i := range samples {
-		// Log-uniform between 1 µs and 100 ms.
-		samples[i] = time.Duration(1000 * float64(uint64(1)<<uint(rng.IntN(17))) * (1 + rng.Float64()))
-		h.record(samples[i])
-	}
-	slices.Sort(samples)
-	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
-		exact := samples[int(q*float64(len(samples)))-1]
-		got := h.quantile(q)
-		if d := float64(got-exact) / float64(exact); d > 0.02 || d < -0.02 {
-			t.Errorf("q%.3f: got %v, exact %v (%.1f%% off)", q, got, exact, 100*d)
-		}
-	}
-	if h.quantile(1) != samples[len(samples)-1] || h.quantile(0) < samples[0] {
-		t.Errorf("extremes: %v %v vs %v %v", h.quantile(0), h.quantile(1), samples[0], samples[len(samples)-1])
-	}
-	for _, v := range []uint64{0, 1, 127, 128, 129, 1 << 20, 1<<63 + 12345, ^uint64(0)} {
-		i := histIndex(v)
-		if i < 0 || i >= histBuckets {
-			t.Fatalf("index %d for %d out of range", i, v)
-		}
-		if mid := histValue(i); v >= histSub && (float64(mid) < float64(v)*0.98 || float64(mid) > float64(v)*1.02) {
-			t.Errorf("bucket of %d has middle %d", v, mid)
 		}
 	}
 }

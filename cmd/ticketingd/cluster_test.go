@@ -206,6 +206,25 @@ func agreedLeader(views []server.ClusterStatus, n int) int {
 	return lead
 }
 
+// initClusterBundle runs 'init --cluster' for n1..n3 on 127.0.0.1 with runs
+// consecutive free client, Raft and admin ports each (room for nodes added
+// later), sets the admin token for 'ticketingd cluster', and returns the
+// bundle's directory, its printed exports and the three base ports.
+func initClusterBundle(t *testing.T, runs int) (string, map[string]string, [3]int) {
+	t.Helper()
+	used := map[int]bool{}
+	ports := [3]int{freePortRun(t, runs, used), freePortRun(t, runs, used), freePortRun(t, runs, used)}
+	dir := t.TempDir()
+	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
+		"--port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--admin-port", strconv.Itoa(ports[2]))
+	if code != 0 {
+		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
+	}
+	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
+	return dir, ex, ports
+}
+
 // TestClusterEndToEnd: a bundle from 'init --cluster' for three nodes on
 // 127.0.0.1, started as three 'ticketingd serve --config' processes, forms
 // a cluster that a broker given the printed TICKETING_URL uses; followers
@@ -219,16 +238,8 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Skip("runs the printed export lines with sh")
 	}
 	bin := buildBinary(t)
-	used := map[int]bool{}
-	clientBase, raftBase, adminBase := freePortRun(t, 4, used), freePortRun(t, 4, used), freePortRun(t, 4, used)
-	dir := t.TempDir()
-	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
-		"--port", strconv.Itoa(clientBase), "--raft-port", strconv.Itoa(raftBase), "--admin-port", strconv.Itoa(adminBase))
-	if code != 0 {
-		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
-	}
-	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
-	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
+	dir, ex, ports := initClusterBundle(t, 4)
+	clientBase, raftBase, adminBase := ports[0], ports[1], ports[2]
 
 	var nodes []*subprocess
 	var admins []string
@@ -268,7 +279,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 
 	// Human status on a follower names the leader and lists the members.
-	code, out, stderr = runCapture(t, "cluster", "status", "--admin", admins[follower])
+	code, out, stderr := runCapture(t, "cluster", "status", "--admin", admins[follower])
 	if code != 0 {
 		t.Fatalf("cluster status: exit %d: %s", code, stderr)
 	}
@@ -576,16 +587,8 @@ func copyTree(t *testing.T, src, dst string) {
 // last check fails then).
 func TestClusterBackupRestore(t *testing.T) {
 	bin := buildBinary(t)
-	used := map[int]bool{}
-	clientBase, raftBase, adminBase := freePortRun(t, 3, used), freePortRun(t, 3, used), freePortRun(t, 3, used)
-	dir := t.TempDir()
-	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
-		"--port", strconv.Itoa(clientBase), "--raft-port", strconv.Itoa(raftBase), "--admin-port", strconv.Itoa(adminBase))
-	if code != 0 {
-		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
-	}
-	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
-	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
+	dir, ex, ports := initClusterBundle(t, 3)
+	adminBase := ports[2]
 	ids := []string{"n1", "n2", "n3"}
 	admins := []string{"127.0.0.1:" + strconv.Itoa(adminBase), "127.0.0.1:" + strconv.Itoa(adminBase+1), "127.0.0.1:" + strconv.Itoa(adminBase+2)}
 	procs := make([]*subprocess, 3)

@@ -18,19 +18,28 @@ import (
 // in parallel with the rest of the package.
 func TestAdminSlowHeaderClosed(t *testing.T) {
 	t.Parallel()
+	c, start := sendAdminStart(t, "GET /healthz HTTP/1.1\r\nHost: admin\r\nX-Slow: ")
+	// Our deadline lies between the header timeout and the read timeout:
+	// a server with only ReadTimeout (or none) keeps the connection past it.
+	expectClosedBy(t, c, "partial header", start, adminReadHeaderTimeout, adminReadHeaderTimeout+(adminReadTimeout-adminReadHeaderTimeout)*3/4)
+}
+
+// sendAdminStart starts a server with an admin listener, connects to it
+// and sends the start of a request; it returns the connection and when it
+// connected.
+func sendAdminStart(t *testing.T, req string) (net.Conn, time.Time) {
+	t.Helper()
 	s := startConf(t, withAdmin)
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.admin, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	start := time.Now()
-	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: admin\r\nX-Slow: "); err != nil {
+	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	// Our deadline lies between the header timeout and the read timeout:
-	// a server with only ReadTimeout (or none) keeps the connection past it.
-	expectClosedBy(t, c, "partial header", start, adminReadHeaderTimeout, adminReadHeaderTimeout+(adminReadTimeout-adminReadHeaderTimeout)*3/4)
+	return c, start
 }
 
 // expectClosedBy reads c until the server closes it, and fails if it is
@@ -85,16 +94,7 @@ func TestAdminHeaderCap(t *testing.T) {
 // rest of the package.
 func TestAdminSlowBodyClosed(t *testing.T) {
 	t.Parallel()
-	s := startConf(t, withAdmin)
-	c, err := net.Dial("tcp", strings.TrimPrefix(s.admin, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	start := time.Now()
-	if _, err := io.WriteString(c, "POST /status HTTP/1.1\r\nHost: admin\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
-		t.Fatal(err)
-	}
+	c, start := sendAdminStart(t, "POST /status HTTP/1.1\r\nHost: admin\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 	stop := make(chan struct{})
 	trickled := make(chan struct{})
 	go func() {

@@ -2,7 +2,9 @@
 // that makes one fdatasync per StoreLogs.
 //
 // The log is a directory of segment files, <20-digit first index>.seg,
-// each preallocated (fallocate) to Options.SegmentSize and holding
+// each preallocated (fallocate) to Options.SegmentSize, with zeros written
+// ahead of the records a MiB at a time (zero.go: so that an fdatasync need
+// not record an extent conversion), and holding
 // consecutive entries as CRC32C-checked records (format.go has the layout),
 // and a meta file, "meta", holding the index below which entries are
 // deleted. StoreLogs encodes its batch into one buffer, writes it with one
@@ -96,6 +98,10 @@ type segment struct {
 	// offs[i] is the offset of entry first+i; the last element is the end
 	// of the last record. len(offs)-1 entries.
 	offs []int64
+	// zeroed is the offset up to which the file's bytes are known to be
+	// written (records, or zeros written ahead of them); past it they may
+	// be only preallocated. See zeroAhead.
+	zeroed int64
 }
 
 func (s *segment) n() uint64    { return uint64(len(s.offs) - 1) }
@@ -113,11 +119,12 @@ type Store struct {
 
 	// wmu serialises StoreLogs, DeleteRange and Close; it guards metaFirst,
 	// buf and broken.
-	wmu       sync.Mutex
-	metaFirst uint64 // the meta file's index
-	buf       []byte
-	broken    error // set when the files may no longer match the index
-	gapResets int   // StoreLogs calls that came after a gap, for tests
+	wmu        sync.Mutex
+	metaFirst  uint64 // the meta file's index
+	buf        []byte
+	broken     error // set when the files may no longer match the index
+	gapResets  int   // StoreLogs calls that came after a gap, for tests
+	zeroWrites int   // zeroAhead writes, for tests
 
 	// mu guards segs, first, last and closed (written with wmu held too).
 	mu          sync.RWMutex
@@ -360,6 +367,7 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 
 // cutAt truncates seg's file at off, preallocates it again and fsyncs it.
 func (s *Store) cutAt(seg *segment, off int64) error {
+	seg.zeroed = min(seg.zeroed, off)
 	if err := seg.f.Truncate(off); err != nil {
 		return err
 	}
@@ -425,9 +433,14 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
+	seg := &segment{first: first, path: path, f: f, offs: []int64{segHeaderSize}, zeroed: segHeaderSize}
 	err = preallocate(f, s.segSize)
 	if err == nil {
 		_, err = f.WriteAt(encodeSegHeader(first), 0)
+	}
+	if err == nil {
+		// The first stretch of zeros goes in with the header's fsync.
+		err = s.zeroAhead(seg, segHeaderSize)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -452,7 +465,7 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("raftlog: creating %s: %w", path, err)
 	}
-	return &segment{first: first, path: path, f: f, offs: []int64{segHeaderSize}}, nil
+	return seg, nil
 }
 
 // FirstIndex returns the first index in the log, 0 if it is empty.
@@ -607,6 +620,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		offs = append(offs, start+int64(len(s.buf)))
 	}
 	if _, err := tail.f.WriteAt(s.buf, start); err != nil {
+		s.undoWrite(tail, start, err)
+		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
+	}
+	tail.zeroed = max(tail.zeroed, start+int64(len(s.buf)))
+	if err := s.zeroAhead(tail, start+int64(len(s.buf))); err != nil {
 		s.undoWrite(tail, start, err)
 		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
 	}

@@ -11,6 +11,9 @@
 #               is committed, the default before; see docs/operations.md)
 #   etcd        a 3-member etcd v3.7.3 (etcd-bench starts the members as
 #               subprocesses, fsync on; concurrency.Mutex)
+#   cluster-base  the cluster target with another ticketingd binary
+#               (BASE_TICKETINGD=PATH), for a before/after comparison in
+#               the same alternating run
 #
 # with both workloads: uncontended (UNC_CLIENTS clients, a key each) and
 # contended (CON_CLIENTS clients, one key). Every run gets a fresh deployment.
@@ -25,6 +28,9 @@
 #   TARGETS="standalone cluster cluster-cr etcd"   a subset runs only those
 #   OUT=DIR                             keep every run's JSON and logs in DIR
 #   TICKETINGD=PATH                     use this ticketingd binary instead of building one
+#   BASE_TICKETINGD=PATH                the binary of target cluster-base (required by it), e.g.
+#                                       one built from an earlier commit: git worktree add /tmp/base
+#                                       <commit> && (cd /tmp/base && go build -o /tmp/base.bin ./cmd/ticketingd)
 #   TLS=1                               ticketingd as deployed, from the files of 'ticketingd init':
 #                                       cluster and cluster-cr are started from a bundle of
 #                                       'init --cluster' (3 nodes on 127.0.0.1: mutual TLS between
@@ -82,17 +88,33 @@ else
   (cd "$root" && go build -o "$work/bin/ticketingd" ./cmd/ticketingd)
 fi
 (cd "$root/bench/etcd" && go build -o "$work/bin/etcd-bench" .)
+case " $TARGETS " in
+  *" cluster-base "*)
+    if [ -z "${BASE_TICKETINGD:-}" ] || [ ! -x "$BASE_TICKETINGD" ]; then
+      say "bench/compare.sh: target cluster-base needs BASE_TICKETINGD=PATH (an executable ticketingd)"
+      exit 2
+    fi
+    cp "$BASE_TICKETINGD" "$work/bin/ticketingd-base"
+    ;;
+esac
 
 # free_port sets port to a loopback port nothing listens on (and that this
 # script has not handed out yet); free_port N sets it to the first of N
 # consecutive such ports. (It sets a variable rather than printing the
 # port: in a $(...) subshell the record of the ports handed out would be
 # lost.)
+# The ports are taken below the kernel's ephemeral range (as
+# internal/harness.FreePort does): a port in it can be given at any moment
+# to an outgoing connection (the bench's, a node's to its peers), and the
+# node started on it then fails to bind.
 used_ports=" "
+port_lo=15000
+port_hi=$(awk '{ print $1 - 1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32767)
+if [ "$port_hi" -le $((port_lo + 1000)) ]; then port_lo=$((port_hi - 5000)); fi
 free_port() {
   local n=${1:-1} p i
   while :; do
-    p=$((20000 + RANDOM % 30000))
+    p=$((port_lo + RANDOM % (port_hi - port_lo - n)))
     for ((i = 0; i < n; i++)); do
       case $used_ports in *" $((p + i)) "*) continue 2 ;; esac
       if (exec 3<>"/dev/tcp/127.0.0.1/$((p + i))") 2>/dev/null; then continue 2; fi
@@ -168,6 +190,7 @@ tls_bench_args() {
 start_cluster_tls() {
   local tag=$1 bundle="$work/bundle-$1" cbase rbase abase i
   shift
+  local bin=${node_bin:-$work/bin/ticketingd}
   free_port 3; cbase=$port
   free_port 3; rbase=$port
   free_port 3; abase=$port
@@ -176,7 +199,7 @@ start_cluster_tls() {
     { say "ticketingd init --cluster failed ($tag):"; cat "$out/$tag-init.log" >&2; return 1; }
   tls_bench_args "$bundle" "$out/$tag-init.log"
   for i in 1 2 3; do
-    "$work/bin/ticketingd" serve --config "$bundle/n$i/ticketingd.yaml" --log-level info "$@" >"$out/$tag-n$i.log" 2>&1 &
+    "$bin" serve --config "$bundle/n$i/ticketingd.yaml" --log-level info "$@" >"$out/$tag-n$i.log" 2>&1 &
     pids+=($!)
   done
   for i in 1 2 3; do
@@ -194,6 +217,7 @@ start_cluster() { # start_cluster TAG [EXTRA SERVE FLAGS...]
   fi
   local tag=$1 i peers="" list=""
   shift
+  local bin=${node_bin:-$work/bin/ticketingd}
   local -a cport rport
   for i in 1 2 3; do
     free_port; cport[i]=$port
@@ -203,7 +227,7 @@ start_cluster() { # start_cluster TAG [EXTRA SERVE FLAGS...]
   done
   for i in 1 2 3; do
     local log="$out/$tag-n$i.log"
-    "$work/bin/ticketingd" serve --cluster --node-id "n$i" \
+    "$bin" serve --cluster --node-id "n$i" \
       --listen "127.0.0.1:${cport[i]}" --advertise "127.0.0.1:${cport[i]}" \
       --raft-listen "127.0.0.1:${rport[i]}" --peers "$peers" \
       --data-dir "$work/data-$tag-n$i" --log-level info "$@" >"$log" 2>&1 &
@@ -234,10 +258,11 @@ run_one() {
   tag="r$round-$target-$workload"
   json="$out/$tag.json"
   case $target in
-    standalone | cluster | cluster-cr)
+    standalone | cluster | cluster-cr | cluster-base)
       bench_args=()
       case $target in
         cluster-cr) start_cluster "$tag" --committed-release ;;
+        cluster-base) node_bin="$work/bin/ticketingd-base" start_cluster "$tag" ;;
         *) "start_$target" "$tag" ;;
       esac
       "$work/bin/ticketing-bench" --addr "$addrs" --find-wait 30s --mode "$workload" "${bench_args[@]}" \
@@ -307,6 +332,8 @@ for workload in uncontended contended; do
   ratio "$workload" cluster standalone
   ratio "$workload" cluster etcd
   ratio "$workload" cluster-cr etcd
+  ratio "$workload" cluster-base etcd
+  ratio "$workload" cluster cluster-base
   ratio "$workload" standalone etcd
 done
 if [ -n "${OUT:-}" ]; then echo "runs' JSON and logs in $out"; fi

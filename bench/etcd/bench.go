@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -34,6 +37,8 @@ type options struct {
 	warmup       time.Duration
 	lease        time.Duration
 	jsonOut      bool
+	tls          bool   // the started members serve clients and peers over TLS
+	tlsCA        string // the CA file of --endpoints' TLS
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -51,6 +56,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured run time before --duration")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "TTL of each client's session lease (whole seconds)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
+	fs.BoolVar(&o.tls, "tls", false, "the started members serve clients over TLS and each other over mutual TLS, with certificates of a CA the tool makes (as a bundle of 'ticketingd init --cluster' does); the clients verify the members against it")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "with --endpoints: speak TLS to them, verifying them against the CA certificates in this PEM `file`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -77,6 +84,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.endpoints = append(o.endpoints, e)
 		}
 	}
+	if o.tls && len(o.endpoints) > 0 {
+		return nil, fmt.Errorf("--tls is for the members the tool starts; with --endpoints give --tls-ca")
+	}
+	if o.tlsCA != "" && len(o.endpoints) == 0 {
+		return nil, fmt.Errorf("--tls-ca needs --endpoints (the started members' TLS is --tls)")
+	}
 	if o.duration <= 0 || o.warmup < 0 {
 		return nil, fmt.Errorf("--duration must be > 0 and --warmup >= 0")
 	}
@@ -94,6 +107,7 @@ type result struct {
 	Members      int                      `json:"members"` // of the cluster the tool started; 0 with --endpoints
 	Etcd         string                   `json:"etcd"`    // the etcd version the tool was built with
 	Fsync        bool                     `json:"fsync"`   // the started members fsync (always, unless --endpoints)
+	TLS          bool                     `json:"tls"`     // clients speak TLS (and started members mutual TLS to each other)
 	Clients      int                      `json:"clients"` // each with its own session
 	Conns        int                      `json:"conns"`   // clientv3 clients
 	GOMAXPROCS   int                      `json:"gomaxprocs"`
@@ -133,17 +147,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 	res := &result{Mode: o.mode, Etcd: version.Version, Clients: o.clients, Conns: o.conns, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	endpoints := o.endpoints
+	var tlsConf *tls.Config
+	if o.tlsCA != "" {
+		pem, err := os.ReadFile(o.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", o.tlsCA)
+		}
+		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	if len(endpoints) == 0 {
-		c, err := startCluster(ctx, o.members, stderr, time.Minute)
+		c, err := startCluster(ctx, o.members, o.tls, stderr, time.Minute)
 		if err != nil {
 			return nil, err
 		}
 		defer c.stop()
 		endpoints = c.clientURL
 		res.Members, res.Fsync = o.members, true
+		if c.ca != nil {
+			tlsConf = &tls.Config{RootCAs: c.ca, MinVersion: tls.VersionTLS12}
+		}
 	}
+	res.TLS = tlsConf != nil
 	if !o.allEndpoints {
-		leader, err := findLeader(ctx, endpoints)
+		leader, err := findLeader(ctx, endpoints, tlsConf)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +188,7 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 		}
 	}()
 	for range o.conns {
-		c, err := newClient(ctx, endpoints)
+		c, err := newClient(ctx, endpoints, tlsConf)
 		if err != nil {
 			return nil, err
 		}
@@ -187,8 +217,14 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 	return res, nil
 }
 
-func newClient(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: ctx})
+// newClient makes a clientv3 client of endpoints; TLS if tlsConf is not
+// nil (each client its own copy: clientv3 may set ServerName on it).
+func newClient(ctx context.Context, endpoints []string, tlsConf *tls.Config) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: ctx}
+	if tlsConf != nil {
+		cfg.TLS = tlsConf.Clone()
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
@@ -197,8 +233,8 @@ func newClient(ctx context.Context, endpoints []string) (*clientv3.Client, error
 
 // findLeader returns the client URL of the cluster's leader, asking every
 // member (an election may still be going on: it asks again for up to 30 s).
-func findLeader(ctx context.Context, endpoints []string) (string, error) {
-	c, err := newClient(ctx, endpoints)
+func findLeader(ctx context.Context, endpoints []string, tlsConf *tls.Config) (string, error) {
+	c, err := newClient(ctx, endpoints, tlsConf)
 	if err != nil {
 		return "", err
 	}
@@ -334,7 +370,11 @@ func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session,
 func printHuman(w io.Writer, r *result) {
 	where := "etcd " + r.Etcd + " at " + r.Addr
 	if r.Members > 0 {
-		where = fmt.Sprintf("%d-member etcd %s (member subprocesses, fsync on), clients to %s", r.Members, r.Etcd, r.Addr)
+		tlsNote := ""
+		if r.TLS {
+			tlsNote = ", mutual TLS between them, TLS from the clients"
+		}
+		where = fmt.Sprintf("%d-member etcd %s (member subprocesses, fsync on%s), clients to %s", r.Members, r.Etcd, tlsNote, r.Addr)
 	}
 	fmt.Fprintf(w, "mode %s: %d clients (a session each) over %d connections, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
 	lat := func(name string, s *benchkit.LatencySummary) {

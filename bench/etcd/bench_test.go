@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -93,10 +98,90 @@ func TestMemberFailsOnTakenPort(t *testing.T) {
 }
 
 func TestBenchUsage(t *testing.T) {
-	for _, args := range [][]string{{"--mode", "hold"}, {"--members", "2"}, {"--clients", "0"}, {"--lease", "1500ms"}, {"--endpoints", "a,,b"}, {"extra"}} {
+	for _, args := range [][]string{{"--mode", "hold"}, {"--members", "2"}, {"--clients", "0"}, {"--lease", "1500ms"}, {"--endpoints", "a,,b"}, {"extra"}, {"--tls", "--endpoints", "https://127.0.0.1:1"}, {"--tls-ca", "ca.pem"}} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, %s", args, code, errb.String())
 		}
 	}
+}
+
+// --tls: the members serve clients only over TLS (a plain HTTP request to
+// the client URL is refused, an https one verified against the tool's CA
+// answers), and each other only over mutual TLS (a peer without a
+// certificate is refused); the benchmark runs through it and says so.
+func TestClusterTLS(t *testing.T) {
+	c, err := startCluster(t.Context(), 1, true, os.Stderr, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	if c.ca == nil || !strings.HasPrefix(c.clientURL[0], "https://127.0.0.1:") {
+		t.Fatalf("clientURL %v, CA %v", c.clientURL, c.ca)
+	}
+	host := strings.TrimPrefix(c.clientURL[0], "https://")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.ca}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://" + host + "/version")
+	if err != nil {
+		t.Fatalf("https with the CA: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "etcdserver") {
+		t.Fatalf("https /version: %s %s", resp.Status, body)
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := plain.Get("http://" + host + "/version"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("plain http /version answered: %s", body)
+		}
+	}
+
+	// The peer port: a TLS client without a certificate gets no answer.
+	peer := peerURLOf(t, c)
+	conn, err := tls.Dial("tcp", peer, &tls.Config{RootCAs: c.ca})
+	if err == nil {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = conn.Write([]byte("GET /version HTTP/1.1\r\nHost: x\r\n\r\n"))
+		buf := make([]byte, 64)
+		_, err = conn.Read(buf)
+		conn.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Fatalf("a peer without a client certificate: %v, want a TLS 'certificate required' alert", err)
+	}
+	// With the members' certificate it is answered.
+	cert, err := tls.LoadX509KeyPair(filepath.Join(c.dir, "tls", tlsCertFile), filepath.Join(c.dir, "tls", tlsKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.ca, Certificates: []tls.Certificate{cert}}}}
+	defer peerClient.CloseIdleConnections()
+	resp, err = peerClient.Get("https://" + peer + "/version")
+	if err != nil {
+		t.Fatalf("a peer with the members' certificate: %v", err)
+	}
+	resp.Body.Close()
+
+	r := runJSON(t, "--members", "1", "--tls", "--mode", "uncontended", "--clients", "2", "--duration", "200ms", "--warmup", "0")
+	if !r.TLS || r.Cycles == 0 || !strings.HasPrefix(r.Addr, "https://127.0.0.1:") {
+		t.Fatalf("--tls run: %+v", r)
+	}
+}
+
+// peerURLOf returns host:port of the first member's peer URL, from its
+// command line.
+func peerURLOf(t *testing.T, c *cluster) string {
+	t.Helper()
+	args := c.procs[0].Args
+	for i, a := range args {
+		if a == "--peer-url" && i+1 < len(args) {
+			return strings.TrimPrefix(args[i+1], "https://")
+		}
+	}
+	t.Fatalf("no --peer-url in %v", args)
+	return ""
 }

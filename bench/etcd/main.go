@@ -15,7 +15,16 @@
 // are separate processes, as the ticketingd nodes they are compared with
 // are: one process holding three members and the client would share one Go
 // scheduler and garbage collector between them, which a real deployment
-// does not. With --endpoints the tool uses a running cluster instead.
+// does not. With --endpoints the tool uses a running cluster instead
+// (--tls-ca FILE: over TLS, verified against the CA certificates in FILE).
+//
+// With --tls the started members speak mutual TLS to each other (peer
+// client certificates required) and serve clients over TLS only: the tool
+// makes a CA and one node certificate for 127.0.0.1 (internal/pki, as
+// 'ticketingd init --cluster' does) in the temporary directory, and its
+// clients verify the members against that CA, presenting no certificate.
+// bench/compare.sh uses it with TLS=1, where ticketingd runs from an
+// 'init' bundle.
 //
 // # The workloads
 //

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,8 +20,46 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/ticketing-dev/ticketing/internal/pki"
 )
+
+// The files of a member's --tls-dir.
+const (
+	tlsCAFile   = "ca.pem"
+	tlsCertFile = "member.pem"
+	tlsKeyFile  = "member-key.pem"
+)
+
+// writeTLS makes a CA and one certificate for 127.0.0.1 that every member
+// uses as server (clients, peers) and as client (peers), a node
+// certificate as 'ticketingd init --cluster' makes (pki.Node), and writes
+// them into dir. It returns the CA's pool for the clients.
+func writeTLS(dir string) (*x509.CertPool, error) {
+	ca, err := pki.NewCA("etcd-bench CA", 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	member, err := ca.Issue(pki.Node, []string{"127.0.0.1"}, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	key, err := member.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{tlsCAFile: ca.CertPEM(), tlsCertFile: member.CertPEM(), tlsKeyFile: key} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return ca.Pool(), nil
+}
 
 // memberEnv, when set in the environment, makes the program an etcd
 // member (see runMember) instead of the benchmark: the benchmark starts
@@ -40,6 +79,7 @@ func runMember(args []string, stdout, stderr io.Writer) int {
 	peerURL := fs.String("peer-url", "", "peer URL (listen and advertise)")
 	clientURL := fs.String("client-url", "", "client URL (listen and advertise)")
 	cluster := fs.String("initial-cluster", "", "name=peerURL,...")
+	tlsDir := fs.String("tls-dir", "", "serve clients over TLS and peers over mutual TLS with the files of this directory (see writeTLS); the URLs are then https")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,6 +103,13 @@ func runMember(args []string, stdout, stderr io.Writer) int {
 	cfg.InitialCluster = *cluster
 	cfg.InitialClusterToken = "etcd-bench"
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	if *tlsDir != "" {
+		cert, key, ca := filepath.Join(*tlsDir, tlsCertFile), filepath.Join(*tlsDir, tlsKeyFile), filepath.Join(*tlsDir, tlsCAFile)
+		// Clients present no certificate (as with a bundle of 'ticketingd
+		// init --cluster'); peers must present one of the CA's.
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: cert, KeyFile: key}
+		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: cert, KeyFile: key, TrustedCAFile: ca, ClientCertAuth: true}
+	}
 	if cfg.UnsafeNoFsync {
 		fmt.Fprintln(stderr, "etcd member: fsync is off; refusing to benchmark")
 		return 2
@@ -99,15 +146,16 @@ func runMember(args []string, stdout, stderr io.Writer) int {
 type cluster struct {
 	dir       string
 	logs      *quietWriter
-	clientURL []string // one per member, in order
+	clientURL []string       // one per member, in order
+	ca        *x509.CertPool // with TLS: the members' CA; nil without
 	procs     []*exec.Cmd
 	exited    []chan error
 }
 
 // startCluster starts n members (subprocesses of this executable) and
-// returns once each serves clients, or fails after timeout. The members'
-// stderr (errors only) goes to stderr.
-func startCluster(ctx context.Context, n int, stderr io.Writer, timeout time.Duration) (c *cluster, err error) {
+// returns once each serves clients, or fails after timeout; with useTLS
+// over TLS (writeTLS). The members' stderr (errors only) goes to stderr.
+func startCluster(ctx context.Context, n int, useTLS bool, stderr io.Writer, timeout time.Duration) (c *cluster, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -127,18 +175,28 @@ func startCluster(ctx context.Context, n int, stderr io.Writer, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
+	scheme := "http"
+	var tlsArgs []string
+	if useTLS {
+		tlsDir := filepath.Join(dir, "tls")
+		if c.ca, err = writeTLS(tlsDir); err != nil {
+			return c, fmt.Errorf("etcd TLS certificates: %w", err)
+		}
+		scheme, tlsArgs = "https", []string{"--tls-dir", tlsDir}
+	}
 	var initial []string
 	peer := make([]string, n)
 	for i := range n {
-		peer[i] = fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
-		c.clientURL = append(c.clientURL, fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]))
+		peer[i] = fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i])
+		c.clientURL = append(c.clientURL, fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i+1]))
 		initial = append(initial, fmt.Sprintf("m%d=%s", i+1, peer[i]))
 	}
 	ready := make(chan error, n)
 	for i := range n {
 		name := fmt.Sprintf("m%d", i+1)
-		cmd := exec.Command(self, "--name", name, "--dir", filepath.Join(dir, name),
-			"--peer-url", peer[i], "--client-url", c.clientURL[i], "--initial-cluster", strings.Join(initial, ","))
+		args := append([]string{"--name", name, "--dir", filepath.Join(dir, name),
+			"--peer-url", peer[i], "--client-url", c.clientURL[i], "--initial-cluster", strings.Join(initial, ",")}, tlsArgs...)
+		cmd := exec.Command(self, args...)
 		cmd.Env = append(os.Environ(), memberEnv+"=1")
 		cmd.Stderr = c.logs
 		// A member must not outlive the benchmark, even a killed one.

@@ -324,12 +324,25 @@ for workload in uncontended contended; do
   done
 done
 echo
-ratio() { # ratio WORKLOAD A B: median cycles/s of A over B's
-  local a b
+# ratio WORKLOAD A B: median cycles/s of A over B's, then the ratio of A
+# to B within each round (the two ran minutes apart at most): their
+# median, range and, against etcd, how many rounds reached 10× (issue
+# 12's uncontended goal).
+ratio() {
+  local a b rounds
   a=$(median "$1" "$2" 4)
   b=$(median "$1" "$3" 4)
   if [ -z "$a" ] || [ -z "$b" ]; then return; fi
-  awk -v a="$a" -v b="$b" -v w="$1" -v n="$2/$3" 'BEGIN { if (b > 0) printf "%-12s %-22s %8.2f×\n", w, n, a / b }'
+  rounds=$(awk -v w="$1" -v ta="$2" -v tb="$3" '
+    $1 == w && $2 == ta { a[$3] = $4 }
+    $1 == w && $2 == tb { b[$3] = $4 }
+    END { for (r in a) if ((r in b) && b[r] > 0) print a[r] / b[r] }' "$work/results" | sort -g |
+    awk -v goal="$([ "$3" = etcd ] && echo 10)" '{ v[NR] = $1; if (goal != "" && $1 >= goal) met++ }
+      END { if (NR == 0) exit
+            m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+            printf "per round: median %.2f×, %.2f–%.2f×", m, v[1], v[NR]
+            if (goal != "") printf ", %d of %d rounds ≥ %d×", met, NR, goal }')
+  awk -v a="$a" -v b="$b" -v w="$1" -v n="$2/$3" -v r="$rounds" 'BEGIN { if (b > 0) printf "%-12s %-22s %8.2f×   %s\n", w, n, a / b, r }'
 }
 for workload in uncontended contended; do
   ratio "$workload" cluster standalone

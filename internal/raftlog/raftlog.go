@@ -100,7 +100,8 @@ type segment struct {
 	offs []int64
 	// zeroed is the offset up to which the file's bytes are known to be
 	// written (records, or zeros written ahead of them); past it they may
-	// be only preallocated. See zeroAhead.
+	// be only preallocated. The segment size after a failed write of zeros
+	// (no more are tried). See zeroAhead.
 	zeroed int64
 }
 
@@ -440,7 +441,7 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 	}
 	if err == nil {
 		// The first stretch of zeros goes in with the header's fsync.
-		err = s.zeroAhead(seg, segHeaderSize)
+		s.zeroAhead(seg, segHeaderSize)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -624,10 +625,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
 	}
 	tail.zeroed = max(tail.zeroed, start+int64(len(s.buf)))
-	if err := s.zeroAhead(tail, start+int64(len(s.buf))); err != nil {
-		s.undoWrite(tail, start, err)
-		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
-	}
+	s.zeroAhead(tail, start+int64(len(s.buf)))
 	if err := datasync(tail.f); err != nil {
 		// After a failed fdatasync the page cache may hold data that is not
 		// on disk and never will be: nothing can be trusted any more.

@@ -26,19 +26,28 @@ var zeroBlock = make([]byte, zeroChunk)
 // zeroAhead writes zeros after seg's records, which end at end, when
 // fewer than zeroChunk/2 bytes are zeroed past end; the caller's next
 // fsync makes them durable. Called with wmu held.
-func (s *Store) zeroAhead(seg *segment, end int64) error {
+//
+// It is best effort: the zeros only spare the fdatasyncs some work, and a
+// failed or partial write of them leaves zeros or preallocated space past
+// the records, which read the same. So an error (ENOSPC or EFBIG where the
+// records fit, as without fallocate) is not the caller's: the records stay,
+// and zeroing stops for the segment (zeroed is set to the segment size)
+// until a cut lowers zeroed again. An I/O error the page cache keeps shows
+// in the caller's fsync.
+func (s *Store) zeroAhead(seg *segment, end int64) {
 	if seg.zeroed >= s.segSize || end+zeroChunk/2 <= seg.zeroed {
-		return nil
+		return
 	}
 	from := max(seg.zeroed, end)
 	to := min(from+zeroChunk, s.segSize)
 	if to <= from {
-		return nil
+		return
 	}
 	if _, err := seg.f.WriteAt(zeroBlock[:to-from], from); err != nil {
-		return err
+		s.logger.Warn("writing zeros ahead of the records failed: not writing more in this segment", "file", seg.path, "offset", from, "error", err)
+		seg.zeroed = s.segSize
+		return
 	}
 	seg.zeroed = to
 	s.zeroWrites++
-	return nil
 }

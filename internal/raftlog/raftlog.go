@@ -316,8 +316,18 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 	)
 	for {
 		if off+recHeaderSize > size {
-			if off < size {
-				why = "short record header"
+			// Fewer bytes than a record header are left. Zeros are the
+			// end, as a zero length is: a full segment is trimmed to its
+			// records without an fsync (StoreLogs), and a power loss may
+			// undo the trim and leave a few preallocated bytes.
+			if rest := size - off; rest > 0 {
+				tailBytes := make([]byte, rest)
+				if _, err := io.ReadFull(r, tailBytes); err != nil {
+					return fail("read at %d: %v", off, err)
+				}
+				if !allZero(tailBytes) {
+					why = "short record header"
+				}
 			}
 			break
 		}
@@ -364,6 +374,15 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		return fail("truncating the tail: %v", err)
 	}
 	return seg, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // cutAt truncates seg's file at off, preallocates it again and fsyncs it.

@@ -485,6 +485,12 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("raftlog: creating %s: %w", path, err)
 	}
+	// The open file keeps the name it was opened by: open it again by its
+	// final name, so that the errors of later writes name the real file.
+	if nf, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+		f.Close()
+		seg.f = nf
+	}
 	return seg, nil
 }
 

@@ -3,6 +3,7 @@
 package raftlog
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 
@@ -55,8 +56,14 @@ func TestFailedFirstWriteThenOtherIndex(t *testing.T) {
 			// test binary writes meanwhile (go test's testlog.txt).
 			withFileSizeLimit(t, 32<<20, func() {
 				// One entry bigger than the limit: the pwrite fails.
-				if err := s.StoreLogs([]*raft.Log{entry(10, 1, 33<<20)}); err == nil {
+				err := s.StoreLogs([]*raft.Log{entry(10, 1, 33<<20)})
+				if err == nil {
 					t.Fatal("StoreLogs past RLIMIT_FSIZE succeeded")
+				}
+				// The error names the segment as it is named on disk,
+				// not the .tmp name it was created under.
+				if strings.Contains(err.Error(), ".tmp") || !strings.Contains(err.Error(), segName(10)) {
+					t.Errorf("StoreLogs error %q: want it to name %s, without .tmp", err, segName(10))
 				}
 			})
 			if s.broken != nil {

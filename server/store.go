@@ -266,19 +266,7 @@ func parseCeiling(b []byte) (uint64, error) {
 // fsync of the directory.
 func writeCeiling(dir string, v uint64) error {
 	tmp := filepath.Join(dir, ceilingTemp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(formatCeiling(v)); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := fsutil.WriteFileSync(tmp, formatCeiling(v)); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, ceilingFile)); err != nil {

@@ -400,7 +400,7 @@ func (s *Store) cutAt(seg *segment, off int64) error {
 // writeMeta replaces the meta file with first, durably.
 func (s *Store) writeMeta(first uint64) error {
 	path := filepath.Join(s.dir, "meta")
-	if err := writeFileSync(path+".tmp", encodeMeta(first)); err != nil {
+	if err := fsutil.WriteFileSync(path+".tmp", encodeMeta(first)); err != nil {
 		return fmt.Errorf("raftlog: meta file: %w", err)
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {
@@ -414,22 +414,6 @@ func (s *Store) writeMeta(first uint64) error {
 	}
 	s.metaFirst = first
 	return nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // removeSegmentFile deletes a segment file and fsyncs the directory.
@@ -649,7 +633,6 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.undoWrite(tail, start, err)
 		return fmt.Errorf("raftlog: writing %s: %w", tail.path, err)
 	}
-	tail.zeroed = max(tail.zeroed, start+int64(len(s.buf)))
 	s.zeroAhead(tail, start+int64(len(s.buf)))
 	if err := datasync(tail.f); err != nil {
 		// After a failed fdatasync the page cache may hold data that is not

@@ -386,6 +386,19 @@ func fillSegments(t *testing.T, dir string, n uint64) {
 	}
 }
 
+// writeAt writes b into the file at path at offset off.
+func writeAt(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func flipByte(t *testing.T, path string, off int64) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -470,35 +483,12 @@ func TestOpenTornTail(t *testing.T) {
 		tear func(t *testing.T, path string, off int64) // off: record 8's offset
 	}{
 		{"bad CRC", func(t *testing.T, path string, off int64) { flipByte(t, path, off+recHeaderSize+35) }},
-		{"zero length", func(t *testing.T, path string, off int64) {
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := f.WriteAt(make([]byte, 4), off); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"zero length", func(t *testing.T, path string, off int64) { writeAt(t, path, off, make([]byte, 4)) }},
 		{"record of another index", func(t *testing.T, path string, off int64) {
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := f.WriteAt(appendRecord(nil, entry(9, 1, 50)), off); err != nil {
-				t.Fatal(err)
-			}
+			writeAt(t, path, off, appendRecord(nil, entry(9, 1, 50)))
 		}},
 		{"length beyond the file", func(t *testing.T, path string, off int64) {
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := f.WriteAt([]byte{0xff, 0xff, 0xff, 0x7f}, off); err != nil {
-				t.Fatal(err)
-			}
+			writeAt(t, path, off, []byte{0xff, 0xff, 0xff, 0x7f})
 		}},
 	}
 	for _, tt := range tests {
@@ -664,14 +654,11 @@ func TestOpenMiddleSegmentTrimUndone(t *testing.T) {
 			dir := t.TempDir()
 			fillSegments(t, dir, 60)
 			segs := segmentFiles(t, dir)
-			f, err := os.OpenFile(segs[1], os.O_WRONLY|os.O_APPEND, 0)
+			fi, err := os.Stat(segs[1])
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.Write(tail); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
+			writeAt(t, segs[1], fi.Size(), tail)
 			s, err := Open(dir, Options{SegmentSize: 1024})
 			if !allZero(tail) {
 				if err == nil {

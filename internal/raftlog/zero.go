@@ -23,9 +23,10 @@ const zeroChunk = 1 << 20
 // zeroBlock is zeroChunk zero bytes, only ever read.
 var zeroBlock = make([]byte, zeroChunk)
 
-// zeroAhead writes zeros after seg's records, which end at end, when
-// fewer than zeroChunk/2 bytes are zeroed past end; the caller's next
-// fsync makes them durable. Called with wmu held.
+// zeroAhead records that seg's bytes are written up to end (its records
+// end there) and writes zeros after them when fewer than zeroChunk/2
+// bytes are zeroed past end; the caller's next fsync makes them durable.
+// Called with wmu held.
 //
 // It is best effort: the zeros only spare the fdatasyncs some work, and a
 // failed or partial write of them leaves zeros or preallocated space past
@@ -35,14 +36,12 @@ var zeroBlock = make([]byte, zeroChunk)
 // until a cut lowers zeroed again. An I/O error the page cache keeps shows
 // in the caller's fsync.
 func (s *Store) zeroAhead(seg *segment, end int64) {
+	seg.zeroed = max(seg.zeroed, end)
 	if seg.zeroed >= s.segSize || end+zeroChunk/2 <= seg.zeroed {
 		return
 	}
-	from := max(seg.zeroed, end)
+	from := seg.zeroed
 	to := min(from+zeroChunk, s.segSize)
-	if to <= from {
-		return
-	}
 	if _, err := seg.f.WriteAt(zeroBlock[:to-from], from); err != nil {
 		s.logger.Warn("writing zeros ahead of the records failed: not writing more in this segment", "file", seg.path, "offset", from, "error", err)
 		seg.zeroed = s.segSize

@@ -147,17 +147,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 	res := &result{Mode: o.mode, Etcd: version.Version, Clients: o.clients, Conns: o.conns, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	endpoints := o.endpoints
-	var tlsConf *tls.Config
+	var roots *x509.CertPool // the CA the clients verify the members against; nil: plain TCP
 	if o.tlsCA != "" {
 		pem, err := os.ReadFile(o.tlsCA)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", o.tlsCA)
 		}
-		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if len(endpoints) == 0 {
 		c, err := startCluster(ctx, o.members, o.tls, stderr, time.Minute)
@@ -167,9 +166,11 @@ func bench(ctx context.Context, o *options, stderr io.Writer) (*result, error) {
 		defer c.stop()
 		endpoints = c.clientURL
 		res.Members, res.Fsync = o.members, true
-		if c.ca != nil {
-			tlsConf = &tls.Config{RootCAs: c.ca, MinVersion: tls.VersionTLS12}
-		}
+		roots = c.ca
+	}
+	var tlsConf *tls.Config
+	if roots != nil {
+		tlsConf = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	res.TLS = tlsConf != nil
 	if !o.allEndpoints {

@@ -47,8 +47,8 @@ func FreePort() (int, error) {
 const freePortMin = 15000
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768 if
-// it cannot be read, or if it leaves too little room below).
-func ephemeralLow() int {
+// it cannot be read, or if it leaves too little room below), read once.
+var ephemeralLow = sync.OnceValue(func() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -58,7 +58,7 @@ func ephemeralLow() int {
 		}
 	}
 	return 32768
-}
+})
 
 // freePorts are the ports FreePort has returned.
 var freePorts = struct {

@@ -74,8 +74,14 @@
 // tells from the connection's transaction status (pgconn's TxStatus,
 // free) and, inside a transaction, a transaction-local setting
 // (ticketing.fence_tx) that the check-and-bump statement sets with
-// set_config(..., true) in its RETURNING clause: one SELECT before
-// COMMIT.
+// set_config(..., true) in its RETURNING clause. Run reads it in the
+// COMMIT's own round trip: it takes the connection itself (it acquires
+// one from a *pgxpool.Pool and gives it back; it uses the *pgxpool.Conn
+// or *pgx.Conn you pass) and sends the check and COMMIT as one query,
+// in which a failed check makes PostgreSQL skip the COMMIT. So a fenced
+// transaction costs one round trip more than the same transaction
+// unfenced: the check-and-bump. With another Beginner, and in CheckTx,
+// the check is a SELECT of its own before COMMIT.
 //
 // # Commit failures
 //

@@ -16,9 +16,10 @@ import (
 // (begin, UPDATE, commit) and fenced (begin, check-and-bump, UPDATE,
 // commit, release of a fake ticket), sequentially, and reports the median
 // latency as p50-ns. The fence adds the check-and-bump and the check that
-// fn left the transaction open: two round trips on PostgreSQL, three
-// statements on MySQL and SQLite (SAVEPOINT after the bump, RELEASE
-// SAVEPOINT before COMMIT).
+// fn left the transaction open: one round trip on PostgreSQL (the check
+// rides in the COMMIT's query; TestPgxRoundTrips), three statements on
+// MySQL and SQLite (SAVEPOINT after the bump, RELEASE SAVEPOINT before
+// COMMIT).
 // PostgreSQL goes through pgxfence; MySQL and SQLite through sqlfence.
 // For MySQL, add interpolateParams=true to TICKETING_TEST_MYSQL_DSN to
 // measure without go-sql-driver's per-statement prepare round trips. The

@@ -177,11 +177,11 @@ func TestCommitUnknown(t *testing.T) {
 		if tg.kill == "" {
 			t.Skip("SQLite runs in-process: there is no connection to break")
 		}
-		// The connection is killed after Run's last statement before
-		// COMMIT (the check that fn left the transaction open), from the
-		// lease check, which comes between the two: a connection that
-		// broke earlier fails that check, before COMMIT, and Run reports
-		// it as not committed.
+		// The connection is killed from the lease check, the last step
+		// before COMMIT: after the check that fn left the transaction
+		// open where that is a statement of its own (a connection that
+		// broke earlier fails that check, and Run reports it as not
+		// committed), before the query that checks and commits on pgx.
 		ft := fencetest.NewTicket("k", 3)
 		tk := &killingTicket{Ticket: ft}
 		err := tg.run(ctxTimeout(t, 20*time.Second), tk, func(q querier) error {
@@ -374,10 +374,11 @@ func TestResources(t *testing.T) {
 func TestCustomTable(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
 		ddl := map[string]string{
-			"pgx/postgres": "CREATE TABLE my_fence (resource BYTEA PRIMARY KEY, high_water BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)",
-			"sql/postgres": "CREATE TABLE my_fence (resource BYTEA PRIMARY KEY, high_water BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)",
-			"sql/mysql":    "CREATE TABLE my_fence (resource VARBINARY(255) PRIMARY KEY, high_water BIGINT NOT NULL, updated_at DATETIME(6) NOT NULL)",
-			"sql/sqlite":   "CREATE TABLE my_fence (resource BLOB PRIMARY KEY, high_water INTEGER NOT NULL, updated_at TEXT NOT NULL)",
+			"pgx/postgres":      "CREATE TABLE my_fence (resource BYTEA PRIMARY KEY, high_water BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)",
+			"pgx-conn/postgres": "CREATE TABLE my_fence (resource BYTEA PRIMARY KEY, high_water BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)",
+			"sql/postgres":      "CREATE TABLE my_fence (resource BYTEA PRIMARY KEY, high_water BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL)",
+			"sql/mysql":         "CREATE TABLE my_fence (resource VARBINARY(255) PRIMARY KEY, high_water BIGINT NOT NULL, updated_at DATETIME(6) NOT NULL)",
+			"sql/sqlite":        "CREATE TABLE my_fence (resource BLOB PRIMARY KEY, high_water INTEGER NOT NULL, updated_at TEXT NOT NULL)",
 		}[tg.name]
 		tg.mustExec(t, ddl)
 		ctx := t.Context()

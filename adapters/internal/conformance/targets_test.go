@@ -52,6 +52,8 @@ type target struct {
 	kill      string
 	// plainTx runs fn in an unfenced transaction (for benchmarks).
 	plainTx func(ctx context.Context, fn func(querier) error) error
+	// pool is the pgx targets' pool, nil for the others.
+	pool *pgxpool.Pool
 }
 
 // q rewrites ? placeholders for PostgreSQL.
@@ -151,6 +153,7 @@ type kind struct {
 
 var kinds = []kind{
 	{"pgx/postgres", fence.Postgres, openPgx},
+	{"pgx-conn/postgres", fence.Postgres, openPgxConn},
 	{"sql/postgres", fence.Postgres, func(t testing.TB) *target {
 		return openSQL(t, "sql/postgres", "pgx", testdb.Postgres(t), fence.Postgres, fence.Postgres)
 	}},
@@ -285,6 +288,7 @@ func openPgx(t testing.TB) *target {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	tg.pool = pool
 	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
 		return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) }, opts...)
 	}
@@ -313,6 +317,29 @@ func openPgx(t testing.TB) *target {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) })
 	}
 	tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
+	return tg
+}
+
+// openPgxConn is openPgx with Run given a *pgxpool.Conn acquired for each
+// call (and released after it): Run's path for a connection the caller
+// holds, which it does not give back.
+func openPgxConn(t testing.TB) *target {
+	t.Helper()
+	tg := openPgx(t)
+	tg.name = "pgx-conn/postgres"
+	pool := tg.pool
+	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		err = pgxfence.Run(ctx, c, tk, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) }, opts...)
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' && !c.Conn().IsClosed() {
+			return fmt.Errorf("Run left the caller's connection in transaction status %q (Run: %v)", st, err)
+		}
+		return err
+	}
 	return tg
 }
 

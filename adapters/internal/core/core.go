@@ -17,6 +17,32 @@ type Tx interface {
 	Rollback(ctx context.Context) error
 }
 
+// CheckedTx is a Tx that can check, inside its commit's own round trip,
+// that it is still the transaction Guard ran in: Run then skips Driver.Ended
+// on the success path and calls EndedLocally and CommitChecked instead,
+// saving the check's round trip.
+type CheckedTx interface {
+	Tx
+	// EndedLocally reports, without asking the database, whether the
+	// transaction is known to have ended (the connection is idle): true
+	// means ended, false that it may still be Guard's (CommitChecked
+	// checks the rest).
+	EndedLocally() bool
+	// CommitChecked commits only if the transaction is still Guard's,
+	// checked in the same round trip as the COMMIT. It returns
+	// ErrEndedAtCommit (wrapped) if it was not: nothing was committed and
+	// the transaction was rolled back. Any other error is the commit's,
+	// classified by Driver.Definite. After CommitChecked returns, the
+	// transaction is over whatever the outcome (Rollback is a no-op) and
+	// the connection is given back.
+	CommitChecked(ctx context.Context) error
+}
+
+// ErrEndedAtCommit is returned by CheckedTx.CommitChecked when the check
+// in the commit's round trip found that the transaction is no longer
+// Guard's.
+var ErrEndedAtCommit = errors.New("the transaction is no longer the fenced one")
+
 // Driver adapts one driver family to the flow. T is the transaction type
 // handed to the business function (pgx.Tx, *sql.Tx).
 type Driver[T any] struct {
@@ -142,8 +168,14 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	}
 	// The high-water row lock is only ours while Guard's transaction is
 	// open: if fn ended it, committing now would report unfenced writes
-	// as fenced.
-	if ended, err := txEnded(); err != nil {
+	// as fenced. A CheckedTx tells what it can for free here, and checks
+	// the rest in the commit's round trip.
+	checked, oneTrip := raw.(CheckedTx)
+	if oneTrip {
+		if checked.EndedLocally() {
+			return rollback(TxEnded(d.Pkg, nil))
+		}
+	} else if ended, err := txEnded(); err != nil {
 		return rollback(fmt.Errorf("%s: before commit: %w", d.Pkg, err))
 	} else if ended {
 		return rollback(TxEnded(d.Pkg, nil))
@@ -151,7 +183,14 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if err := fence.CheckLease(ticket, fence.WithCommitMargin(plan.CommitMargin)); err != nil {
 		return rollback(err)
 	}
-	if err := raw.Commit(ctx); err != nil {
+	commit := raw.Commit
+	if oneTrip {
+		commit = checked.CommitChecked
+	}
+	if err := commit(ctx); err != nil {
+		if errors.Is(err, ErrEndedAtCommit) {
+			return rollback(TxEnded(d.Pkg, nil))
+		}
 		if d.Definite(err) {
 			// The database answered: the transaction did not commit.
 			return rollback(fmt.Errorf("%s: commit: %w", d.Pkg, err))

@@ -264,3 +264,71 @@ func TestRunEnded(t *testing.T) {
 		})
 	}
 }
+
+// checkedTx is a fakeTx that checks in its commit (core.CheckedTx).
+type checkedTx struct {
+	fakeTx
+	endedLocally bool
+	checkedErr   error
+	checked      int
+}
+
+func (c *checkedTx) EndedLocally() bool { return c.endedLocally }
+func (c *checkedTx) CommitChecked(context.Context) error {
+	c.checked++
+	return c.checkedErr
+}
+
+// A CheckedTx replaces Ended and Commit on the success path: its
+// CommitChecked commits, its ErrEndedAtCommit is reported as ErrTxEnded,
+// and what it knows locally (an idle connection) comes before the lease
+// check, as Ended does (writes that fn committed matter more than an
+// expired lease).
+func TestRunCheckedTx(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		endedLocally  bool
+		checkedErr    error
+		expire        bool
+		want          error
+		wantChecked   int
+		wantRollbacks int
+	}{
+		{name: "commit", wantChecked: 1},
+		{name: "ended at commit", checkedErr: fmt.Errorf("x: %w", core.ErrEndedAtCommit), want: fence.ErrTxEnded, wantChecked: 1, wantRollbacks: 1},
+		{name: "ended locally", endedLocally: true, want: fence.ErrTxEnded, wantRollbacks: 1},
+		{name: "ended locally, lease expired", endedLocally: true, expire: true, want: fence.ErrTxEnded, wantRollbacks: 1},
+		{name: "lease expired", expire: true, want: fence.ErrLeaseExpired, wantRollbacks: 1},
+		{name: "commit refused", checkedErr: errDefinite, want: errDefinite, wantChecked: 1, wantRollbacks: 1},
+		{name: "commit unknown", checkedErr: errBroken, want: fence.ErrCommitUnknown, wantChecked: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := &checkedTx{endedLocally: tc.endedLocally, checkedErr: tc.checkedErr}
+			tk := fencetest.NewTicket("k", 1)
+			endedCalls := 0
+			d := core.Driver[*checkedTx]{
+				Pkg:      "test",
+				Begin:    func(context.Context) (*checkedTx, core.Tx, error) { return tx, tx, nil },
+				Guard:    func(context.Context, *checkedTx, fence.Plan) error { return nil },
+				Ended:    func(context.Context, *checkedTx) (bool, error) { endedCalls++; return false, nil },
+				Definite: func(err error) bool { return errors.Is(err, errDefinite) },
+			}
+			err := core.Run(t.Context(), d, tk, func(*checkedTx) error {
+				if tc.expire {
+					tk.SetRemaining(0)
+				}
+				return nil
+			}, nil)
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if tx.checked != tc.wantChecked || tx.commits != 0 || tx.rollbacks != tc.wantRollbacks || endedCalls != 0 {
+				t.Errorf("CommitChecked %d (want %d), Commit %d (want 0), Rollback %d (want %d), Ended %d (want 0)",
+					tx.checked, tc.wantChecked, tx.commits, tx.rollbacks, tc.wantRollbacks, endedCalls)
+			}
+			if tk.Releases() != 1 {
+				t.Errorf("releases = %d", tk.Releases())
+			}
+		})
+	}
+}

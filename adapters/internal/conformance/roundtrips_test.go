@@ -1,0 +1,211 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ticketing-dev/ticketing/adapters/pgxfence"
+	"github.com/ticketing-dev/ticketing/fence"
+	"github.com/ticketing-dev/ticketing/fence/fencetest"
+	"github.com/ticketing-dev/ticketing/internal/testdb"
+)
+
+// countingConn counts the client's writes to the server. pgconn sends a
+// request (a query, or the messages of one extended-protocol execution)
+// in one write and then reads the answer, so on a plain TCP connection
+// the writes are the round trips.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// The fence costs one round trip on PostgreSQL (the check-and-bump), for
+// each kind of db Run takes a connection from itself: the check that fn
+// left the transaction open rides in the COMMIT's round trip. Before, it
+// was a SELECT of its own: two extra round trips.
+func TestPgxRoundTrips(t *testing.T) {
+	dsn := testdb.Postgres(t)
+	admin := openAdmin(t, "pgx", dsn, fence.Postgres)
+	if _, err := admin.Exec("INSERT INTO items (id, v) VALUES (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.TLSConfig != nil {
+		t.Fatalf("the DSN asks for TLS (%s): the writes would not be the round trips; use sslmode=disable", dsn)
+	}
+	var writes atomic.Int64
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, &writes}, nil
+	}
+	cfg.MaxConns = 1
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	ctx := t.Context()
+	update := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE items SET v = v + 1 WHERE id = $1", 1)
+		return err
+	}
+	// trips runs op twice to warm the connection and the statement cache
+	// (a first execution also prepares), then counts one more run.
+	trips := func(t *testing.T, op func() error) int64 {
+		t.Helper()
+		for range 2 {
+			if err := op(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writes.Store(0)
+		if err := op(); err != nil {
+			t.Fatal(err)
+		}
+		return writes.Load()
+	}
+	plain := trips(t, func() error { return pgx.BeginFunc(ctx, pool, update) })
+	if plain != 3 {
+		t.Fatalf("a plain transaction (BEGIN, UPDATE, COMMIT) made %d round trips, want 3: the count is off", plain)
+	}
+	var token atomic.Uint64
+	run := func(db pgxfence.Beginner) func() error {
+		return func() error { return pgxfence.Run(ctx, db, fencetest.NewTicket("rt", token.Add(1)), update) }
+	}
+	t.Run("pool", func(t *testing.T) {
+		if n := trips(t, run(pool)); n != plain+1 {
+			t.Errorf("fenced with a *pgxpool.Pool: %d round trips, want %d (one more than plain)", n, plain+1)
+		}
+		if s := pool.Stat(); s.AcquiredConns() != 0 {
+			t.Errorf("%d connections still acquired after Run", s.AcquiredConns())
+		}
+	})
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	t.Run("pool conn", func(t *testing.T) {
+		if n := trips(t, run(c)); n != plain+1 {
+			t.Errorf("fenced with a *pgxpool.Conn: %d round trips, want %d", n, plain+1)
+		}
+	})
+	t.Run("conn", func(t *testing.T) {
+		if n := trips(t, run(c.Conn())); n != plain+1 {
+			t.Errorf("fenced with a *pgx.Conn: %d round trips, want %d", n, plain+1)
+		}
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("connection left in transaction status %q", st)
+		}
+	})
+	c.Release()
+
+	// The outcomes of the query that checks and commits, for each kind of
+	// db: a transaction that fn ended and began again is not committed (the
+	// check fails, the COMMIT is skipped); a COMMIT that fails (a deferred
+	// unique constraint) is reported as not committed, not as unknown.
+	// Either way nothing is left open or acquired.
+	if _, err := admin.Exec("CREATE TABLE deferred (id BIGINT, CONSTRAINT deferred_id UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(t *testing.T, table string, id int64) int64 {
+		t.Helper()
+		var n int64
+		if err := admin.QueryRow("SELECT count(*) FROM "+table+" WHERE id = $1", id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	exec := func(tx pgx.Tx, sql string, args ...any) error {
+		_, err := tx.Exec(ctx, sql, args...)
+		return err
+	}
+	for i, kind := range []string{"pool", "pool conn", "conn"} {
+		t.Run(kind+" outcomes", func(t *testing.T) {
+			var db pgxfence.Beginner = pool
+			pc, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Release()
+			switch kind {
+			case "pool":
+				pc.Release() // MaxConns is 1: Run must be able to acquire it
+			case "pool conn":
+				db = pc
+			case "conn":
+				db = pc.Conn()
+			}
+			base := int64(100 * (i + 1))
+			err = pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+				for _, step := range []struct {
+					sql  string
+					args []any
+				}{
+					{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base}},
+					{"COMMIT", nil},
+					{"BEGIN", nil},
+					{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base + 1}},
+				} {
+					if err := exec(tx, step.sql, step.args...); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if !errors.Is(err, fence.ErrTxEnded) || errors.Is(err, fence.ErrCommitUnknown) {
+				t.Errorf("COMMIT then BEGIN in fn: %v, want fence.ErrTxEnded", err)
+			}
+			if count(t, "items", base) != 1 || count(t, "items", base+1) != 0 {
+				t.Errorf("after COMMIT then BEGIN: row before the end %d (want 1, fn committed it), row after %d (want 0)",
+					count(t, "items", base), count(t, "items", base+1))
+			}
+
+			err = pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+				if err := exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base); err != nil {
+					return err
+				}
+				return exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base)
+			})
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, fence.ErrCommitUnknown) || errors.Is(err, fence.ErrTxEnded) {
+				t.Errorf("COMMIT failing on a deferred constraint: %v, want the unique violation (23505), not unknown", err)
+			}
+			if n := count(t, "deferred", base); n != 0 {
+				t.Errorf("%d rows committed by a failed COMMIT", n)
+			}
+
+			if kind == "pool" {
+				if s := pool.Stat(); s.AcquiredConns() != 0 {
+					t.Errorf("%d connections still acquired after Run", s.AcquiredConns())
+				}
+			} else if st := pc.Conn().PgConn().TxStatus(); st != 'I' {
+				t.Errorf("the caller's connection left in transaction status %q", st)
+			}
+			// And the connection works: a fenced write commits.
+			if err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), update); err != nil {
+				t.Errorf("Run after those: %v", err)
+			}
+		})
+	}
+}

@@ -75,13 +75,16 @@
 // free) and, inside a transaction, a transaction-local setting
 // (ticketing.fence_tx) that the check-and-bump statement sets with
 // set_config(..., true) in its RETURNING clause. Run reads it in the
-// COMMIT's own round trip: it takes the connection itself (it acquires
-// one from a *pgxpool.Pool and gives it back; it uses the *pgxpool.Conn
-// or *pgx.Conn you pass) and sends the check and COMMIT as one query,
-// in which a failed check makes PostgreSQL skip the COMMIT. So a fenced
-// transaction costs one round trip more than the same transaction
-// unfenced: the check-and-bump. With another Beginner, and in CheckTx,
-// the check is a SELECT of its own before COMMIT.
+// COMMIT's own round trip: with a *pgxpool.Pool, *pgxpool.Conn or
+// *pgx.Conn it begins the transaction with pgx.TxOptions.CommitQuery set
+// to one query that checks and then commits, in which a failed check makes
+// PostgreSQL skip the COMMIT. So a fenced transaction costs one round trip
+// more than the same transaction unfenced: the check-and-bump. When that
+// check fails (fn committed and began a new transaction), pgx closes the
+// connection, as it does after any failed commit query that leaves a
+// transaction open: a pool replaces it; a *pgx.Conn of yours must be
+// dialled again. With another Beginner, and in CheckTx, the check is a
+// SELECT of its own before COMMIT.
 //
 // # Commit failures
 //

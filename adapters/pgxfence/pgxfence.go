@@ -91,130 +91,86 @@ type txAdapter struct{ tx pgx.Tx }
 func (t txAdapter) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
 func (t txAdapter) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
 
-// begin starts Run's transaction. On a connection Run can reach itself
-// (db is a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn) it returns an
-// ownedTx, whose commit carries the check that fn left the transaction
-// open; any other Beginner gets the plain commit, after a check of its
-// own round trip.
+// begin starts Run's transaction. For the Beginners whose BeginTx honours
+// pgx.TxOptions.CommitQuery (*pgxpool.Pool, *pgxpool.Conn, *pgx.Conn) it
+// sets commitCheckedSQL as the commit query and returns a checkedTx: the
+// check that fn left the transaction open then rides in the COMMIT's round
+// trip. Any other Beginner gets the plain commit, after a check of its own
+// round trip (Driver.Ended).
 func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
-	var (
-		conn    *pgx.Conn
-		release func()
-	)
+	type txBeginner interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}
+	var tb txBeginner // stays nil for a nil pointer, whose Begin panics below as before
 	switch c := db.(type) {
 	case nil:
 		return nil, nil, errors.New("nil db")
 	case *pgxpool.Pool:
-		if c != nil { // a nil one panics in its Begin below, as before
-			pc, err := c.Acquire(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
-			conn, release = pc.Conn(), pc.Release
+		if c != nil {
+			tb = c
 		}
 	case *pgxpool.Conn:
 		if c != nil {
-			conn = c.Conn()
+			tb = c
 		}
 	case *pgx.Conn:
-		conn = c
+		if c != nil {
+			tb = c
+		}
 	}
-	if conn == nil {
+	if tb == nil {
 		tx, err := db.Begin(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		return tx, txAdapter{tx}, nil
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := tb.BeginTx(ctx, pgx.TxOptions{CommitQuery: commitCheckedSQL})
 	if err != nil {
-		if release != nil {
-			release()
-		}
 		return nil, nil, err
 	}
-	return tx, &ownedTx{tx: tx, conn: conn, release: release}, nil
+	return tx, checkedTx{tx}, nil
 }
 
-// ownedTx is Run's transaction on a connection it holds itself. Its
-// CommitChecked sends the check that the transaction is still Guard's and
-// the COMMIT as one simple-protocol query (commitCheckedSQL): if the
-// check fails, PostgreSQL skips the COMMIT, so one round trip both checks
-// and commits. A pgx.Tx cannot do that itself: its Commit sends a COMMIT
-// of its own, and a *pgxpool.Tx gives its connection back only through
-// its Commit or Rollback, which is why Run takes the pool's connection
-// itself.
-type ownedTx struct {
-	tx      pgx.Tx // conn's, handed to fn
-	conn    *pgx.Conn
-	release func() // gives a pool's connection back; nil for a caller's connection
-	done    bool   // the transaction is over: Rollback does nothing
-}
-
-// commitCheckedSQL commits only in Guard's transaction: the
-// transaction-local marker that the check-and-bump set is there, or the
-// cast fails at run time (SQLSTATE 22P02, endedMessage in the error) and
-// PostgreSQL skips the rest of the query, leaving the transaction
-// aborted. (The CASE is not folded at planning: current_setting is not
-// immutable.)
+// commitCheckedSQL is the commit query of Run's transaction: it commits
+// only in Guard's transaction. The transaction-local marker that the
+// check-and-bump set is there, or the cast fails at run time (SQLSTATE
+// 22P02, endedMessage in the error) and PostgreSQL skips the COMMIT,
+// leaving the transaction aborted; pgx then closes the connection (a pool
+// replaces it). The CASE is not folded at planning: current_setting is
+// not immutable.
 const (
 	endedMessage     = "ticketing: not the transaction the fence checked"
 	commitCheckedSQL = "SELECT CAST(CASE current_setting('" + markerName + "', true) WHEN '" + markerValue + "' THEN '1' ELSE '" + endedMessage + "' END AS integer); COMMIT"
 )
 
-func (o *ownedTx) EndedLocally() bool { return o.conn.PgConn().TxStatus() == 'I' }
+// checkedTx is Run's transaction begun with commitCheckedSQL as its commit
+// query.
+type checkedTx struct{ tx pgx.Tx }
 
-func (o *ownedTx) CommitChecked(ctx context.Context) error {
-	if o.conn.PgConn().TxStatus() != 'T' {
-		// Idle ('I': ended, which Run has seen already) or failed ('E':
-		// still Guard's, and its COMMIT answers ROLLBACK): pgx's Commit
-		// says so without a check.
-		return o.Commit(ctx)
+func (c checkedTx) status() byte { return c.tx.Conn().PgConn().TxStatus() }
+
+func (c checkedTx) EndedLocally() bool { return c.status() == 'I' }
+
+func (c checkedTx) CommitChecked(ctx context.Context) error {
+	if c.status() == 'E' {
+		// A statement of fn failed and fn returned nil: nothing can
+		// commit. The commit query would fail too, and pgx would close
+		// the connection; a rollback keeps it, and the answer is the one
+		// a plain COMMIT gets.
+		_ = c.tx.Rollback(context.WithoutCancel(ctx))
+		return pgx.ErrTxCommitRollback
 	}
-	defer o.finish()
-	tag, err := o.conn.Exec(ctx, commitCheckedSQL)
-	if err == nil {
-		if tag.String() != "COMMIT" {
-			return pgx.ErrTxCommitRollback
-		}
-		return nil
-	}
+	err := c.tx.Commit(ctx)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && o.conn.PgConn().TxStatus() == 'E' {
-		// The check failed, so the COMMIT did not run: roll back.
-		_, _ = o.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		if pgErr.Code == "22P02" && strings.Contains(pgErr.Message, endedMessage) {
-			return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
-		}
+	if errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, endedMessage) {
+		return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
 	}
 	return err
 }
 
-func (o *ownedTx) Commit(ctx context.Context) error {
-	defer o.finish()
-	return o.tx.Commit(ctx)
-}
-
-func (o *ownedTx) Rollback(ctx context.Context) error {
-	if o.done {
-		return nil
-	}
-	defer o.finish()
-	if o.conn.PgConn().TxStatus() == 'I' {
-		return nil // fn ended it: a ROLLBACK would only draw a warning
-	}
-	return o.tx.Rollback(ctx)
-}
-
-// finish ends the transaction's life in Run and gives a pool's connection
-// back (the pool destroys it if a transaction is still open on it).
-func (o *ownedTx) finish() {
-	o.done = true
-	if o.release != nil {
-		o.release()
-		o.release = nil
-	}
-}
+func (c checkedTx) Commit(ctx context.Context) error   { return c.tx.Commit(ctx) }
+func (c checkedTx) Rollback(ctx context.Context) error { return c.tx.Rollback(ctx) }
 
 func driver(db Beginner) core.Driver[pgx.Tx] {
 	return core.Driver[pgx.Tx]{

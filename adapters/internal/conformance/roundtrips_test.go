@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -121,10 +122,11 @@ func TestPgxRoundTrips(t *testing.T) {
 	c.Release()
 
 	// The outcomes of the query that checks and commits, for each kind of
-	// db: a transaction that fn ended and began again is not committed (the
-	// check fails, the COMMIT is skipped); a COMMIT that fails (a deferred
-	// unique constraint) is reported as not committed, not as unknown.
-	// Either way nothing is left open or acquired.
+	// db: a transaction that fn ended and began again is not committed
+	// (the check fails, the COMMIT is skipped, and pgx closes the
+	// connection); a COMMIT that fails (a deferred unique constraint) is
+	// reported as not committed, not as unknown, and keeps the connection.
+	// Nothing is left open or acquired.
 	if _, err := admin.Exec("CREATE TABLE deferred (id BIGINT, CONSTRAINT deferred_id UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"); err != nil {
 		t.Fatal(err)
 	}
@@ -142,69 +144,115 @@ func TestPgxRoundTrips(t *testing.T) {
 	}
 	for i, kind := range []string{"pool", "pool conn", "conn"} {
 		t.Run(kind+" outcomes", func(t *testing.T) {
-			var db pgxfence.Beginner = pool
-			pc, err := pool.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pc.Release()
-			switch kind {
-			case "pool":
-				pc.Release() // MaxConns is 1: Run must be able to acquire it
-			case "pool conn":
-				db = pc
-			case "conn":
-				db = pc.Conn()
+			// with runs f with the kind's db and returns the caller's
+			// connection (nil for the pool) after f.
+			with := func(f func(db pgxfence.Beginner)) *pgx.Conn {
+				if kind == "pool" {
+					f(pool)
+					// A closed connection is destroyed in a goroutine of
+					// the pool's, and counts as acquired until then.
+					for deadline := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Fatalf("%d connections still acquired 5 s after Run", pool.Stat().AcquiredConns())
+						}
+					}
+					return nil
+				}
+				pc, err := pool.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pc.Release()
+				if kind == "pool conn" {
+					f(pc)
+				} else {
+					f(pc.Conn())
+				}
+				return pc.Conn()
 			}
 			base := int64(100 * (i + 1))
-			err = pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
-				for _, step := range []struct {
-					sql  string
-					args []any
-				}{
-					{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base}},
-					{"COMMIT", nil},
-					{"BEGIN", nil},
-					{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base + 1}},
-				} {
-					if err := exec(tx, step.sql, step.args...); err != nil {
-						return err
+			conn := with(func(db pgxfence.Beginner) {
+				err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+					for _, step := range []struct {
+						sql  string
+						args []any
+					}{
+						{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base}},
+						{"COMMIT", nil},
+						{"BEGIN", nil},
+						{"INSERT INTO items (id, v) VALUES ($1, 0)", []any{base + 1}},
+					} {
+						if err := exec(tx, step.sql, step.args...); err != nil {
+							return err
+						}
 					}
+					return nil
+				})
+				if !errors.Is(err, fence.ErrTxEnded) || errors.Is(err, fence.ErrCommitUnknown) {
+					t.Errorf("COMMIT then BEGIN in fn: %v, want fence.ErrTxEnded", err)
 				}
-				return nil
 			})
-			if !errors.Is(err, fence.ErrTxEnded) || errors.Is(err, fence.ErrCommitUnknown) {
-				t.Errorf("COMMIT then BEGIN in fn: %v, want fence.ErrTxEnded", err)
-			}
 			if count(t, "items", base) != 1 || count(t, "items", base+1) != 0 {
 				t.Errorf("after COMMIT then BEGIN: row before the end %d (want 1, fn committed it), row after %d (want 0)",
 					count(t, "items", base), count(t, "items", base+1))
 			}
+			if conn != nil && !conn.IsClosed() {
+				t.Errorf("the connection of a failed check is still open, in transaction status %q", conn.PgConn().TxStatus())
+			}
 
-			err = pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
-				if err := exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base); err != nil {
-					return err
+			conn = with(func(db pgxfence.Beginner) {
+				err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+					if err := exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base); err != nil {
+						return err
+					}
+					return exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base)
+				})
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, fence.ErrCommitUnknown) || errors.Is(err, fence.ErrTxEnded) {
+					t.Errorf("COMMIT failing on a deferred constraint: %v, want the unique violation (23505), not unknown", err)
 				}
-				return exec(tx, "INSERT INTO deferred (id) VALUES ($1)", base)
+				// The connection is kept, idle, and works: a fenced write
+				// commits. A tx that fn kept is closed once Run returns
+				// (pgx's own state, which a COMMIT sent behind its back
+				// would not have set: the connection may be serving
+				// another caller by then).
+				var kept pgx.Tx
+				if err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+					kept = tx
+					return update(tx)
+				}); err != nil {
+					t.Errorf("Run after a failed COMMIT: %v", err)
+				}
+				if err := exec(kept, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+					t.Errorf("the tx kept after Run: %v, want pgx.ErrTxClosed", err)
+				}
 			})
-			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, fence.ErrCommitUnknown) || errors.Is(err, fence.ErrTxEnded) {
-				t.Errorf("COMMIT failing on a deferred constraint: %v, want the unique violation (23505), not unknown", err)
+			// A statement of fn fails and fn returns nil: the transaction
+			// is aborted ('E'); Run says it did not commit and keeps the
+			// connection.
+			conn = with(func(db pgxfence.Beginner) {
+				err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), func(tx pgx.Tx) error {
+					if err := exec(tx, "INSERT INTO items (id, v) VALUES ($1, 0)", base+2); err != nil {
+						return err
+					}
+					_ = exec(tx, "SELECT 1/0")
+					return nil
+				})
+				if !errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, fence.ErrCommitUnknown) || errors.Is(err, fence.ErrTxEnded) {
+					t.Errorf("fn ignoring a failed statement: %v, want pgx.ErrTxCommitRollback", err)
+				}
+			})
+			if n := count(t, "items", base+2); n != 0 {
+				t.Errorf("%d rows committed by an aborted transaction", n)
+			}
+			if conn != nil && (conn.IsClosed() || conn.PgConn().TxStatus() != 'I') {
+				t.Errorf("after an aborted transaction the connection is closed (%v) or in transaction status %q", conn.IsClosed(), conn.PgConn().TxStatus())
 			}
 			if n := count(t, "deferred", base); n != 0 {
 				t.Errorf("%d rows committed by a failed COMMIT", n)
 			}
-
-			if kind == "pool" {
-				if s := pool.Stat(); s.AcquiredConns() != 0 {
-					t.Errorf("%d connections still acquired after Run", s.AcquiredConns())
-				}
-			} else if st := pc.Conn().PgConn().TxStatus(); st != 'I' {
-				t.Errorf("the caller's connection left in transaction status %q", st)
-			}
-			// And the connection works: a fenced write commits.
-			if err := pgxfence.Run(ctx, db, fencetest.NewTicket("outcomes", token.Add(1)), update); err != nil {
-				t.Errorf("Run after those: %v", err)
+			if conn != nil && (conn.IsClosed() || conn.PgConn().TxStatus() != 'I') {
+				t.Errorf("after a failed COMMIT the connection is closed (%v) or in transaction status %q", conn.IsClosed(), conn.PgConn().TxStatus())
 			}
 		})
 	}

@@ -1,224 +1,58 @@
 package logstore
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/crashtest"
 )
 
 // crashChildEnv, set to "KIND:DIR", makes the test binary a child of
-// TestCrashKill9 that writes to a store of that kind in DIR.
+// TestCrashKill9 that writes to a store of that kind in DIR. Its first
+// term comes from crashtest.TermEnv.
 const crashChildEnv = "LOGSTORE_CRASH_CHILD"
 
 // smallSegmentsEnv set to 1 adds raft-wal with 64 KiB segments to
 // TestCrashKill9.
 const smallSegmentsEnv = "LOGSTORE_TEST_WAL_SMALL_SEGMENTS"
 
-var stableKey = []byte("CurrentTerm")
+// crashConfig is the crash test of kind k (internal/crashtest): the child
+// appends and compacts the head, and truncates the tail if k.truncates.
+func crashConfig(k storeKind) crashtest.Config {
+	return crashtest.Config{
+		ChildEnv: func(dir string) []string { return []string{crashChildEnv + "=" + k.name + ":" + dir} },
+		Open: func(dir string) (crashtest.Store, error) {
+			s, err := k.open(dir)
+			return crashtest.Store{Log: s.log, Stable: s.stable, Close: s.close}, err
+		},
+		Truncate: k.truncates,
+	}
+}
 
-// crashChild opens a store of the kind and in the directory that spec
-// ("KIND:DIR") names, and appends batches of 1..300 entries
-// until it is killed, compacting the head now and then. It prints
-// "log N" once StoreLogs up to index N has returned, "stable N" once
-// SetUint64(stableKey, N) has, "first N" once DeleteRange up to N-1 has.
+// crashChild is a child of TestCrashKill9 (crashtest.Child) on the store
+// of the kind and in the directory that spec ("KIND:DIR") names.
 func crashChild(spec string) int {
 	name, dir, _ := strings.Cut(spec, ":")
 	k, ok := kindByName(name)
 	if !ok {
-		fmt.Printf("err unknown store kind %q\n", name)
+		os.Stdout.WriteString("err unknown store kind " + name + "\n")
 		return 1
 	}
-	s, err := k.open(dir)
-	if err != nil {
-		fmt.Printf("err open: %v\n", err)
-		return 1
-	}
-	say := func(format string, args ...any) {
-		// One write(2) per line, no buffering: what the parent reads was
-		// acknowledged before the kill.
-		os.Stdout.WriteString(fmt.Sprintf(format, args...) + "\n")
-	}
-	last, err := s.log.LastIndex()
-	if err != nil {
-		say("err LastIndex: %v", err)
-		return 1
-	}
-	first, err := s.log.FirstIndex()
-	if err != nil {
-		say("err FirstIndex: %v", err)
-		return 1
-	}
-	say("ready %d", last)
-	for {
-		n := 1 + rand.IntN(300)
-		if err := s.log.StoreLogs(makeLogs(last+1, n)); err != nil {
-			say("err StoreLogs: %v", err)
-			return 1
-		}
-		last += uint64(n)
-		say("log %d", last)
-		if err := s.stable.SetUint64(stableKey, last); err != nil {
-			say("err SetUint64: %v", err)
-			return 1
-		}
-		say("stable %d", last)
-		if last-first > 6000 && rand.IntN(10) == 0 {
-			upTo := last - 2000
-			if err := s.log.DeleteRange(first, upTo); err != nil {
-				say("err DeleteRange: %v", err)
-				return 1
-			}
-			first = upTo + 1
-			say("first %d", first)
-		}
-	}
-}
-
-// acked is what a child reported before it died.
-type acked struct{ log, stable, first uint64 }
-
-// runAndKill runs a child on a store of kind k in dir, kills it with
-// SIGKILL after it has reported kill appends, and returns what it
-// acknowledged.
-func runAndKill(t *testing.T, k storeKind, dir string, kill int) acked {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+k.name+":"+dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The child is killed on every path; a hang fails the test run's
-	// -timeout rather than this test waiting forever.
-	killed := false
-	defer func() {
-		if !killed {
-			cmd.Process.Kill()
-		}
-	}()
-	var a acked
-	logs := 0
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "err" {
-			t.Fatalf("child: %s", sc.Text())
-		}
-		if len(f) != 2 {
-			t.Fatalf("child: unexpected %q", sc.Text())
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			t.Fatalf("child: %q: %v", sc.Text(), err)
-		}
-		switch f[0] {
-		case "ready":
-		case "log":
-			a.log = v
-			logs++
-		case "stable":
-			a.stable = v
-		case "first":
-			a.first = v
-		}
-		if logs == kill && !killed {
-			// Mid-stream: the child is in its next StoreLogs, SetUint64
-			// or DeleteRange. Keep reading: lines written before the
-			// kill are still in the pipe.
-			if err := cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			killed = true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v (want SIGKILL); stderr:\n%s", err, stderr.String())
-	}
-	return a
-}
-
-// checkStore reopens dir and checks that it holds every acknowledged entry,
-// with its data, and the acknowledged stable value. minFirst is the
-// FirstIndex found after the previous round. It returns FirstIndex.
-func checkStore(t *testing.T, k storeKind, dir string, a acked, minFirst uint64) uint64 {
-	t.Helper()
-	s, err := k.open(dir)
-	if err != nil {
-		t.Fatalf("reopen after kill: %v", err)
-	}
-	defer func() {
-		if err := s.close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	first, err := s.log.FirstIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := s.log.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last < a.log {
-		t.Fatalf("LastIndex = %d after kill; StoreLogs up to %d had returned", last, a.log)
-	}
-	if first < max(a.first, minFirst) || first > a.log {
-		t.Fatalf("FirstIndex = %d after kill; acknowledged first %d (before: %d), last %d", first, a.first, minFirst, a.log)
-	}
-	var l raft.Log
-	for i := first; i <= last; i++ {
-		if err := s.log.GetLog(i, &l); err != nil {
-			t.Fatalf("GetLog(%d) with FirstIndex %d, LastIndex %d: %v", i, first, last, err)
-		}
-		if l.Index != i || l.Term != 1 || l.Type != raft.LogCommand || !bytes.Equal(l.Data, payload(i)) {
-			t.Fatalf("entry %d read back as index %d term %d type %v data %x", i, l.Index, l.Term, l.Type, l.Data)
-		}
-	}
-	v, err := s.stable.GetUint64(stableKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v < a.stable || v > last {
-		t.Fatalf("stable %s = %d after kill; acknowledged %d, LastIndex %d", stableKey, v, a.stable, last)
-	}
-	t.Logf("acknowledged log %d stable %d first %d; found FirstIndex %d LastIndex %d stable %d",
-		a.log, a.stable, a.first, first, last, v)
-	return first
+	return crashtest.Child(crashConfig(k), dir)
 }
 
 // TestCrashKill9 appends to a store from a child process, kills it with
 // SIGKILL mid-stream, reopens the store and checks that everything the
-// child was told is durable is there; then it appends again on the same
-// directory, for several rounds. It runs bolt (as raftstore.Open opens it)
-// and raft-wal with its default segments (64 MiB: the rounds append about
-// 10 MiB, so no rotation); with LOGSTORE_TEST_WAL_SMALL_SEGMENTS=1 also
-// raft-wal with 64 KiB segments (a rotation every few appends), which fails
-// in about half the runs with raft-wal v0.4.1: its Open keeps a sealed tail
-// segment as the tail after a kill at the wrong time (every later
-// StoreLogs: "segment is sealed").
+// child was told is durable is there, with its term; then it appends again
+// on the same directory, with a new term, for several rounds
+// (internal/crashtest). It runs bolt (as raftstore.Open opens it), raft-wal
+// with its default segments (64 MiB: the rounds append about 10 MiB, so no
+// rotation) and raftstore.Open's stores; with
+// LOGSTORE_TEST_WAL_SMALL_SEGMENTS=1 also raft-wal with 64 KiB segments (a
+// rotation every few appends), which fails in about half the runs with
+// raft-wal v0.4.1: its Open keeps a sealed tail segment as the tail after a
+// kill at the wrong time (every later StoreLogs: "segment is sealed").
 func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -230,16 +64,6 @@ func TestCrashKill9(t *testing.T) {
 		t.Logf("%s=1 adds raft-wal with 64 KiB segments (often fails with v0.4.1)", smallSegmentsEnv)
 	}
 	for _, k := range cases {
-		t.Run(k.name, func(t *testing.T) {
-			dir := t.TempDir()
-			first := uint64(1)
-			for round := range 8 {
-				a := runAndKill(t, k, dir, 20+rand.IntN(200))
-				if a.log == 0 {
-					t.Fatalf("round %d: the child acknowledged nothing", round)
-				}
-				first = checkStore(t, k, dir, a, first)
-			}
-		})
+		t.Run(k.name, func(t *testing.T) { crashtest.Rounds(t, crashConfig(k)) })
 	}
 }

@@ -54,7 +54,8 @@
 // module's go.mod, has the benchmarks and kill -9 tests of the three stores.
 // This package's TestCrashKill9 (and TestCrashKill9SmallSegments, with
 // tiny segments and tail truncations) kill a child writing through Open's
-// stores and check every acknowledged entry after the reopen. A kill -9
+// stores and check every acknowledged entry after the reopen (the harness,
+// internal/crashtest, is bench/logstore's too). A kill -9
 // leaves the page cache to the kernel, so these tests cover a process
 // crash; a power loss (writes of the last append reaching the disk in any
 // order, partly) is covered only by raftlog's unit tests, which forge torn

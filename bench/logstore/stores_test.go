@@ -50,7 +50,9 @@ type storeKind struct {
 // kinds are the stores the benchmarks compare.
 var kinds = []storeKind{
 	{"bolt", openBolt, true},
-	{"wal", func(dir string) (store, error) { return openWAL(dir, 0) }, true},
+	// Without truncations: with them raft-wal v0.4.1 fails TestCrashKill9
+	// in about 1 run of 10 with "segment is sealed" (doc.go).
+	{"wal", func(dir string) (store, error) { return openWAL(dir, 0) }, false},
 	{"raftlog", openRaftstore, true},
 }
 

@@ -158,10 +158,23 @@ func (c checkedTx) CommitChecked(ctx context.Context) error {
 		// commit. The commit query would fail too, and pgx would close
 		// the connection; a rollback keeps it, and the answer is the one
 		// a plain COMMIT gets.
-		_ = c.tx.Rollback(context.WithoutCancel(ctx))
+		if err := c.tx.Rollback(context.WithoutCancel(ctx)); errors.Is(err, pgx.ErrTxClosed) {
+			// fn closed the tx itself (tx.Commit or tx.Rollback): the
+			// status read above was of a connection that is no longer
+			// Run's (a pool's tx gives it back), and fn's commit may be
+			// durable.
+			return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
+		}
 		return pgx.ErrTxCommitRollback
 	}
 	err := c.tx.Commit(ctx)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		// fn called tx.Commit or tx.Rollback, and the connection is in a
+		// transaction again (fn's, or another caller's after a pool's tx
+		// gave it back): nothing was sent, and fn ended Guard's
+		// transaction.
+		return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, endedMessage) {
 		return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)

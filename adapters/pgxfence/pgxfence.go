@@ -107,7 +107,21 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 		return nil, nil, errors.New("nil db")
 	case *pgxpool.Pool:
 		if c != nil {
-			tb = c
+			// Run holds the connection itself until the transaction is
+			// over, not the *pgxpool.Tx: that one gives it back to the
+			// pool when fn calls tx.Commit or tx.Rollback, and the
+			// transaction status read before the commit would then be
+			// another caller's (a data race, and a wrong answer).
+			pc, err := c.Acquire(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			tx, err := pc.Conn().BeginTx(ctx, pgx.TxOptions{CommitQuery: commitCheckedSQL})
+			if err != nil {
+				pc.Release()
+				return nil, nil, err
+			}
+			return tx, &checkedTx{tx: tx, release: pc.Release}, nil
 		}
 	case *pgxpool.Conn:
 		if c != nil {
@@ -129,7 +143,7 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return tx, checkedTx{tx}, nil
+	return tx, &checkedTx{tx: tx}, nil
 }
 
 // commitCheckedSQL is the commit query of Run's transaction: it commits
@@ -145,14 +159,26 @@ const (
 )
 
 // checkedTx is Run's transaction begun with commitCheckedSQL as its commit
-// query.
-type checkedTx struct{ tx pgx.Tx }
+// query. release, if not nil, gives back the pool connection that Run
+// acquired for it, once the transaction is over.
+type checkedTx struct {
+	tx      pgx.Tx
+	release func()
+}
 
-func (c checkedTx) status() byte { return c.tx.Conn().PgConn().TxStatus() }
+func (c *checkedTx) status() byte { return c.tx.Conn().PgConn().TxStatus() }
 
-func (c checkedTx) EndedLocally() bool { return c.status() == 'I' }
+func (c *checkedTx) done() {
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
+}
 
-func (c checkedTx) CommitChecked(ctx context.Context) error {
+func (c *checkedTx) EndedLocally() bool { return c.status() == 'I' }
+
+func (c *checkedTx) CommitChecked(ctx context.Context) error {
+	defer c.done()
 	if c.status() == 'E' {
 		// A statement of fn failed and fn returned nil: nothing can
 		// commit. The commit query would fail too, and pgx would close
@@ -182,8 +208,15 @@ func (c checkedTx) CommitChecked(ctx context.Context) error {
 	return err
 }
 
-func (c checkedTx) Commit(ctx context.Context) error   { return c.tx.Commit(ctx) }
-func (c checkedTx) Rollback(ctx context.Context) error { return c.tx.Rollback(ctx) }
+func (c *checkedTx) Commit(ctx context.Context) error {
+	defer c.done()
+	return c.tx.Commit(ctx)
+}
+
+func (c *checkedTx) Rollback(ctx context.Context) error {
+	defer c.done()
+	return c.tx.Rollback(ctx)
+}
 
 func driver(db Beginner) core.Driver[pgx.Tx] {
 	return core.Driver[pgx.Tx]{

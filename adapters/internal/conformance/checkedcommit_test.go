@@ -1,7 +1,9 @@
 package conformance_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,13 +14,12 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 )
 
-// fn commits with the pool's tx.Commit, which gives the connection back
-// to the pool; someone else (here fn itself, holding it past Run's
-// return) acquires the same connection and opens a transaction of its
-// own. fn's write is durable: Run must report fence.ErrTxEnded, not "not
-// committed" (an aborted transaction of the other holder read as Run's)
-// nor an unknown commit, and must send nothing on the other holder's
-// connection.
+// fn commits with tx.Commit and a transaction is open on the connection
+// again: fn's own (BEGIN on tx.Conn()), or, had the pool's tx given the
+// connection back, someone else's (here fn itself, holding it past Run's
+// return). fn's write is durable: Run must report fence.ErrTxEnded, not
+// "not committed" (an aborted transaction read as Run's) nor an unknown
+// commit, and must send nothing on another holder's connection.
 func TestPgxPoolTxCommittedInFnConnReused(t *testing.T) {
 	dsn := testdb.Postgres(t)
 	admin := openAdmin(t, "pgx", dsn, fence.Postgres)
@@ -33,49 +34,125 @@ func TestPgxPoolTxCommittedInFnConnReused(t *testing.T) {
 	}
 	defer pool.Close()
 	ctx := t.Context()
-	for i, other := range []struct {
+	id := int64(1000)
+	for _, other := range []struct {
 		name  string
 		stmts []string
 	}{
-		{"other holder in a transaction", []string{"BEGIN"}},
-		{"other holder in an aborted transaction", []string{"BEGIN", "SELECT 1/0"}},
+		{"in a transaction", []string{"BEGIN"}},
+		{"in an aborted transaction", []string{"BEGIN", "SELECT 1/0"}},
 	} {
-		t.Run(other.name, func(t *testing.T) {
-			id := int64(1000 + i)
-			var held *pgxpool.Conn
-			err := pgxfence.Run(ctx, pool, fencetest.NewTicket("reuse", uint64(id)), func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "INSERT INTO items (id, v) VALUES ($1, 0)", id); err != nil {
-					return err
+		for _, kind := range []string{"pool", "pool conn", "conn"} {
+			t.Run(kind+", "+other.name, func(t *testing.T) {
+				id++
+				var db pgxfence.Beginner = pool
+				var pc *pgxpool.Conn
+				if kind != "pool" {
+					if pc, err = pool.Acquire(ctx); err != nil {
+						t.Fatal(err)
+					}
+					defer pc.Release()
+					db = pc
+					if kind == "conn" {
+						db = pc.Conn()
+					}
 				}
-				if err := tx.Commit(ctx); err != nil {
-					return err
+				var held *pgxpool.Conn
+				err := pgxfence.Run(ctx, db, fencetest.NewTicket("reuse", uint64(id)), func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "INSERT INTO items (id, v) VALUES ($1, 0)", id); err != nil {
+						return err
+					}
+					if err := tx.Commit(ctx); err != nil {
+						return err
+					}
+					exec := tx.Conn().Exec
+					if kind == "pool" {
+						// Given back to the pool (the pool's tx does that)?
+						actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+						defer cancel()
+						if c, err := pool.Acquire(actx); err == nil {
+							held = c
+							exec = c.Exec
+						}
+					}
+					for _, s := range other.stmts {
+						_, _ = exec(ctx, s)
+					}
+					return nil
+				})
+				if held != nil {
+					if st := held.Conn().PgConn().TxStatus(); held.Conn().IsClosed() || st == 'I' {
+						t.Errorf("Run touched the other holder's connection: closed %v, status %q", held.Conn().IsClosed(), st)
+					}
+					_, _ = held.Exec(ctx, "ROLLBACK")
+					held.Release()
 				}
-				c, err := pool.Acquire(ctx)
-				if err != nil {
-					return err
+				var n int64
+				if err := admin.QueryRow("SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
+					t.Fatal(err)
 				}
-				held = c
-				for _, s := range other.stmts {
-					_, _ = c.Exec(ctx, s)
+				t.Logf("Run: %v; rows committed by fn: %d", err, n)
+				if n != 1 {
+					t.Fatalf("fn's commit left %d rows, want 1", n)
 				}
-				return nil
+				wantTxEnded(t, err)
 			})
-			if held != nil {
-				if st := held.Conn().PgConn().TxStatus(); held.Conn().IsClosed() || st == 'I' {
-					t.Errorf("Run touched the other holder's connection: closed %v, status %q", held.Conn().IsClosed(), st)
-				}
-				_, _ = held.Exec(ctx, "ROLLBACK")
-				held.Release()
-			}
-			var n int64
-			if err := admin.QueryRow("SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("Run: %v; rows committed by fn: %d", err, n)
-			if n != 1 {
-				t.Fatalf("fn's commit left %d rows, want 1", n)
-			}
-			wantTxEnded(t, err)
-		})
+		}
 	}
+}
+
+// The same with the other holder in a goroutine of its own, as in a busy
+// pool: after fn's tx.Commit, Run must not read the state of the
+// connection that the pool gave to someone else (a data race under
+// -race, and a status that is not Run's).
+func TestPgxPoolTxCommittedInFnConnTaken(t *testing.T) {
+	dsn := testdb.Postgres(t)
+	openAdmin(t, "pgx", dsn, fence.Postgres)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := t.Context()
+	var done chan error
+	err = pgxfence.Run(ctx, pool, fencetest.NewTicket("taken", 1), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO items (id, v) VALUES ($1, 0)", 1100); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		done = make(chan error, 1)
+		go func() {
+			// The connection is free once the pool's tx gave it back; Run
+			// may also keep it until it returns.
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer c.Release()
+			for range 20 {
+				if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		time.Sleep(20 * time.Millisecond) // no happens-before with the other holder
+		return nil
+	})
+	if done == nil {
+		t.Fatalf("fn failed: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the other holder: %v", err)
+	}
+	wantTxEnded(t, err)
 }

@@ -89,7 +89,10 @@
 // # Commit failures
 //
 // A commit error that PostgreSQL itself sent (a deferred constraint, a
-// serialization failure) means "rolled back" and is returned wrapped. Any
+// serialization failure) means "rolled back" and is returned wrapped, and
+// so does one that pgx raised before sending the COMMIT (pgconn.SafeToRetry:
+// a connection still busy with rows fn did not close, or a context done
+// already; pgx closes the connection, which rolls back). Any
 // other commit error (the connection broke, including FATAL 57P01 after
 // pg_terminate_backend, or the context was cancelled during COMMIT)
 // matches fence.ErrCommitUnknown.

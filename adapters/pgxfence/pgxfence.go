@@ -343,6 +343,12 @@ func definite(err error) bool {
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
 		return true
 	}
+	if pgconn.SafeToRetry(err) {
+		// Failed before anything was sent (the connection was busy or
+		// closed, the context already done): the COMMIT never reached
+		// the server, and pgx closed the connection, which rolls back.
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -155,4 +156,60 @@ func TestPgxPoolTxCommittedInFnConnTaken(t *testing.T) {
 		t.Errorf("the other holder: %v", err)
 	}
 	wantTxEnded(t, err)
+}
+
+// fn returns with a result it did not close: the connection is busy, and
+// pgx's commit fails before sending anything (pgconn.SafeToRetry), then
+// closes the connection, so the server rolls back. That is a definite
+// "not committed", as it was when the check was a SELECT of its own, not
+// fence.ErrCommitUnknown.
+func TestPgxCommitNotSent(t *testing.T) {
+	dsn := testdb.Postgres(t)
+	admin := openAdmin(t, "pgx", dsn, fence.Postgres)
+	pool, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := t.Context()
+	for i, kind := range []string{"pool", "pool conn", "conn"} {
+		t.Run(kind, func(t *testing.T) {
+			id := int64(1200 + i)
+			var db pgxfence.Beginner = pool
+			if kind != "pool" {
+				pc, err := pool.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pc.Release()
+				db = pc
+				if kind == "conn" {
+					db = pc.Conn()
+				}
+			}
+			var rows pgx.Rows
+			err := pgxfence.Run(ctx, db, fencetest.NewTicket("busy", uint64(id)), func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "INSERT INTO items (id, v) VALUES ($1, 0)", id); err != nil {
+					return err
+				}
+				var err error
+				rows, err = tx.Query(ctx, "SELECT generate_series(1, 3)")
+				return err
+			})
+			if rows != nil {
+				rows.Close()
+			}
+			var n int64
+			if err := admin.QueryRow("SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("Run: %v; rows committed: %d", err, n)
+			if err == nil || n != 0 {
+				t.Fatalf("err %v, %d rows committed; want an error and none", err, n)
+			}
+			if errors.Is(err, fence.ErrCommitUnknown) || errors.Is(err, fence.ErrTxEnded) {
+				t.Errorf("err = %v, want a definite failure (nothing was sent)", err)
+			}
+		})
+	}
 }

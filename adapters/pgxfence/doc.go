@@ -94,6 +94,10 @@
 // a connection still busy with rows fn did not close, or a context done
 // already; pgx closes the connection, which rolls back). Any
 // other commit error (the connection broke, including FATAL 57P01 after
-// pg_terminate_backend, or the context was cancelled during COMMIT)
-// matches fence.ErrCommitUnknown.
+// pg_terminate_backend, or the context was cancelled during COMMIT with
+// pgconn's default context handler, which breaks the connection) matches
+// fence.ErrCommitUnknown. With a pgconn.CancelRequestContextWatcherHandler
+// a cancellation is the server's "canceling statement" (SQLSTATE 57014),
+// sent when it cancelled the check or the COMMIT before it committed: that
+// is returned as rolled back.
 package pgxfence

@@ -77,14 +77,18 @@
 // set_config(..., true) in its RETURNING clause. Run reads it in the
 // COMMIT's own round trip: with a *pgxpool.Pool, *pgxpool.Conn or
 // *pgx.Conn it begins the transaction with pgx.TxOptions.CommitQuery set
-// to one query that checks and then commits, in which a failed check makes
-// PostgreSQL skip the COMMIT. So a fenced transaction costs one round trip
-// more than the same transaction unfenced: the check-and-bump. When that
-// check fails (fn committed and began a new transaction), pgx closes the
-// connection, as it does after any failed commit query that leaves a
-// transaction open: a pool replaces it; a *pgx.Conn of yours must be
-// dialled again. With another Beginner, and in CheckTx, the check is a
-// SELECT of its own before COMMIT.
+// to one query that checks and then commits (from a pool it acquires the
+// connection itself and gives it back once the transaction is over, so fn
+// gets the connection's own pgx.Tx, not a *pgxpool.Tx), in which a failed
+// check makes PostgreSQL skip the COMMIT. So a fenced transaction costs
+// one round trip more than the same transaction unfenced: the
+// check-and-bump. When that check fails (fn committed and began a new
+// transaction), pgx closes the connection, as it does after any failed
+// commit query that leaves a transaction open: a pool replaces it; a
+// *pgx.Conn of yours must be dialled again, and a *pgxpool.Conn of yours
+// stays closed until you release it (the pool then replaces it). With
+// another Beginner, and in CheckTx, the check is a SELECT of its own
+// before COMMIT.
 //
 // # Commit failures
 //

@@ -101,27 +101,25 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 	type txBeginner interface {
 		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 	}
-	var tb txBeginner // stays nil for a nil pointer, whose Begin panics below as before
+	var (
+		tb      txBeginner // stays nil for a nil pointer, whose Begin panics below as before
+		release func()     // gives back a connection Run acquired
+	)
 	switch c := db.(type) {
 	case nil:
 		return nil, nil, errors.New("nil db")
 	case *pgxpool.Pool:
 		if c != nil {
 			// Run holds the connection itself until the transaction is
-			// over, not the *pgxpool.Tx: that one gives it back to the
-			// pool when fn calls tx.Commit or tx.Rollback, and the
+			// over, not through a *pgxpool.Tx: that one gives it back to
+			// the pool when fn calls tx.Commit or tx.Rollback, and the
 			// transaction status read before the commit would then be
 			// another caller's (a data race, and a wrong answer).
 			pc, err := c.Acquire(ctx)
 			if err != nil {
 				return nil, nil, err
 			}
-			tx, err := pc.Conn().BeginTx(ctx, pgx.TxOptions{CommitQuery: commitCheckedSQL})
-			if err != nil {
-				pc.Release()
-				return nil, nil, err
-			}
-			return tx, &checkedTx{tx: tx, release: pc.Release}, nil
+			tb, release = pc.Conn(), pc.Release
 		}
 	case *pgxpool.Conn:
 		if c != nil {
@@ -141,9 +139,12 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 	}
 	tx, err := tb.BeginTx(ctx, pgx.TxOptions{CommitQuery: commitCheckedSQL})
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		return nil, nil, err
 	}
-	return tx, &checkedTx{tx: tx}, nil
+	return tx, &checkedTx{tx: tx, release: release}, nil
 }
 
 // commitCheckedSQL is the commit query of Run's transaction: it commits
@@ -185,20 +186,18 @@ func (c *checkedTx) CommitChecked(ctx context.Context) error {
 		// the connection; a rollback keeps it, and the answer is the one
 		// a plain COMMIT gets.
 		if err := c.tx.Rollback(context.WithoutCancel(ctx)); errors.Is(err, pgx.ErrTxClosed) {
-			// fn closed the tx itself (tx.Commit or tx.Rollback): the
-			// status read above was of a connection that is no longer
-			// Run's (a pool's tx gives it back), and fn's commit may be
-			// durable.
+			// fn closed the tx itself (tx.Commit or tx.Rollback) and
+			// then failed in a transaction of its own: fn's commit may
+			// be durable.
 			return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
 		}
 		return pgx.ErrTxCommitRollback
 	}
 	err := c.tx.Commit(ctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
-		// fn called tx.Commit or tx.Rollback, and the connection is in a
-		// transaction again (fn's, or another caller's after a pool's tx
-		// gave it back): nothing was sent, and fn ended Guard's
-		// transaction.
+		// fn called tx.Commit or tx.Rollback and then began a
+		// transaction of its own on tx.Conn(): nothing was sent, and fn
+		// ended Guard's transaction.
 		return fmt.Errorf("%w: %w", core.ErrEndedAtCommit, err)
 	}
 	var pgErr *pgconn.PgError

@@ -24,16 +24,7 @@ import (
 func TestPgxPoolTxCommittedInFnConnReused(t *testing.T) {
 	dsn := testdb.Postgres(t)
 	admin := openAdmin(t, "pgx", dsn, fence.Postgres)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 	ctx := t.Context()
 	id := int64(1000)
 	for _, other := range []struct {
@@ -49,6 +40,7 @@ func TestPgxPoolTxCommittedInFnConnReused(t *testing.T) {
 				var db pgxfence.Beginner = pool
 				var pc *pgxpool.Conn
 				if kind != "pool" {
+					var err error
 					if pc, err = pool.Acquire(ctx); err != nil {
 						t.Fatal(err)
 					}
@@ -109,19 +101,10 @@ func TestPgxPoolTxCommittedInFnConnReused(t *testing.T) {
 func TestPgxPoolTxCommittedInFnConnTaken(t *testing.T) {
 	dsn := testdb.Postgres(t)
 	openAdmin(t, "pgx", dsn, fence.Postgres)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
 	ctx := t.Context()
 	var done chan error
-	err = pgxfence.Run(ctx, pool, fencetest.NewTicket("taken", 1), func(tx pgx.Tx) error {
+	err := pgxfence.Run(ctx, pool, fencetest.NewTicket("taken", 1), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO items (id, v) VALUES ($1, 0)", 1100); err != nil {
 			return err
 		}

@@ -42,28 +42,21 @@ func TestPgxRoundTrips(t *testing.T) {
 	if _, err := admin.Exec("INSERT INTO items (id, v) VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ConnConfig.TLSConfig != nil {
-		t.Fatalf("the DSN asks for TLS (%s): the writes would not be the round trips; use sslmode=disable", dsn)
-	}
 	var writes atomic.Int64
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) {
+		if cfg.ConnConfig.TLSConfig != nil {
+			t.Fatalf("the DSN asks for TLS (%s): the writes would not be the round trips; use sslmode=disable", dsn)
 		}
-		return countingConn{c, &writes}, nil
-	}
-	cfg.MaxConns = 1
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{c, &writes}, nil
+		}
+		cfg.MaxConns = 1
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	})
 
 	ctx := t.Context()
 	update := func(tx pgx.Tx) error {

@@ -278,16 +278,7 @@ func openPgx(t testing.TB) *target {
 	t.Helper()
 	dsn := testdb.Postgres(t)
 	tg := &target{name: "pgx/postgres", dialect: fence.Postgres, admin: openAdmin(t, "pgx", dsn, fence.Postgres)}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 32
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 32 })
 	tg.pool = pool
 	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
 		return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) }, opts...)
@@ -318,6 +309,25 @@ func openPgx(t testing.TB) *target {
 	}
 	tg.backendID, tg.kill = "SELECT pg_backend_pid()", "SELECT pg_terminate_backend(?, 5000)"
 	return tg
+}
+
+// newPgxPool opens a pgx pool on dsn with its config changed by tune (if
+// not nil), closed when the test ends.
+func newPgxPool(t testing.TB, dsn string, tune func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // openPgxConn is openPgx with Run given a *pgxpool.Conn acquired for each

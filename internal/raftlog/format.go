@@ -27,15 +27,44 @@ import (
 // A length of zero (preallocated space reads as zeros) or the end of the
 // file ends the records.
 //
+// Segment versions. Version 1 records carry the raft.LogType in the type
+// byte as it is. Version 2 (what new segments are created with) marks the
+// batches of StoreLogs in the type byte's two high bits: markBatchEnd on
+// the last record of every StoreLogs batch, markBatchStart on its first
+// (a batch of one has both); they are masked off when decoding, and
+// StoreLogs refuses a LogType that uses them (raft's go up to 5). Records
+// are appended to a segment in its own version, so a version 1 tail
+// segment stays version 1 (without marks) until the next segment is
+// created. A binary that only knows version 1 refuses a version 2 segment
+// ("segment format version 2, want 1").
+//
+// The marks let Open tell a torn write from corruption in a version 2
+// tail segment: a torn write (a crash during the last StoreLogs) can only
+// damage the last batch, since every earlier one was fdatasync'ed before
+// it was written. At the first bad record, Open scans the rest of the file
+// for valid records (CRC, lengths, an index above the last good one): a
+// valid batch start after the bad record, or a valid record after a valid
+// batch end, is a later batch, so the bad record is corruption of an
+// acknowledged batch and Open fails without changing the file. Otherwise
+// the bad record is in the last batch and is cut as a torn write. A
+// version 1 tail segment is cut at its first bad record.
+//
 // The meta file holds the first index the log may hold (entries below it
 // are deleted even if a segment still has them):
 //
-//	magic [8]byte "TKRFTMET", version u32, first index u64, CRC32C u32 of
-//	the 20 bytes before it
+//	magic [8]byte "TKRFTMET", version u32 (1), first index u64, CRC32C u32
+//	of the 20 bytes before it
 const (
-	segMagic      = "TKRFTLOG"
-	metaMagic     = "TKRFTMET"
-	formatVersion = 1
+	segMagic    = "TKRFTLOG"
+	metaMagic   = "TKRFTMET"
+	metaVersion = 1
+	segVersion1 = 1 // records without batch marks
+	segVersion2 = 2 // batch marks in the type byte
+
+	// The type byte's bits that version 2 uses for batch marks.
+	markBatchEnd   = 0x80
+	markBatchStart = 0x40
+	typeMarks      = markBatchEnd | markBatchStart
 
 	segHeaderSize = 32
 	metaSize      = 24
@@ -47,37 +76,48 @@ const (
 	maxRecordSize = 1 << 30
 )
 
+// No raft.LogType may use the mark bits: this fails to compile if raft's
+// last LogType reaches them (StoreLogs also refuses any entry that does).
+const _ = typeMarks - 1 - raft.LogConfiguration
+
+// newSegVersion is the version new segments are created with; tests set it
+// to segVersion1 to write old segments.
+var newSegVersion uint32 = segVersion2
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errTorn marks a record that is incomplete or fails its CRC.
 var errTorn = errors.New("torn or corrupt record")
 
-func encodeSegHeader(first uint64) []byte {
+func encodeSegHeader(first uint64, version uint32) []byte {
 	b := make([]byte, segHeaderSize)
 	copy(b, segMagic)
-	binary.LittleEndian.PutUint32(b[8:], formatVersion)
+	binary.LittleEndian.PutUint32(b[8:], version)
 	binary.LittleEndian.PutUint64(b[16:], first)
 	binary.LittleEndian.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
 	return b
 }
 
-func decodeSegHeader(b []byte) (uint64, error) {
+// decodeSegHeader returns the first index and the version of a segment
+// header.
+func decodeSegHeader(b []byte) (uint64, uint32, error) {
 	if len(b) < segHeaderSize || string(b[:8]) != segMagic {
-		return 0, errors.New("not a segment file (bad magic)")
+		return 0, 0, errors.New("not a segment file (bad magic)")
 	}
 	if crc32.Checksum(b[:24], castagnoli) != binary.LittleEndian.Uint32(b[24:]) {
-		return 0, errors.New("segment header CRC mismatch")
+		return 0, 0, errors.New("segment header CRC mismatch")
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
-		return 0, fmt.Errorf("segment format version %d, want %d", v, formatVersion)
+	v := binary.LittleEndian.Uint32(b[8:])
+	if v != segVersion1 && v != segVersion2 {
+		return 0, 0, fmt.Errorf("segment format version %d, want %d or %d", v, segVersion1, segVersion2)
 	}
-	return binary.LittleEndian.Uint64(b[16:]), nil
+	return binary.LittleEndian.Uint64(b[16:]), v, nil
 }
 
 func encodeMeta(first uint64) []byte {
 	b := make([]byte, metaSize)
 	copy(b, metaMagic)
-	binary.LittleEndian.PutUint32(b[8:], formatVersion)
+	binary.LittleEndian.PutUint32(b[8:], metaVersion)
 	binary.LittleEndian.PutUint64(b[12:], first)
 	binary.LittleEndian.PutUint32(b[20:], crc32.Checksum(b[:20], castagnoli))
 	return b
@@ -90,8 +130,8 @@ func decodeMeta(b []byte) (uint64, error) {
 	if crc32.Checksum(b[:20], castagnoli) != binary.LittleEndian.Uint32(b[20:]) {
 		return 0, errors.New("meta file CRC mismatch")
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != formatVersion {
-		return 0, fmt.Errorf("meta format version %d, want %d", v, formatVersion)
+	if v := binary.LittleEndian.Uint32(b[8:]); v != metaVersion {
+		return 0, fmt.Errorf("meta format version %d, want %d", v, metaVersion)
 	}
 	return binary.LittleEndian.Uint64(b[12:]), nil
 }
@@ -101,8 +141,10 @@ func recordSize(l *raft.Log) int {
 	return recHeaderSize + recFixedSize + len(l.Data) + len(l.Extensions)
 }
 
-// appendRecord appends l's record to b.
-func appendRecord(b []byte, l *raft.Log) []byte {
+// appendRecord appends l's record to b, with marks (batch marks of a
+// version 2 segment, 0 in version 1) in its type byte. l.Type must not use
+// the mark bits.
+func appendRecord(b []byte, l *raft.Log, marks byte) []byte {
 	start := len(b)
 	n := recordSize(l)
 	b = append(b, make([]byte, n)...)
@@ -111,7 +153,7 @@ func appendRecord(b []byte, l *raft.Log) []byte {
 	p := r[recHeaderSize:]
 	binary.LittleEndian.PutUint64(p[0:], l.Index)
 	binary.LittleEndian.PutUint64(p[8:], l.Term)
-	p[16] = byte(l.Type)
+	p[16] = byte(l.Type) | marks
 	var at int64
 	if !l.AppendedAt.IsZero() {
 		at = l.AppendedAt.UnixNano()
@@ -125,24 +167,37 @@ func appendRecord(b []byte, l *raft.Log) []byte {
 	return b
 }
 
+// wellFormed reports whether the lengths in payload p agree with its
+// size (the CRC is not checked).
+func wellFormed(p []byte) bool {
+	if len(p) < recFixedSize {
+		return false
+	}
+	dataLen := int64(binary.LittleEndian.Uint32(p[25:]))
+	if 29+dataLen+4 > int64(len(p)) {
+		return false
+	}
+	extLen := int64(binary.LittleEndian.Uint32(p[29+dataLen:]))
+	return recFixedSize+dataLen+extLen == int64(len(p))
+}
+
 // decodeRecord decodes the payload p (what follows the CRC) of a record
-// whose CRC field is crc into l. l's Data and Extensions alias p.
-func decodeRecord(p []byte, crc uint32, l *raft.Log) error {
-	if len(p) < recFixedSize || crc32.Checksum(p, castagnoli) != crc {
-		return errTorn
+// whose CRC field is crc, in a segment of version, into l, and returns its
+// batch marks (0 in version 1). l's Data and Extensions alias p.
+func decodeRecord(p []byte, crc uint32, version uint32, l *raft.Log) (byte, error) {
+	if !wellFormed(p) || crc32.Checksum(p, castagnoli) != crc {
+		return 0, errTorn
 	}
 	dataLen := int(binary.LittleEndian.Uint32(p[25:]))
-	if 29+dataLen+4 > len(p) {
-		return errTorn
-	}
 	extLen := int(binary.LittleEndian.Uint32(p[29+dataLen:]))
-	if recFixedSize+dataLen+extLen != len(p) {
-		return errTorn
+	typ, marks := p[16], byte(0)
+	if version >= segVersion2 {
+		typ, marks = typ&^typeMarks, typ&typeMarks
 	}
 	*l = raft.Log{
 		Index: binary.LittleEndian.Uint64(p[0:]),
 		Term:  binary.LittleEndian.Uint64(p[8:]),
-		Type:  raft.LogType(p[16]),
+		Type:  raft.LogType(typ),
 	}
 	if at := int64(binary.LittleEndian.Uint64(p[17:])); at != 0 {
 		l.AppendedAt = time.Unix(0, at)
@@ -154,5 +209,5 @@ func decodeRecord(p []byte, crc uint32, l *raft.Log) error {
 		o := 29 + dataLen + 4
 		l.Extensions = p[o : o+extLen : o+extLen]
 	}
-	return nil
+	return marks, nil
 }

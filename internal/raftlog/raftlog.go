@@ -23,6 +23,30 @@
 //     write of the last, unacknowledged StoreLogs); Open truncates the file
 //     there (and preallocates it again) and fsyncs it, so that nothing
 //     after that point can be taken for a record later.
+//   - Torn write or corruption. A torn write can only damage the last
+//     StoreLogs batch: every earlier one was fdatasync'ed before it was
+//     written. Segments of format version 2 (format.go; new segments are
+//     created with it) mark the first and the last record of every batch,
+//     and at a bad record (short or failing its CRC) in a version 2 tail
+//     segment Open scans the rest of the file for valid records: if one
+//     starts a batch, or follows one that ends a batch, a batch was
+//     written after the bad record's batch was complete, so it is not a
+//     torn write but corruption of acknowledged entries, and Open fails
+//     with an error naming the file and the offset, changing nothing
+//     (dropping the later batches could lose committed entries). Otherwise
+//     (only records of the last batch, perhaps persisted out of order,
+//     then zeros) it is cut as a torn write. A zero length still ends the
+//     records without a scan (a torn batch's hole, or the end), and a
+//     damaged last batch is cut even if it had been acknowledged: the
+//     format cannot tell that from a torn one. A version 1 tail segment
+//     (no marks, written by earlier versions; a version 1 tail gets its
+//     appends in version 1 until the next segment) is cut at its first
+//     bad record, as before.
+//   - Downgrade. A version that knows only format version 1 refuses a
+//     version 2 segment ("segment format version 2, want 1") rather than
+//     misreading it: a log written by this version can go back to such a
+//     version only while its segments are all version 1, that is before
+//     this version created a segment.
 //   - DeleteRange of the tail (a follower's log conflict) deletes the later
 //     segment files newest first, fsyncing the directory after each, then
 //     truncates the segment at the first deleted record and fsyncs it before
@@ -52,6 +76,7 @@ package raftlog
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -95,6 +120,9 @@ type segment struct {
 	first uint64
 	path  string
 	f     *os.File
+	// version is the segment's format version (format.go): records are
+	// appended in it.
+	version uint32
 	// offs[i] is the offset of entry first+i; the last element is the end
 	// of the last record. len(offs)-1 entries.
 	offs []int64
@@ -277,7 +305,9 @@ func (s *Store) recover() error {
 }
 
 // openSegment opens and scans a segment file. A non-tail segment must be
-// intact; a tail segment is cut at its first bad record.
+// intact; a tail segment is cut at its first bad record, unless (version
+// 2) a later batch follows it: then that is corruption, an error, and the
+// file is left as it is.
 func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 	path := filepath.Join(s.dir, segName(first))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -299,10 +329,11 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return fail("reading the header: %v", err)
 	}
-	hfirst, err := decodeSegHeader(hdr)
+	hfirst, version, err := decodeSegHeader(hdr)
 	if err != nil {
 		return fail("%v", err)
 	}
+	seg.version = version
 	if hfirst != first {
 		return fail("header says first index %d, the name %d", hfirst, first)
 	}
@@ -346,7 +377,7 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		if _, err := io.ReadFull(r, payload); err != nil {
 			return fail("read at %d: %v", off, err)
 		}
-		if err := decodeRecord(payload, binary.LittleEndian.Uint32(rh[4:]), &l); err != nil {
+		if _, err := decodeRecord(payload, binary.LittleEndian.Uint32(rh[4:]), version, &l); err != nil {
 			why = "CRC mismatch or malformed record"
 			break
 		}
@@ -363,6 +394,18 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		}
 		return seg, nil
 	}
+	if why != "" && version >= segVersion2 {
+		// Only the last batch can be torn: a later batch after the bad
+		// record means it is corruption of an acknowledged one.
+		later, err := laterBatch(f, size, off, first+seg.n()-1)
+		if err != nil {
+			return fail("scanning after the bad record at offset %d: %v", off, err)
+		}
+		if later != "" {
+			return fail("corrupt record at offset %d (index %d): %s; later batches follow it (%s): not a torn write",
+				off, first+seg.n(), why, later)
+		}
+	}
 	if why != "" {
 		s.logger.Warn("torn write at the end of the log: dropping the unfinished last append",
 			"file", path, "offset", off, "index", first+seg.n(), "reason", why)
@@ -374,6 +417,69 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		return fail("truncating the tail: %v", err)
 	}
 	return seg, nil
+}
+
+// laterBatch scans a version 2 tail segment f of size bytes after the bad
+// record at off, the last good record before it being of index lastGood,
+// for valid records (lengths, CRC, an index above lastGood), trying every
+// offset (the scan only runs on this failure path). It returns a
+// description of the evidence if one of them begins a batch, or follows
+// one that ends a batch: a batch written after the bad record's batch was
+// complete. "" means that the valid records after off, if any, can all be
+// of the bad record's batch: the last one, torn.
+func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
+	if size <= off+1 {
+		return "", nil
+	}
+	rest := make([]byte, size-off)
+	if _, err := f.ReadAt(rest, off); err != nil && !(errors.Is(err, io.EOF)) {
+		return "", err
+	}
+	// A record starts with a non-zero length: none starts past the last
+	// non-zero byte (zeros written ahead, preallocated space).
+	nz := len(rest)
+	for nz > 0 {
+		k := max(0, nz-zeroChunk)
+		if !bytes.Equal(rest[k:nz], zeroBlock[:nz-k]) {
+			for nz > k && rest[nz-1] == 0 {
+				nz--
+			}
+			break
+		}
+		nz = k
+	}
+	const minRecord = recHeaderSize + recFixedSize
+	var (
+		l      raft.Log
+		endAt  = int64(-1) // offset of a valid batch end
+		endIdx uint64
+	)
+	for q := 1; q < nz && len(rest)-q >= minRecord; q++ {
+		n := int(binary.LittleEndian.Uint32(rest[q:]))
+		if n < recFixedSize || n > maxRecordSize || n > len(rest)-q-recHeaderSize {
+			continue
+		}
+		p := rest[q+recHeaderSize : q+recHeaderSize+n]
+		// A record at q follows at least q/minRecord others after off.
+		if idx := binary.LittleEndian.Uint64(p); idx <= lastGood || idx-lastGood > uint64(q/minRecord)+1 || !wellFormed(p) {
+			continue
+		}
+		marks, err := decodeRecord(p, binary.LittleEndian.Uint32(rest[q+4:]), segVersion2, &l)
+		if err != nil {
+			continue
+		}
+		at := off + int64(q)
+		switch {
+		case marks&markBatchStart != 0:
+			return fmt.Sprintf("a batch starts at offset %d (index %d)", at, l.Index), nil
+		case endAt >= 0:
+			return fmt.Sprintf("a batch ends at offset %d (index %d), and a record follows at offset %d (index %d)", endAt, endIdx, at, l.Index), nil
+		case marks&markBatchEnd != 0:
+			endAt, endIdx = at, l.Index
+		}
+		q += recHeaderSize + n - 1
+	}
+	return "", nil
 }
 
 func allZero(b []byte) bool {
@@ -437,10 +543,10 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	seg := &segment{first: first, path: path, f: f, offs: []int64{segHeaderSize}, zeroed: segHeaderSize}
+	seg := &segment{first: first, path: path, f: f, version: newSegVersion, offs: []int64{segHeaderSize}, zeroed: segHeaderSize}
 	err = preallocate(f, s.segSize)
 	if err == nil {
-		_, err = f.WriteAt(encodeSegHeader(first), 0)
+		_, err = f.WriteAt(encodeSegHeader(first, seg.version), 0)
 	}
 	if err == nil {
 		// The first stretch of zeros goes in with the header's fsync.
@@ -528,7 +634,7 @@ func (s *Store) GetLog(index uint64, l *raft.Log) error {
 	if int64(binary.LittleEndian.Uint32(buf[0:])) != end-off-recHeaderSize {
 		return fmt.Errorf("raftlog: index %d in %s at offset %d: bad record length", index, seg.path, off)
 	}
-	if err := decodeRecord(buf[recHeaderSize:], binary.LittleEndian.Uint32(buf[4:]), l); err != nil {
+	if _, err := decodeRecord(buf[recHeaderSize:], binary.LittleEndian.Uint32(buf[4:]), seg.version, l); err != nil {
 		return fmt.Errorf("raftlog: index %d in %s at offset %d: %w", index, seg.path, off, err)
 	}
 	if l.Index != index {
@@ -546,7 +652,9 @@ func (s *Store) StoreLog(l *raft.Log) error {
 // any index if the log is empty), durably: it returns after one
 // fdatasync. A first index above LastIndex+1 (a gap, see the package doc)
 // first deletes every entry. A first index at or below LastIndex is an
-// error: raft deletes conflicting entries (DeleteRange) first.
+// error: raft deletes conflicting entries (DeleteRange) first. An entry
+// whose Type uses the bits of the batch marks (format.go; no raft.LogType
+// does) is refused before anything is written.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -564,6 +672,9 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	for i, l := range logs {
 		if l.Index != next+uint64(i) {
 			return fmt.Errorf("raftlog: StoreLogs: entry %d has index %d, want %d (not consecutive)", i, l.Index, next+uint64(i))
+		}
+		if l.Type&typeMarks != 0 {
+			return fmt.Errorf("raftlog: StoreLogs: entry %d has type %d, which uses bits the format keeps for batch marks", l.Index, l.Type)
 		}
 		rs := recordSize(l)
 		if rs-recHeaderSize > maxRecordSize {
@@ -625,8 +736,17 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.buf = s.buf[:0]
 	offs := make([]int64, 0, len(logs))
 	start := tail.end()
-	for _, l := range logs {
-		s.buf = appendRecord(s.buf, l)
+	for i, l := range logs {
+		var marks byte
+		if tail.version >= segVersion2 {
+			if i == 0 {
+				marks |= markBatchStart
+			}
+			if i == len(logs)-1 {
+				marks |= markBatchEnd
+			}
+		}
+		s.buf = appendRecord(s.buf, l, marks)
 		offs = append(offs, start+int64(len(s.buf)))
 	}
 	if _, err := tail.f.WriteAt(s.buf, start); err != nil {

@@ -485,7 +485,7 @@ func TestOpenTornTail(t *testing.T) {
 		{"bad CRC", func(t *testing.T, path string, off int64) { flipByte(t, path, off+recHeaderSize+35) }},
 		{"zero length", func(t *testing.T, path string, off int64) { writeAt(t, path, off, make([]byte, 4)) }},
 		{"record of another index", func(t *testing.T, path string, off int64) {
-			writeAt(t, path, off, appendRecord(nil, entry(9, 1, 50)))
+			writeAt(t, path, off, appendRecord(nil, entry(9, 1, 50), 0))
 		}},
 		{"length beyond the file", func(t *testing.T, path string, off int64) {
 			writeAt(t, path, off, []byte{0xff, 0xff, 0xff, 0x7f})

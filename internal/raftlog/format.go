@@ -77,8 +77,10 @@ const (
 )
 
 // No raft.LogType may use the mark bits: this fails to compile if raft's
-// last LogType reaches them (StoreLogs also refuses any entry that does).
-const _ = typeMarks - 1 - raft.LogConfiguration
+// last LogType reaches the lower of them (a LogType is a uint8, so the
+// constant would be negative; StoreLogs also refuses any entry that uses
+// them).
+const _ = markBatchStart - 1 - raft.LogConfiguration
 
 // newSegVersion is the version new segments are created with; tests set it
 // to segVersion1 to write old segments.

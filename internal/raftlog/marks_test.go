@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 )
 
 // The tests of the batch marks of format version 2 (format.go): a bad
@@ -19,29 +20,11 @@ import (
 
 const marksSegSize = 1 << 20
 
-// syncBuffer is a bytes.Buffer for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // openLogged opens dir with a logger whose output it returns.
-func openLogged(dir string) (*Store, *syncBuffer, error) {
-	var out syncBuffer
-	s, err := Open(dir, Options{SegmentSize: marksSegSize, Logger: hclog.New(&hclog.LoggerOptions{Output: &out})})
-	return s, &out, err
+func openLogged(dir string) (*Store, *proctest.LogBuffer, error) {
+	out := proctest.NewLogBuffer()
+	s, err := Open(dir, Options{SegmentSize: marksSegSize, Logger: hclog.New(&hclog.LoggerOptions{Output: out})})
+	return s, out, err
 }
 
 // storeBatches stores each batch (first, last: term 1, 50 bytes) with one
@@ -325,9 +308,8 @@ func TestOpenCorruptAfterTailTruncation(t *testing.T) {
 	})
 }
 
-// TestBatchMarksDoNotLeak: the marks are in the file but never in an
-// entry's Type, and a Type that uses their bits is refused before anything
-// is written.
+// TestBatchMarksDoNotLeak: the marks are in the file (one start and one
+// end per batch) but never in an entry's Type.
 func TestBatchMarksDoNotLeak(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, marksSegSize)

@@ -59,7 +59,8 @@ type Driver[T any] struct {
 	// ran in (the business function committed or rolled back, explicitly
 	// or implicitly): (true, nil). (false, nil) means it still is; an
 	// error means it could not tell. Run calls it once after fn, right
-	// before the commit, and may call it again after fn failed; it may
+	// before the commit (unless the Tx is a CheckedTx, which checks in its
+	// commit), and may call it again after fn failed; it may
 	// consume state that Guard left in tx (a savepoint), since nothing but
 	// COMMIT or ROLLBACK follows.
 	Ended func(ctx context.Context, tx T) (bool, error)

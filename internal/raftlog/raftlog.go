@@ -437,17 +437,7 @@ func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
 	}
 	// A record starts with a non-zero length: none starts past the last
 	// non-zero byte (zeros written ahead, preallocated space).
-	nz := len(rest)
-	for nz > 0 {
-		k := max(0, nz-zeroChunk)
-		if !bytes.Equal(rest[k:nz], zeroBlock[:nz-k]) {
-			for nz > k && rest[nz-1] == 0 {
-				nz--
-			}
-			break
-		}
-		nz = k
-	}
+	nz := len(bytes.TrimRight(rest, "\x00"))
 	const minRecord = recHeaderSize + recFixedSize
 	var (
 		l      raft.Log

@@ -8,7 +8,9 @@
 // LoadPeerTLS reads the node's certificate, key and the cluster CA bundle
 // from PEM files (the future --peer-tls-cert, --peer-tls-key and
 // --peer-tls-ca); NewPeerTLS builds the same from memory. HCLogger adapts a
-// *slog.Logger to the hclog.Logger that raft wants.
+// *slog.Logger to the hclog.Logger that raft wants. Config.Members tells
+// the transport who the cluster's members are, so that their connections
+// get handshake slots no stranger can take (see Denial of service).
 //
 // # Trust model
 //
@@ -40,7 +42,9 @@
 // InstallSnapshot to a node, cannot be reached as a peer if an operator adds
 // its address, and, having no node that will talk to it, cannot join. Its
 // failed handshakes are logged at Warn, at most one line a second with the
-// count of the lines suppressed, and never reach raft.
+// count of the lines suppressed, and never reach raft. (Failed handshakes
+// from members' addresses have a line a second of their own, so that a
+// flood does not hide a member whose certificate has expired.)
 //
 // A stolen node certificate and key allow everything a node can do: vote,
 // append entries under a higher term, replace the leader, and so issue
@@ -64,12 +68,37 @@
 //
 // # Denial of service
 //
-// Handshakes run off raft's accept loop, each under Config.HandshakeTimeout,
-// and at most Config.MaxHandshakes at once; a connection that arrives when
-// all slots are taken is closed at once. A stranger who stalls therefore
-// holds a slot for at most HandshakeTimeout, but one who keeps every slot
-// busy can delay peers' connections: that is a flood to stop at the
-// network, which should not expose peer ports beyond the cluster anyway.
+// Handshakes run off raft's accept loop, each under Config.HandshakeTimeout
+// (2s by default), in slots that a gate hands out by source IP. Each
+// member's IP (Config.Members: the addresses of the cluster configuration,
+// names resolved) has Config.MemberHandshakes slots of its own; every
+// other source shares Config.MaxHandshakes slots, at most
+// Config.MaxHandshakesPerSource from one IPv4 address or IPv6 /64, which a
+// member may also use beyond its own. A connection for which there is no
+// slot is closed at once, and the refusal logged at Warn, at most one line
+// a second (with the count of the lines suppressed) for strangers and one
+// for members' addresses, apart from the failed handshakes. A transport
+// listening on a specific IP dials from it, so that its peers see its
+// connections come from its address in the configuration.
+//
+// A stranger without a certificate, however many addresses it connects
+// from and however fast, therefore cannot take the slots of the members,
+// and from one address holds at most MaxHandshakesPerSource slots for
+// HandshakeTimeout each. What it can still do:
+//
+//   - from the IP of a member (the same host, the same NAT, or an on-path
+//     attacker), take that member's slots and delay its connections;
+//   - from about MaxHandshakes/MaxHandshakesPerSource addresses (or IPv6
+//     /64s), fill the shared slots, which delays the connections of a node
+//     that is not a member yet (a node being added, until its entry is in
+//     the configuration of the node it connects to), and of a member that
+//     connects from another IP than its address's;
+//   - make the node do a TLS handshake (a signature) for every connection
+//     it completes fast, and fill the listener's queue: costs in CPU and
+//     in the kernel that the gate does not bound.
+//
+// These are floods to stop at the network, which should not expose peer
+// ports beyond the cluster anyway.
 //
 // # Concurrency
 //

@@ -14,24 +14,33 @@ import (
 
 // tlsStream is the raft.StreamLayer over crypto/tls. Its own accept loop
 // takes TCP connections from the listener and handshakes each in a
-// goroutine of its own, under a deadline and a cap on handshakes in
-// progress, so that neither a stalled stranger nor a failed handshake ever
-// reaches raft: Accept returns only authenticated peers, and an error only
+// goroutine of its own, under a deadline and the slots of a gate (members'
+// IPs have slots of their own; every other source shares the rest, a few at
+// most per source), so that neither a stalled stranger nor a failed
+// handshake ever reaches raft, and strangers cannot take the slots that
+// members need: Accept returns only authenticated peers, and an error only
 // once the layer is closed (raft's accept loop backs off for up to a second
 // on every Accept error). Every connection it accepted or dialled is closed
 // by Close, which returns only after the layer's goroutines have exited.
 type tlsStream struct {
 	ln        net.Listener
 	advertise net.Addr
+	local     net.Addr // the source address of dialled connections, or nil
 	tls       *PeerTLS
 	server    *tls.Config
 
 	handshakeTimeout time.Duration
-	slots            chan struct{} // one token per handshake in progress
+	gate             *gate
 	accepted         chan net.Conn // authenticated inbound connections
 
-	log  *slog.Logger
-	fail *limiter // failed inbound handshakes and refused connections
+	log *slog.Logger
+	// Log limiters, one per kind of line, so that a flood of one kind does
+	// not hide the others.
+	refused       *limiter // connections from non-members refused by the gate
+	failed        *limiter // failed handshakes from non-members, accept errors
+	memberRefused *limiter // connections from members' IPs refused by the gate
+	memberFailed  *limiter // failed handshakes from members' IPs
+	resolveFail   *limiter // failed lookups of members' names
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -40,16 +49,44 @@ type tlsStream struct {
 	conns connSet
 }
 
-func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, handshakeTimeout time.Duration, maxHandshakes int, log *slog.Logger) *tlsStream {
+// streamConfig is what newTLSStream needs of Config, with the defaults
+// applied.
+type streamConfig struct {
+	handshakeTimeout                time.Duration
+	maxShared, perSource, perMember int
+	members                         func() []raft.ServerAddress
+}
+
+func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConfig, log *slog.Logger) *tlsStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &tlsStream{
 		ln: ln, advertise: advertise, tls: p, server: p.serverConfig(),
-		handshakeTimeout: handshakeTimeout,
-		slots:            make(chan struct{}, maxHandshakes),
+		handshakeTimeout: sc.handshakeTimeout,
+		gate:             newGate(sc.maxShared, sc.perSource, sc.perMember),
 		accepted:         make(chan net.Conn),
 		log:              log,
-		fail:             newLimiter(time.Second),
+		refused:          newLimiter(time.Second),
+		failed:           newLimiter(time.Second),
+		memberRefused:    newLimiter(time.Second),
+		memberFailed:     newLimiter(time.Second),
+		resolveFail:      newLimiter(time.Second),
 		ctx:              ctx, cancel: cancel,
+	}
+	// Dial from the IP the layer listens on, if it is a specific one, so
+	// that peers see this node's connections come from its address (on a
+	// host with several, or with several loopback addresses, the kernel
+	// would pick one by the route).
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP != nil && !ta.IP.IsUnspecified() {
+		s.local = &net.TCPAddr{IP: ta.IP, Zone: ta.Zone}
+	}
+	if sc.members != nil {
+		w := &memberWatch{members: sc.members, gate: s.gate, s: s}
+		w.refresh(ctx) // members have their slots from the start
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			w.watch(ctx)
+		}()
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -68,7 +105,7 @@ func (s *tlsStream) acceptLoop() {
 			}
 			// A transient error such as EMFILE: back off as net/http does.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.fail.do(func(suppressed int) {
+			s.failed.do(func(suppressed int) {
 				s.log.Warn("raft peer transport: accept failed", "error", err, "suppressed", suppressed)
 			})
 			select {
@@ -79,39 +116,65 @@ func (s *tlsStream) acceptLoop() {
 			}
 		}
 		delay = 0
-		select {
-		case s.slots <- struct{}{}:
-		default:
+		t, why := s.gate.enter(remoteIP(c))
+		if why != admitted {
 			// Log before closing, so that the line exists by the time the
 			// stranger sees its connection end.
-			remote := c.RemoteAddr().String()
-			s.fail.do(func(suppressed int) {
-				s.log.Warn("raft peer transport: too many handshakes in progress, connection refused",
-					"remote", remote, "max", cap(s.slots), "suppressed", suppressed)
-			})
+			s.logRefusal(c.RemoteAddr().String(), why)
 			_ = c.Close()
 			continue
 		}
 		s.wg.Add(1)
-		go s.handshake(c)
+		go s.handshake(c, t)
 	}
 }
 
-// handshake authenticates one inbound connection and hands it to Accept.
-func (s *tlsStream) handshake(raw net.Conn) {
+// logRefusal logs a connection the gate refused, at most once a second per
+// kind (members' IPs or others).
+func (s *tlsStream) logRefusal(remote string, why refusal) {
+	g := s.gate
+	switch why {
+	case memberAllFull:
+		s.memberRefused.do(func(suppressed int) {
+			s.log.Warn("raft peer transport: too many handshakes in progress from a member's address, connection refused (the member retries; if this lasts, something else connects from that address: see the operations guide)",
+				"remote", remote, "member_slots", g.perMember, "per_source", g.perSource, "shared", g.maxShared, "suppressed", suppressed)
+		})
+	case sourceFull:
+		s.refused.do(func(suppressed int) {
+			s.log.Warn("raft peer transport: too many handshakes in progress from this source, connection refused (not a member's address: a stranger, or a node not yet in the configuration)",
+				"remote", remote, "per_source", g.perSource, "suppressed", suppressed)
+		})
+	default:
+		s.refused.do(func(suppressed int) {
+			s.log.Warn("raft peer transport: too many handshakes in progress from non-members, connection refused (members have slots of their own)",
+				"remote", remote, "shared", g.maxShared, "suppressed", suppressed)
+		})
+	}
+}
+
+// handshake authenticates one inbound connection, which holds the gate's
+// slot t, and hands it to Accept.
+func (s *tlsStream) handshake(raw net.Conn, t ticket) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.ctx, s.handshakeTimeout)
 	tc := tls.Server(raw, s.server)
 	err := tc.HandshakeContext(ctx)
 	cancel()
-	<-s.slots
+	s.gate.leave(t)
 	if err != nil {
 		if s.ctx.Err() == nil {
 			remote := raw.RemoteAddr().String()
-			s.fail.do(func(suppressed int) {
-				s.log.Warn("raft peer transport: peer handshake failed",
-					"remote", remote, "error", err, "suppressed", suppressed)
-			})
+			if s.gate.isMember(t.ip) {
+				s.memberFailed.do(func(suppressed int) {
+					s.log.Warn("raft peer transport: peer handshake failed, from a member's address (check that node's certificate, its expiry and the CA files of both)",
+						"remote", remote, "error", err, "suppressed", suppressed)
+				})
+			} else {
+				s.failed.do(func(suppressed int) {
+					s.log.Warn("raft peer transport: peer handshake failed",
+						"remote", remote, "error", err, "suppressed", suppressed)
+				})
+			}
 		}
 		_ = raw.Close()
 		return
@@ -152,7 +215,8 @@ func (s *tlsStream) Addr() net.Addr { return s.advertise }
 
 // Dial opens an authenticated connection to the peer at address (host:port)
 // within timeout (no limit if zero): the peer's certificate must verify
-// against the cluster CA pool for host and be a node certificate.
+// against the cluster CA pool for host and be a node certificate. The
+// connection comes from the listener's IP if that is a specific one.
 func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(string(address))
 	if err != nil {
@@ -164,7 +228,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	d := tls.Dialer{Config: s.tls.clientConfig(host)}
+	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: s.local}, Config: s.tls.clientConfig(host)}
 	return s.conns.dialled(d.DialContext(ctx, "tcp", string(address)))
 }
 

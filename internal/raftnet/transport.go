@@ -13,7 +13,9 @@ import (
 // Config configures New. Only BindAddr is required.
 type Config struct {
 	// BindAddr is the TCP address to listen on for peers (the future
-	// --raft-listen), e.g. "0.0.0.0:7947" or "127.0.0.1:0".
+	// --raft-listen), e.g. "0.0.0.0:7947" or "127.0.0.1:0". With TLS and a
+	// specific IP, the transport also dials its peers from that IP, so
+	// that they see its connections come from it (see Members).
 	BindAddr string
 
 	// Advertise is the address peers dial to reach this node (the future
@@ -37,13 +39,46 @@ type Config struct {
 
 	// HandshakeTimeout bounds an inbound TLS handshake, so that a stranger
 	// who connects and stalls holds a handshake slot for at most this long;
-	// zero means 5s. Unused without TLS.
+	// zero means 2s. A peer's handshake takes about one round trip after
+	// the accept (the peer's hello comes with its connection; then the
+	// node's flight and the peer's certificate and Finished), plus
+	// milliseconds of signing and verifying: under a millisecond of network
+	// on a LAN, about 300ms between continents. 2s leaves room for a lost
+	// packet's retransmission over a WAN; a handshake cut off is retried by
+	// the peer's raft.
+	// Unused without TLS.
 	HandshakeTimeout time.Duration
 
-	// MaxHandshakes caps the inbound TLS handshakes in progress; a
-	// connection arriving while the cap is reached is closed at once (and
-	// the peer's raft retries). Zero means 64. Unused without TLS.
+	// Members, if non-nil, returns the Raft addresses (host:port) of the
+	// cluster's members: the servers of the latest configuration. Inbound
+	// connections whose source IP is a member's get MemberHandshakes slots
+	// per IP of their own, which no other source can take. New calls it
+	// once, and the transport every second after that until Close, outside
+	// any lock of its own; it must be safe for concurrent use and fast.
+	// Host names among the addresses are resolved when the addresses
+	// change and every 30s. Nil: every source shares MaxHandshakes.
+	// Unused without TLS.
+	Members func() []raft.ServerAddress
+
+	// MemberHandshakes is the number of inbound TLS handshakes in progress
+	// reserved for each member IP (see Members); beyond them a member's
+	// connections take shared slots. A node opens about three connections
+	// to a peer at once when it becomes leader. Zero means 8. Unused
+	// without TLS.
+	MemberHandshakes int
+
+	// MaxHandshakes caps the inbound TLS handshakes in progress outside the
+	// members' slots: from sources that are not members (strangers, a node
+	// being added before the configuration lists it), and from members
+	// beyond their own slots. A connection for which there is no slot is
+	// closed at once (a peer's raft retries). Zero means 64. Unused without
+	// TLS.
 	MaxHandshakes int
+
+	// MaxHandshakesPerSource caps the shared handshakes in progress from
+	// one source: one IPv4 address, or one IPv6 /64. Zero means 8. Unused
+	// without TLS.
+	MaxHandshakesPerSource int
 
 	// Logger receives the transport's log lines (failed handshakes at Warn,
 	// at most one line a second with a count of the suppressed ones), and,
@@ -67,13 +102,20 @@ func New(cfg Config) (*raft.NetworkTransport, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	if cfg.HandshakeTimeout == 0 {
-		cfg.HandshakeTimeout = 5 * time.Second
+		cfg.HandshakeTimeout = 2 * time.Second
+	}
+	if cfg.MemberHandshakes == 0 {
+		cfg.MemberHandshakes = 8
 	}
 	if cfg.MaxHandshakes == 0 {
 		cfg.MaxHandshakes = 64
 	}
-	if cfg.MaxPool < 0 || cfg.Timeout < 0 || cfg.HandshakeTimeout < 0 || cfg.MaxHandshakes < 0 {
-		return nil, errors.New("raftnet: negative MaxPool, Timeout, HandshakeTimeout or MaxHandshakes")
+	if cfg.MaxHandshakesPerSource == 0 {
+		cfg.MaxHandshakesPerSource = 8
+	}
+	if cfg.MaxPool < 0 || cfg.Timeout < 0 || cfg.HandshakeTimeout < 0 ||
+		cfg.MemberHandshakes < 0 || cfg.MaxHandshakes < 0 || cfg.MaxHandshakesPerSource < 0 {
+		return nil, errors.New("raftnet: negative MaxPool, Timeout, HandshakeTimeout, MemberHandshakes, MaxHandshakes or MaxHandshakesPerSource")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -98,7 +140,11 @@ func New(cfg Config) (*raft.NetworkTransport, error) {
 	}
 	var stream raft.StreamLayer
 	if cfg.TLS != nil {
-		stream = newTLSStream(ln, advertise, cfg.TLS, cfg.HandshakeTimeout, cfg.MaxHandshakes, log)
+		stream = newTLSStream(ln, advertise, cfg.TLS, streamConfig{
+			handshakeTimeout: cfg.HandshakeTimeout,
+			maxShared:        cfg.MaxHandshakes, perSource: cfg.MaxHandshakesPerSource, perMember: cfg.MemberHandshakes,
+			members: cfg.Members,
+		}, log)
 	} else {
 		log.Warn("raft peer transport without TLS: anyone who can reach this address can join the cluster, vote and append to its log; set --peer-tls-cert, --peer-tls-key and --peer-tls-ca",
 			"listen", ln.Addr().String(), "advertise", advertise.String())

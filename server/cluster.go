@@ -282,12 +282,28 @@ func newCluster(s *Server) (*cluster, error) {
 	}
 
 	trans := cc.transport
+	// The transport's members (whose IPs get handshake slots of their own):
+	// the bootstrap peers until raft runs, then its latest configuration.
+	var running atomic.Pointer[raft.Raft]
 	if trans == nil {
 		adv, err := net.ResolveTCPAddr("tcp", cc.RaftAdvertise)
 		if err != nil {
 			return nil, fmt.Errorf("server: ClusterConfig.RaftAdvertise: %w", err)
 		}
-		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.PeerTLS, Logger: s.log})
+		members := func() []raft.ServerAddress {
+			var addrs []raft.ServerAddress
+			if r := running.Load(); r != nil {
+				for _, sv := range r.GetConfiguration().Configuration().Servers {
+					addrs = append(addrs, sv.Address)
+				}
+				return addrs
+			}
+			for _, p := range cc.Peers {
+				addrs = append(addrs, raft.ServerAddress(p.Address))
+			}
+			return addrs
+		}
+		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.PeerTLS, Members: members, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}
@@ -343,6 +359,7 @@ func newCluster(s *Server) (*cluster, error) {
 		return nil, fmt.Errorf("server: start raft: %w", err)
 	}
 	cl.r = r
+	running.Store(r)
 	// (Without PeerTLS, raftnet.New has logged its warning.)
 	cl.wg.Add(2)
 	go cl.leadership()

@@ -81,6 +81,9 @@ type cluster struct {
 	leaderChanges atomic.Uint64
 	serving       atomic.Bool
 	commitLatency prometheus.Histogram
+	slowGrants    atomic.Uint64 // grants answered B for a commit slower than ElectionTimeout
+	slowLogAt     atomic.Int64  // when slowCommit last logged (server clock + 1; 0: never)
+	slowLogged    atomic.Uint64 // slowGrants at that line
 }
 
 // ckey is the leader's view of one key.
@@ -707,19 +710,36 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 	// applied by a leader that was stalled (a GC pause, SIGSTOP) while
 	// another was elected and restarted this lease from an earlier instant:
 	// a G now would let its holder count the lease from now, past the new
-	// leader's end of it. It gets T instead.
+	// leader's end of it. It is not granted: B, "not granted, try later",
+	// as standalone answers an ACQUIRE whose token a slow disk did not
+	// reserve in time (T would say that its wait ran out, which it did not).
 	stale := now-proposed > int64(cl.cfg.ElectionTimeout)
 	if w.c.dead.Load() || now >= w.deadline || stale {
 		// The holder is gone, or its wait ran out while the grant was
-		// being committed (or the commit was too slow to trust): it gets T
-		// (if it is still there), and the key is freed again at once
-		// rather than held by nobody for a lease.
+		// being committed (T), or the commit was too slow to trust (B):
+		// it is answered (if it is still there), and the key is freed
+		// again at once rather than held by nobody for a lease.
+		if stale {
+			cl.slowCommit(now - proposed)
+		}
 		if !w.c.dead.Load() {
-			s.m.timeouts.Add(1)
-			w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+			if now >= w.deadline {
+				s.m.timeouts.Add(1)
+				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+			} else {
+				s.m.busy.Add(1)
+				w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
+			}
+		}
+		// The holder's retries (no wait of their own): B after a slow
+		// commit, T as the grant they waited for otherwise.
+		typ := byte(wire.TypeTimedOut)
+		if stale {
+			typ = wire.TypeBusy
 		}
 		for _, rw := range retries {
-			rw.c.replySimpleQueued(wire.TypeTimedOut, rw.reqID)
+			rw.done = true
+			rw.c.replySimpleQueued(typ, rw.reqID)
 		}
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 		return
@@ -729,6 +749,20 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 	for _, rw := range retries {
 		rw.done = true
 		rw.c.replyGrantedQueued(rw.reqID, tok, 0)
+	}
+}
+
+// slowCommit counts a grant answered B because its commit took took (ns),
+// more than ElectionTimeout, and logs at most once per second with the
+// count since the last line.
+func (cl *cluster) slowCommit(took int64) {
+	n := cl.slowGrants.Add(1)
+	now := cl.s.now() + 1 // 0 means never logged
+	last := cl.slowLogAt.Load()
+	if (last == 0 || now-last >= secondNs) && cl.slowLogAt.CompareAndSwap(last, now) {
+		prev := cl.slowLogged.Swap(n)
+		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
+			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", n-prev)
 	}
 }
 
@@ -1159,6 +1193,8 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		cl.commitLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "slow_grants_total",
+			Help: "Grants whose commit took longer than the election timeout, answered B (included in busy_total) and freed again."}, func() float64 { return float64(cl.slowGrants.Load()) }),
 		gauge("applied_index", "Index of the last log entry applied to the state machine.", func() float64 { return float64(cl.r.AppliedIndex()) }),
 		gauge("commit_index", "Index of the last committed log entry.", func() float64 { return float64(cl.r.CommitIndex()) }),
 		gauge("leader", "1 while this node leads and serves, else 0.", func() float64 {

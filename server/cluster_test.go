@@ -505,7 +505,7 @@ func TestClusterMessageLoss(t *testing.T) {
 	}
 	tc := newTestClusterLossy(t, 3, drop)
 	var last uint64
-	grants, timedOut := 0, 0
+	grants, busy := 0, 0
 	deadline := time.Now().Add(4 * time.Second)
 	var c *client
 	for n := 0; time.Now().Before(deadline); n++ {
@@ -522,10 +522,10 @@ func TestClusterMessageLoss(t *testing.T) {
 			c = nil // unanswered (Indeterminate): try again on the leader
 			continue
 		}
-		if r.Type == wire.TypeTimedOut {
+		if r.Type == wire.TypeBusy {
 			// Committed too slowly to be trusted (longer than an election
 			// timeout): not granted, and freed again.
-			timedOut++
+			busy++
 			continue
 		}
 		if r.Type != wire.TypeGranted {
@@ -545,7 +545,7 @@ func TestClusterMessageLoss(t *testing.T) {
 	if grants < 10 {
 		t.Fatalf("only %d grants in 4 s with 40%% message loss", grants)
 	}
-	t.Logf("%d grants (and %d T for a commit slower than an election timeout) with 40%% of Raft RPCs lost; last token %d", grants, timedOut, last)
+	t.Logf("%d grants (and %d B for a commit slower than an election timeout) with 40%% of Raft RPCs lost; last token %d", grants, busy, last)
 }
 
 // TestClusterReleaseAfterLeaseEndIsCommitted: a RELEASE that finds its

@@ -222,12 +222,14 @@
 //     release a commit: an uncontended acquire+release cycle waits for
 //     one commit instead of two.
 //   - Expiry is a log entry the leader proposes when a lease ends on its
-//     clock; followers expire nothing. A grant whose waiter left (its
-//     session closed, or its wait ran out while the grant was being
-//     committed, or the commit took longer than an election timeout, so
-//     that another leader may have restarted the lease from an earlier
-//     instant) is answered T if the session is still open, and freed again
-//     by the next entry, so that no key stays held by nobody for a lease;
+//     clock; followers expire nothing. A grant that is not answered G is
+//     freed again by the next entry, so that no key stays held by nobody
+//     for a lease: one whose waiter left (its session closed), or whose
+//     wait ran out while it was being committed (T), or whose commit took
+//     longer than an election timeout, so that another leader may have
+//     restarted the lease from an earlier instant (B, as standalone answers
+//     an ACQUIRE that a slow disk leaves without a token; counted in
+//     ticketing_raft_slow_grants_total, and logged at most once a second);
 //     a grant committed by a leader that died before answering it stays
 //     held until its (restarted) lease ends, as its caller saw
 //     Indeterminate.

@@ -45,8 +45,8 @@ import (
 // know in advance is a pending grant's token: until its entry applies, a
 // RELEASE cannot name it (N) and a retry by its owner waits for it.
 // Replies are sent only from the apply of the entry that decided them:
-// nothing but R (see ClusterConfig.CommittedRelease) is answered before it
-// is committed. Lease and wait timers run on
+// nothing is answered before it is committed (but R with
+// ClusterConfig.EarlyRelease). Lease and wait timers run on
 // the leader's clock (Config.clock); an ended lease is a proposed Free of
 // kind expire; followers expire nothing.
 type cluster struct {
@@ -179,6 +179,9 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	}
 	if c.Standby {
 		return errors.New("server: Config.Standby and Config.Cluster are exclusive (a cluster node's role follows the election)")
+	}
+	if cc.EarlyRelease && cc.CommittedRelease {
+		return errors.New("server: ClusterConfig.EarlyRelease and the deprecated CommittedRelease contradict each other: leave CommittedRelease unset (the committed release is the default)")
 	}
 	return nil
 }
@@ -1012,7 +1015,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	// The owner in a Free command is the releaser's (RELEASE_OWNED checks
 	// it); for a plain RELEASE it is not looked at.
 	p := cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
-	if !cl.cfg.CommittedRelease {
+	if cl.cfg.EarlyRelease {
 		// R now: the leader's log order has decided it (the Free is
 		// proposed behind everything this leader granted, and any grant
 		// of the key goes behind the Free). If this leader fails before

@@ -57,6 +57,7 @@ func (o *serveOptions) clusterOnly() []struct {
 		{"peer-tls-ca", o.PeerTLSCA != ""},
 		{"raft-heartbeat", o.RaftHeartbeat != server.DefaultRaftHeartbeat},
 		{"raft-election", o.RaftElection != server.DefaultRaftElection},
+		{"early-release", o.EarlyRelease},
 		{"committed-release", o.CommittedRelease},
 	}
 }
@@ -213,6 +214,9 @@ func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) 
 	if o.RaftElection < o.RaftHeartbeat {
 		return usagef("invalid %s %v: must be at least --raft-heartbeat (%v)", src("raft-election"), o.RaftElection, o.RaftHeartbeat)
 	}
+	if o.EarlyRelease && o.CommittedRelease {
+		return usagef("%s and %s exclude each other: committed-release is the default (and deprecated); keep only early-release to answer a RELEASE before it is committed", src("early-release"), src("committed-release"))
+	}
 	return nil
 }
 
@@ -260,7 +264,7 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 		PeerTLS:          peerTLS,
 		HeartbeatTimeout: o.RaftHeartbeat,
 		ElectionTimeout:  o.RaftElection,
-		CommittedRelease: o.CommittedRelease,
+		EarlyRelease:     o.EarlyRelease,
 	}
 }
 

@@ -66,12 +66,23 @@ type cluster struct {
 	keys    map[string]*ckey
 	pending map[uint64]*proposal
 
-	// The proposer's queue: commands encoded for the next entry.
-	pmu    sync.Mutex
-	pbuf   []byte
-	pn     int
-	pstint uint64
-	pwake  chan struct{}
+	// The proposer (cluster_proposer.go): a queue per session, their
+	// counts under mu, their commands under pmu.
+	queues        map[*conn]*pqueue
+	own           *pqueue // the leader's own commands (expiries); set under mu and pmu
+	pmu           sync.Mutex
+	pring         *pqueue             // the queues with commands, in turn
+	pqueues       int                 // queues in the ring
+	pkeys         map[string]keyRoute // the queue of each key with queued commands
+	pinflight     int                 // entries proposed, not yet applied
+	pscratch      []byte
+	pstint        uint64
+	pwake         chan struct{}
+	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))
+	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
+	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
+	limitLogAt    atomic.Int64  // when the last line about it was logged (server clock + 1)
+	limitLogged   atomic.Uint64 // proposalLimit at that line
 
 	stop       chan struct{}
 	wg         sync.WaitGroup
@@ -115,6 +126,7 @@ type proposal struct {
 	late []lateRelease // RELEASEs of the freed token that came after the Free was proposed: N once it applies
 	kind uint8         // Free: freeRelease, freeReleaseOwned, freeExpire
 	at   int64         // proposed (server clock)
+	q    *pqueue       // the queue (session) it counts against
 }
 
 type lateRelease struct {
@@ -173,6 +185,15 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	}
 	if cc.HeartbeatTimeout == 0 {
 		cc.HeartbeatTimeout = DefaultRaftHeartbeat
+	}
+	if cc.MaxSessionProposals < 0 || cc.MaxProposals < 0 {
+		return fmt.Errorf("server: negative ClusterConfig.MaxSessionProposals (%d) or MaxProposals (%d)", cc.MaxSessionProposals, cc.MaxProposals)
+	}
+	if cc.MaxSessionProposals == 0 {
+		cc.MaxSessionProposals = DefaultMaxSessionProposals
+	}
+	if cc.MaxProposals == 0 {
+		cc.MaxProposals = DefaultMaxProposals
 	}
 	if cc.ElectionTimeout == 0 {
 		cc.ElectionTimeout = DefaultRaftElection
@@ -511,11 +532,9 @@ func (cl *cluster) takeOver() {
 	}
 	s.held.Store(int64(len(hs)))
 	s.waiters.Store(0)
-	// The proposer's queue takes the new stint before the first command
-	// can be queued (mu, then pmu, as in proposeLocked).
-	cl.pmu.Lock()
-	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, stint
-	cl.pmu.Unlock()
+	// The proposer takes the new stint before the first command can be
+	// queued.
+	cl.resetProposerLocked(stint)
 	cl.active = true
 	cl.mu.Unlock()
 	cl.serving.Store(true)
@@ -547,59 +566,11 @@ func (cl *cluster) stopScheduler() {
 	cl.keys, cl.pending = nil, nil
 	cl.s.held.Store(0)
 	cl.s.waiters.Store(0)
-	cl.pmu.Lock()
-	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, 0
-	cl.pmu.Unlock()
+	cl.resetProposerLocked(0)
 	cl.mu.Unlock()
 	if was {
 		cl.serving.Store(false)
 		cl.follow()
-	}
-}
-
-// propose queues a command (encoded by enc) for the next entry; under mu.
-func (cl *cluster) proposeLocked(p *proposal, enc func(b []byte, seq uint64) []byte) {
-	cl.seq++
-	seq := cl.seq
-	p.at = cl.s.now()
-	cl.pending[seq] = p
-	cl.pmu.Lock()
-	cl.pbuf = enc(cl.pbuf, seq)
-	cl.pn++
-	cl.pmu.Unlock()
-	select {
-	case cl.pwake <- struct{}{}:
-	default:
-	}
-}
-
-// proposer turns the queued commands into log entries: everything queued
-// while raft appends the previous entries goes into the next one, so that
-// concurrent requests share one append and one fsync.
-func (cl *cluster) proposer() {
-	defer cl.wg.Done()
-	for {
-		select {
-		case <-cl.stop:
-			return
-		case <-cl.pwake:
-		}
-		for {
-			cl.pmu.Lock()
-			if cl.pn == 0 {
-				cl.pmu.Unlock()
-				break
-			}
-			// The whole queue forms one entry: what arrived while raft
-			// appended the previous ones (raft holds on to the bytes, so
-			// each entry is a new buffer).
-			buf := append(entryHeader(cl.pstint, cl.pn), cl.pbuf...)
-			cl.pbuf, cl.pn = cl.pbuf[:0], 0
-			cl.pmu.Unlock()
-			// Not waited for: the apply of the entry answers its
-			// commands, and a leadership loss is seen on LeaderCh.
-			cl.r.Apply(buf, 0)
-		}
 	}
 }
 
@@ -613,19 +584,23 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 		return
 	}
 	now := s.now()
-	observed := false
+	first := int64(math.MaxInt64)
+	defer func() {
+		// The entry's earliest command: its wait is the entry's commit
+		// latency (with the wait for its turn in the proposer).
+		if first != math.MaxInt64 {
+			cl.commitLatency.Observe(float64(now-first) / 1e9)
+		}
+	}()
+	cl.entryApplied()
 	for _, r := range res {
 		p := cl.pending[r.seq]
 		if p == nil {
 			continue
 		}
 		delete(cl.pending, r.seq)
-		if !observed {
-			// The entry's first command was proposed first: its wait is
-			// the entry's commit latency.
-			cl.commitLatency.Observe(float64(now-p.at) / 1e9)
-			observed = true
-		}
+		cl.appliedLocked(p)
+		first = min(first, p.at)
 		ck := p.ck
 		if p.w != nil { // a Grant
 			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, p.at, now)
@@ -755,6 +730,20 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 	}
 }
 
+// proposalLimited counts an ACQUIRE answered B at MaxProposals, and logs
+// at most once per second with the count since the last line.
+func (cl *cluster) proposalLimited() {
+	cl.s.m.busy.Add(1)
+	n := cl.proposalLimit.Add(1)
+	now := cl.s.now() + 1 // 0 means never logged
+	last := cl.limitLogAt.Load()
+	if (last == 0 || now-last >= secondNs) && cl.limitLogAt.CompareAndSwap(last, now) {
+		prev := cl.limitLogged.Swap(n)
+		cl.s.log.Warn("cluster: max-proposals commands await their commit: ACQUIREs of free keys answered B; the log does not keep up with the clients (check ticketing_raft_commit_seconds and which sessions send the most), or raise max-proposals if the leader has the memory",
+			"max_proposals", cl.cfg.MaxProposals, "count", n-prev)
+	}
+}
+
 // slowCommit counts a grant answered B because its commit took took (ns),
 // more than ElectionTimeout, and logs at most once per second with the
 // count since the last line.
@@ -854,7 +843,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind}
 	ck.freeing, ck.freeingTok = p, tok
 	key := ck.key
-	cl.proposeLocked(p, func(b []byte, seq uint64) []byte {
+	cl.proposeLocked(p, rc, func(b []byte, seq uint64) []byte {
 		return appendFree(b, seq, key, tok, kind, &owner, next)
 	})
 	if next != nil {
@@ -871,7 +860,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	s := cl.s
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.active {
+	if !cl.active || !cl.admitLocked(c) {
 		return // stepping down: the session gets M and closes
 	}
 	now := s.now()
@@ -880,6 +869,13 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 	}
 	if ck == nil || !ck.held {
+		if cl.npending.Load() >= int64(cl.cfg.MaxProposals) {
+			// The log does not keep up: refuse a new grant rather than
+			// let the queue (and the leader's memory) grow.
+			cl.proposalLimited()
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
 		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
 			s.held.Add(-1)
 			s.m.busy.Add(1)
@@ -899,7 +895,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
 		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
 		key := ck.key
-		cl.proposeLocked(&proposal{ck: ck, w: w}, func(b []byte, seq uint64) []byte {
+		cl.proposeLocked(&proposal{ck: ck, w: w}, c, func(b []byte, seq uint64) []byte {
 			return appendGrant(b, seq, []byte(key), &owner, lease, ownedOnly)
 		})
 		return
@@ -982,7 +978,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	s := cl.s
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.active {
+	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
 	now := s.now()
@@ -1196,6 +1192,11 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		cl.commitLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
+		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 { return float64(cl.npending.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
+			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "proposal_limit_total",
+			Help: "ACQUIREs answered B because the leader had max-proposals commands awaiting their commit (included in busy_total)."}, func() float64 { return float64(cl.proposalLimit.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "slow_grants_total",
 			Help: "Grants whose commit took longer than the election timeout, answered B (included in busy_total) and freed again."}, func() float64 { return float64(cl.slowGrants.Load()) }),
 		gauge("applied_index", "Index of the last log entry applied to the state machine.", func() float64 { return float64(cl.r.AppliedIndex()) }),

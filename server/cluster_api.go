@@ -50,6 +50,24 @@ type ClusterConfig struct {
 	// every lease at its full lease_s plus ElectionTimeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
 
+	// MaxSessionProposals bounds the commands one session may have
+	// awaiting their commit (its grants and releases proposed and not yet
+	// applied): while it has that many, the leader reads no more of its
+	// requests (its client is held back by TCP; no request is refused).
+	// Default DefaultMaxSessionProposals.
+	//
+	// MaxProposals bounds the commands the leader has proposed and not
+	// yet applied, over all sessions: an ACQUIRE of a free key beyond it
+	// gets B. Releases and expiries are never refused (they are bounded by
+	// Config.MaxLocks). Default DefaultMaxProposals.
+	//
+	// With both, entries of bounded size filled from every session in
+	// turn, and at most two entries in flight, no session can take the log
+	// from the others or grow the leader's memory: a session that sends one
+	// request at a time keeps getting its turn. A negative value is an
+	// error in New.
+	MaxSessionProposals, MaxProposals int
+
 	// EarlyRelease makes the leader answer a RELEASE with R as soon as it
 	// has decided it (the Free is queued for the log), before it is
 	// committed, which saves the releaser one commit (an uncontended

@@ -479,6 +479,7 @@ func TestClusterConfigErrors(t *testing.T) {
 		"peer twice":                  {NodeID: "a", RaftListen: "127.0.0.1:7000", Advertise: "127.0.0.1:1", Peers: []server.Peer{{ID: "a", Address: "127.0.0.1:7000"}, {ID: "a", Address: "127.0.0.1:7000"}}},
 		"self elsewhere":              {NodeID: "a", RaftListen: "127.0.0.1:7000", Advertise: "127.0.0.1:1", Peers: []server.Peer{{ID: "a", Address: "127.0.0.1:7009"}}},
 		"early and committed release": {NodeID: "a", RaftListen: "127.0.0.1:7000", Advertise: "127.0.0.1:1", EarlyRelease: true, CommittedRelease: true},
+		"negative max proposals":      {NodeID: "a", RaftListen: "127.0.0.1:7000", Advertise: "127.0.0.1:1", MaxProposals: -1},
 	} {
 		cc := cc
 		if _, err := server.New(server.Config{DataDir: t.TempDir(), Cluster: &cc}); err == nil {

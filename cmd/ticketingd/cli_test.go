@@ -50,7 +50,7 @@ func TestHelp(t *testing.T) {
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only",
 		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
-		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release"} {
+		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -143,6 +143,8 @@ func TestUsageErrors(t *testing.T) {
 		{"raft election without cluster", []string{"serve", "--raft-election", "2s"}, 2, []string{"--raft-election needs --cluster"}},
 		{"committed release without cluster", []string{"serve", "--committed-release"}, 2, []string{"--committed-release needs --cluster"}},
 		{"early release without cluster", []string{"serve", "--early-release"}, 2, []string{"--early-release needs --cluster"}},
+		{"max proposals without cluster", []string{"serve", "--max-proposals", "10"}, 2, []string{"--max-proposals needs --cluster"}},
+		{"max session proposals negative", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--max-session-proposals", "-1"}, 2, []string{"invalid --max-session-proposals -1"}},
 		{"early and committed release", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--early-release", "--committed-release"}, 2, []string{"--early-release and --committed-release exclude each other"}},
 		{"peer tls without cluster", []string{"serve", "--peer-tls-ca", "ca.pem"}, 2, []string{"--peer-tls-ca needs --cluster"}},
 		{"config cluster key without cluster", []string{"serve", "--config", clusterNoFlag}, 2, []string{"raft-listen in config file " + clusterNoFlag + " needs --cluster"}},
@@ -313,6 +315,8 @@ peer-tls-ca: /etc/ticketing/cluster-ca.pem
 raft-heartbeat: 200ms
 raft-election: 1s
 early-release: true
+max-session-proposals: 64
+max-proposals: 4096
 admin-token: tok
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
@@ -337,6 +341,9 @@ admin-token: tok
 		HeartbeatTimeout: 200 * time.Millisecond,
 		ElectionTimeout:  2 * time.Second, // the flag wins
 		EarlyRelease:     true,
+
+		MaxSessionProposals: 64,
+		MaxProposals:        4096,
 	}
 	if !reflect.DeepEqual(cc, want) {
 		t.Errorf("ClusterConfig\n got  %+v\n want %+v", cc, want)

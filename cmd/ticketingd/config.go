@@ -69,6 +69,9 @@ type serveOptions struct {
 	// ignored (the committed release is the default).
 	EarlyRelease     bool
 	CommittedRelease bool
+	// Bounds of the leader's proposals (server.ClusterConfig).
+	MaxSessionProposals int
+	MaxProposals        int
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -123,6 +126,8 @@ func (o *serveOptions) options() []option {
 		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster: PEM `file` of the cluster CA(s) whose node certificates peers must present"),
 		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),
 		opt(&o.RaftElection, "raft-election", server.DefaultRaftElection, "cluster: Raft election timeout (at least --raft-heartbeat); a new leader restarts every lease at its full lease_s plus this"),
+		opt(&o.MaxSessionProposals, "max-session-proposals", 0, fmt.Sprintf("cluster: commands one session may have awaiting their commit; beyond it the leader reads no more of its requests until some commit (TCP holds the client back); 0 means the default (%d)", server.DefaultMaxSessionProposals)),
+		opt(&o.MaxProposals, "max-proposals", 0, fmt.Sprintf("cluster: commands the leader may have awaiting their commit over all sessions; an ACQUIRE of a free key beyond it gets B; 0 means the default (%d)", server.DefaultMaxProposals)),
 		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
 		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),

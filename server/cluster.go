@@ -45,8 +45,8 @@ import (
 // know in advance is a pending grant's token: until its entry applies, a
 // RELEASE cannot name it (N) and a retry by its owner waits for it.
 // Replies are sent only from the apply of the entry that decided them:
-// nothing but R (see ClusterConfig.CommittedRelease) is answered before it
-// is committed. Lease and wait timers run on
+// nothing is answered before it is committed (but R with
+// ClusterConfig.EarlyRelease). Lease and wait timers run on
 // the leader's clock (Config.clock); an ended lease is a proposed Free of
 // kind expire; followers expire nothing.
 type cluster struct {
@@ -66,12 +66,23 @@ type cluster struct {
 	keys    map[string]*ckey
 	pending map[uint64]*proposal
 
-	// The proposer's queue: commands encoded for the next entry.
-	pmu    sync.Mutex
-	pbuf   []byte
-	pn     int
-	pstint uint64
-	pwake  chan struct{}
+	// The proposer (cluster_proposer.go): a queue per session, their
+	// counts under mu, their commands under pmu.
+	queues        map[*conn]*pqueue
+	own           *pqueue // the leader's own commands (expiries); set under mu and pmu
+	pmu           sync.Mutex
+	pring         *pqueue             // the queues with commands, in turn
+	pqueues       int                 // queues in the ring
+	pkeys         map[string]keyRoute // the queue of each key with queued commands
+	pinflight     int                 // entries proposed, not yet applied
+	pscratch      []byte
+	pstint        uint64
+	pwake         chan struct{}
+	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))
+	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
+	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
+	limitLogAt    atomic.Int64  // when the last line about it was logged (server clock + 1)
+	limitLogged   atomic.Uint64 // proposalLimit at that line
 
 	stop       chan struct{}
 	wg         sync.WaitGroup
@@ -81,6 +92,9 @@ type cluster struct {
 	leaderChanges atomic.Uint64
 	serving       atomic.Bool
 	commitLatency prometheus.Histogram
+	slowGrants    atomic.Uint64 // grants answered B for a commit slower than ElectionTimeout
+	slowLogAt     atomic.Int64  // when slowCommit last logged (server clock + 1; 0: never)
+	slowLogged    atomic.Uint64 // slowGrants at that line
 }
 
 // ckey is the leader's view of one key.
@@ -112,6 +126,7 @@ type proposal struct {
 	late []lateRelease // RELEASEs of the freed token that came after the Free was proposed: N once it applies
 	kind uint8         // Free: freeRelease, freeReleaseOwned, freeExpire
 	at   int64         // proposed (server clock)
+	q    *pqueue       // the queue (session) it counts against
 }
 
 type lateRelease struct {
@@ -171,11 +186,23 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	if cc.HeartbeatTimeout == 0 {
 		cc.HeartbeatTimeout = DefaultRaftHeartbeat
 	}
+	if cc.MaxSessionProposals < 0 || cc.MaxProposals < 0 {
+		return fmt.Errorf("server: negative ClusterConfig.MaxSessionProposals (%d) or MaxProposals (%d)", cc.MaxSessionProposals, cc.MaxProposals)
+	}
+	if cc.MaxSessionProposals == 0 {
+		cc.MaxSessionProposals = DefaultMaxSessionProposals
+	}
+	if cc.MaxProposals == 0 {
+		cc.MaxProposals = DefaultMaxProposals
+	}
 	if cc.ElectionTimeout == 0 {
 		cc.ElectionTimeout = DefaultRaftElection
 	}
 	if c.Standby {
 		return errors.New("server: Config.Standby and Config.Cluster are exclusive (a cluster node's role follows the election)")
+	}
+	if cc.EarlyRelease && cc.CommittedRelease {
+		return errors.New("server: ClusterConfig.EarlyRelease and the deprecated CommittedRelease contradict each other: leave CommittedRelease unset (the committed release is the default)")
 	}
 	return nil
 }
@@ -522,11 +549,9 @@ func (cl *cluster) takeOver() {
 	}
 	s.held.Store(int64(len(hs)))
 	s.waiters.Store(0)
-	// The proposer's queue takes the new stint before the first command
-	// can be queued (mu, then pmu, as in proposeLocked).
-	cl.pmu.Lock()
-	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, stint
-	cl.pmu.Unlock()
+	// The proposer takes the new stint before the first command can be
+	// queued.
+	cl.resetProposerLocked(stint)
 	cl.active = true
 	cl.mu.Unlock()
 	cl.serving.Store(true)
@@ -558,59 +583,11 @@ func (cl *cluster) stopScheduler() {
 	cl.keys, cl.pending = nil, nil
 	cl.s.held.Store(0)
 	cl.s.waiters.Store(0)
-	cl.pmu.Lock()
-	cl.pbuf, cl.pn, cl.pstint = cl.pbuf[:0], 0, 0
-	cl.pmu.Unlock()
+	cl.resetProposerLocked(0)
 	cl.mu.Unlock()
 	if was {
 		cl.serving.Store(false)
 		cl.follow()
-	}
-}
-
-// propose queues a command (encoded by enc) for the next entry; under mu.
-func (cl *cluster) proposeLocked(p *proposal, enc func(b []byte, seq uint64) []byte) {
-	cl.seq++
-	seq := cl.seq
-	p.at = cl.s.now()
-	cl.pending[seq] = p
-	cl.pmu.Lock()
-	cl.pbuf = enc(cl.pbuf, seq)
-	cl.pn++
-	cl.pmu.Unlock()
-	select {
-	case cl.pwake <- struct{}{}:
-	default:
-	}
-}
-
-// proposer turns the queued commands into log entries: everything queued
-// while raft appends the previous entries goes into the next one, so that
-// concurrent requests share one append and one fsync.
-func (cl *cluster) proposer() {
-	defer cl.wg.Done()
-	for {
-		select {
-		case <-cl.stop:
-			return
-		case <-cl.pwake:
-		}
-		for {
-			cl.pmu.Lock()
-			if cl.pn == 0 {
-				cl.pmu.Unlock()
-				break
-			}
-			// The whole queue forms one entry: what arrived while raft
-			// appended the previous ones (raft holds on to the bytes, so
-			// each entry is a new buffer).
-			buf := append(entryHeader(cl.pstint, cl.pn), cl.pbuf...)
-			cl.pbuf, cl.pn = cl.pbuf[:0], 0
-			cl.pmu.Unlock()
-			// Not waited for: the apply of the entry answers its
-			// commands, and a leadership loss is seen on LeaderCh.
-			cl.r.Apply(buf, 0)
-		}
 	}
 }
 
@@ -624,19 +601,23 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 		return
 	}
 	now := s.now()
-	observed := false
+	first := int64(math.MaxInt64)
+	defer func() {
+		// The entry's earliest command: its wait is the entry's commit
+		// latency (with the wait for its turn in the proposer).
+		if first != math.MaxInt64 {
+			cl.commitLatency.Observe(float64(now-first) / 1e9)
+		}
+	}()
+	cl.entryApplied()
 	for _, r := range res {
 		p := cl.pending[r.seq]
 		if p == nil {
 			continue
 		}
 		delete(cl.pending, r.seq)
-		if !observed {
-			// The entry's first command was proposed first: its wait is
-			// the entry's commit latency.
-			cl.commitLatency.Observe(float64(now-p.at) / 1e9)
-			observed = true
-		}
+		cl.appliedLocked(p)
+		first = min(first, p.at)
 		ck := p.ck
 		if p.w != nil { // a Grant
 			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, p.at, now)
@@ -724,19 +705,36 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 	// applied by a leader that was stalled (a GC pause, SIGSTOP) while
 	// another was elected and restarted this lease from an earlier instant:
 	// a G now would let its holder count the lease from now, past the new
-	// leader's end of it. It gets T instead.
+	// leader's end of it. It is not granted: B, "not granted, try later",
+	// as standalone answers an ACQUIRE whose token a slow disk did not
+	// reserve in time (T would say that its wait ran out, which it did not).
 	stale := now-proposed > int64(cl.cfg.ElectionTimeout)
 	if w.c.dead.Load() || now >= w.deadline || stale {
 		// The holder is gone, or its wait ran out while the grant was
-		// being committed (or the commit was too slow to trust): it gets T
-		// (if it is still there), and the key is freed again at once
-		// rather than held by nobody for a lease.
+		// being committed (T), or the commit was too slow to trust (B):
+		// it is answered (if it is still there), and the key is freed
+		// again at once rather than held by nobody for a lease.
+		if stale {
+			cl.slowCommit(now - proposed)
+		}
 		if !w.c.dead.Load() {
-			s.m.timeouts.Add(1)
-			w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+			if now >= w.deadline {
+				s.m.timeouts.Add(1)
+				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
+			} else {
+				s.m.busy.Add(1)
+				w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
+			}
+		}
+		// The holder's retries (no wait of their own): B after a slow
+		// commit, T as the grant they waited for otherwise.
+		typ := byte(wire.TypeTimedOut)
+		if stale {
+			typ = wire.TypeBusy
 		}
 		for _, rw := range retries {
-			rw.c.replySimpleQueued(wire.TypeTimedOut, rw.reqID)
+			rw.done = true
+			rw.c.replySimpleQueued(typ, rw.reqID)
 		}
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 		return
@@ -746,6 +744,34 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 	for _, rw := range retries {
 		rw.done = true
 		rw.c.replyGrantedQueued(rw.reqID, tok, 0)
+	}
+}
+
+// proposalLimited counts an ACQUIRE answered B at MaxProposals, and logs
+// at most once per second with the count since the last line.
+func (cl *cluster) proposalLimited() {
+	cl.s.m.busy.Add(1)
+	n := cl.proposalLimit.Add(1)
+	now := cl.s.now() + 1 // 0 means never logged
+	last := cl.limitLogAt.Load()
+	if (last == 0 || now-last >= secondNs) && cl.limitLogAt.CompareAndSwap(last, now) {
+		prev := cl.limitLogged.Swap(n)
+		cl.s.log.Warn("cluster: max-proposals commands await their commit: ACQUIREs of free keys answered B; the log does not keep up with the clients (check ticketing_raft_commit_seconds and which sessions send the most), or raise max-proposals if the leader has the memory",
+			"max_proposals", cl.cfg.MaxProposals, "count", n-prev)
+	}
+}
+
+// slowCommit counts a grant answered B because its commit took took (ns),
+// more than ElectionTimeout, and logs at most once per second with the
+// count since the last line.
+func (cl *cluster) slowCommit(took int64) {
+	n := cl.slowGrants.Add(1)
+	now := cl.s.now() + 1 // 0 means never logged
+	last := cl.slowLogAt.Load()
+	if (last == 0 || now-last >= secondNs) && cl.slowLogAt.CompareAndSwap(last, now) {
+		prev := cl.slowLogged.Swap(n)
+		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
+			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", n-prev)
 	}
 }
 
@@ -834,7 +860,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind}
 	ck.freeing, ck.freeingTok = p, tok
 	key := ck.key
-	cl.proposeLocked(p, func(b []byte, seq uint64) []byte {
+	cl.proposeLocked(p, rc, func(b []byte, seq uint64) []byte {
 		return appendFree(b, seq, key, tok, kind, &owner, next)
 	})
 	if next != nil {
@@ -851,7 +877,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	s := cl.s
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.active {
+	if !cl.active || !cl.admitLocked(c) {
 		return // stepping down: the session gets M and closes
 	}
 	now := s.now()
@@ -860,6 +886,13 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 	}
 	if ck == nil || !ck.held {
+		if cl.npending.Load() >= int64(cl.cfg.MaxProposals) {
+			// The log does not keep up: refuse a new grant rather than
+			// let the queue (and the leader's memory) grow.
+			cl.proposalLimited()
+			c.replySimple(wire.TypeBusy, req.ReqID)
+			return
+		}
 		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
 			s.held.Add(-1)
 			s.m.busy.Add(1)
@@ -879,7 +912,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
 		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
 		key := ck.key
-		cl.proposeLocked(&proposal{ck: ck, w: w}, func(b []byte, seq uint64) []byte {
+		cl.proposeLocked(&proposal{ck: ck, w: w}, c, func(b []byte, seq uint64) []byte {
 			return appendGrant(b, seq, []byte(key), &owner, lease, ownedOnly)
 		})
 		return
@@ -962,7 +995,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	s := cl.s
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if !cl.active {
+	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
 	now := s.now()
@@ -995,7 +1028,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	// The owner in a Free command is the releaser's (RELEASE_OWNED checks
 	// it); for a plain RELEASE it is not looked at.
 	p := cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
-	if !cl.cfg.CommittedRelease {
+	if cl.cfg.EarlyRelease {
 		// R now: the leader's log order has decided it (the Free is
 		// proposed behind everything this leader granted, and any grant
 		// of the key goes behind the Free). If this leader fails before
@@ -1176,6 +1209,13 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		cl.commitLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
+		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 { return float64(cl.npending.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
+			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "proposal_limit_total",
+			Help: "ACQUIREs answered B because the leader had max-proposals commands awaiting their commit (included in busy_total)."}, func() float64 { return float64(cl.proposalLimit.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "slow_grants_total",
+			Help: "Grants whose commit took longer than the election timeout, answered B (included in busy_total) and freed again."}, func() float64 { return float64(cl.slowGrants.Load()) }),
 		gauge("applied_index", "Index of the last log entry applied to the state machine.", func() float64 { return float64(cl.r.AppliedIndex()) }),
 		gauge("commit_index", "Index of the last committed log entry.", func() float64 { return float64(cl.r.CommitIndex()) }),
 		gauge("leader", "1 while this node leads and serves, else 0.", func() float64 {

@@ -50,19 +50,48 @@ type ClusterConfig struct {
 	// every lease at its full lease_s plus ElectionTimeout.
 	HeartbeatTimeout, ElectionTimeout time.Duration
 
-	// CommittedRelease makes the leader answer a RELEASE with R only once
-	// the release is committed. By default it answers R as soon as it has
-	// decided the release (the Free is queued for the log), which saves
-	// the releaser one commit. Exclusion does not depend on it: no grant of
-	// the key to another owner can commit before that Free, and no token
-	// is issued twice. The cost of the default: if the Free does not
-	// commit (the leader dies, or is deposed, before it does), the next
-	// leader still has the holding and keeps the key held until its
-	// restarted lease ends (lease_s plus ElectionTimeout), as if the holder
-	// had died; an ACQUIRE with the same owner then gets the same token
-	// again (waited_ms 0), a repeated token that starts no new lease. With
-	// CommittedRelease, a RELEASE cut off by a failover gets no R, and the
-	// broker resends it to the new leader, which frees the key at once.
+	// MaxSessionProposals bounds the commands one session may have
+	// awaiting their commit (its grants and releases proposed and not yet
+	// applied): while it has that many, the leader reads no more of its
+	// requests (its client is held back by TCP; no request is refused).
+	// Default DefaultMaxSessionProposals.
+	//
+	// MaxProposals bounds the commands the leader has proposed and not
+	// yet applied, over all sessions: an ACQUIRE of a free key beyond it
+	// gets B. Releases and expiries are never refused (they are bounded by
+	// Config.MaxLocks). Default DefaultMaxProposals.
+	//
+	// With both, entries of bounded size filled from every session in
+	// turn, and at most two entries in flight, no session can take the log
+	// from the others or grow the leader's memory: a session that sends one
+	// request at a time keeps getting its turn. A negative value is an
+	// error in New.
+	MaxSessionProposals, MaxProposals int
+
+	// EarlyRelease makes the leader answer a RELEASE with R as soon as it
+	// has decided it (the Free is queued for the log), before it is
+	// committed, which saves the releaser one commit (an uncontended
+	// acquire+release cycle waits for one commit instead of two). Off by
+	// default: R is answered once the release is committed, as the
+	// protocol's R ("the exact token was current and is now released")
+	// requires. EarlyRelease departs from that: if the Free does not commit
+	// (the leader dies, or is deposed, or hands its leadership on, before
+	// it does), the next leader still has the holding and keeps the key
+	// held until its restarted lease ends (lease_s plus ElectionTimeout),
+	// although its releaser was told R; an ACQUIRE with the same owner then
+	// gets the same token again (waited_ms 0), a repeated token that starts
+	// no new lease. Exclusion and tokens do not depend on it: no grant of
+	// the key to another owner can commit before that Free, and no token is
+	// issued twice. Without it, a RELEASE cut off by a failover gets no R,
+	// and the broker resends it to the new leader, which frees the key at
+	// once. (Deviation from the agreed contract, opt-in.)
+	EarlyRelease bool
+
+	// CommittedRelease is ignored: the committed release is the default
+	// (see EarlyRelease). Setting it together with EarlyRelease is an
+	// error in New.
+	//
+	// Deprecated: the default since EarlyRelease was added; leave it unset.
 	CommittedRelease bool
 
 	// For tests: an in-memory transport and stores instead of RaftListen

@@ -69,7 +69,9 @@ func (n *diskNode) stop(t *testing.T, graceful bool) {
 	n.s = nil
 }
 
-func startDiskCluster(t *testing.T) []*diskNode {
+// startDiskCluster starts three nodes; each tweak adjusts every node's
+// Config before it starts.
+func startDiskCluster(t *testing.T, tweak ...func(*server.Config)) []*diskNode {
 	t.Helper()
 	var nodes []*diskNode
 	var peers []server.Peer
@@ -81,6 +83,9 @@ func startDiskCluster(t *testing.T) []*diskNode {
 			NodeID: id, RaftListen: raftAddr, Advertise: n.addr,
 			HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection,
 		}}
+		for _, f := range tweak {
+			f(&n.cfg)
+		}
 		peers = append(peers, server.Peer{ID: id, Address: raftAddr})
 		nodes = append(nodes, n)
 	}

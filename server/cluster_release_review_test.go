@@ -9,13 +9,13 @@ import (
 
 // TestClusterEarlyReleaseOnCutOffLeader: a leader cut off from its
 // followers (still serving until its leader lease runs out) is sent a
-// RELEASE of a held lock. By default it answers R at once, although its
+// RELEASE of a held lock. With EarlyRelease it answers R at once, although its
 // Free can never commit, and counts it in Stats().Released. The new leader
 // still has the holding, its lease restarted: a new owner's ACQUIRE with
 // wait 0 gets T (the documented cost: the key stays held until that lease
 // ends), and the old owner's ACQUIRE gets G with the same token and
 // waited 0, a repeated token that docs/protocol.md says starts no new lease.
-// With CommittedRelease the cut-off leader never answers R: the session
+// By default (the committed release) the cut-off leader never answers R: the session
 // gets M (found in review: the docs said the early R could only follow a
 // leader's death, and Released counted Frees applied, not R replies).
 func TestClusterEarlyReleaseOnCutOffLeader(t *testing.T) {
@@ -25,7 +25,7 @@ func TestClusterEarlyReleaseOnCutOffLeader(t *testing.T) {
 			name = "committed"
 		}
 		t.Run(name, func(t *testing.T) {
-			tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) { cfg.Cluster.CommittedRelease = committed })
+			tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) { cfg.Cluster.EarlyRelease = !committed })
 			l := tc.leader()
 			c := tc.leaderSession(l)
 			tok := c.acquireOK(2, owner(1), 0, 60, "k")
@@ -35,7 +35,7 @@ func TestClusterEarlyReleaseOnCutOffLeader(t *testing.T) {
 			r := c.recv()
 			if committed {
 				if r.Type == wire.TypeReleased {
-					t.Fatalf("a cut-off leader answered R with CommittedRelease")
+					t.Fatalf("a cut-off leader answered R with the committed release (the default)")
 				}
 				return
 			}

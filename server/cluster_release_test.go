@@ -9,13 +9,14 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// releaseCluster is slowCommits with ClusterConfig.CommittedRelease set to
-// committed on every node; the function sets the delay of every Raft RPC.
-func releaseCluster(t *testing.T, committed bool) (*tcluster, func(time.Duration)) {
+// releaseCluster is slowCommits with ClusterConfig.EarlyRelease set to
+// early on every node (false: the default); the function sets the delay
+// of every Raft RPC.
+func releaseCluster(t *testing.T, early bool) (*tcluster, func(time.Duration)) {
 	t.Helper()
 	var delay atomic.Int64
 	tc := newTestClusterOpts(t, 3, func(_ int, cfg *server.Config) {
-		cfg.Cluster.CommittedRelease = committed
+		cfg.Cluster.EarlyRelease = early
 	}, func() bool {
 		if d := time.Duration(delay.Load()); d > 0 {
 			time.Sleep(d)
@@ -38,8 +39,8 @@ func (tc *tcluster) applied(i int) uint64 {
 // releaseWithSlowCommits acquires a key on a cluster whose Raft RPCs then
 // take 100 ms each, releases it and returns the leader's applied index
 // before the RELEASE and when its R arrived, the token and the leader.
-func releaseWithSlowCommits(t *testing.T, committed bool) (tc *tcluster, l int, tok, before, atR uint64) {
-	tc, delay := releaseCluster(t, committed)
+func releaseWithSlowCommits(t *testing.T, early bool) (tc *tcluster, l int, tok, before, atR uint64) {
+	tc, delay := releaseCluster(t, early)
 	t.Cleanup(func() { delay(0) })
 	l = tc.leader()
 	c := tc.leaderSession(l)
@@ -52,13 +53,13 @@ func releaseWithSlowCommits(t *testing.T, committed bool) (tc *tcluster, l int, 
 	return tc, l, tok, before, tc.applied(l)
 }
 
-// By default the leader answers a RELEASE as soon as it has decided it:
-// the R arrives while the Free cannot have committed yet (every Raft RPC
-// takes 100 ms), and the release still commits behind it. The next
+// With EarlyRelease the leader answers a RELEASE as soon as it has decided
+// it: the R arrives while the Free cannot have committed yet (every Raft
+// RPC takes 100 ms), and the release still commits behind it. The next
 // holder's grant commits only after the Free: an ACQUIRE sent after the R
 // is granted a higher token.
-func TestClusterReleaseAnsweredOnDecision(t *testing.T) {
-	tc, l, tok, before, atR := releaseWithSlowCommits(t, false)
+func TestClusterEarlyRelease(t *testing.T) {
+	tc, l, tok, before, atR := releaseWithSlowCommits(t, true)
 	if atR != before {
 		t.Fatalf("applied index %d when R arrived, want %d: the R waited for the commit", atR, before)
 	}
@@ -71,9 +72,11 @@ func TestClusterReleaseAnsweredOnDecision(t *testing.T) {
 	}
 }
 
-// With CommittedRelease the R comes only once the Free is applied.
-func TestClusterCommittedRelease(t *testing.T) {
-	_, _, _, before, atR := releaseWithSlowCommits(t, true)
+// By default the R comes only once the Free is applied: R means "released"
+// (PROTOCOL.md), which an uncommitted Free is not yet (issue 18, item 9:
+// the early R was the default).
+func TestClusterReleaseCommittedByDefault(t *testing.T) {
+	_, _, _, before, atR := releaseWithSlowCommits(t, false)
 	if atR <= before {
 		t.Fatalf("applied index %d when R arrived, want > %d: R before the commit", atR, before)
 	}

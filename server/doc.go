@@ -204,30 +204,42 @@
 //     grants share one append and one fsync), and replies from the apply of
 //     the entry on the leader. A release of the holder and the grant to the
 //     next waiter are one command, so a contended hand-off costs one commit.
-//   - A RELEASE of the current holding is answered R as soon as the leader
-//     has queued its Free (ClusterConfig.CommittedRelease waits for the
-//     commit instead), and counted then in ticketing_released_total. Any
-//     later grant of the key is queued behind that Free, so it commits only
-//     after it: no other owner gets the key, and no token is issued twice,
-//     whatever becomes of the R. If the Free does not commit (the leader
-//     dies, or was cut off from the others and deposed without knowing it
-//     yet, or hands its leadership on at Shutdown), the next leader still
-//     sees the holding and restarts its lease, so the key stays held until
-//     that lease ends (lease_s plus ElectionTimeout), as if the holder had
-//     died without releasing; the releaser, told R, does not resend. An
-//     ACQUIRE by the same owner then gets G with the same token and
-//     waited_ms 0: a repeated token, which docs/protocol.md says starts no new
-//     lease (a client must never reuse an owner for a new acquire; the
-//     broker takes a fresh random one for each). The default saves every
-//     release a commit: an uncontended acquire+release cycle waits for
-//     one commit instead of two.
+//   - One session cannot take the log from the others: a session with
+//     ClusterConfig.MaxSessionProposals commands awaiting their apply is
+//     not read from until one applies (TCP holds its client back; nothing
+//     is refused), entries are bounded and filled in turns from every
+//     session with commands queued, at most two in flight, and an ACQUIRE
+//     of a free key beyond ClusterConfig.MaxProposals commands awaiting
+//     their apply gets B (see cluster_proposer.go).
+//   - A RELEASE of the current holding is answered R once its Free is
+//     committed, as the protocol's R ("the exact token was current and is
+//     now released") requires; one cut off by a failover gets no R, and the
+//     broker resends it to the new leader. ClusterConfig.EarlyRelease
+//     (opt-in, a deviation from the protocol) answers R as soon as the
+//     leader has queued the Free, and counts it then in
+//     ticketing_released_total. Any later grant of the key is queued behind
+//     that Free, so it commits only after it: no other owner gets the key,
+//     and no token is issued twice, whatever becomes of the R. But if the
+//     Free does not commit (the leader dies, or was cut off from the others
+//     and deposed without knowing it yet, or hands its leadership on at
+//     Shutdown), the next leader still sees the holding and restarts its
+//     lease, so the key stays held until that lease ends (lease_s plus
+//     ElectionTimeout), as if the holder had died without releasing; the
+//     releaser, told R, does not resend. An ACQUIRE by the same owner then
+//     gets G with the same token and waited_ms 0: a repeated token, which
+//     docs/protocol.md says starts no new lease (a client must never reuse
+//     an owner for a new acquire; the broker takes a fresh random one for
+//     each). EarlyRelease saves every release a commit: an uncontended
+//     acquire+release cycle waits for one commit instead of two.
 //   - Expiry is a log entry the leader proposes when a lease ends on its
-//     clock; followers expire nothing. A grant whose waiter left (its
-//     session closed, or its wait ran out while the grant was being
-//     committed, or the commit took longer than an election timeout, so
-//     that another leader may have restarted the lease from an earlier
-//     instant) is answered T if the session is still open, and freed again
-//     by the next entry, so that no key stays held by nobody for a lease;
+//     clock; followers expire nothing. A grant that is not answered G is
+//     freed again by the next entry, so that no key stays held by nobody
+//     for a lease: one whose waiter left (its session closed), or whose
+//     wait ran out while it was being committed (T), or whose commit took
+//     longer than an election timeout, so that another leader may have
+//     restarted the lease from an earlier instant (B, as standalone answers
+//     an ACQUIRE that a slow disk leaves without a token; counted in
+//     ticketing_raft_slow_grants_total, and logged at most once a second);
 //     a grant committed by a leader that died before answering it stays
 //     held until its (restarted) lease ends, as its caller saw
 //     Indeterminate.
@@ -238,8 +250,8 @@
 //     that end is committed: a deposed leader cannot commit it, so it never
 //     answers N for a lock its successor still holds. (Answers that need no
 //     commit, T to an ACQUIRE with wait_s 0 of a held key, B, the holder's
-//     retry, and the early R below, may come from a leader that does not
-//     know yet that it was deposed; none of them grants anything.)
+//     retry, and the early R of EarlyRelease, may come from a leader that
+//     does not know yet that it was deposed; none of them grants anything.)
 //
 // The Raft state is in DataDir/raft, locked against a second process: the
 // log in log/ (segment files with one fdatasync per append, package

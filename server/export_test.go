@@ -99,3 +99,15 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 	}
 	return t.Transport.InstallSnapshot(id, target, args, resp, data)
 }
+
+// ProposalsPending returns the commands a cluster leader has proposed and
+// not yet applied: those of sessions, and its own (expiries).
+func ProposalsPending(s *Server) (sessions, own int) {
+	cl := s.cl
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.own == nil {
+		return 0, 0
+	}
+	return len(cl.pending) - cl.own.n, cl.own.n
+}

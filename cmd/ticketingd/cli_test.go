@@ -50,7 +50,7 @@ func TestHelp(t *testing.T) {
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only",
 		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
-		"--raft-heartbeat", "--raft-election", "--committed-release"} {
+		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
@@ -142,6 +142,10 @@ func TestUsageErrors(t *testing.T) {
 		{"peers without cluster", []string{"serve", "--peers", "n1=127.0.0.1:7001"}, 2, []string{"--peers needs --cluster"}},
 		{"raft election without cluster", []string{"serve", "--raft-election", "2s"}, 2, []string{"--raft-election needs --cluster"}},
 		{"committed release without cluster", []string{"serve", "--committed-release"}, 2, []string{"--committed-release needs --cluster"}},
+		{"early release without cluster", []string{"serve", "--early-release"}, 2, []string{"--early-release needs --cluster"}},
+		{"max proposals without cluster", []string{"serve", "--max-proposals", "10"}, 2, []string{"--max-proposals needs --cluster"}},
+		{"max session proposals negative", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--max-session-proposals", "-1"}, 2, []string{"invalid --max-session-proposals -1"}},
+		{"early and committed release", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--early-release", "--committed-release"}, 2, []string{"--early-release and --committed-release exclude each other"}},
 		{"peer tls without cluster", []string{"serve", "--peer-tls-ca", "ca.pem"}, 2, []string{"--peer-tls-ca needs --cluster"}},
 		{"config cluster key without cluster", []string{"serve", "--config", clusterNoFlag}, 2, []string{"raft-listen in config file " + clusterNoFlag + " needs --cluster"}},
 		{"admin token with blank", []string{"serve", "--admin-token", "a b"}, 2, []string{"invalid --admin-token"}},
@@ -310,7 +314,9 @@ peer-tls-key: node-key.pem
 peer-tls-ca: /etc/ticketing/cluster-ca.pem
 raft-heartbeat: 200ms
 raft-election: 1s
-committed-release: true
+early-release: true
+max-session-proposals: 64
+max-proposals: 4096
 admin-token: tok
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
@@ -334,7 +340,10 @@ admin-token: tok
 			{ID: "n3", Address: "127.0.0.1:7003"}},
 		HeartbeatTimeout: 200 * time.Millisecond,
 		ElectionTimeout:  2 * time.Second, // the flag wins
-		CommittedRelease: true,
+		EarlyRelease:     true,
+
+		MaxSessionProposals: 64,
+		MaxProposals:        4096,
 	}
 	if !reflect.DeepEqual(cc, want) {
 		t.Errorf("ClusterConfig\n got  %+v\n want %+v", cc, want)
@@ -351,8 +360,18 @@ admin-token: tok
 	}
 	cc = clusterConfig(o, bound, nil)
 	if cc.Advertise != "locks-a.test:5225" || cc.RaftAdvertise != "10.0.0.1:7001" || cc.Peers != nil ||
-		cc.HeartbeatTimeout != server.DefaultRaftHeartbeat || cc.ElectionTimeout != server.DefaultRaftElection || cc.CommittedRelease {
+		cc.HeartbeatTimeout != server.DefaultRaftHeartbeat || cc.ElectionTimeout != server.DefaultRaftElection || cc.EarlyRelease || cc.CommittedRelease {
 		t.Errorf("defaults: %+v", cc)
+	}
+
+	// The deprecated committed-release is accepted and changes nothing:
+	// the committed release is the default.
+	o, err = parseServe(t, "--cluster", "--node-id", "n1", "--listen", "127.0.0.1:5225", "--raft-listen", "127.0.0.1:7001", "--committed-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc = clusterConfig(o, bound, nil); cc.EarlyRelease || cc.CommittedRelease {
+		t.Errorf("--committed-release: %+v", cc)
 	}
 }
 

@@ -57,6 +57,9 @@ func (o *serveOptions) clusterOnly() []struct {
 		{"peer-tls-ca", o.PeerTLSCA != ""},
 		{"raft-heartbeat", o.RaftHeartbeat != server.DefaultRaftHeartbeat},
 		{"raft-election", o.RaftElection != server.DefaultRaftElection},
+		{"max-session-proposals", o.MaxSessionProposals != 0},
+		{"max-proposals", o.MaxProposals != 0},
+		{"early-release", o.EarlyRelease},
 		{"committed-release", o.CommittedRelease},
 	}
 }
@@ -213,6 +216,17 @@ func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) 
 	if o.RaftElection < o.RaftHeartbeat {
 		return usagef("invalid %s %v: must be at least --raft-heartbeat (%v)", src("raft-election"), o.RaftElection, o.RaftHeartbeat)
 	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"max-session-proposals", o.MaxSessionProposals}, {"max-proposals", o.MaxProposals}} {
+		if l.v < 0 {
+			return usagef("invalid %s %d: must be >= 0 (0 means the default)", src(l.name), l.v)
+		}
+	}
+	if o.EarlyRelease && o.CommittedRelease {
+		return usagef("%s and %s exclude each other: committed-release is the default (and deprecated); keep only early-release to answer a RELEASE before it is committed", src("early-release"), src("committed-release"))
+	}
 	return nil
 }
 
@@ -260,7 +274,10 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 		PeerTLS:          peerTLS,
 		HeartbeatTimeout: o.RaftHeartbeat,
 		ElectionTimeout:  o.RaftElection,
-		CommittedRelease: o.CommittedRelease,
+		EarlyRelease:     o.EarlyRelease,
+
+		MaxSessionProposals: o.MaxSessionProposals,
+		MaxProposals:        o.MaxProposals,
 	}
 }
 

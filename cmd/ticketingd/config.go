@@ -64,8 +64,14 @@ type serveOptions struct {
 	PeerTLSCA     string
 	RaftHeartbeat time.Duration
 	RaftElection  time.Duration
-	// CommittedRelease: answer RELEASE only once committed.
+	// EarlyRelease: answer RELEASE before it is committed (opt-in,
+	// departs from the protocol). CommittedRelease: deprecated and
+	// ignored (the committed release is the default).
+	EarlyRelease     bool
 	CommittedRelease bool
+	// Bounds of the leader's proposals (server.ClusterConfig).
+	MaxSessionProposals int
+	MaxProposals        int
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -120,7 +126,10 @@ func (o *serveOptions) options() []option {
 		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster: PEM `file` of the cluster CA(s) whose node certificates peers must present"),
 		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),
 		opt(&o.RaftElection, "raft-election", server.DefaultRaftElection, "cluster: Raft election timeout (at least --raft-heartbeat); a new leader restarts every lease at its full lease_s plus this"),
-		opt(&o.CommittedRelease, "committed-release", false, "cluster: answer a RELEASE only once it is committed (one more commit per release); by default the leader answers as soon as it has decided it, and a leader failure within that commit leaves the key held until its restarted lease ends"),
+		opt(&o.MaxSessionProposals, "max-session-proposals", 0, fmt.Sprintf("cluster: commands one session may have awaiting their commit; beyond it the leader reads no more of its requests until some commit (TCP holds the client back); 0 means the default (%d)", server.DefaultMaxSessionProposals)),
+		opt(&o.MaxProposals, "max-proposals", 0, fmt.Sprintf("cluster: commands the leader may have awaiting their commit over all sessions; an ACQUIRE of a free key beyond it gets B; 0 means the default (%d)", server.DefaultMaxProposals)),
+		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
+		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none"),
 		opt(&o.OwnedRelease, "owned-release-only", false, "a lock granted on a version-2 session (every Go broker of this release) is freed only by RELEASE_OWNED with its owner, never by a plain RELEASE with a guessed token; version-1 clients' locks are released as before"),

@@ -140,6 +140,12 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return &runtimeError{err} // names the data dir or file itself
 	}
 	switch {
+	case o.CommittedRelease:
+		log.Warn("committed-release is deprecated and ignored: a RELEASE is answered once it is committed by default; remove the setting")
+	case o.EarlyRelease:
+		log.Warn("early-release: the leader answers a RELEASE before it is committed (a deviation from the protocol): a leader failure within that commit leaves the key held until its restarted lease ends, although its releaser was told R")
+	}
+	switch {
 	case o.InitialToken != 0 && o.Cluster:
 		// The counter is the log's, which this node may not have applied
 		// yet: only its own takeover as leader raises it.

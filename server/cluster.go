@@ -57,6 +57,7 @@ type cluster struct {
 	trans    raft.Transport
 	closers  []func() error
 	lockFile *os.File
+	logErr   func() error // the Raft log store's write error (raftstore.Stores.LogErr); nil with injected stores
 
 	// The scheduler (leader only), under mu.
 	mu      sync.Mutex
@@ -305,6 +306,7 @@ func newCluster(s *Server) (*cluster, error) {
 			return nil, err
 		}
 		cl.closers = append(cl.closers, st.Close)
+		cl.logErr = st.LogErr
 		logs, stable, snaps = st.Log, st.Stable, st.Snapshots
 	}
 
@@ -1110,6 +1112,13 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 func (cl *cluster) health() error {
 	if cl.r.State() == raft.Shutdown {
 		return errRaftShutdown
+	}
+	if cl.logErr != nil {
+		if err := cl.logErr(); err != nil {
+			// Raft goes on when an append fails: the node would stay
+			// behind (a follower) or lose its leadership, and look healthy.
+			return fmt.Errorf("%w: %w", errLogWrite, err)
+		}
 	}
 	f := cl.r.GetConfiguration()
 	if f.Error() != nil {

@@ -154,6 +154,8 @@ type NotLeaderError struct {
 var (
 	errRaftShutdown = errors.New("server: this node's raft has shut down (removed from the cluster, or a store error): it cannot serve or follow")
 	errRemoved      = errors.New("server: this node is not in the cluster's configuration (removed): it cannot serve or vote")
+	// errLogWrite wraps the Raft log store's write error (a full disk).
+	errLogWrite = errors.New("server: this node cannot write its Raft log (free space in its data dir, or fix the disk): it cannot follow or lead until an append succeeds")
 )
 
 // ErrNotLeader matches a NotLeaderError.

@@ -153,8 +153,11 @@ func (s *Server) unregister(reg prometheus.Registerer) {
 // space is exhausted (ErrTokensExhausted). While it is non-nil, ACQUIREs
 // that need a new token may get B or E(6); ticketingd's /healthz answers 503.
 // In Raft mode it is non-nil once the node's raft has shut down (a leader
-// that removed itself, or a store failure) or the cluster's configuration
-// no longer lists the node (removed); a node waiting to be added is healthy.
+// that removed itself, or a store failure), while the node's Raft log
+// cannot be written (its last append failed, e.g. its disk is full: raft
+// keeps such a node running, behind its leader, until an append
+// succeeds), or once the cluster's configuration no longer lists the node
+// (removed); a node waiting to be added is healthy.
 func (s *Server) TokenStoreErr() error {
 	if s.cl != nil {
 		// Raft mode: tokens come from the replicated counter, which this

@@ -25,7 +25,8 @@ import (
 //	extensions
 //
 // A length of zero (preallocated space reads as zeros) or the end of the
-// file ends the records.
+// file ends the records, if only zeros follow: a zero length with other
+// bytes after it is a bad record.
 //
 // Segment versions. Version 1 records carry the raft.LogType in the type
 // byte as it is. Version 2 (what new segments are created with) marks the
@@ -41,13 +42,15 @@ import (
 // The marks let Open tell a torn write from corruption in a version 2
 // tail segment: a torn write (a crash during the last StoreLogs) can only
 // damage the last batch, since every earlier one was fdatasync'ed before
-// it was written. At the first bad record, Open scans the rest of the file
-// for valid records (CRC, lengths, an index above the last good one): a
-// valid batch start after the bad record, or a valid record after a valid
-// batch end, is a later batch, so the bad record is corruption of an
-// acknowledged batch and Open fails without changing the file. Otherwise
-// the bad record is in the last batch and is cut as a torn write. A
-// version 1 tail segment is cut at its first bad record.
+// it was written. At the first bad record (a zero length with non-zero
+// bytes after it, a short record, a CRC mismatch, another index), Open
+// scans the rest of the file for valid records (CRC, lengths, an index
+// above the last good one): a valid batch start after the bad record, or
+// a non-zero byte after a valid batch end, is a later batch, so the bad
+// record is corruption of an acknowledged batch and Open fails without
+// changing the file. Otherwise the bad record is in the last batch and is
+// cut as a torn write. A version 1 tail segment is cut at its first bad
+// record (package doc).
 //
 // The meta file holds the first index the log may hold (entries below it
 // are deleted even if a segment still has them):

@@ -2,9 +2,10 @@
 // that makes one fdatasync per StoreLogs.
 //
 // The log is a directory of segment files, <20-digit first index>.seg,
-// each preallocated (fallocate) to Options.SegmentSize, with zeros written
-// ahead of the records a MiB at a time (zero.go: so that an fdatasync need
-// not record an extent conversion), and holding
+// each preallocated (fallocate) to Options.SegmentSize (less when disk
+// space is short, see below), with zeros written ahead of the records a
+// MiB at a time (zero.go: so that an fdatasync need not record an extent
+// conversion), and holding
 // consecutive entries as CRC32C-checked records (format.go has the layout),
 // and a meta file, "meta", holding the index below which entries are
 // deleted. StoreLogs encodes its batch into one buffer, writes it with one
@@ -14,34 +15,63 @@
 // fsync'd), so a batch never spans two files. An in-memory index of record
 // offsets makes GetLog one pread and a CRC check.
 //
+// Disk space. A segment's preallocation is an optimisation, not a
+// requirement: when the file system cannot give a new segment (or the tail
+// at Open) the full size (ENOSPC, EDQUOT, EFBIG), it is preallocated to
+// half as much, and so on down to what its first batch needs (at least
+// 64 KiB), with a warning; the next segment tries the full size again. A
+// log on a nearly full disk thus goes on in smaller segments: a second
+// full-size segment may never fit beside the first (a 64 MiB segment on a
+// 70 MiB file system), and refusing every append until the compaction that
+// would free the first (which needs the appends) would wedge it for good.
+// When not even that fits, StoreLogs fails and WriteErr reports it until a
+// StoreLogs succeeds: hashicorp/raft keeps a follower whose appends fail
+// running (it stays behind) and a leader steps down, so the node learns of
+// it there (ticketingd's health).
+//
 // Crash safety:
 //
 //   - Open scans every segment. A segment before the tail must be intact
 //     and contiguous with the next; anything else is an error naming the
-//     file: corruption is never skipped. In the tail segment the records
-//     end at the first zero length, short record or CRC mismatch (a torn
-//     write of the last, unacknowledged StoreLogs); Open truncates the file
-//     there (and preallocates it again) and fsyncs it, so that nothing
-//     after that point can be taken for a record later.
-//   - Torn write or corruption. A torn write can only damage the last
-//     StoreLogs batch: every earlier one was fdatasync'ed before it was
-//     written. Segments of format version 2 (format.go; new segments are
-//     created with it) mark the first and the last record of every batch,
-//     and at a bad record (short or failing its CRC) in a version 2 tail
-//     segment Open scans the rest of the file for valid records: if one
-//     starts a batch, or follows one that ends a batch, a batch was
-//     written after the bad record's batch was complete, so it is not a
-//     torn write but corruption of acknowledged entries, and Open fails
-//     with an error naming the file and the offset, changing nothing
-//     (dropping the later batches could lose committed entries). Otherwise
-//     (only records of the last batch, perhaps persisted out of order,
-//     then zeros) it is cut as a torn write. A zero length still ends the
-//     records without a scan (a torn batch's hole, or the end), and a
-//     damaged last batch is cut even if it had been acknowledged: the
-//     format cannot tell that from a torn one. A version 1 tail segment
-//     (no marks, written by earlier versions; a version 1 tail gets its
-//     appends in version 1 until the next segment) is cut at its first
-//     bad record, as before.
+//     file: corruption is never skipped. The records of a segment end at a
+//     zero length or at the end of the file, with only zeros after them
+//     (preallocated space, zeros written ahead: holes are not read); a
+//     zero length with anything else after it is a bad record, like a short
+//     record, a CRC mismatch or a record of another index. A zeroed length
+//     must not hide the acknowledged records after it.
+//   - Torn write or corruption. A bad record in the tail segment is cut as
+//     a torn write of the last, unacknowledged StoreLogs only if it can be
+//     one: a torn write can only damage the last StoreLogs batch, since
+//     every earlier one was fdatasync'ed before it was written. Segments of
+//     format version 2 (format.go; new segments are created with it) mark
+//     the first and the last record of every batch, and at a bad record in
+//     a version 2 tail segment Open scans the rest of the file for valid
+//     records: if one starts a batch, or a non-zero byte follows one that
+//     ends a batch (a batch is written with one pwrite into zeros, so a
+//     torn one leaves only zeros after its end), something was written
+//     after the bad record's batch was complete, so it is not a torn write
+//     but corruption of acknowledged entries. A bad record below the meta
+//     file's first index is not torn either (a compaction writes that index
+//     after the entries from it on were synced). Either way Open fails
+//     with an error naming the file, the offset and the index, changing
+//     nothing (dropping the later batches could lose committed entries);
+//     docs/operations.md says what to do. Otherwise (only records of the
+//     last batch, perhaps persisted out of order, then zeros) it is cut as
+//     a torn write: Open truncates the file at the bad record (and
+//     preallocates it again) and fsyncs it, so that nothing after that
+//     point can be taken for a record later, and logs a warning naming the
+//     file, the offset and the index. A damaged last batch is cut even if
+//     it had been acknowledged: the format cannot tell that from a torn
+//     one; nor can it tell a log whose last batches were zeroed whole
+//     (nothing but zeros after the last good record) from a shorter log.
+//     A version 1 tail segment (no marks, written by earlier versions; a
+//     version 1 tail gets its appends in version 1 until the next segment)
+//     is cut at its first bad record at or above the meta file's index,
+//     zero lengths included: without marks a corrupt acknowledged batch
+//     cannot be told from a torn last one there (the cut is logged).
+//   - Segments Open deletes (below the meta file's index, or holding no
+//     entry: left by a compaction, a reset or a segment creation that a
+//     crash interrupted) hold no entry of the log, and are logged.
 //   - Downgrade. A version that knows only format version 1 refuses a
 //     version 2 segment ("segment format version 2, want 1") rather than
 //     misreading it: a log written by this version can go back to such a
@@ -106,9 +136,9 @@ var ErrClosed = errors.New("raftlog: store is closed")
 
 // Options configure a Store. The zero value is the default.
 type Options struct {
-	// SegmentSize is the size segment files are preallocated to, and the
-	// size after which StoreLogs starts a new one. 0 means
-	// DefaultSegmentSize.
+	// SegmentSize is the size segment files are preallocated to (less
+	// when disk space is short: see the package doc), and the size after
+	// which StoreLogs starts a new one. 0 means DefaultSegmentSize.
 	SegmentSize int64
 	// Logger gets what Open repairs (a torn tail, leftover files). nil
 	// discards.
@@ -131,6 +161,11 @@ type segment struct {
 	// be only preallocated. The segment size after a failed write of zeros
 	// (no more are tried). See zeroAhead.
 	zeroed int64
+	// size is the size the file is preallocated to (allocate): StoreLogs
+	// starts a new segment when a batch does not fit below it. It is
+	// Options.SegmentSize, or less when the file system had not that much
+	// space left.
+	size int64
 }
 
 func (s *segment) n() uint64    { return uint64(len(s.offs) - 1) }
@@ -154,6 +189,11 @@ type Store struct {
 	broken     error // set when the files may no longer match the index
 	gapResets  int   // StoreLogs calls that came after a gap, for tests
 	zeroWrites int   // zeroAhead writes, for tests
+
+	// werrMu guards werr, WriteErr's answer: it must not wait for a
+	// StoreLogs stuck on a slow disk.
+	werrMu sync.Mutex
+	werr   error
 
 	// mu guards segs, first, last and closed (written with wmu held too).
 	mu          sync.RWMutex
@@ -256,7 +296,10 @@ func (s *Store) recover() error {
 		drop++
 	}
 	for _, first := range firsts[:drop] {
-		if err := s.removeSegmentFile(filepath.Join(s.dir, segName(first))); err != nil {
+		path := filepath.Join(s.dir, segName(first))
+		s.logger.Info("removing a segment file that holds only deleted entries (a compaction or a reset that a crash interrupted)",
+			"file", path, "meta_first", s.metaFirst)
+		if err := s.removeSegmentFile(path); err != nil {
 			return err
 		}
 	}
@@ -289,6 +332,8 @@ func (s *Store) recover() error {
 		s.segs = nil
 		for _, seg := range segs {
 			seg.f.Close()
+			s.logger.Info("removing a segment file that holds no entry of the log (a reset, or the creation of a first segment, that a crash interrupted)",
+				"file", seg.path, "meta_first", s.metaFirst)
 			if err := s.removeSegmentFile(seg.path); err != nil {
 				return err
 			}
@@ -304,10 +349,13 @@ func (s *Store) recover() error {
 	return nil
 }
 
-// openSegment opens and scans a segment file. A non-tail segment must be
-// intact; a tail segment is cut at its first bad record, unless (version
-// 2) a later batch follows it: then that is corruption, an error, and the
-// file is left as it is.
+// openSegment opens and scans a segment file. The records end at a zero
+// length, or at the end of the file, with only zeros after them; anything
+// else (a short or malformed record, a CRC mismatch, a record of another
+// index, a zero length with non-zero bytes after it) is a bad record. In a
+// segment before the tail that is an error. In the tail segment it is cut
+// as a torn write only if it can be one (tornWrite); otherwise it is an
+// error and the file is left as it is.
 func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 	path := filepath.Join(s.dir, segName(first))
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -367,6 +415,17 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		}
 		n := int64(binary.LittleEndian.Uint32(rh[0:]))
 		if n == 0 {
+			// The end of the records, if only zeros follow (preallocated
+			// space, zeros written ahead). Anything else after a zero
+			// length is damage, as a bad CRC is: a zeroed length must not
+			// hide the records after it.
+			nz, err := firstNonZero(f, off, size)
+			if err != nil {
+				return fail("read at %d: %v", off, err)
+			}
+			if nz >= 0 {
+				why = fmt.Sprintf("zero record length, but non-zero bytes follow at offset %d", nz)
+			}
 			break
 		}
 		if n > maxRecordSize || off+recHeaderSize+n > size {
@@ -388,45 +447,101 @@ func (s *Store) openSegment(first uint64, tail bool) (*segment, error) {
 		off += recHeaderSize + n
 		seg.offs = append(seg.offs, off)
 	}
-	if !tail {
-		if why != "" {
-			return fail("corrupt record at offset %d (index %d): %s", off, first+seg.n(), why)
+	bad := first + seg.n() // the index the bad record would have held
+	if why != "" && !tail {
+		return fail("corrupt record at offset %d (index %d): %s", off, bad, why)
+	}
+	if why != "" {
+		if err := s.tornWrite(f, size, off, bad, version); err != nil {
+			return fail("corrupt record at offset %d (index %d): %s; %v: not a torn write", off, bad, why, err)
+		}
+		s.logger.Warn("torn write at the end of the log: dropping the unfinished last append",
+			"file", path, "offset", off, "index", bad, "bytes", size-off, "reason", why)
+		// Whatever follows the last good record (a torn append: parts of
+		// records, or whole ones past a hole) goes, so that a later,
+		// shorter append there cannot make it readable again.
+		if err := s.cutAt(seg, off); err != nil {
+			return fail("truncating the tail: %v", err)
 		}
 		return seg, nil
 	}
-	if why != "" && version >= segVersion2 {
-		// Only the last batch can be torn: a later batch after the bad
-		// record means it is corruption of an acknowledged one.
-		later, err := laterBatch(f, size, off, first+seg.n()-1)
-		if err != nil {
-			return fail("scanning after the bad record at offset %d: %v", off, err)
+	if tail {
+		// Only zeros after the records: nothing to cut. The file keeps (or
+		// gets back) its preallocation, smaller if space is short.
+		if seg.size, err = s.allocate(f, path, off); err != nil {
+			return fail("preallocating: %v", err)
 		}
-		if later != "" {
-			return fail("corrupt record at offset %d (index %d): %s; later batches follow it (%s): not a torn write",
-				off, first+seg.n(), why, later)
-		}
-	}
-	if why != "" {
-		s.logger.Warn("torn write at the end of the log: dropping the unfinished last append",
-			"file", path, "offset", off, "index", first+seg.n(), "reason", why)
-	}
-	// Whatever follows the last good record (a torn append: parts of
-	// records, or whole ones past a hole) goes, so that a later, shorter
-	// append there cannot make it readable again.
-	if err := s.cutAt(seg, off); err != nil {
-		return fail("truncating the tail: %v", err)
 	}
 	return seg, nil
+}
+
+// tornWrite returns nil if the bad record at off (of index bad) in the
+// tail segment f of size bytes and format version can be what a crash
+// during the last StoreLogs left, and otherwise the evidence that it is
+// not: it is below the meta file's first index, or (version 2) a later
+// batch follows it (laterBatch). A version 1 segment has no batch marks:
+// anything at or above the meta file's index is taken for a torn write.
+func (s *Store) tornWrite(f *os.File, size, off int64, bad uint64, version uint32) error {
+	if bad < s.metaFirst {
+		// The meta file's first index m was written by a compaction, after
+		// entries from m on were stored and synced (or by a reset, before
+		// entries from m were stored): entries below m had been synced
+		// before it.
+		return fmt.Errorf("the meta file's first index %d was written after it was stored", s.metaFirst)
+	}
+	if version < segVersion2 {
+		return nil
+	}
+	// Only the last batch can be torn: a later batch after the bad
+	// record means it is corruption of an acknowledged one.
+	later, err := laterBatch(f, size, off, bad-1)
+	if err != nil {
+		return fmt.Errorf("scanning after it: %v", err)
+	}
+	if later != "" {
+		return fmt.Errorf("later batches follow it (%s)", later)
+	}
+	return nil
+}
+
+// firstNonZero returns the offset of the first non-zero byte of f in
+// [from, to), or -1. It reads only the data regions (nextData): a hole,
+// such as preallocated space never written, reads as zeros.
+func firstNonZero(f *os.File, from, to int64) (int64, error) {
+	var buf []byte
+	for off := from; off < to; {
+		dfrom, dto, err := nextData(f, off, to)
+		if err != nil {
+			return 0, err
+		}
+		if buf == nil && dfrom < dto {
+			buf = make([]byte, min(dto-dfrom, zeroChunk))
+		}
+		for off = dfrom; off < dto; {
+			b := buf[:min(dto-off, int64(len(buf)))]
+			if _, err := f.ReadAt(b, off); err != nil {
+				return 0, err
+			}
+			if i := slices.IndexFunc(b, func(c byte) bool { return c != 0 }); i >= 0 {
+				return off + int64(i), nil
+			}
+			off += int64(len(b))
+		}
+		off = max(off, dto)
+	}
+	return -1, nil
 }
 
 // laterBatch scans a version 2 tail segment f of size bytes after the bad
 // record at off, the last good record before it being of index lastGood,
 // for valid records (lengths, CRC, an index above lastGood), trying every
 // offset (the scan only runs on this failure path). It returns a
-// description of the evidence if one of them begins a batch, or follows
-// one that ends a batch: a batch written after the bad record's batch was
-// complete. "" means that the valid records after off, if any, can all be
-// of the bad record's batch: the last one, torn.
+// description of the evidence if one of them begins a batch, or if a
+// non-zero byte follows one that ends a batch: the bad record's batch was
+// complete when something was written after it (a torn write leaves only
+// zeros after its batch's end: the batch is written with one pwrite, into
+// zeros). "" means that the valid records after off, if any, can all be of
+// the bad record's batch: the last one, torn.
 func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
 	if size <= off+1 {
 		return "", nil
@@ -439,11 +554,7 @@ func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
 	// non-zero byte (zeros written ahead, preallocated space).
 	nz := len(bytes.TrimRight(rest, "\x00"))
 	const minRecord = recHeaderSize + recFixedSize
-	var (
-		l      raft.Log
-		endAt  = int64(-1) // offset of a valid batch end
-		endIdx uint64
-	)
+	var l raft.Log
 	for q := 1; q < nz && len(rest)-q >= minRecord; q++ {
 		n := int(binary.LittleEndian.Uint32(rest[q:]))
 		if n < recFixedSize || n > maxRecordSize || n > len(rest)-q-recHeaderSize {
@@ -459,13 +570,12 @@ func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
 			continue
 		}
 		at := off + int64(q)
-		switch {
+		switch end := q + recHeaderSize + n; {
 		case marks&markBatchStart != 0:
 			return fmt.Sprintf("a batch starts at offset %d (index %d)", at, l.Index), nil
-		case endAt >= 0:
-			return fmt.Sprintf("a batch ends at offset %d (index %d), and a record follows at offset %d (index %d)", endAt, endIdx, at, l.Index), nil
-		case marks&markBatchEnd != 0:
-			endAt, endIdx = at, l.Index
+		case marks&markBatchEnd != 0 && end < nz:
+			return fmt.Sprintf("a batch ends at offset %d (index %d), and non-zero bytes follow it at offset %d",
+				at, l.Index, off+int64(end+slices.IndexFunc(rest[end:], func(c byte) bool { return c != 0 }))), nil
 		}
 		q += recHeaderSize + n - 1
 	}
@@ -481,16 +591,59 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// cutAt truncates seg's file at off, preallocates it again and fsyncs it.
+// cutAt truncates seg's file at off, preallocates it again (allocate) and
+// fsyncs it.
 func (s *Store) cutAt(seg *segment, off int64) error {
 	seg.zeroed = min(seg.zeroed, off)
 	if err := seg.f.Truncate(off); err != nil {
 		return err
 	}
-	if err := preallocate(seg.f, s.segSize); err != nil {
+	size, err := s.allocate(seg.f, seg.path, off)
+	if err != nil {
 		return err
 	}
+	seg.size = size
 	return seg.f.Sync()
+}
+
+// minAllocate is the least a segment is preallocated to when space is
+// short (unless its first batch needs more): below it a segment would
+// hold too few entries to be worth its file.
+const minAllocate = 64 << 10
+
+// allocate preallocates f (path) to the segment size, and returns the size
+// it got. When the file system has not that much space (ENOSPC, EDQUOT,
+// EFBIG), it tries half as much, and so on down to need bytes (at least
+// minAllocate unless the segment size is smaller): a log on a nearly full
+// disk goes on in smaller segments rather than refuse every append (a
+// full-size segment may never fit again beside the one it follows). Only
+// when need bytes cannot be had is it an error.
+func (s *Store) allocate(f *os.File, path string, need int64) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	cur := fi.Size()
+	want := max(s.segSize, need)
+	least := max(need, min(minAllocate, want))
+	for size := want; ; size = max(size/2, least) {
+		err := preallocate(f, size)
+		if err == nil {
+			if size < want {
+				s.logger.Warn("disk space is short: segment preallocated to less than the segment size",
+					"file", path, "size", size, "segment_size", want)
+			}
+			return size, nil
+		}
+		if !noSpace(err) || size <= least {
+			return 0, err
+		}
+		// A failed fallocate can leave blocks allocated and the size
+		// raised (ext4): give them back before trying less.
+		if err := f.Truncate(cur); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // writeMeta replaces the meta file with first, durably.
@@ -523,10 +676,10 @@ func (s *Store) removeSegmentFile(path string) error {
 	return nil
 }
 
-// createSegment creates an empty segment for entries from first: a .tmp
-// file, preallocated, with its header fsync'd, renamed, the directory
-// fsync'd.
-func (s *Store) createSegment(first uint64) (*segment, error) {
+// createSegment creates an empty segment for entries from first, whose
+// first batch is batch bytes: a .tmp file, preallocated (allocate), with
+// its header fsync'd, renamed, the directory fsync'd.
+func (s *Store) createSegment(first uint64, batch int64) (*segment, error) {
 	path := filepath.Join(s.dir, segName(first))
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -534,7 +687,7 @@ func (s *Store) createSegment(first uint64) (*segment, error) {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
 	seg := &segment{first: first, path: path, f: f, version: newSegVersion, offs: []int64{segHeaderSize}, zeroed: segHeaderSize}
-	err = preallocate(f, s.segSize)
+	seg.size, err = s.allocate(f, path, segHeaderSize+batch)
 	if err == nil {
 		_, err = f.WriteAt(encodeSegHeader(first, seg.version), 0)
 	}
@@ -672,10 +825,18 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		}
 		size += rs
 	}
+	if s.first != 0 && next <= s.last {
+		return fmt.Errorf("raftlog: StoreLogs from index %d, but the log ends at %d: delete the conflicting entries first", next, s.last)
+	}
+	err := s.storeLogs(logs, next, int64(size))
+	s.noteWrite(err)
+	return err
+}
+
+// storeLogs is StoreLogs after the checks of its arguments: logs, from
+// next, are size bytes of records.
+func (s *Store) storeLogs(logs []*raft.Log, next uint64, size int64) error {
 	if s.first != 0 {
-		if next <= s.last {
-			return fmt.Errorf("raftlog: StoreLogs from index %d, but the log ends at %d: delete the conflicting entries first", next, s.last)
-		}
 		if next > s.last+1 {
 			s.logger.Info("entries stored after a gap: deleting the log before it", "first", s.first, "last", s.last, "next", next)
 			if err := s.deleteAll(next); err != nil {
@@ -701,14 +862,23 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(s.segs) > 0 {
 		tail = s.segs[len(s.segs)-1]
 	}
+	if tail != nil && tail.n() == 0 && tail.end()+size > tail.size {
+		// An empty tail preallocated smaller than the batch (space was
+		// short): it takes the batch, so it must have room for it.
+		sz, err := s.allocate(tail.f, tail.path, tail.end()+size)
+		if err != nil {
+			return fmt.Errorf("raftlog: preallocating %s: %w", tail.path, err)
+		}
+		tail.size = sz
+	}
 	var prev *segment
-	if tail == nil || (tail.n() > 0 && tail.end()+int64(size) > s.segSize) {
+	if tail == nil || (tail.n() > 0 && tail.end()+size > tail.size) {
 		if tail == nil && next != s.metaFirst {
 			if err := s.writeMeta(next); err != nil {
 				return err
 			}
 		}
-		seg, err := s.createSegment(next)
+		seg, err := s.createSegment(next, size)
 		if err != nil {
 			return err
 		}
@@ -760,6 +930,34 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
+// noteWrite records the outcome of a write for WriteErr: err, or nil
+// (then broken, if set). Called with wmu held.
+func (s *Store) noteWrite(err error) {
+	if err == nil {
+		err = s.broken
+	}
+	s.werrMu.Lock()
+	s.werr = err
+	s.werrMu.Unlock()
+}
+
+// WriteErr returns nil while the log can be written, and otherwise why
+// not: the error of the last StoreLogs that failed to write (ENOSPC when
+// the disk is full, an I/O error...), until one succeeds, or of the last
+// DeleteRange that failed, until a StoreLogs succeeds; or, for good, the
+// error after which the Store trusts its files no more (a failed fsync)
+// and refuses every write until it is opened again. A StoreLogs refused
+// for its arguments (entries not consecutive, or overlapping the log)
+// writes nothing and changes nothing here. It does not wait for a
+// StoreLogs in progress. A node whose log store reports an error here
+// cannot follow its leader (raft's appends fail) or lead: it is not
+// healthy.
+func (s *Store) WriteErr() error {
+	s.werrMu.Lock()
+	defer s.werrMu.Unlock()
+	return s.werr
+}
+
 // undoWrite cuts what a failed write may have left after start.
 func (s *Store) undoWrite(seg *segment, start int64, cause error) {
 	if err := s.cutAt(seg, start); err != nil {
@@ -808,15 +1006,22 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	if s.first == 0 || min > max || max < s.first || min > s.last {
 		return nil
 	}
+	var err error
 	switch {
 	case min <= s.first && max >= s.last:
-		return s.deleteAll(max + 1)
+		err = s.deleteAll(max + 1)
 	case min <= s.first:
-		return s.deleteHead(max)
+		err = s.deleteHead(max)
 	case max >= s.last:
-		return s.deleteTail(min)
+		err = s.deleteTail(min)
+	default:
+		return fmt.Errorf("raftlog: DeleteRange(%d, %d) of the middle of the log [%d, %d]: only the head or the tail can be deleted", min, max, s.first, s.last)
 	}
-	return fmt.Errorf("raftlog: DeleteRange(%d, %d) of the middle of the log [%d, %d]: only the head or the tail can be deleted", min, max, s.first, s.last)
+	if err != nil {
+		// A success leaves WriteErr as it was: it is about appends.
+		s.noteWrite(err)
+	}
+	return err
 }
 
 // deleteHead deletes the entries up to max (first <= max < last).

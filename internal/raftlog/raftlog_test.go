@@ -525,7 +525,7 @@ func TestOpenAfterInterruptedSteps(t *testing.T) {
 		dir := t.TempDir()
 		s := open(t, dir, 1024)
 		mustStore(t, s, entries(1, 20, 1, 100))
-		seg, err := s.createSegment(21)
+		seg, err := s.createSegment(21, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -554,7 +554,7 @@ func TestOpenAfterInterruptedSteps(t *testing.T) {
 		if err := s.writeMeta(7); err != nil {
 			t.Fatal(err)
 		}
-		seg, err := s.createSegment(7)
+		seg, err := s.createSegment(7, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,14 +37,14 @@ var zeroBlock = make([]byte, zeroChunk)
 // in the caller's fsync.
 func (s *Store) zeroAhead(seg *segment, end int64) {
 	seg.zeroed = max(seg.zeroed, end)
-	if seg.zeroed >= s.segSize || end+zeroChunk/2 <= seg.zeroed {
+	if seg.zeroed >= seg.size || end+zeroChunk/2 <= seg.zeroed {
 		return
 	}
 	from := seg.zeroed
-	to := min(from+zeroChunk, s.segSize)
+	to := min(from+zeroChunk, seg.size)
 	if _, err := seg.f.WriteAt(zeroBlock[:to-from], from); err != nil {
 		s.logger.Warn("writing zeros ahead of the records failed: not writing more in this segment", "file", seg.path, "offset", from, "error", err)
-		seg.zeroed = s.segSize
+		seg.zeroed = seg.size
 		return
 	}
 	seg.zeroed = to

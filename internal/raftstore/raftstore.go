@@ -114,6 +114,16 @@ type Stores struct {
 	closeOnce sync.Once
 	closeErr  error
 	close     func() error
+	log       *raftlog.Store
+}
+
+// LogErr returns nil while the log can be written, and otherwise why not
+// (raftlog.Store.WriteErr: the last append failed, e.g. the disk is full,
+// until one succeeds). Raft keeps running when a follower's append
+// fails, so this is how the node learns that it can neither follow nor
+// lead.
+func (s *Stores) LogErr() error {
+	return s.log.WriteErr()
 }
 
 // Open opens (or creates, mode 0700) the stores in dir: the log in dir/log
@@ -162,7 +172,7 @@ func Open(dir string, logger hclog.Logger) (*Stores, error) {
 		db.Close()
 		return nil, fmt.Errorf("raftstore: snapshots in %s: %w", dir, err)
 	}
-	return &Stores{Log: cached, Stable: db, Snapshots: snaps, close: func() error {
+	return &Stores{Log: cached, Stable: db, Snapshots: snaps, log: log, close: func() error {
 		return errors.Join(log.Close(), db.Close())
 	}}, nil
 }

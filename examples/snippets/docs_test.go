@@ -2,6 +2,9 @@ package snippets_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -120,5 +123,48 @@ func TestDocsStandAlone(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOutcomeTableComplete: every error sentinel of package broker (the
+// exported Err* variables of broker/errors.go) is named in the README's
+// "Outcomes and what to do with each" section, so that a caller who gets
+// one finds what to do with it. ErrInvalidConfig is New's alone (the
+// tour's "only an invalid configuration fails here").
+func TestOutcomeTableComplete(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../../broker/errors.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			for _, n := range spec.(*ast.ValueSpec).Names {
+				if strings.HasPrefix(n.Name, "Err") && n.IsExported() && n.Name != "ErrInvalidConfig" {
+					names = append(names, n.Name)
+				}
+			}
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("found %d sentinels in broker/errors.go: %v", len(names), names)
+	}
+	readme := readDoc(t, "README.md")
+	start := strings.Index(readme, "### Outcomes and what to do with each")
+	if start < 0 {
+		t.Fatal(`README.md has no "### Outcomes and what to do with each" section`)
+	}
+	section := readme[start:]
+	if end := strings.Index(section[4:], "\n#"); end >= 0 {
+		section = section[:4+end]
+	}
+	for _, n := range names {
+		if !regexp.MustCompile(`broker\.` + n + `\b`).MatchString(section) {
+			t.Errorf("the README's outcome section does not name broker.%s", n)
+		}
 	}
 }

@@ -49,10 +49,11 @@ const (
 	clusterChangeTimeout = 20 * time.Second
 )
 
-// statusBody is the JSON of GET /status: the server's Stats and, on a
-// cluster node, its view of the cluster.
+// statusBody is the JSON of GET /status: the server's Stats, the build
+// of the binary and, on a cluster node, its view of the cluster.
 type statusBody struct {
 	server.Stats
+	Build        buildInfo             `json:"build"`
 	Cluster      *server.ClusterStatus `json:"cluster,omitempty"`
 	ClusterError string                `json:"cluster_error,omitempty"` // why Cluster is missing on a cluster node
 }
@@ -124,7 +125,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		body := statusBody{Stats: srv.Stats()}
+		body := statusBody{Stats: srv.Stats(), Build: readBuildInfo()}
 		if ac.cluster != nil {
 			if cs, err := ac.cluster.ClusterStatus(); err != nil {
 				body.ClusterError = err.Error()

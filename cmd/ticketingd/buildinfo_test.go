@@ -89,7 +89,7 @@ func TestVersionBinary(t *testing.T) {
 		t.Fatalf("/status: %d %v %s", code, err, body)
 	}
 	b := st.Build
-	if !regexp.MustCompile(`^` + wantVersion + `$`).MatchString(b.Version) || b.GoVersion != runtime.Version() ||
+	if !regexp.MustCompile(`^`+wantVersion+`$`).MatchString(b.Version) || b.GoVersion != runtime.Version() ||
 		(b.Revision == "" && wantRev != "unknown") || (b.Revision != "" && b.Revision != wantRev) || b.modifiedLabel() != wantModified {
 		t.Errorf("/status build: %+v (modified %s), want version %s, revision %s, modified %s", b, b.modifiedLabel(), wantVersion, wantRev, wantModified)
 	}

@@ -168,3 +168,43 @@ func TestOutcomeTableComplete(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseFiles: what a newcomer installing the module needs is there:
+// the license (Apache-2.0), a changelog in Keep a Changelog form with an
+// Unreleased section, upgrade steps that point at it (not at "release
+// notes" that do not exist), and relative links in the README and docs/
+// that lead to files of the repository.
+func TestReleaseFiles(t *testing.T) {
+	license := readDoc(t, "LICENSE")
+	if !strings.Contains(license, "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(license, "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the Apache License 2.0 text")
+	}
+	changelog := readDoc(t, "CHANGELOG.md")
+	for _, want := range []string{"keepachangelog.com", "\n## [Unreleased]\n", "\n### Added\n"} {
+		if !strings.Contains(changelog, want) {
+			t.Errorf("CHANGELOG.md lacks %q", want)
+		}
+	}
+	ops := readDoc(t, "docs/operations.md")
+	if strings.Contains(ops, "release notes") || !strings.Contains(ops, "(../CHANGELOG.md)") {
+		t.Error("docs/operations.md's upgrade steps do not point at CHANGELOG.md")
+	}
+	readme := readDoc(t, "README.md")
+	if !strings.Contains(readme, "go install ./cmd/ticketingd") || !strings.Contains(readme, "(LICENSE)") {
+		t.Error("README.md's Install section does not say how to build from a clone, or does not name the license")
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	link := regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)]*)?\)`)
+	for _, doc := range append(docs, "../../README.md", "../../CHANGELOG.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), m[1])); err != nil {
+				t.Errorf("%s links to %s, which does not exist", strings.TrimPrefix(doc, "../../"), m[1])
+			}
+		}
+	}
+}

@@ -72,7 +72,8 @@
 // With no ready session, Acquire fails at once with ErrUnsent; it never
 // waits for one. Right after New no session is ready yet, so call WaitReady,
 // which waits for the first ready session, at start-up before the first
-// Acquire. A session whose latest attempt was refused for good (the
+// Acquire (until a session has been ready once, the ErrUnsent's message
+// says so). A session whose latest attempt was refused for good (the
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
 // certificate rejected:

@@ -240,7 +240,9 @@ func (b *Broker) ReadySessions() int {
 // A session is refused for good when its latest attempt ended in a refusal
 // that retrying cannot cure: the client token refused (E code 3: the error
 // matches ErrUnauthorized), the protocol version refused (E code 2: a
-// *ServerError), or the server's TLS certificate rejected (ErrCertificate).
+// *ServerError), the server's TLS certificate rejected (ErrCertificate),
+// or a plain-TCP HELLO closed unanswered by a server that then completed a
+// TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=).
 // When that holds for every session at once, WaitReady returns that
 // refusal at once instead of waiting for ctx. The sessions keep trying,
 // at the maximum backoff (BackoffMax), so that fixing the server side

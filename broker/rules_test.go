@@ -292,6 +292,25 @@ func TestRule04_RoundRobinAndKeepalive(t *testing.T) {
 		}
 		_ = before
 	})
+	t.Run("a plain server closing HELLOs unanswered is not taken for TLS", func(t *testing.T) {
+		// What a plain ticketingd does at max-pending-conns: the TLS
+		// probe gets no handshake, so the sessions keep retrying, and
+		// WaitReady ends with its context, not ErrTLSRequired.
+		f := newFake(t)
+		f.Hello = func(fc *fakeConn, req *wire.Request) { fc.Close() }
+		b, err := broker.New(testConfig(f.Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		err = b.WaitReady(ctx)
+		mustIs(t, err, broker.ErrNotReady)
+		if strings.Contains(err.Error(), "TLS") {
+			t.Errorf("WaitReady: %v, want no word about TLS", err)
+		}
+	})
 	t.Run("no ready session after one was ready: no word about WaitReady", func(t *testing.T) {
 		f := newFake(t)
 		var hellos atomic.Int32

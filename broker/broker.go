@@ -99,6 +99,9 @@ type Broker struct {
 	// hintWarned: an M hint naming an address not in Addrs was logged at
 	// Warn (see followHint); later ones go unlogged.
 	hintWarned atomic.Bool
+	// everReady: a session has been ready at least once since New. Until
+	// then an Acquire's ErrUnsent says to call WaitReady at start-up.
+	everReady atomic.Bool
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
@@ -182,6 +185,7 @@ func (b *Broker) openFailed(s *session, err error, refused bool) {
 
 // signalReady wakes WaitReady: s is ready.
 func (b *Broker) signalReady(s *session) {
+	b.everReady.Store(true)
 	b.mu.Lock()
 	s.refused = nil
 	b.wakeLocked()
@@ -236,7 +240,9 @@ func (b *Broker) ReadySessions() int {
 // A session is refused for good when its latest attempt ended in a refusal
 // that retrying cannot cure: the client token refused (E code 3: the error
 // matches ErrUnauthorized), the protocol version refused (E code 2: a
-// *ServerError), or the server's TLS certificate rejected (ErrCertificate).
+// *ServerError), the server's TLS certificate rejected (ErrCertificate),
+// or a plain-TCP HELLO closed unanswered by a server that then completed a
+// TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=).
 // When that holds for every session at once, WaitReady returns that
 // refusal at once instead of waiting for ctx. The sessions keep trying,
 // at the maximum backoff (BackoffMax), so that fixing the server side
@@ -309,7 +315,16 @@ func (b *Broker) noSession() error {
 	b.mu.Lock()
 	last := b.lastErr
 	b.mu.Unlock()
-	return newErr(ErrUnsent, "no ready session", last)
+	return newErr(ErrUnsent, b.noSessionMsg(), last)
+}
+
+// noSessionMsg is the message of ErrUnsent for want of a ready session:
+// before any session has been ready, it says what to do at start-up.
+func (b *Broker) noSessionMsg() string {
+	if !b.everReady.Load() {
+		return "no ready session yet (none has been ready since New): call WaitReady at start-up, before the first Acquire"
+	}
+	return "no ready session"
 }
 
 // roundUp converts d to whole seconds, rounding up; ok is false for d < 0.
@@ -517,7 +532,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 		return nil, ErrClosed
 	}
 	if lastCause != nil {
-		return nil, newErr(ErrUnsent, "no ready session", lastCause)
+		return nil, newErr(ErrUnsent, b.noSessionMsg(), lastCause)
 	}
 	return nil, b.noSession()
 }

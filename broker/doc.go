@@ -72,11 +72,12 @@
 // With no ready session, Acquire fails at once with ErrUnsent; it never
 // waits for one. Right after New no session is ready yet, so call WaitReady,
 // which waits for the first ready session, at start-up before the first
-// Acquire. A session whose latest attempt was refused for good (the
+// Acquire (until a session has been ready once, the ErrUnsent's message
+// says so). A session whose latest attempt was refused for good (the
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
-// certificate rejected:
-// ErrCertificate) redials only after BackoffMax; when every session is in
+// certificate rejected: ErrCertificate; a plain-TCP client whose HELLO a
+// TLS server closed: ErrTLSRequired) redials only after BackoffMax; when every session is in
 // that state, WaitReady returns the refusal at once. A fix on the server side
 // is picked up by the next redial. When ctx ends first, WaitReady's error
 // matches ErrNotReady and ctx's error, and its message carries the last
@@ -109,7 +110,7 @@
 // one of the sentinels (ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut,
 // ErrBusy, ErrIndeterminate, ErrUnsent, ErrLeaseTooShort, ErrNotHeld,
 // ErrReleaseUnconfirmed, ErrClosed, ErrUnauthorized, ErrNotActive,
-// ErrNotReady, ErrCertificate), or a *ServerError for an E other than
+// ErrNotReady, ErrCertificate, ErrTLSRequired), or a *ServerError for an E other than
 // code 3. A cancelled call may also match ctx's error. The cause behind an
 // outcome is in its message; it is matchable too only when it matches no
 // outcome itself (a dial or x509 error is; the "no ready session" behind an

@@ -83,6 +83,14 @@ var (
 	// *tls.CertificateVerificationError and the x509 error behind it.
 	ErrCertificate = errors.New("broker: server certificate rejected")
 
+	// ErrTLSRequired: the client connects in plain TCP (no ca= or tls= in
+	// the URL, TLSConfig.Mode empty or TLSOff) and the server speaks TLS:
+	// it closed the connection after the HELLO without an answer, and a
+	// TLS handshake with it then succeeded. It is a refusal for good (see
+	// WaitReady). Configure TLS: the URL's ca=PATH (the CA file that
+	// ticketingd init writes) or tls=system.
+	ErrTLSRequired = errors.New("broker: the server requires TLS")
+
 	// ErrNotActive: the node answered M (it does not serve: passive node or
 	// follower). For an ACQUIRE it names, it is a definite "not granted".
 	// The error is a *NotActiveError carrying the hint.
@@ -128,7 +136,7 @@ func (e *NotActiveError) Is(target error) bool { return target == ErrNotActive }
 var outcomes = [...]error{
 	ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut, ErrBusy, ErrIndeterminate,
 	ErrUnsent, ErrLeaseTooShort, ErrNotHeld, ErrReleaseUnconfirmed, ErrClosed,
-	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate,
+	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate, ErrTLSRequired,
 }
 
 // hasOutcome reports whether err matches an outcome: one of the outcome

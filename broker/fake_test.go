@@ -533,6 +533,7 @@ var outcomeSentinels = []struct {
 	{"ErrNotActive", broker.ErrNotActive},
 	{"ErrNotReady", broker.ErrNotReady},
 	{"ErrCertificate", broker.ErrCertificate},
+	{"ErrTLSRequired", broker.ErrTLSRequired},
 }
 
 // outcomesOf returns the outcomes err matches: the names of the sentinels

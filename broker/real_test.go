@@ -392,3 +392,35 @@ func TestReal_V2CancelKeepsSession(t *testing.T) {
 		t.Fatalf("connections %d (was %d), ready %d, server sessions %d: a session was redialled or closed", got, dialled, b.ReadySessions(), rs.Stats().Sessions)
 	}
 }
+
+// TestReal_PlainClientTLSServer: a client configured for plain TCP against
+// a server that speaks TLS (a URL without ca= or tls=, say) is told so at
+// once: WaitReady returns ErrTLSRequired (a refusal for good) well before
+// its context ends, and Acquire's ErrUnsent carries the same cause.
+// Before, the server closed each connection after its first bytes, which
+// the client read as "reading HELLO reply: EOF", retried, and WaitReady
+// ended only with its context, with nothing pointing at TLS.
+func TestReal_PlainClientTLSServer(t *testing.T) {
+	pki := newPKI(t)
+	rs := startServer(t, server.Config{TLS: pki.ServerTLS}, "127.0.0.1:0")
+	b, err := broker.New(testConfig(rs.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*s) // a hang guard
+	defer cancel()
+	err = b.WaitReady(ctx)
+	mustIs(t, err, broker.ErrTLSRequired)
+	if errors.Is(err, broker.ErrNotReady) || ctx.Err() != nil {
+		t.Fatalf("WaitReady waited for its context: %v", err)
+	}
+	if !strings.Contains(err.Error(), "ca=") {
+		t.Errorf("WaitReady: %v, want a hint at the URL's ca=", err)
+	}
+	_, err = b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	mustIs(t, err, broker.ErrUnsent)
+	if errors.Is(err, broker.ErrTLSRequired) || !strings.Contains(err.Error(), "speaks TLS") {
+		t.Errorf("Acquire: %v, want ErrUnsent alone, its message naming TLS", err)
+	}
+}

@@ -286,7 +286,58 @@ func TestRule04_RoundRobinAndKeepalive(t *testing.T) {
 		if errors.Is(err, broker.ErrIndeterminate) {
 			t.Fatal("unsent must not be indeterminate")
 		}
+		// No session has been ready since New: the error says what to do.
+		if !strings.Contains(err.Error(), "call WaitReady at start-up") {
+			t.Errorf("Acquire before any ready session: %v, want a word about WaitReady", err)
+		}
 		_ = before
+	})
+	t.Run("a plain server closing HELLOs unanswered is not taken for TLS", func(t *testing.T) {
+		// What a plain ticketingd does at max-pending-conns: the TLS
+		// probe gets no handshake, so the sessions keep retrying, and
+		// WaitReady ends with its context, not ErrTLSRequired.
+		f := newFake(t)
+		f.Hello = func(fc *fakeConn, req *wire.Request) { fc.Close() }
+		b, err := broker.New(testConfig(f.Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		err = b.WaitReady(ctx)
+		mustIs(t, err, broker.ErrNotReady)
+		if strings.Contains(err.Error(), "TLS") {
+			t.Errorf("WaitReady: %v, want no word about TLS", err)
+		}
+	})
+	t.Run("no ready session after one was ready: no word about WaitReady", func(t *testing.T) {
+		f := newFake(t)
+		var hellos atomic.Int32
+		f.Hello = func(fc *fakeConn, req *wire.Request) {
+			if hellos.Add(1) > 1 {
+				fc.Close() // every later session is refused
+				return
+			}
+			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: req.Version, Role: 1, Node: []byte("fake")})
+		}
+		b, err := broker.New(testConfig(f.Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.WaitReady(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range f.Conns() {
+			c.Close()
+		}
+		eventually(t, "the session is down", func() bool { return b.ReadySessions() == 0 })
+		_, err = b.Acquire(t.Context(), "k", 10*s, 10*s, 0)
+		mustIs(t, err, broker.ErrUnsent)
+		if strings.Contains(err.Error(), "WaitReady") {
+			t.Errorf("Acquire after a session was ready: %v, want no word about WaitReady", err)
+		}
 	})
 	t.Run("keepalive PINGs on every session", func(t *testing.T) {
 		f := newFake(t)

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -83,6 +84,10 @@ type session struct {
 	// probed: the latest poke was a probe (see probeOthers), not a hint:
 	// the backoff restarts, but the session still passes its own M hints on.
 	probed atomic.Bool
+	// notTLS: a TLS probe of this plain-TCP session's address found no TLS
+	// server (see tlsRequired); no other probe until a HELLO succeeds.
+	// Used by the session's own goroutine only.
+	notTLS bool
 
 	// Guarded by b.mu: the refusal for good of the latest attempt to open
 	// the session (nil: it was not refused for good), and when it came.
@@ -461,7 +466,7 @@ func refusedForGood(err error) bool {
 	if errors.As(err, &se) {
 		return se.Code == wire.CodeUnauthorized || se.Code == wire.CodeVersion
 	}
-	return errors.Is(err, ErrCertificate)
+	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrTLSRequired)
 }
 
 func (s *session) errorf(cause error, format string, args ...any) error {
@@ -521,8 +526,12 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 	var nodeName string
 	body, err := wire.NewReader(br).Next()
 	if err != nil {
+		if s.tls == nil && closedUnanswered(err) && s.tlsRequired(ctx) {
+			return nil, s.errorf(newErr(ErrTLSRequired, "the server closed the plain-TCP connection after the HELLO and speaks TLS: give its CA in the URL (ca=PATH, the ca.pem that ticketingd init writes) or tls=system", err), "reading HELLO reply")
+		}
 		return nil, s.errorf(err, "reading HELLO reply")
 	}
+	s.notTLS = false
 	var resp wire.Response
 	if err := wire.DecodeResponse(body, &resp); err != nil {
 		return nil, s.errorf(err, "HELLO reply")
@@ -555,6 +564,47 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		lastPing:  time.Now(),
 		cancelled: map[uint32]lostGrant{},
 	}, nil
+}
+
+// closedUnanswered reports whether reading the HELLO reply failed because
+// the server closed the connection before any byte of an answer: what a
+// TLS server does with a plain-TCP client's HELLO ("first record does not
+// look like a TLS handshake"): it closes without an alert, and the
+// client reads EOF, or a reset because the rest of its HELLO was unread.
+func closedUnanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// tlsRequired reports whether the server at s.addr speaks TLS, by a TLS
+// handshake on a connection of its own, closed right after it (nothing is
+// sent on it, so its certificate is not verified). It is asked only when
+// a plain-TCP HELLO was closed unanswered, which a plain ticketingd does
+// only at its limits (max-pending-conns, the auth throttle) or when it
+// stops: such a server answers a TLS ClientHello with an E frame or a
+// close, not a handshake, so the answer is false. A false answer is kept
+// (s.notTLS) until a HELLO succeeds, so that a plain server at its limits
+// gets no probe per attempt; a true one is asked again at the next
+// attempt, after BackoffMax (a refusal for good).
+func (s *session) tlsRequired(ctx context.Context) bool {
+	if s.notTLS {
+		return false
+	}
+	raw, err := s.b.set.Dialer(ctx, "tcp", s.addr)
+	if err != nil {
+		return false // cannot tell
+	}
+	defer raw.Close()
+	host, _, _ := net.SplitHostPort(s.addr)
+	tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, ServerName: host}) //nolint:gosec // a probe: nothing is sent on it
+	err = tc.HandshakeContext(ctx)
+	var alert tls.AlertError
+	if err == nil || errors.As(err, &alert) {
+		return true // a TLS server: it completed a handshake, or sent a TLS alert
+	}
+	if ctx.Err() == nil {
+		s.notTLS = true
+	}
+	return false
 }
 
 // allocID returns a req_id not awaiting a reply (never 0). Called under mu.

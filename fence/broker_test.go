@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +78,110 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 		t.Fatalf("the release was answered %v, want broker.ErrNotHeld", rerr)
 	}
 
+}
+
+// With a real server: a holder whose lease runs out inside fn (a newer
+// holder is granted the lock meanwhile) gets fence.ErrLeaseExpired, and
+// the release that follows is answered N (broker.ErrNotHeld), as expected
+// once the lease is over: Run returns the ErrLeaseExpired alone. Before
+// the fix it came in a *fence.ReleaseError that also matched
+// broker.ErrNotHeld, unlike the stale case.
+func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	addr, stop, err := startLockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	db, cleanup, err := openExampleDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	b, err := broker.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.Acquire(ctx, "account/1", 0, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sqlfence.Run(ctx, db, fence.SQLite, old, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1"); err != nil {
+			return err
+		}
+		// Granted only once old's lease has ended on the server.
+		newer, err := b.Acquire(ctx, "account/1", 5*time.Second, 10*time.Second, 0)
+		if err != nil {
+			return err
+		}
+		return newer.Release(ctx)
+	})
+	if !errors.Is(err, fence.ErrLeaseExpired) || errors.Is(err, fence.ErrRelease) || errors.Is(err, broker.ErrNotHeld) {
+		t.Fatalf("Run after the lease ran out: %v, want fence.ErrLeaseExpired alone", err)
+	}
+	if rerr := old.Release(ctx); !errors.Is(rerr, broker.ErrNotHeld) {
+		t.Fatalf("the release was answered %v, want broker.ErrNotHeld", rerr)
+	}
+}
+
+// With a real server: a ticket used for a second Run after its first one
+// committed (a retry loop that keeps the old ticket, say) is stale with
+// its own token as the high-water, and the error says that this ticket
+// already wrote. Before, it said only "stale token N ... (high-water N)".
+func TestTicketReusedAfterCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	addr, stop, err := startLockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	db, cleanup, err := openExampleDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	b, err := broker.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deposit := func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
+		return err
+	}
+	tk, err := b.Acquire(ctx, "account/1", 0, 30*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlfence.Run(ctx, db, fence.SQLite, tk, deposit); err != nil {
+		t.Fatal(err)
+	}
+	err = sqlfence.Run(ctx, db, fence.SQLite, tk, deposit)
+	var stale *fence.StaleError
+	if !errors.As(err, &stale) || stale.HighWater != tk.Token() {
+		t.Fatalf("second Run with the same ticket: %v, want a *fence.StaleError with its own token %d as the high-water", err, tk.Token())
+	}
+	if !strings.Contains(err.Error(), "this ticket already wrote") {
+		t.Errorf("second Run with the same ticket: %v, want it to say that this ticket already wrote", err)
+	}
 }
 
 // A nil *broker.Ticket, what an ignored Acquire error leaves, inside the

@@ -68,9 +68,10 @@
 //     ErrCommitUnknown, which is conservative.)
 //  7. Only then, on every path, release the ticket, exactly once, with a
 //     context that ignores the caller's cancellation (the broker bounds
-//     releases itself). After a stale token the release's "not held"
-//     (broker.ErrNotHeld: the lease was over) is expected, and the
-//     *StaleError is returned alone. Any other release failure is
+//     releases itself). After a stale token or an expired lease the
+//     release's "not held" (broker.ErrNotHeld: the lease was over) is
+//     expected, and the *StaleError (or the ErrLeaseExpired) is returned
+//     alone. Any other release failure is
 //     returned as a *ReleaseError
 //     that carries the primary outcome, never hides it: use Committed(err)
 //     to tell "committed, but the release failed" from a failed

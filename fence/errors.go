@@ -80,8 +80,14 @@ type StaleError struct {
 	HighWater uint64
 }
 
-// Error implements error.
+// Error implements error. When HighWater equals Token, the write that
+// raised the high-water to it was made with this very token: tokens are
+// never issued twice, so this ticket already wrote (a ticket fences one
+// transaction per resource), and the message says so.
 func (e *StaleError) Error() string {
+	if e.Token == e.HighWater {
+		return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d): this ticket already wrote to it, its token is the high-water; a ticket fences one write per resource: acquire a new one for the next", e.Token, e.Resource, e.HighWater)
+	}
 	return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
 }
 

@@ -92,6 +92,11 @@ func TestErrors(t *testing.T) {
 	if got, want := stale.Error(), `fence: stale token 3 for resource "r\xff" (high-water 5)`; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
+	// Its own token as the high-water: the ticket wrote already.
+	again := &fence.StaleError{Resource: "r", Token: 20, HighWater: 20}
+	if got := again.Error(); !strings.Contains(got, "stale token 20") || !strings.Contains(got, "this ticket already wrote") {
+		t.Errorf("Error() = %q, want it to say that this ticket already wrote", got)
+	}
 	relErr := errors.New("release: N")
 	committed := &fence.ReleaseError{Err: relErr}
 	if !fence.Committed(committed) || !errors.Is(committed, fence.ErrRelease) || !errors.Is(committed, relErr) {

@@ -8,8 +8,15 @@
 package integration_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,19 +34,57 @@ import (
 )
 
 // postgres and mysql start a container from the image named by the env
-// variable and log how long it took to become ready.
+// variable and log how long it took to become ready. A skip (no image
+// variable, no Docker engine) is recorded for TestMain's notice.
 func postgres(t *testing.T) string {
 	t.Helper()
-	db := testdb.PostgresContainer(t)
+	db := testdb.PostgresContainer(skipRecorder{t})
 	t.Logf("container %s ready in %v", db.Image, db.Ready.Round(time.Millisecond))
 	return db.DSN
 }
 
 func mysql(t *testing.T) string {
 	t.Helper()
-	db := testdb.MySQLContainer(t)
+	db := testdb.MySQLContainer(skipRecorder{t})
 	t.Logf("container %s ready in %v", db.Image, db.Ready.Round(time.Millisecond))
 	return db.DSN
+}
+
+// containerSkips are the container scenarios that skipped, and the first
+// reason given, for the one line that TestMain prints: without -v, go test
+// shows a skip of a package that passed as "ok" and nothing else.
+var containerSkips struct {
+	sync.Mutex
+	tests  []string
+	reason string
+}
+
+// skipRecorder is a testing.TB whose Skipf records the test and its reason
+// in containerSkips before skipping.
+type skipRecorder struct{ testing.TB }
+
+func (r skipRecorder) Skipf(format string, args ...any) {
+	r.Helper()
+	containerSkips.Lock()
+	containerSkips.tests = append(containerSkips.tests, r.Name())
+	if containerSkips.reason == "" {
+		containerSkips.reason = fmt.Sprintf(format, args...)
+	}
+	containerSkips.Unlock()
+	r.TB.Skipf(format, args...)
+}
+
+// containerSkipNotice is the line TestMain prints to stderr when container
+// scenarios skipped, or "" when none did.
+func containerSkipNotice() string {
+	containerSkips.Lock()
+	defer containerSkips.Unlock()
+	if len(containerSkips.tests) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("integration: %d container scenario(s) skipped (%s; first reason: %s); to run them, start Docker and build the images with 'sudo bash integration/images/setup-docker.sh', then set %s=ticketing-test/postgres:15 %s=ticketing-test/mariadb:10.11 %s=1 (see integration/images/README.md)\n",
+		len(containerSkips.tests), strings.Join(containerSkips.tests, ", "), containerSkips.reason,
+		testdb.EnvPostgresImage, testdb.EnvMySQLImage, testdb.EnvHostNetwork)
 }
 
 func openDB(t *testing.T, driver, dsn string) *sql.DB {
@@ -181,5 +226,45 @@ func TestContainers_Migrations(t *testing.T) {
 				t.Fatalf("insert after Up/Down/Up: %v", err)
 			}
 		})
+	}
+}
+
+// TestContainersSkipNotice runs this test binary again on the container
+// scenarios alone, without the image variables and without CI=true (so
+// that they skip), and checks that the run says so on stderr in one line
+// naming what skipped and how to run it, also without -v. Before the
+// notice, such a run printed nothing but "PASS".
+func TestContainersSkipNotice(t *testing.T) {
+	t.Parallel()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestContainers_", "-test.count", "1")
+	// A session of its own: no controlling terminal, so that the notice
+	// does not also go to the terminal of whoever runs this test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "CI", testdb.EnvPostgresImage, testdb.EnvMySQLImage:
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var lines []string
+	for l := range strings.Lines(stderr.String()) {
+		if strings.HasPrefix(l, "integration: ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("want one notice line on stderr, got %d:\n%s", len(lines), stderr.String())
+	}
+	for _, want := range []string{"4 container scenario(s) skipped", "TestContainers_Postgres_Rule19", "TestContainers_Migrations/mysql",
+		testdb.EnvPostgresImage + " is not set", "integration/images/setup-docker.sh", testdb.EnvMySQLImage + "="} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("notice lacks %q: %s", want, lines[0])
+		}
 	}
 }

@@ -185,12 +185,14 @@ func TestAuthAndTLS(t *testing.T) {
 	})
 	t.Run("tls-off", func(t *testing.T) {
 		t.Parallel()
-		err := fails(t, broker.Config{Token: token}, false)
+		// Told at once that the server speaks TLS (it used to be a wait
+		// for ctx ending in "reading HELLO reply: EOF").
+		err := fails(t, broker.Config{Token: token}, true)
 		if errors.Is(err, broker.ErrUnauthorized) {
 			t.Errorf("plain TCP to a TLS server matches ErrUnauthorized: %v", err)
 		}
-		if !strings.Contains(err.Error(), "last session error") {
-			t.Errorf("WaitReady: %v, want the last session error in it", err)
+		if !errors.Is(err, broker.ErrTLSRequired) || !strings.Contains(err.Error(), "ca=PATH") {
+			t.Errorf("WaitReady: %v, want broker.ErrTLSRequired naming the URL's ca=", err)
 		}
 	})
 }

@@ -49,10 +49,11 @@ const (
 	clusterChangeTimeout = 20 * time.Second
 )
 
-// statusBody is the JSON of GET /status: the server's Stats and, on a
-// cluster node, its view of the cluster.
+// statusBody is the JSON of GET /status: the server's Stats, the build
+// of the binary and, on a cluster node, its view of the cluster.
 type statusBody struct {
 	server.Stats
+	Build        buildInfo             `json:"build"`
 	Cluster      *server.ClusterStatus `json:"cluster,omitempty"`
 	ClusterError string                `json:"cluster_error,omitempty"` // why Cluster is missing on a cluster node
 }
@@ -124,7 +125,7 @@ func adminHandler(srv *server.Server, reg *prometheus.Registry, shuttingDown *at
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		body := statusBody{Stats: srv.Stats()}
+		body := statusBody{Stats: srv.Stats(), Build: readBuildInfo()}
 		if ac.cluster != nil {
 			if cs, err := ac.cluster.ClusterStatus(); err != nil {
 				body.ClusterError = err.Error()
@@ -274,10 +275,20 @@ func writeChangeError(w http.ResponseWriter, err error) {
 	}
 }
 
+// The 401 answers of requireToken: no credentials, credentials that are
+// not a Bearer token, and a Bearer token that is not this listener's.
+const (
+	adminNoToken    = "unauthorized: no admin token was sent; this admin listener requires Authorization: Bearer TOKEN (its --admin-token)"
+	adminNotBearer  = "unauthorized: the Authorization header is not \"Bearer TOKEN\"; this admin listener requires Authorization: Bearer TOKEN (its --admin-token)"
+	adminWrongToken = "unauthorized: the admin token sent is not this listener's --admin-token"
+)
+
 // requireToken lets through GET /healthz, for probes that cannot send
 // headers, and any other request only with "Authorization: Bearer TOKEN".
 // The comparison is of SHA-256 digests in constant time, so that neither
-// the token's bytes nor its length leak through timing.
+// the token's bytes nor its length leak through timing. The answer says
+// whether no token, no Bearer token, or a wrong token was sent (which
+// tells nothing about the right one).
 func requireToken(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -285,11 +296,19 @@ func requireToken(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got, ok := bearerToken(r.Header.Get("Authorization"))
+		h := r.Header.Get("Authorization")
+		got, ok := bearerToken(h)
 		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
+			msg := adminWrongToken
+			switch {
+			case strings.TrimSpace(h) == "":
+				msg = adminNoToken
+			case !ok:
+				msg = adminNotBearer
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketingd admin"`)
-			writeJSON(w, http.StatusUnauthorized, adminError{Error: "unauthorized: this admin listener requires Authorization: Bearer TOKEN (--admin-token)"})
+			writeJSON(w, http.StatusUnauthorized, adminError{Error: msg})
 			return
 		}
 		next.ServeHTTP(w, r)

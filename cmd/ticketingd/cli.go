@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-var version = "dev"
 
 // Exit codes.
 const (
@@ -83,6 +79,9 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 			return usagef("missing command (serve, init, cluster or version)")
 		},
 	}
+	// --version prints what 'ticketingd version' prints.
+	root.Version = readBuildInfo().Version
+	root.SetVersionTemplate(strings.ReplaceAll(readBuildInfo().String(), "{{", "{{`{{`}}"))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -102,29 +101,11 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func newVersionCmd(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, Go version and VCS information",
+		Short: "Print the module version, VCS revision, whether the tree was modified, and the Go version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprint(stdout, versionString())
+			fmt.Fprint(stdout, readBuildInfo())
 			return nil
 		},
 	}
-}
-
-func versionString() string {
-	s := fmt.Sprintf("ticketingd %s\ngo: %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return s
-	}
-	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		s += fmt.Sprintf("module: %s %s\n", bi.Main.Path, bi.Main.Version)
-	}
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision", "vcs.time", "vcs.modified":
-			s += fmt.Sprintf("%s: %s\n", kv.Key, kv.Value)
-		}
-	}
-	return s
 }

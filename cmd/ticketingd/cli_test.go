@@ -32,7 +32,7 @@ func TestVersion(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if !strings.HasPrefix(out, "ticketingd dev\n") || !strings.Contains(out, runtime.Version()) {
+	if !strings.HasPrefix(out, "ticketingd ") || !strings.Contains(out, "\nrevision: ") || !strings.Contains(out, runtime.Version()) {
 		t.Errorf("version output:\n%s", out)
 	}
 }

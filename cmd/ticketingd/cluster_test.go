@@ -51,7 +51,9 @@ func adminDo(t *testing.T, method, url, auth, body string) (int, string) {
 }
 
 // TestAdminToken: with --admin-token, every admin request but GET /healthz
-// needs the token as a Bearer credential; a standalone node has no
+// needs the token as a Bearer credential; the 401 says whether no token,
+// no Bearer token or a wrong token was sent (before, all three got the
+// same text), and so does 'ticketingd cluster'; a standalone node has no
 // cluster endpoints; the token is not logged.
 func TestAdminToken(t *testing.T) {
 	const token = "adm1n-t0ken"
@@ -67,16 +69,16 @@ func TestAdminToken(t *testing.T) {
 	}{
 		{"GET", "/healthz", "", 200, "ok"},
 		{"GET", "/healthz", "Bearer wrong", 200, "ok"},
-		{"GET", "/status", "", 401, "Authorization: Bearer"},
-		{"GET", "/status", "Bearer wrong", 401, "unauthorized"},
-		{"GET", "/status", "Bearer " + token + "x", 401, "unauthorized"},
-		{"GET", "/status", "Basic " + token, 401, "unauthorized"},
-		{"GET", "/status", token, 401, "unauthorized"},
+		{"GET", "/status", "", 401, "no admin token was sent"},
+		{"GET", "/status", "Bearer wrong", 401, "the admin token sent is not this listener's --admin-token"},
+		{"GET", "/status", "Bearer " + token + "x", 401, "the admin token sent is not this listener's --admin-token"},
+		{"GET", "/status", "Basic " + token, 401, `the Authorization header is not \"Bearer TOKEN\"`},
+		{"GET", "/status", token, 401, `the Authorization header is not \"Bearer TOKEN\"`},
 		{"GET", "/status", "Bearer " + token, 200, `"role": "standalone"`},
 		{"GET", "/status", "bearer " + token, 200, `"role": "standalone"`},
-		{"GET", "/metrics", "", 401, "unauthorized"},
+		{"GET", "/metrics", "", 401, "no admin token was sent"},
 		{"GET", "/metrics", "Bearer " + token, 200, "ticketing_sessions"},
-		{"POST", "/cluster/add", "", 401, "unauthorized"},
+		{"POST", "/cluster/add", "", 401, "no admin token was sent"},
 		{"POST", "/cluster/add", "Bearer " + token, 404, ""}, // standalone: no such endpoint
 		{"POST", "/cluster/remove", "Bearer " + token, 404, ""},
 	} {
@@ -91,8 +93,13 @@ func TestAdminToken(t *testing.T) {
 	}
 	// ticketingd cluster against it: no token, the wrong one, then a
 	// standalone node.
-	if code, _, stderr := runCapture(t, "cluster", "status", "--admin", strings.TrimPrefix(admin, "http://")); code != 1 || !strings.Contains(stderr, "give --admin-token or set TICKETING_ADMIN_TOKEN") {
+	if code, _, stderr := runCapture(t, "cluster", "status", "--admin", strings.TrimPrefix(admin, "http://")); code != 1 ||
+		!strings.Contains(stderr, "no admin token was sent") || !strings.Contains(stderr, "no admin token given: give --admin-token or set TICKETING_ADMIN_TOKEN") {
 		t.Errorf("cluster status without token: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCapture(t, "cluster", "status", "--admin-token", "wrong", "--admin", strings.TrimPrefix(admin, "http://")); code != 1 ||
+		!strings.Contains(stderr, "the admin token sent is not this listener's --admin-token") || !strings.Contains(stderr, "is wrong: it must equal the node's --admin-token") {
+		t.Errorf("cluster status with a wrong token: exit %d: %s", code, stderr)
 	}
 	t.Setenv(adminTokenEnv, token)
 	if code, _, stderr := runCapture(t, "cluster", "status", "--admin", strings.TrimPrefix(admin, "http://")); code != 1 || !strings.Contains(stderr, "is not a cluster node (role standalone)") {

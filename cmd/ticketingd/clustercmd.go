@@ -190,8 +190,10 @@ func answerError(o *clusterCmdOptions, code int, body []byte) error {
 			o.Admin, nl.Leader, nl.LeaderAddress, nl.Leader)
 	case code == http.StatusConflict:
 		return runtimef("the node at %s is not the leader and knows no leader (an election may be running, or a majority of the nodes is down): retry later, or against another node", o.Admin)
+	case code == http.StatusUnauthorized && o.Token == "":
+		return runtimef("admin listener %s: %s (no admin token given: give --admin-token or set %s)", o.Admin, nl.Error, adminTokenEnv)
 	case code == http.StatusUnauthorized:
-		return runtimef("admin listener %s: %s (give --admin-token or set %s)", o.Admin, nl.Error, adminTokenEnv)
+		return runtimef("admin listener %s: %s (the token given by --admin-token or %s is wrong: it must equal the node's --admin-token, as in the admin-token file of ticketingd init --cluster)", o.Admin, nl.Error, adminTokenEnv)
 	}
 	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), nl.Error)
 }

@@ -6,7 +6,7 @@
 //	ticketingd init    write a ready deployment: config, client token, TLS CA and certificate
 //	                   (with --cluster: a bundle for every node of a Raft cluster)
 //	ticketingd cluster show or change a cluster's membership through a node's admin listener
-//	ticketingd version print the version
+//	ticketingd version print the module version, VCS revision and Go version (also --version)
 //
 // Exit status: 0 on success, 2 for a usage error (bad flag, bad config file
 // content), 1 for a runtime error (cannot listen, corrupt data directory,

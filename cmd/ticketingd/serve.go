@@ -125,6 +125,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfoGauge(readBuildInfo()),
 	)
 	cfg := serverConfig(o, tokens, tlsConf, log, reg)
 	if o.Cluster {
@@ -189,7 +190,8 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}()
 	attrs := []any{"addr", ln.Addr().String(), "data_dir", o.DataDir,
 		"tls", tlsConf != nil, "client_cert_required", o.TLSClientCA != "",
-		"client_tokens", len(tokens), "standby", o.Standby, "version", version}
+		"client_tokens", len(tokens), "standby", o.Standby,
+		"version", readBuildInfo().Version, "revision", readBuildInfo().Revision}
 	if cc := cfg.Cluster; cc != nil {
 		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
 			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerTLS != nil)

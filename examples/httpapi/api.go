@@ -139,12 +139,12 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request) {
 		}
 		o.Payment = &Payment{Token: int64(ticket.Token())} // pgxfence refuses tokens above MaxInt64
 		if err := tx.QueryRow(ctx,
-			"INSERT INTO payments (order_id, amount_cents, token) VALUES ($1, $2, $3) RETURNING id, created_at",
+			"INSERT INTO ticketing_example_payments (order_id, amount_cents, token) VALUES ($1, $2, $3) RETURNING id, created_at",
 			id, o.AmountCents, o.Payment.Token).Scan(&o.Payment.ID, &o.Payment.CreatedAt); err != nil {
 			return err
 		}
 		o.Status = "paid"
-		_, err := tx.Exec(ctx, "UPDATE orders SET status = 'paid' WHERE id = $1", id)
+		_, err := tx.Exec(ctx, "UPDATE ticketing_example_orders SET status = 'paid' WHERE id = $1", id)
 		return err
 	})
 	if !fence.Committed(err) {
@@ -212,7 +212,7 @@ func (a *API) order(ctx context.Context, q querier, id int64) (Order, error) {
 	var pat *time.Time
 	err := q.QueryRow(ctx, `
 		SELECT o.status, o.amount_cents, p.id, p.token, p.created_at
-		FROM orders o LEFT JOIN payments p ON p.order_id = o.id
+		FROM ticketing_example_orders o LEFT JOIN ticketing_example_payments p ON p.order_id = o.id
 		WHERE o.id = $1`, id).Scan(&o.Status, &o.AmountCents, &pid, &ptok, &pat)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return o, errNotFound

@@ -18,8 +18,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/broker"
-	"github.com/ticketing-dev/ticketing/examples/internal/examplestest"
-	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/servertest"
 )
@@ -61,7 +59,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	pool, err := pgxpool.New(t.Context(), testdb.Postgres(t))
+	pool, err := pgxpool.New(t.Context(), testPostgres(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +133,7 @@ func doCtx(ctx context.Context, t *testing.T, method, url string) reply {
 func (f *fixture) charges(t *testing.T, id int64) (n int, status string) {
 	t.Helper()
 	err := f.pool.QueryRow(t.Context(),
-		"SELECT (SELECT count(*) FROM payments WHERE order_id = $1), status FROM orders WHERE id = $1", id).Scan(&n, &status)
+		"SELECT (SELECT count(*) FROM ticketing_example_payments WHERE order_id = $1), status FROM ticketing_example_orders WHERE id = $1", id).Scan(&n, &status)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +298,7 @@ func TestClientHangsUp(t *testing.T) {
 	f := newFixture(t)
 	const first, n = 10, 7 // orders 10..16; 10's client hangs up
 	for id := first; id < first+n; id++ {
-		if _, err := f.pool.Exec(t.Context(), "INSERT INTO orders (id, amount_cents) VALUES ($1, 100)", id); err != nil {
+		if _, err := f.pool.Exec(t.Context(), "INSERT INTO ticketing_example_orders (id, amount_cents) VALUES ($1, 100)", id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -368,7 +366,7 @@ func startRun(t *testing.T, env map[string]string) (addr string, stop func() err
 	ctx, cancel := context.WithCancel(t.Context())
 	addrC := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, testLogger(t), examplestest.Env(env), func(a string) { addrC <- a }) }()
+	go func() { done <- run(ctx, testLogger(t), envOf(env), func(a string) { addrC <- a }) }()
 	stop = func() error {
 		cancel()
 		return <-done
@@ -385,9 +383,9 @@ func startRun(t *testing.T, env map[string]string) (addr string, stop func() err
 // --tls sets one up (TLS with a private CA, a client token) with nothing
 // but TICKETING_URL, and charges an order.
 func TestRunTLS(t *testing.T) {
-	_, lockURL := examplestest.TLSServer(t)
+	_, lockURL := tlsServer(t)
 	url, stop := startRun(t, map[string]string{
-		"DATABASE_URL":  testdb.Postgres(t),
+		"DATABASE_URL":  testPostgres(t),
 		"TICKETING_URL": lockURL,
 		"LISTEN_ADDR":   "127.0.0.1:0",
 	})
@@ -406,12 +404,12 @@ func TestRunTLS(t *testing.T) {
 // server's CA stops the program at start (a refusal for good), instead of
 // serving 503s.
 func TestRunRefused(t *testing.T) {
-	for url, want := range examplestest.RefusedURLs(t) {
+	for url, want := range refusedURLs(t) {
 		t.Run(want.Error(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // fails, not hangs, if run does not stop
 			defer cancel()
-			err := run(ctx, testLogger(t), examplestest.Env(map[string]string{
-				"DATABASE_URL": testdb.Postgres(t), "TICKETING_URL": url, "LISTEN_ADDR": "127.0.0.1:0",
+			err := run(ctx, testLogger(t), envOf(map[string]string{
+				"DATABASE_URL": testPostgres(t), "TICKETING_URL": url, "LISTEN_ADDR": "127.0.0.1:0",
 			}), nil)
 			if !errors.Is(err, want) {
 				t.Errorf("run: %v, want %v", err, want)
@@ -426,7 +424,7 @@ func TestRunRefused(t *testing.T) {
 // after the request's Acquire has met no session.
 func TestUnsentRetriedSoon(t *testing.T) {
 	f := newFixture(t)
-	addr := examplestest.FreeAddr(t)
+	addr := freeAddr(t)
 	locks, err := broker.New(broker.Config{Addrs: []string{addr}, BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -449,8 +447,30 @@ func TestUnsentRetriedSoon(t *testing.T) {
 	}
 	api := &API{DB: f.pool, Locks: locks, Log: f.api.Log}
 	url := serve(t, api)
-	examplestest.ServeOn(t, addr)
+	serveOn(t, addr)
 	if got := post(t, url+"/orders/1/pay"); got.status != http.StatusOK {
 		t.Errorf("%+v, want 200", got)
+	}
+}
+
+// TestSetUpIncompatibleTable: a table of the example's name that is not
+// the example's (another application's, an older layout) makes setUp
+// fail, naming the table and the missing columns, instead of being kept
+// silently (CREATE TABLE IF NOT EXISTS) and failing later on a column.
+func TestSetUpIncompatibleTable(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), testPostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE ticketing_example_orders (id BIGINT PRIMARY KEY, total_cents BIGINT)"); err != nil {
+		t.Fatal(err)
+	}
+	err = setUp(t.Context(), pool)
+	if err == nil || !strings.Contains(err.Error(), "a table ticketing_example_orders already exists without the column(s) amount_cents, status") {
+		t.Fatalf("setUp: %v, want a clear refusal of the existing table", err)
+	}
+	if err := setUp(t.Context(), pool); err == nil {
+		t.Fatal("setUp succeeded on a second try")
 	}
 }

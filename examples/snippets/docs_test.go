@@ -2,6 +2,9 @@ package snippets_test
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -46,7 +49,9 @@ func TestServeFlagsDocumented(t *testing.T) {
 }
 
 // TestStatusExampleComplete: the /status example of docs/operations.md has
-// every field of server.Stats that is always present, and no other.
+// every field of server.Stats that is always present, and no other but
+// "build", which ticketingd adds (the binary's build, TestVersionBinary in
+// cmd/ticketingd).
 func TestStatusExampleComplete(t *testing.T) {
 	ops := readDoc(t, "docs/operations.md")
 	_, after, ok := strings.Cut(ops, "`/status`:\n\n```json\n")
@@ -66,6 +71,7 @@ func TestStatusExampleComplete(t *testing.T) {
 			want[name] = true
 		}
 	}
+	want["build"] = true
 	for k := range want {
 		if _, ok := got[k]; !ok {
 			t.Errorf("the /status example lacks %q", k)
@@ -120,5 +126,88 @@ func TestDocsStandAlone(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOutcomeTableComplete: every error sentinel of package broker (the
+// exported Err* variables of broker/errors.go) is named in the README's
+// "Outcomes and what to do with each" section, so that a caller who gets
+// one finds what to do with it. ErrInvalidConfig is New's alone (the
+// tour's "only an invalid configuration fails here").
+func TestOutcomeTableComplete(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../../broker/errors.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			for _, n := range spec.(*ast.ValueSpec).Names {
+				if strings.HasPrefix(n.Name, "Err") && n.IsExported() && n.Name != "ErrInvalidConfig" {
+					names = append(names, n.Name)
+				}
+			}
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("found %d sentinels in broker/errors.go: %v", len(names), names)
+	}
+	readme := readDoc(t, "README.md")
+	start := strings.Index(readme, "### Outcomes and what to do with each")
+	if start < 0 {
+		t.Fatal(`README.md has no "### Outcomes and what to do with each" section`)
+	}
+	section := readme[start:]
+	if end := strings.Index(section[4:], "\n#"); end >= 0 {
+		section = section[:4+end]
+	}
+	for _, n := range names {
+		if !regexp.MustCompile(`broker\.` + n + `\b`).MatchString(section) {
+			t.Errorf("the README's outcome section does not name broker.%s", n)
+		}
+	}
+}
+
+// TestReleaseFiles: what a newcomer installing the module needs is there:
+// the license (Apache-2.0), a changelog in Keep a Changelog form with an
+// Unreleased section, upgrade steps that point at it (not at "release
+// notes" that do not exist), and relative links in the README and docs/
+// that lead to files of the repository.
+func TestReleaseFiles(t *testing.T) {
+	license := readDoc(t, "LICENSE")
+	if !strings.Contains(license, "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(license, "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the Apache License 2.0 text")
+	}
+	changelog := readDoc(t, "CHANGELOG.md")
+	for _, want := range []string{"keepachangelog.com", "\n## [Unreleased]\n", "\n### Added\n"} {
+		if !strings.Contains(changelog, want) {
+			t.Errorf("CHANGELOG.md lacks %q", want)
+		}
+	}
+	ops := readDoc(t, "docs/operations.md")
+	if strings.Contains(ops, "release notes") || !strings.Contains(ops, "(../CHANGELOG.md)") {
+		t.Error("docs/operations.md's upgrade steps do not point at CHANGELOG.md")
+	}
+	readme := readDoc(t, "README.md")
+	if !strings.Contains(readme, "go install ./cmd/ticketingd") || !strings.Contains(readme, "(LICENSE)") {
+		t.Error("README.md's Install section does not say how to build from a clone, or does not name the license")
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	link := regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)]*)?\)`)
+	for _, doc := range append(docs, "../../README.md", "../../CHANGELOG.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), m[1])); err != nil {
+				t.Errorf("%s links to %s, which does not exist", strings.TrimPrefix(doc, "../../"), m[1])
+			}
+		}
 	}
 }

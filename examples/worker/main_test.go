@@ -16,9 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/broker"
-	"github.com/ticketing-dev/ticketing/examples/internal/examplestest"
 	"github.com/ticketing-dev/ticketing/fence"
-	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/servertest"
 )
@@ -50,7 +48,7 @@ func newBroker(t *testing.T, addr string) *broker.Broker {
 
 func newDB(t *testing.T) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
+	cfg, err := mysql.ParseDSN(testMySQL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +110,7 @@ func TestWorkersProcessEachJobOnce(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var pending int
-		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM jobs WHERE status <> 'done'").Scan(&pending); err != nil {
+		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM ticketing_example_jobs WHERE status <> 'done'").Scan(&pending); err != nil {
 			t.Fatal(err)
 		}
 		if pending == 0 {
@@ -129,7 +127,7 @@ func TestWorkersProcessEachJobOnce(t *testing.T) {
 
 	rows, err := db.QueryContext(t.Context(), `
 		SELECT j.id, j.payload, j.status, r.result, r.worker
-		FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id ORDER BY j.id`)
+		FROM ticketing_example_jobs j LEFT JOIN ticketing_example_job_results r ON r.job_id = j.id ORDER BY j.id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +218,7 @@ func TestStalledWorker(t *testing.T) {
 	var worker, status string
 	var results int
 	if err := db.QueryRowContext(t.Context(),
-		"SELECT j.status, (SELECT count(*) FROM job_results), r.worker FROM jobs j JOIN job_results r ON r.job_id = j.id").
+		"SELECT j.status, (SELECT count(*) FROM ticketing_example_job_results), r.worker FROM ticketing_example_jobs j JOIN ticketing_example_job_results r ON r.job_id = j.id").
 		Scan(&status, &results, &worker); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +261,7 @@ func TestLockUnavailable(t *testing.T) {
 	}
 	var status string
 	var by sql.NullString
-	if err := db.QueryRowContext(t.Context(), "SELECT status, claimed_by FROM jobs").Scan(&status, &by); err != nil {
+	if err := db.QueryRowContext(t.Context(), "SELECT status, claimed_by FROM ticketing_example_jobs").Scan(&status, &by); err != nil {
 		t.Fatal(err)
 	}
 	if status != "pending" || by.Valid {
@@ -276,7 +274,7 @@ func TestLockUnavailable(t *testing.T) {
 func startRun(t *testing.T, log *slog.Logger, env map[string]string) (stop func() error) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, log, examplestest.Env(env)) }()
+	go func() { done <- run(ctx, log, envOf(env)) }()
 	return func() error {
 		cancel()
 		return <-done
@@ -289,7 +287,7 @@ func waitDone(t *testing.T, db *sql.DB, n int) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var done int
-		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM jobs WHERE status = 'done'").Scan(&done); err != nil {
+		if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM ticketing_example_jobs WHERE status = 'done'").Scan(&done); err != nil {
 			t.Fatal(err)
 		}
 		if done == n {
@@ -309,10 +307,7 @@ func dbURL(t *testing.T, db *sql.DB) string {
 	if err := db.QueryRowContext(t.Context(), "SELECT DATABASE()").Scan(&name); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := mysql.ParseDSN(testdb.MySQL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mysqlBase(t)
 	cfg.DBName, cfg.InterpolateParams = name, true
 	return cfg.FormatDSN()
 }
@@ -324,8 +319,8 @@ func dbURL(t *testing.T, db *sql.DB) string {
 // is up.
 func TestColdStart(t *testing.T) {
 	db := newDB(t)
-	addr := examplestest.FreeAddr(t)
-	var logs examplestest.Buffer
+	addr := freeAddr(t)
+	var logs logBuffer
 	stop := startRun(t, slog.New(slog.NewTextHandler(&logs, nil)), map[string]string{
 		"DATABASE_URL":  dbURL(t, db),
 		"TICKETING_URL": "ticketing://" + addr,
@@ -333,7 +328,7 @@ func TestColdStart(t *testing.T) {
 		"WORKERS":       "3",
 	})
 	time.Sleep(300 * time.Millisecond) // the program is up (and dialling) before the server
-	examplestest.ServeOn(t, addr)
+	serveOn(t, addr)
 	waitDone(t, db, 3)
 	if err := stop(); err != nil {
 		t.Error(err)
@@ -349,7 +344,7 @@ func TestColdStart(t *testing.T) {
 // TICKETING_URL, and does its jobs.
 func TestRunTLS(t *testing.T) {
 	db := newDB(t)
-	_, url := examplestest.TLSServer(t)
+	_, url := tlsServer(t)
 	stop := startRun(t, testLogger(t), map[string]string{
 		"DATABASE_URL":  dbURL(t, db),
 		"TICKETING_URL": url,
@@ -361,7 +356,7 @@ func TestRunTLS(t *testing.T) {
 		t.Error(err)
 	}
 	var results int
-	if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM job_results").Scan(&results); err != nil {
+	if err := db.QueryRowContext(t.Context(), "SELECT count(*) FROM ticketing_example_job_results").Scan(&results); err != nil {
 		t.Fatal(err)
 	}
 	if results != 5 {
@@ -374,11 +369,11 @@ func TestRunTLS(t *testing.T) {
 // claiming jobs it cannot lock.
 func TestRunRefused(t *testing.T) {
 	db := newDB(t)
-	for url, want := range examplestest.RefusedURLs(t) {
+	for url, want := range refusedURLs(t) {
 		t.Run(want.Error(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // fails, not hangs, if run does not stop
 			defer cancel()
-			err := run(ctx, testLogger(t), examplestest.Env(map[string]string{
+			err := run(ctx, testLogger(t), envOf(map[string]string{
 				"DATABASE_URL": dbURL(t, db), "TICKETING_URL": url,
 			}))
 			if !errors.Is(err, want) {
@@ -390,23 +385,42 @@ func TestRunRefused(t *testing.T) {
 
 // TestLockConfig: TICKETING_URL and TICKETING_TOKEN.
 func TestLockConfig(t *testing.T) {
-	cfg, err := lockConfig(examplestest.Env(nil), "worker")
+	cfg, err := lockConfig(envOf(nil), "worker")
 	if err != nil || len(cfg.Addrs) != 1 || cfg.Addrs[0] != "127.0.0.1:5225" || cfg.Token != "" || cfg.TLS.Mode != broker.TLSOff || cfg.Name != "worker" {
 		t.Errorf("default: %+v, %v", cfg, err)
 	}
-	cfg, err = lockConfig(examplestest.Env(map[string]string{
+	cfg, err = lockConfig(envOf(map[string]string{
 		"TICKETING_URL":   "ticketing://a:5225,b:5225?ca=/etc/ticketing/ca.pem&name=w1",
 		"TICKETING_TOKEN": "tok",
 	}), "worker")
 	if err != nil || len(cfg.Addrs) != 2 || cfg.Token != "tok" || cfg.TLS.Mode != broker.TLSCAFile || cfg.Name != "w1" {
 		t.Errorf("URL and token: %+v, %v", cfg, err)
 	}
-	if _, err := lockConfig(examplestest.Env(map[string]string{
+	if _, err := lockConfig(envOf(map[string]string{
 		"TICKETING_URL": "ticketing://tok@a", "TICKETING_TOKEN": "tok",
 	}), "worker"); err == nil {
 		t.Error("a token in both: no error")
 	}
-	if _, err := lockConfig(examplestest.Env(map[string]string{"TICKETING_URL": "127.0.0.1:5225"}), "worker"); !errors.Is(err, broker.ErrInvalidConfig) {
+	if _, err := lockConfig(envOf(map[string]string{"TICKETING_URL": "127.0.0.1:5225"}), "worker"); !errors.Is(err, broker.ErrInvalidConfig) {
 		t.Errorf("not a URL: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestSetUpIncompatibleTable: a table of the example's name that is not
+// the example's (another application's, an older layout) makes setUp
+// fail, naming the table and the missing columns, instead of being kept
+// silently (CREATE TABLE IF NOT EXISTS) and failing later on a column.
+func TestSetUpIncompatibleTable(t *testing.T) {
+	db, err := sql.Open("mysql", testMySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), "CREATE TABLE ticketing_example_jobs (id BIGINT PRIMARY KEY, body TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	err = setUp(t.Context(), db)
+	if err == nil || !strings.Contains(err.Error(), "a table ticketing_example_jobs already exists without the column(s) payload, status, claimed_by, claimed_until") {
+		t.Fatalf("setUp: %v, want a clear refusal of the existing table", err)
 	}
 }

@@ -138,19 +138,19 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 
 	err = sqlfence.Run(ctx, w.DB, fence.MySQL, ticket, func(tx *sql.Tx) error {
 		var status string
-		if err := tx.QueryRowContext(ctx, "SELECT status FROM jobs WHERE id = ? FOR UPDATE", job.ID).Scan(&status); err != nil {
+		if err := tx.QueryRowContext(ctx, "SELECT status FROM ticketing_example_jobs WHERE id = ? FOR UPDATE", job.ID).Scan(&status); err != nil {
 			return err
 		}
 		if status == "done" {
 			return errAlreadyDone
 		}
 		if _, err := tx.ExecContext(ctx,
-			"INSERT INTO job_results (job_id, result, worker, token) VALUES (?, ?, ?, ?)",
+			"INSERT INTO ticketing_example_job_results (job_id, result, worker, token) VALUES (?, ?, ?, ?)",
 			job.ID, result, w.Name, int64(ticket.Token())); err != nil { // sqlfence refuses tokens above MaxInt64
 			return err
 		}
 		_, err := tx.ExecContext(ctx,
-			"UPDATE jobs SET status = 'done', claimed_by = NULL, claimed_until = NULL WHERE id = ?", job.ID)
+			"UPDATE ticketing_example_jobs SET status = 'done', claimed_by = NULL, claimed_until = NULL WHERE id = ?", job.ID)
 		return err
 	})
 	switch {
@@ -183,7 +183,7 @@ func (w *Worker) claim(ctx context.Context) (job Job, ok bool, err error) {
 		}
 	}()
 	err = tx.QueryRowContext(ctx, `
-		SELECT id, payload FROM jobs
+		SELECT id, payload FROM ticketing_example_jobs
 		WHERE status = 'pending' AND (claimed_until IS NULL OR claimed_until < NOW(6))
 		ORDER BY id LIMIT 1
 		FOR UPDATE SKIP LOCKED`).Scan(&job.ID, &job.Payload)
@@ -194,7 +194,7 @@ func (w *Worker) claim(ctx context.Context) (job Job, ok bool, err error) {
 		return job, false, err
 	}
 	if _, err := tx.ExecContext(ctx,
-		"UPDATE jobs SET claimed_by = ?, claimed_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ?",
+		"UPDATE ticketing_example_jobs SET claimed_by = ?, claimed_until = NOW(6) + INTERVAL ? MICROSECOND WHERE id = ?",
 		w.Name, w.claimTTL().Microseconds(), job.ID); err != nil {
 		return job, false, err
 	}
@@ -219,7 +219,7 @@ func notGranted(err error) bool {
 // may claim it again at once.
 func (w *Worker) unclaim(ctx context.Context, id int64) error {
 	_, err := w.DB.ExecContext(ctx,
-		"UPDATE jobs SET claimed_by = NULL, claimed_until = NULL WHERE id = ? AND claimed_by = ? AND status = 'pending'",
+		"UPDATE ticketing_example_jobs SET claimed_by = NULL, claimed_until = NULL WHERE id = ? AND claimed_by = ? AND status = 'pending'",
 		id, w.Name)
 	return err
 }

@@ -80,16 +80,24 @@ func TxEnded(pkg string, fnErr error) error {
 	return fmt.Errorf("%s: %w: %s", pkg, fence.ErrTxEnded, msg)
 }
 
+// leaseOver reports whether primary is an outcome after which the lock is
+// expected to be gone: a stale token (a newer holder wrote, so this lease
+// ended) or a lease that ran out before the commit.
+func leaseOver(primary error) bool {
+	return errors.Is(primary, fence.ErrStale) || errors.Is(primary, fence.ErrLeaseExpired)
+}
+
 // Run executes the fenced flow and always releases the ticket exactly once
 // (when ticket is not nil), also when anything panics: fn, the driver's
 // Begin, Guard or Commit (a nil pointer inside a non-nil Beginner, say),
 // or the ticket's own Key or Token. On a panic an open transaction is
 // rolled back first, then the ticket is released, then the panic goes on.
 //
-// After a stale token the release's answer "not held" (broker.ErrNotHeld:
-// the lease had already ended) is what a zombie expects, not a failure:
-// Run returns the *fence.StaleError alone. Every other release failure is
-// returned as a *fence.ReleaseError carrying the primary outcome.
+// After a stale token or an expired lease (fence.ErrLeaseExpired) the
+// release's answer "not held" (broker.ErrNotHeld: the lease had already
+// ended) is what the caller expects, not a failure: Run returns the
+// primary error alone. Every other release failure is returned as a
+// *fence.ReleaseError carrying the primary outcome.
 func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T) error, opts []fence.Option) (err error) {
 	if fence.NilTicket(ticket) { // nothing to release
 		return fence.ErrNilTicket
@@ -104,8 +112,8 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	release := func(primary error) error {
 		released = true
 		if rerr := ticket.Release(context.WithoutCancel(ctx)); rerr != nil {
-			if errors.Is(primary, fence.ErrStale) && errors.Is(rerr, broker.ErrNotHeld) {
-				return primary // a zombie's lease is over: expected
+			if leaseOver(primary) && errors.Is(rerr, broker.ErrNotHeld) {
+				return primary // the lease is over: "not held" is expected
 			}
 			return &fence.ReleaseError{Primary: primary, Err: rerr}
 		}

@@ -133,11 +133,13 @@ func TestRunNilTicket(t *testing.T) {
 	}
 }
 
-// After a stale token the release answered "not held" (broker.ErrNotHeld:
-// the lease was over) is expected: Run returns the *fence.StaleError
-// alone. Every other combination still reports the release failure in a
-// *fence.ReleaseError with the primary outcome. Before the fix the stale
-// error always came wrapped.
+// After a stale token, or a lease that ran out before the commit, the
+// release answered "not held" (broker.ErrNotHeld: the lease was over) is
+// expected: Run returns the primary error (the *fence.StaleError, the
+// fence.ErrLeaseExpired) alone. Every other combination still reports the
+// release failure in a *fence.ReleaseError with the primary outcome.
+// Before the fixes the stale error, and then the expired lease, always
+// came wrapped.
 func TestRunReleaseAfterStale(t *testing.T) {
 	stale := &fence.StaleError{Resource: "k", Token: 1, HighWater: 2}
 	unconfirmed := broker.ErrReleaseUnconfirmed
@@ -146,12 +148,15 @@ func TestRunReleaseAfterStale(t *testing.T) {
 		guardErr   error
 		fnErr      error
 		releaseErr error
+		expire     bool // fn lets the lease run out: Run's primary is ErrLeaseExpired
 		alone      bool // err is the primary outcome itself
 	}{
 		{name: "stale, N", guardErr: stale, releaseErr: broker.ErrNotHeld, alone: true},
 		{name: "stale, N wrapped", guardErr: stale, releaseErr: fmt.Errorf("release: %w", broker.ErrNotHeld), alone: true},
 		{name: "stale, unconfirmed", guardErr: stale, releaseErr: unconfirmed},
 		{name: "stale, closed", guardErr: stale, releaseErr: broker.ErrClosed},
+		{name: "lease expired, N", expire: true, releaseErr: broker.ErrNotHeld, alone: true},
+		{name: "lease expired, unconfirmed", expire: true, releaseErr: unconfirmed},
 		{name: "committed, N", releaseErr: broker.ErrNotHeld},
 		{name: "fn failed, N", fnErr: errFn, releaseErr: broker.ErrNotHeld},
 		{name: "guard failed, N", guardErr: errGuard, releaseErr: broker.ErrNotHeld},
@@ -166,18 +171,29 @@ func TestRunReleaseAfterStale(t *testing.T) {
 				Guard:    func(context.Context, *fakeTx, fence.Plan) error { return tc.guardErr },
 				Definite: func(error) bool { return true },
 			}
-			err := core.Run(t.Context(), d, tk, func(*fakeTx) error { return tc.fnErr }, nil)
+			err := core.Run(t.Context(), d, tk, func(*fakeTx) error {
+				if tc.expire {
+					tk.SetRemaining(0)
+				}
+				return tc.fnErr
+			}, nil)
 			primary := tc.guardErr
 			if primary == nil {
 				primary = tc.fnErr
 			}
+			isPrimary := func(err error) bool { return err == primary }
+			if tc.expire {
+				isPrimary = func(err error) bool {
+					return errors.Is(err, fence.ErrLeaseExpired) && !errors.Is(err, fence.ErrRelease) && !errors.Is(err, tc.releaseErr)
+				}
+			}
 			var re *fence.ReleaseError
 			switch {
 			case tc.alone:
-				if err != primary || errors.Is(err, fence.ErrRelease) {
-					t.Fatalf("err = %v, want the stale error alone", err)
+				if !isPrimary(err) || errors.Is(err, fence.ErrRelease) {
+					t.Fatalf("err = %v, want the primary error alone", err)
 				}
-			case !errors.As(err, &re) || re.Primary != primary || !errors.Is(err, tc.releaseErr):
+			case !errors.As(err, &re) || !isPrimary(re.Primary) || !errors.Is(err, tc.releaseErr):
 				t.Fatalf("err = %v, want a *fence.ReleaseError with primary %v", err, primary)
 			}
 			if tk.Releases() != 1 {

@@ -1,0 +1,168 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// Bootstrap refusals (cluster_boot.go). These tests compare error texts,
+// not server.ErrClusterRefused, so that they also build, and fail, without
+// the bootstrap check.
+
+// wipe gives node i (stopped) new, empty Raft stores: its disk was wiped
+// or replaced.
+func (tc *tcluster) wipe(i int) {
+	nd := tc.nodes[i]
+	nd.in.Store, nd.in.Snaps = raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	nd.in.Use(nd.cfg.Cluster)
+}
+
+// refused waits for node i's Serve to return an error other than
+// ErrServerClosed (a refusal) and closes the node. While it waits, any node
+// of among that serves as leader is a failure: fail is called with it.
+func (tc *tcluster) refused(i int, among []int, fail func(leader int)) error {
+	tc.t.Helper()
+	nd := tc.nodes[i]
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-nd.done:
+			nd.s.Close()
+			nd.s = nil
+			if err == nil {
+				tc.t.Fatalf("node %s: Serve returned nil", nd.in.ID)
+			}
+			return err
+		case <-deadline:
+			tc.t.Fatalf("node %s did not refuse within 10 s", nd.in.ID)
+		case <-time.After(20 * time.Millisecond):
+			for _, j := range among {
+				if s := tc.nodes[j].s; s != nil && s.Stats().Role == "leader" {
+					fail(j)
+				}
+			}
+		}
+	}
+}
+
+// TestClusterWipedNodeRefusesToBootstrap is the scenario of a wiped
+// follower: with follower F2 down, keys are granted on the leader and F1;
+// the leader is killed; F1's disk is wiped and F1 restarted with F2 (its
+// config still has peers). F1 must refuse to bootstrap (naming F2 and what
+// to do), F1 and F2 must elect no leader (F1 grants no vote), and once the
+// old leader is back, tokens continue above every token issued. Without
+// the check, F1 bootstrapped again, F1 and F2 elected F2, and F2 issued
+// the same tokens again.
+func TestClusterWipedNodeRefusesToBootstrap(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f1, f2 := tc.others(l)[0], tc.others(l)[1]
+	// F2 goes down cut off, so that no append reaches it late (the
+	// in-memory transport would queue one for its next start).
+	tc.isolate(f2)
+	tc.stop(f2)
+	c := tc.leaderSession(l)
+	var last uint64
+	for i := range 4 {
+		last = c.acquireOK(uint32(2+i), owner(1), 0, 120, fmt.Sprintf("k%d", i))
+	}
+	// F1 has them: a grant commits on the leader and F1.
+	eventually(t, "F1 to apply the grants", func() bool { return tc.nodes[f1].s.Stats().LastToken == last })
+	tc.stop(l)
+	tc.stop(f1)
+	tc.wipe(f1)
+	tc.start(f2)
+	tc.start(f1)
+
+	f1ID, f2ID := tc.nodes[f1].in.ID, tc.nodes[f2].in.ID
+	err := tc.refused(f1, []int{f1, f2}, func(j int) {
+		s := tc.leaderSession(j)
+		tok := s.acquireOK(2, owner(9), 0, 10, "fresh")
+		t.Fatalf("F1 (%s), wiped, bootstrapped again: %s leads without the grants and issued token %d (tokens up to %d were issued before)",
+			f1ID, tc.nodes[j].in.ID, tok, last)
+	})
+	msg := err.Error()
+	for _, want := range []string{"node " + f1ID + " refuses to bootstrap", "its peer " + f2ID + " (" + tc.nodes[f2].in.Addr + ") has the state of cluster",
+		"'ticketingd cluster remove " + f1ID + "'", "ticketingd init --cluster --add"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal lacks %q:\n%s", want, msg)
+		}
+	}
+
+	// F2 alone elects nobody (F1 is gone; a wiped node grants no vote).
+	time.Sleep(6 * testElection)
+	if st := tc.nodes[f2].s.Stats(); st.Role == "leader" {
+		t.Fatalf("F2 leads alone")
+	}
+
+	// The old leader comes back: it leads (its log is the longest), the
+	// locks are held, and tokens go on above the last.
+	tc.start(l)
+	nl := tc.leader(l, f2)
+	s := tc.leaderSession(nl)
+	s.send(acq(2, owner(2), 0, 10, "k0"))
+	s.expect(wire.TypeTimedOut, 2)
+	if tok := s.acquireOK(3, owner(2), 0, 10, "fresh"); tok <= last {
+		t.Fatalf("token %d after the wiped node's refusal, not above %d", tok, last)
+	}
+}
+
+// TestClusterPeersMismatchRefused: nodes whose initial configurations
+// differ refuse to bootstrap, each naming the node it differs from and the
+// entry (a typo in one node's peers); a peers entry whose address reaches
+// another node is refused naming that node. Without the check the two
+// nodes that agree elected a leader, and the third stayed a candidate.
+func TestClusterPeersMismatchRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		addr string            // node c's (wrong) address for b
+		want map[string]string // node -> a part of its refusal (or another, after a '|')
+	}{
+		{"typo", "inmem-b:2", map[string]string{
+			"a": "differs from that of c (inmem-c:1): this node lists b=inmem-b:1, c lists b=inmem-b:2",
+			"b": "differs from that of c (inmem-c:1): this node lists b=inmem-b:1, c lists b=inmem-b:2",
+			"c": "this node lists b=inmem-b:2, a lists b=inmem-b:1",
+		}},
+		{"another node's address", "inmem-a:1", map[string]string{
+			"a": "c lists b=inmem-a:1",
+			"b": "c lists b=inmem-a:1",
+			"c": "gives b the Raft address inmem-a:1, but the node there is a|this node lists b=inmem-a:1, a lists b=inmem-b:1",
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := newTestClusterOpts(t, 3, func(i int, cfg *server.Config) {
+				if i != 2 {
+					return
+				}
+				var peers []server.Peer
+				for _, p := range cfg.Cluster.Peers {
+					if p.ID == "b" {
+						p.Address = tt.addr
+					}
+					peers = append(peers, p)
+				}
+				cfg.Cluster.Peers = peers
+			}, nil)
+			for i, nd := range tc.nodes {
+				err := tc.refused(i, []int{0, 1, 2}, func(j int) {
+					t.Fatalf("%s leads, although node c's peers differ from the others'", tc.nodes[j].in.ID)
+				})
+				want := tt.want[nd.in.ID]
+				ok := false
+				for _, w := range strings.Split(want, "|") {
+					ok = ok || strings.Contains(err.Error(), w)
+				}
+				if !ok || !strings.Contains(err.Error(), "node "+nd.in.ID+" refuses to bootstrap") {
+					t.Errorf("node %s's refusal lacks %q:\n%v", nd.in.ID, want, err)
+				}
+			}
+		})
+	}
+}

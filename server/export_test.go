@@ -99,3 +99,9 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 	}
 	return t.Transport.InstallSnapshot(id, target, args, resp, data)
 }
+
+// UseDropping wraps cc's transport (set by Use) so that each outgoing RPC
+// for which drop returns true fails.
+func UseDropping(cc *ClusterConfig, drop func() bool) {
+	cc.transport = &lossyTransport{Transport: cc.transport, close: cc.transport.(raft.WithClose), drop: drop}
+}

@@ -285,7 +285,22 @@ func (cl *cluster) admit(rpc raft.RPC) bool {
 		}
 	}
 	if !cl.gate.Load() {
-		rpc.Respond(nil, errNotJoined)
+		// With a response of the RPC's type: raft's in-memory pipeline
+		// reads it even with an error.
+		var resp any
+		switch rpc.Command.(type) {
+		case *raft.AppendEntriesRequest:
+			resp = &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.RequestVoteRequest:
+			resp = &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.RequestPreVoteRequest:
+			resp = &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.InstallSnapshotRequest:
+			resp = &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.TimeoutNowRequest:
+			resp = &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
+		}
+		rpc.Respond(resp, errNotJoined)
 		return false
 	}
 	return true

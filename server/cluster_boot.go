@@ -107,6 +107,7 @@ type identity struct {
 	LastIndex   uint64      `json:"last_index,omitempty"`
 	StateID     string      `json:"state_cluster_id,omitempty"` // the replicated one
 	Boot        *bootRecord `json:"bootstrap,omitempty"`
+	Refused     bool        `json:"refused,omitempty"` // it refused (and takes no part): nobody bootstraps around it
 }
 
 // bootRecord is what a node bootstrapped with.
@@ -325,6 +326,7 @@ func (cl *cluster) self() identity {
 		id.Term, id.LastIndex = cl.r.CurrentTerm(), cl.r.LastIndex()
 	}
 	id.StateID = cl.fsm.clusterID()
+	id.Refused = cl.fatal.Load() != nil
 	if id.HasState {
 		id.Boot = loadBootRecord(cl.stable)
 	}
@@ -491,6 +493,9 @@ func (cl *cluster) probeAll() (map[string]string, string, error) {
 			default:
 				res[i].agree, res[i].err = judge(&me, p, &th)
 				res[i].inc, res[i].other = th.Incarnation, th.NodeID != p.ID
+				if res[i].err == nil && th.Refused { // it agrees, but has refused (another peer): wait for it
+					res[i].agree, res[i].waiting = false, fmt.Sprintf("%s at %s (it refused to start: see its log)", p.ID, p.Address)
+				}
 			}
 		}()
 	}

@@ -89,6 +89,16 @@ type cluster struct {
 	wg         sync.WaitGroup
 	hintChange chan struct{}
 
+	// Identity and bootstrap (cluster_boot.go).
+	logs        raft.LogStore
+	stable      raft.StableStore
+	snaps       raft.SnapshotStore
+	incarnation string                 // this data directory's
+	newID       string                 // the cluster ID a first leader records
+	gate        atomic.Bool            // Raft's RPCs reach Raft (false while checking the peers before a bootstrap, or after a refusal)
+	fatal       atomic.Pointer[error]  // the refusal, if any
+	waiting     atomic.Pointer[string] // whom a node checking its peers waits for
+
 	graceful      atomic.Bool // Server.Shutdown, not Close
 	leaderChanges atomic.Uint64
 	serving       atomic.Bool
@@ -181,6 +191,12 @@ func (cc *ClusterConfig) validate(c *Config) error {
 			return fmt.Errorf("server: ClusterConfig.Peers does not list this node (%s)", cc.NodeID)
 		}
 	}
+	if cc.Join && len(cc.Peers) > 0 {
+		return errors.New("server: ClusterConfig.Join (initial-cluster-state existing: the node waits to be added and never bootstraps) and Peers (the configuration of a new cluster) exclude each other")
+	}
+	if cc.ClusterID != "" && !validNodeID(cc.ClusterID) {
+		return fmt.Errorf("server: ClusterConfig.ClusterID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.ClusterID)
+	}
 	if cc.HeartbeatTimeout < 0 || cc.ElectionTimeout < 0 {
 		return errors.New("server: negative ClusterConfig timeout")
 	}
@@ -256,6 +272,11 @@ func newCluster(s *Server) (*cluster, error) {
 	}
 	cl.fsm.done = cl.applied
 	cl.fsm.changed = cl.signalHint
+	cl.fsm.identified = cl.identified
+	cl.newID = cc.ClusterID
+	if cl.newID == "" {
+		cl.newID = NewClusterID()
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -310,6 +331,7 @@ func newCluster(s *Server) (*cluster, error) {
 		logs, stable, snaps = st.Log, st.Stable, st.Snapshots
 	}
 
+	var err error
 	trans := cc.transport
 	// The transport's members (whose IPs get handshake slots of their own):
 	// the bootstrap peers until raft runs, then its latest configuration.
@@ -338,6 +360,10 @@ func newCluster(s *Server) (*cluster, error) {
 		}
 		cl.closers = append(cl.closers, nt.Close)
 		trans = nt
+	}
+	cl.logs, cl.stable, cl.snaps = logs, stable, snaps
+	if cl.incarnation, err = loadIncarnation(stable); err != nil {
+		return nil, fmt.Errorf("server: raft state in %s: %w", s.cfg.DataDir, err)
 	}
 	cl.trans = trans
 
@@ -368,31 +394,56 @@ func newCluster(s *Server) (*cluster, error) {
 		}
 		s.log.Info("cluster: tokens continue above the standalone ceiling found in the data dir", "ceiling", imported)
 	}
-	if !has && len(cc.Peers) > 0 {
-		var conf raft.Configuration
-		for _, p := range cc.Peers {
-			addr := raft.ServerAddress(p.Address)
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
-		}
-		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+	// A node without state bootstraps only when that cannot fork an
+	// existing history (cluster_boot.go): alone at once, with peers once
+	// every one of them agrees; until then Raft's RPCs do not reach it.
+	cl.gate.Store(true)
+	checkPeers := false
+	switch {
+	case has && len(cc.Peers) > 0:
+		s.log.Info("cluster: raft state exists; the peers setting is ignored", "node_id", cc.NodeID)
+	case has:
+	case cc.Join:
+		s.log.Info("cluster: no raft state, initial-cluster-state existing: waiting to be added to a cluster", "node_id", cc.NodeID)
+	case len(cc.Peers) == 0:
+		s.log.Info("cluster: no raft state and no peers: waiting to be added to a cluster", "node_id", cc.NodeID)
+	case len(cc.Peers) == 1:
+		rec := &bootRecord{ClusterID: cc.ClusterID, Peers: cc.Peers, Incarnations: map[string]string{cc.NodeID: cl.incarnation}}
+		if err := storeBootRecord(stable, rec); err != nil {
 			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
 		}
-		s.log.Info("cluster: bootstrapped", "node_id", cc.NodeID, "peers", len(cc.Peers))
-	} else if has && len(cc.Peers) > 0 {
-		s.log.Info("cluster: raft state exists; the peers setting is ignored", "node_id", cc.NodeID)
-	} else if !has {
-		s.log.Info("cluster: no raft state and no peers: waiting to be added to a cluster", "node_id", cc.NodeID)
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, peersConfiguration(cc.Peers)); err != nil {
+			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
+		}
+		s.log.Info("cluster: bootstrapped", "node_id", cc.NodeID, "peers", 1, "cluster_id", cc.ClusterID)
+	default:
+		cl.gate.Store(false)
+		checkPeers = true
+		s.log.Info("cluster: no raft state: asking every peer before bootstrapping", "node_id", cc.NodeID, "peers", len(cc.Peers), "cluster_id", cc.ClusterID)
 	}
-	r, err := raft.NewRaft(rc, cl.fsm, logs, stable, snaps, trans)
+	gt := newGatedTransport(cl, trans)
+	r, err := raft.NewRaft(rc, cl.fsm, logs, stable, snaps, gt)
 	if err != nil {
 		return nil, fmt.Errorf("server: start raft: %w", err)
 	}
 	cl.r = r
 	running.Store(r)
 	// (Without PeerTLS, raftnet.New has logged its warning.)
-	cl.wg.Add(2)
+	var out chan raft.RPC
+	switch g := gt.(type) {
+	case *gatedTransport:
+		out = g.ch
+	case gatedPreVoteTransport:
+		out = g.ch
+	}
+	cl.wg.Add(3)
+	go cl.relay(trans.Consumer(), out)
 	go cl.leadership()
 	go cl.proposer()
+	if checkPeers {
+		cl.wg.Add(1)
+		go cl.bootstrapper()
+	}
 	ok = true
 	return cl, nil
 }
@@ -524,6 +575,9 @@ func (cl *cluster) takeOver() {
 	}
 	if cl.fsm.advertised(cl.cfg.NodeID) != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
+	}
+	if cl.fsm.clusterID() == "" { // last: a node of an earlier version stops at it
+		cmds, n = appendClusterID(cmds, cl.newID), n+1
 	}
 	if err := cl.await(context.Background(), cl.r.Apply(append(entryHeader(0, n), cmds...), 0)); err != nil {
 		cl.s.log.Info("cluster: takeover entry failed; not serving", "err", err)
@@ -1081,12 +1135,19 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 	r := cl.r
 	st := ClusterStatus{
 		NodeID:        cl.cfg.NodeID,
+		ClusterID:     cl.fsm.clusterID(),
 		State:         r.State().String(),
 		Serving:       cl.serving.Load(),
 		CommitIndex:   r.CommitIndex(),
 		AppliedIndex:  r.AppliedIndex(),
 		LastLogIndex:  r.LastIndex(),
 		LeaderChanges: cl.leaderChanges.Load(),
+	}
+	if st.ClusterID == "" {
+		st.ClusterID = cl.cfg.ClusterID
+	}
+	if w := cl.waiting.Load(); w != nil {
+		st.Bootstrap = "waiting for " + *w
 	}
 	if t, err := strconv.ParseUint(r.Stats()["term"], 10, 64); err == nil {
 		st.Term = t

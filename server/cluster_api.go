@@ -37,8 +37,27 @@ type ClusterConfig struct {
 	// Peers is the initial configuration (this node included) used to
 	// bootstrap a node that has no Raft state yet; a node with state
 	// ignores it. Empty: a node without state waits to be added by the
-	// leader (ticketingd cluster add).
+	// leader (ticketingd cluster add). With more than this node, a node
+	// without state first asks every peer and bootstraps only once all of
+	// them have answered that they start the same new cluster (or have
+	// just started it with this node's agreement): a node whose data
+	// directory is new, wiped or replaced refuses to bootstrap next to a
+	// peer that has state, as it does a peer that answers as another node
+	// or with other Peers or another ClusterID (see ErrClusterRefused).
 	Peers []Peer
+
+	// Join (etcd's initial-cluster-state existing) makes a node without
+	// Raft state wait to be added to a running cluster (ticketingd cluster
+	// add) and never bootstrap, whatever Peers says; Peers must be empty.
+	Join bool
+
+	// ClusterID names the cluster this node belongs to: 1 to 64 letters,
+	// digits, '.', '_' or '-' (NewClusterID draws one). The first leader
+	// records it in the replicated state (without one, a random one), and
+	// ClusterStatus shows it. Nodes that bootstrap a cluster together must
+	// have the same ClusterID; a node whose Raft state names another
+	// cluster refuses to go on. Empty: any.
+	ClusterID string
 
 	// PeerTLS, if non-nil, secures the Raft transport with mutual TLS
 	// against the cluster CA (see package raftnet); nil means plain TCP,
@@ -116,11 +135,13 @@ const (
 // ClusterStatus is a cluster node's view of the cluster (Server.ClusterStatus).
 type ClusterStatus struct {
 	NodeID          string          `json:"node_id"`
-	State           string          `json:"state"`            // Raft state: Leader, Follower, Candidate, Shutdown
-	Serving         bool            `json:"serving"`          // this node serves clients (the leader, once it restarted the leases)
-	Leader          string          `json:"leader"`           // the leader's NodeID, as this node knows it; empty if none
-	LeaderAddress   string          `json:"leader_address"`   // its Raft address
-	LeaderAdvertise string          `json:"leader_advertise"` // its client address (the M hint)
+	ClusterID       string          `json:"cluster_id"`          // the cluster's identity: the replicated one once a leader has recorded it, else this node's ClusterID
+	Bootstrap       string          `json:"bootstrap,omitempty"` // a node without state that waits for its peers before it bootstraps: whom it waits for
+	State           string          `json:"state"`               // Raft state: Leader, Follower, Candidate, Shutdown
+	Serving         bool            `json:"serving"`             // this node serves clients (the leader, once it restarted the leases)
+	Leader          string          `json:"leader"`              // the leader's NodeID, as this node knows it; empty if none
+	LeaderAddress   string          `json:"leader_address"`      // its Raft address
+	LeaderAdvertise string          `json:"leader_advertise"`    // its client address (the M hint)
 	Term            uint64          `json:"term"`
 	CommitIndex     uint64          `json:"commit_index"`
 	AppliedIndex    uint64          `json:"applied_index"`

@@ -31,6 +31,7 @@ import (
 //	  Floor     token u64
 //	  Advertise id_len u8, id, addr_len u8, addr
 //	  Stint     stint u64
+//	  ClusterID id_len u8, id
 //
 // stint and seq name the leader's proposal, so that the leader that
 // proposed it can answer its clients when the entry is applied (committed);
@@ -46,6 +47,10 @@ import (
 // the next waiter, so that a contended hand-off costs one commit. Floor
 // raises the counter (a migration from a standalone node, or
 // Config.InitialToken). Advertise records a node's client address.
+// ClusterID records the cluster's identity (ClusterConfig.ClusterID, or a
+// random one): the first one applied stays, later ones are ignored, so
+// that every node that has the state knows the same identity. A leader
+// puts it last in its takeover entry while the state has none.
 const (
 	entryVersion = 1
 
@@ -54,6 +59,7 @@ const (
 	cmdFloor     = 3
 	cmdAdvertise = 4
 	cmdStint     = 5
+	cmdClusterID = 6
 
 	freeRelease      = 1
 	freeReleaseOwned = 2
@@ -77,6 +83,7 @@ type clusterFSM struct {
 	held  int               // holdings in sm
 	addrs map[string]string // node ID -> client address
 	stint uint64            // the current leader's stint (entries of others are skipped)
+	cid   string            // the cluster's identity (cmdClusterID; empty until applied)
 	floor uint64            // this node's: the takeover raises the counter to it (not part of the state)
 
 	applied atomic.Uint64
@@ -92,6 +99,10 @@ type clusterFSM struct {
 	// below this node's floor (that leader did not have it).
 	lowFloor func(last uint64)
 	sawStint bool // applyEntry saw a Stint command (under mu)
+	// identified is called (outside mu) when the cluster ID is first
+	// applied or restored from a snapshot.
+	identified func(id string)
+	sawCID     bool // applyEntry set cid (under mu)
 }
 
 func newClusterFSM() *clusterFSM {
@@ -135,9 +146,14 @@ func (f *clusterFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	low := f.sawStint && f.floor > f.sm.last
 	f.sawStint = false
 	last := f.sm.last
+	cid, sawCID := f.cid, f.sawCID
+	f.sawCID = false
 	f.mu.Unlock()
 	if low && f.lowFloor != nil {
 		f.lowFloor(last)
+	}
+	if sawCID && f.identified != nil {
+		f.identified(cid)
 	}
 	if f.done != nil {
 		for _, d := range dones {
@@ -234,6 +250,11 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 				f.addrs[string(id)] = string(addr)
 				advertised = true
 			}
+		case cmdClusterID:
+			if id := d.bytes8(); d.err == nil && f.cid == "" && len(id) > 0 {
+				f.cid = string(id)
+				f.sawCID = true
+			}
 		default:
 			d.fail()
 		}
@@ -279,6 +300,13 @@ func (f *clusterFSM) addresses() map[string]string {
 	return maps.Clone(f.addrs)
 }
 
+// clusterID returns the cluster's identity, once applied.
+func (f *clusterFSM) clusterID() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cid
+}
+
 // advertised returns the client address of node id, if known.
 func (f *clusterFSM) advertised(id string) string {
 	f.mu.Lock()
@@ -286,13 +314,14 @@ func (f *clusterFSM) advertised(id string) string {
 	return f.addrs[id]
 }
 
-// Cluster snapshot, version 1: magic "TKCL", version u8 (1), stint u64,
+// Cluster snapshot, version 2: magic "TKCL", version u8 (2), stint u64,
 // machine snapshot length u32 and bytes (the "TKSM" encoding of machine.go),
 // address count uvarint, count × (id_len u8, id, addr_len u8, addr), sorted
-// by id.
+// by id, then the cluster ID: id_len u8 (0: none yet), id. Version 1 is
+// the same without the cluster ID; it is still read.
 const (
 	clusterSnapMagic   = "TKCL"
-	clusterSnapVersion = 1
+	clusterSnapVersion = 2
 )
 
 type fsmSnapshot struct{ b []byte }
@@ -328,6 +357,8 @@ func (f *clusterFSM) Snapshot() (raft.FSMSnapshot, error) {
 		b = append(b, byte(len(f.addrs[id])))
 		b = append(b, f.addrs[id]...)
 	}
+	b = append(b, byte(len(f.cid)))
+	b = append(b, f.cid...)
 	return fsmSnapshot{b}, nil
 }
 
@@ -338,14 +369,14 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	sm, addrs, stint, err := decodeClusterSnapshot(b)
+	sm, addrs, stint, cid, err := decodeClusterSnapshot(b)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	// The state is the snapshot's alone: this node's floor is not part of
 	// it (a leader raises the counter to its floor through the log).
-	f.sm, f.addrs, f.stint = sm, addrs, stint
+	f.sm, f.addrs, f.stint, f.cid = sm, addrs, stint, cid
 	f.held = len(sm.m)
 	f.last.Store(f.sm.last)
 	f.nheld.Store(int64(f.held))
@@ -353,12 +384,15 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	if f.changed != nil {
 		f.changed()
 	}
+	if cid != "" && f.identified != nil {
+		f.identified(cid)
+	}
 	return nil
 }
 
-func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, error) {
-	bad := func(why string) (machine, map[string]string, uint64, error) {
-		return machine{}, nil, 0, fmt.Errorf("%w: cluster snapshot: %s", errSnapshot, why)
+func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, string, error) {
+	bad := func(why string) (machine, map[string]string, uint64, string, error) {
+		return machine{}, nil, 0, "", fmt.Errorf("%w: cluster snapshot: %s", errSnapshot, why)
 	}
 	d := decoder{b: b}
 	var magic [4]byte
@@ -366,7 +400,8 @@ func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, error)
 	if d.err != nil || string(magic[:]) != clusterSnapMagic {
 		return bad("no header")
 	}
-	if v := d.u8(); v != clusterSnapVersion {
+	v := d.u8()
+	if v != 1 && v != clusterSnapVersion {
 		return bad(fmt.Sprintf("version %d", v))
 	}
 	stint := d.u64()
@@ -376,7 +411,7 @@ func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, error)
 	}
 	sm, err := restoreMachine(d.b[:n])
 	if err != nil {
-		return machine{}, nil, 0, err
+		return machine{}, nil, 0, "", err
 	}
 	d.b = d.b[n:]
 	cnt := d.uvarint()
@@ -391,10 +426,18 @@ func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, error)
 		}
 		addrs[string(id)] = string(addr)
 	}
+	var cid string
+	if v >= 2 {
+		id := d.bytes8()
+		if d.err != nil {
+			return bad("truncated cluster ID")
+		}
+		cid = string(id)
+	}
 	if len(d.b) != 0 {
 		return bad("trailing bytes")
 	}
-	return sm, addrs, stint, nil
+	return sm, addrs, stint, cid, nil
 }
 
 // decoder reads the big-endian encodings above; the first short read sets
@@ -501,6 +544,11 @@ func appendAdvertise(b []byte, id, addr string) []byte {
 	b = append(b, id...)
 	b = append(b, byte(len(addr)))
 	return append(b, addr...)
+}
+
+func appendClusterID(b []byte, id string) []byte {
+	b = append(b, cmdClusterID, 0, byte(len(id)))
+	return append(b, id...)
 }
 
 // entryHeader returns the header of an entry of n commands.

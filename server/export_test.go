@@ -111,3 +111,9 @@ func ProposalsPending(s *Server) (sessions, own int) {
 	}
 	return len(cl.pending) - cl.own.n, cl.own.n
 }
+
+// UseDropping wraps cc's transport (set by Use) so that each outgoing RPC
+// for which drop returns true fails.
+func UseDropping(cc *ClusterConfig, drop func() bool) {
+	cc.transport = &lossyTransport{Transport: cc.transport, close: cc.transport.(raft.WithClose), drop: drop}
+}

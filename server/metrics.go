@@ -163,6 +163,9 @@ func (s *Server) TokenStoreErr() error {
 		// Raft mode: tokens come from the replicated counter, which this
 		// node can no longer reach once its raft has shut down or it has
 		// been removed from the cluster.
+		if err := s.fatalErr(); err != nil {
+			return err
+		}
 		return s.cl.health()
 	}
 	return s.tokens.health(tokenWait)

@@ -168,6 +168,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
+	if err := s.fatalErr(); err != nil {
+		s.mu.Unlock()
+		ln.Close()
+		return err
+	}
 	s.listeners[ln] = struct{}{}
 	if s.firstAddr == nil {
 		s.firstAddr = ln.Addr()
@@ -185,6 +190,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		if err != nil {
 			if s.isClosed() {
 				return ErrServerClosed
+			}
+			if err := s.fatalErr(); err != nil {
+				return err // a cluster node's refusal (cluster_boot.go)
 			}
 			var ne net.Error
 			if (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, errTemporary(err)) {

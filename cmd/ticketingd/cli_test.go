@@ -272,6 +272,7 @@ admin-token: s3cret
 		AdminToken:       "s3cret",
 		RaftHeartbeat:    server.DefaultRaftHeartbeat,
 		RaftElection:     server.DefaultRaftElection,
+		InitialState:     initialStateNew,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

@@ -61,8 +61,16 @@ func (o *serveOptions) clusterOnly() []struct {
 		{"max-proposals", o.MaxProposals != 0},
 		{"early-release", o.EarlyRelease},
 		{"committed-release", o.CommittedRelease},
+		{"cluster-id", o.ClusterID != ""},
+		{"initial-cluster-state", o.InitialState != initialStateNew},
 	}
 }
+
+// Values of --initial-cluster-state (etcd's names).
+const (
+	initialStateNew      = "new"
+	initialStateExisting = "existing"
+)
 
 // hostPortRule says what an address setting may be.
 type hostPortRule struct {
@@ -193,6 +201,18 @@ func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) 
 	if err != nil {
 		return err
 	}
+	switch o.InitialState {
+	case initialStateNew:
+	case initialStateExisting:
+		if len(peers) > 0 {
+			return usagef("%s is existing (this node joins a running cluster: 'ticketingd cluster add' on its leader; it never bootstraps), so %s, the configuration of a new cluster, must be empty", src("initial-cluster-state"), src("peers"))
+		}
+	default:
+		return usagef("invalid %s %q: want new or existing", src("initial-cluster-state"), o.InitialState)
+	}
+	if o.ClusterID != "" && !validNodeID(o.ClusterID) {
+		return usagef("invalid %s %q: want 1 to %d letters, digits, '.', '_' or '-'", src("cluster-id"), o.ClusterID, maxNodeIDLen)
+	}
 	if len(peers) > 0 {
 		self := -1
 		for i, p := range peers {
@@ -278,6 +298,8 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 
 		MaxSessionProposals: o.MaxSessionProposals,
 		MaxProposals:        o.MaxProposals,
+		Join:                o.InitialState == initialStateExisting,
+		ClusterID:           o.ClusterID,
 	}
 }
 

@@ -260,6 +260,20 @@ func TestClusterEndToEnd(t *testing.T) {
 	views := waitCluster(t, admins, "one leader that all three follow", func(v []server.ClusterStatus) bool { return agreedLeader(v, 3) >= 0 })
 	lead := agreedLeader(views, 3)
 	follower := (lead + 1) % 3
+	// Every node shows the bundle's cluster ID, which the first leader
+	// recorded in the replicated state.
+	o1, err := parseServe(t, "--config", filepath.Join(dir, "n1", initConfigFile))
+	if err != nil || len(o1.ClusterID) != 32 {
+		t.Fatalf("n1's config: cluster-id %q, %v", o1.ClusterID, err)
+	}
+	waitCluster(t, admins, "every node to show the cluster ID", func(v []server.ClusterStatus) bool {
+		for _, x := range v {
+			if x.ClusterID != o1.ClusterID {
+				return false
+			}
+		}
+		return true
+	})
 	leaderID := views[lead].NodeID
 	leaderClient := "127.0.0.1:" + strconv.Itoa(clientBase+lead)
 	if views[follower].LeaderAdvertise != leaderClient || views[follower].LeaderAddress != "127.0.0.1:"+strconv.Itoa(raftBase+lead) {
@@ -290,7 +304,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cluster status: exit %d: %s", code, stderr)
 	}
-	for _, w := range []string{"node " + views[follower].NodeID + ": Follower, not serving clients", "leader: " + leaderID + " (raft 127.0.0.1:" + strconv.Itoa(raftBase+lead),
+	for _, w := range []string{"node " + views[follower].NodeID + ": Follower, not serving clients", "cluster " + o1.ClusterID + "\n", "leader: " + leaderID + " (raft 127.0.0.1:" + strconv.Itoa(raftBase+lead),
 		"clients " + leaderClient, "n1  ", "n2  ", "n3  ", "Voter"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("cluster status lacks %q:\n%s", w, out)
@@ -332,7 +346,7 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Errorf("init --add output lacks %q:\n%s", want, out)
 	}
 	node4 := startBinary(t, bin, "serve", "--config", filepath.Join(dir, "n4", initConfigFile), "--log-format", "json")
-	node4.stderr.waitJSON(t, "cluster: no raft state and no peers: waiting to be added to a cluster", node4.done)
+	node4.stderr.waitJSON(t, "cluster: no raft state, initial-cluster-state existing: waiting to be added to a cluster", node4.done)
 	node4.addr(t)
 	admin4 := node4.stderr.waitJSON(t, "admin listening", node4.done)["addr"].(string)
 	if admin4 != "127.0.0.1:"+strconv.Itoa(adminBase+3) {

@@ -245,6 +245,10 @@ func printClusterStatus(w io.Writer, cs *server.ClusterStatus, st *server.Stats)
 		serving = "serving clients"
 	}
 	fmt.Fprintf(w, "node %s: %s, %s\n", cs.NodeID, cs.State, serving)
+	fmt.Fprintf(w, "cluster %s\n", orUnknown(cs.ClusterID))
+	if cs.Bootstrap != "" {
+		fmt.Fprintf(w, "no Raft state: %s before bootstrapping\n", cs.Bootstrap)
+	}
 	if cs.Leader == "" {
 		fmt.Fprintf(w, "leader: none known\n")
 	} else {

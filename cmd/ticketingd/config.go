@@ -64,6 +64,8 @@ type serveOptions struct {
 	PeerTLSCA     string
 	RaftHeartbeat time.Duration
 	RaftElection  time.Duration
+	ClusterID     string
+	InitialState  string // initial-cluster-state: new or existing
 	// EarlyRelease: answer RELEASE before it is committed (opt-in,
 	// departs from the protocol). CommittedRelease: deprecated and
 	// ignored (the committed release is the default).
@@ -120,7 +122,9 @@ func (o *serveOptions) options() []option {
 		opt(&o.RaftListen, "raft-listen", "", "cluster: TCP `address` (host:port) of the Raft peer transport"),
 		opt(&o.RaftAdvertise, "raft-advertise", "", "cluster: `address` the other nodes dial to reach this node's Raft transport (default --raft-listen, which must then be a specific address)"),
 		opt(&o.Advertise, "advertise", "", "cluster: client `address` (host:port) the other nodes send to clients while this node leads (default --listen when that is a specific address)"),
-		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet (repeatable; a YAML list in the file)"),
+		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet, which bootstraps once every peer has answered that it starts the same new cluster (repeatable; a YAML list in the file)"),
+		opt(&o.InitialState, "initial-cluster-state", initialStateNew, "cluster: `new` (a node without Raft state may bootstrap a new cluster from --peers) or existing (it waits to be added to a running cluster and never bootstraps; --peers must be empty)"),
+		opt(&o.ClusterID, "cluster-id", "", "cluster: the cluster's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --cluster writes a random one per bundle): the nodes of a new cluster must have the same, and a node whose Raft state is of another cluster refuses to start"),
 		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca)"),
 		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster: PEM private key `file` of --peer-tls-cert"),
 		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster: PEM `file` of the cluster CA(s) whose node certificates peers must present"),

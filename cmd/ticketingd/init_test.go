@@ -554,3 +554,55 @@ func TestInitClusterRemote(t *testing.T) {
 		t.Errorf("URL lacks the four addresses:\n%s", out)
 	}
 }
+
+// TestInitClusterAddKeepsBasePorts: 'init --cluster --add' without port
+// flags places the new node from the bundle's base ports, not from the
+// defaults (5225, 7225, 9225); the new node gets the bundle's cluster-id
+// and initial-cluster-state existing, the bundle's nodes new and the same
+// cluster-id.
+func TestInitClusterAddKeepsBasePorts(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
+		"--port", "16000", "--raft-port", "17000", "--admin-port", "19000")
+	if code != 0 {
+		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
+	}
+	code, out, stderr := runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n4=127.0.0.1")
+	if code != 0 {
+		t.Fatalf("init --cluster --add: exit %d: %s", code, stderr)
+	}
+	o4, err := parseServe(t, "--config", filepath.Join(dir, "n4", initConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o4.Listen != "127.0.0.1:16003" || o4.RaftListen != "127.0.0.1:17003" || o4.AdminListen != "127.0.0.1:19003" {
+		t.Errorf("n4 from the bundle's bases 16000/17000/19000: listen %s, raft %s, admin %s; want 127.0.0.1:16003, :17003, :19003",
+			o4.Listen, o4.RaftListen, o4.AdminListen)
+	}
+	if !strings.Contains(out, "ticketingd cluster add n4=127.0.0.1:17003") {
+		t.Errorf("init --add output lacks the add command for 127.0.0.1:17003:\n%s", out)
+	}
+	var id string
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		o, err := parseServe(t, "--config", filepath.Join(dir, n, initConfigFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := clusterConfig(o, nil, nil)
+		if id == "" {
+			id = cc.ClusterID
+		}
+		if len(cc.ClusterID) != 32 || cc.ClusterID != id || cc.Join != (n == "n4") || (len(cc.Peers) == 0) != (n == "n4") {
+			t.Errorf("%s: cluster-id %q (want the bundle's %q), join %v, peers %v", n, cc.ClusterID, id, cc.Join, cc.Peers)
+		}
+	}
+	// A port flag given with --add still wins (the k-th node on the host
+	// gets base+k of each).
+	code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n5=127.0.0.1", "--raft-port", "18000")
+	if code != 0 {
+		t.Fatalf("init --cluster --add --raft-port: exit %d: %s", code, stderr)
+	}
+	if o5, err := parseServe(t, "--config", filepath.Join(dir, "n5", initConfigFile)); err != nil || o5.RaftListen != "127.0.0.1:18004" || o5.Listen != "127.0.0.1:16004" {
+		t.Errorf("n5 with --raft-port 18000: %v, raft %s, listen %s", err, o5.RaftListen, o5.Listen)
+	}
+}

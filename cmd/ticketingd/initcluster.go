@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // Default ports of 'ticketingd init --cluster' (the client port is
@@ -192,6 +193,7 @@ func initClusterCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error 
 	var existing []clusterNodePlan
 	if b != nil {
 		existing = b.nodes
+		b.basePorts(cmd.Flags(), o)
 	}
 	plan, err := planCluster(o, existing)
 	if err != nil {
@@ -204,7 +206,39 @@ func initClusterCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error 
 type bundle struct {
 	clientCA, clusterCA     *pki.CA
 	clientToken, adminToken string
+	clusterID               string // empty in a bundle of an earlier version
 	nodes                   []clusterNodePlan
+}
+
+// basePorts sets the base ports of --add that are not given on the
+// command line to the bundle's: the lowest client, Raft and admin port of
+// its nodes (the bases 'init --cluster' was given, since its first node
+// on every host has them).
+func (b *bundle) basePorts(fs *pflag.FlagSet, o *initOptions) {
+	for _, f := range []struct {
+		flag string
+		dst  *int
+		addr func(n clusterNodePlan) string
+	}{
+		{"port", &o.Port, func(n clusterNodePlan) string { return n.listen }},
+		{"raft-port", &o.RaftPort, func(n clusterNodePlan) string { return n.raft }},
+		{"admin-port", &o.AdminPort, func(n clusterNodePlan) string { return n.adminAdr }},
+	} {
+		if fs.Changed(f.flag) {
+			continue
+		}
+		low := 0
+		for _, n := range b.nodes {
+			if _, port, err := net.SplitHostPort(f.addr(n)); err == nil {
+				if p, err := strconv.Atoi(port); err == nil && p > 0 && (low == 0 || p < low) {
+					low = p
+				}
+			}
+		}
+		if low != 0 {
+			*f.dst = low
+		}
+	}
 }
 
 // loadBundle reads the CAs, tokens and node configs of the bundle in dir.
@@ -267,6 +301,9 @@ func loadBundle(dir string) (*bundle, error) {
 			return nil, usagef("--add: %s is not the config of a cluster node", cfg)
 		}
 		b.nodes = append(b.nodes, clusterNodePlan{id: so.NodeID, host: host, listen: so.Listen, raft: so.RaftListen, adminAdr: so.AdminListen})
+		if b.clusterID == "" {
+			b.clusterID = so.ClusterID
+		}
 	}
 	if len(b.nodes) == 0 {
 		return nil, runtimef("--add: no node directories (ID/%s) in %s", initConfigFile, dir)
@@ -324,9 +361,13 @@ func initCluster(o *initOptions, plan clusterPlan, b *bundle, stdout, stderr io.
 	certLife := 2 * 365 * 24 * time.Hour
 
 	// The initial configuration: every node of a new bundle. A node added
-	// to a running cluster has none: it waits to be added.
+	// to a running cluster has none: it waits to be added, and never
+	// bootstraps (initial-cluster-state existing).
 	var peers []string
-	if !adding {
+	state := initialStateNew
+	if adding {
+		state = initialStateExisting
+	} else {
 		for _, n := range plan.nodes {
 			peers = append(peers, n.id+"="+n.raft)
 		}
@@ -363,7 +404,7 @@ func initCluster(o *initOptions, plan clusterPlan, b *bundle, stdout, stderr io.
 		if err := writeFile(filepath.Join(nd, initTokensFile), []byte(clientTokensBody(clientToken)), 0o600); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(nd, initConfigFile), []byte(clusterNodeConfig(n, peers, adminToken)), 0o600); err != nil {
+		if err := writeFile(filepath.Join(nd, initConfigFile), []byte(clusterNodeConfig(n, peers, adminToken, b.clusterID, state)), 0o600); err != nil {
 			return err
 		}
 	}
@@ -384,6 +425,7 @@ func initCluster(o *initOptions, plan clusterPlan, b *bundle, stdout, stderr io.
 func newBundle(dir string) (*bundle, error) {
 	var b bundle
 	var err error
+	b.clusterID = server.NewClusterID()
 	if b.clientToken, err = randomToken(); err != nil {
 		return nil, err
 	}
@@ -419,8 +461,10 @@ func clientTokensBody(token string) string {
 		"# Keep this file mode 0600 and the same on every node of the cluster.\n" + token + "\n"
 }
 
-// clusterNodeConfig is the ticketingd.yaml of node n.
-func clusterNodeConfig(n clusterNodePlan, peers []string, adminToken string) string {
+// clusterNodeConfig is the ticketingd.yaml of node n: of a new cluster
+// (state new, peers every node) or added to a running one (state
+// existing, no peers).
+func clusterNodeConfig(n clusterNodePlan, peers []string, adminToken, clusterID, state string) string {
 	var c strings.Builder
 	fmt.Fprintf(&c, "# ticketingd configuration of cluster node %s, written by 'ticketingd init --cluster'.\n", n.id)
 	fmt.Fprintf(&c, "# Keys are the flag names of 'ticketingd serve'; relative paths are relative to this file.\n")
@@ -429,16 +473,25 @@ func clusterNodeConfig(n clusterNodePlan, peers []string, adminToken string) str
 	fmt.Fprintf(&c, "data-dir: %s\n", initDataDir)
 	fmt.Fprintf(&c, "client-tokens-file: %s\n", initTokensFile)
 	fmt.Fprintf(&c, "tls-cert: %s\ntls-key: %s\n", initServerCert, initServerKey)
-	fmt.Fprintf(&c, "\n# The cluster. peers bootstraps a node that has no Raft state yet (data/raft);\n")
-	fmt.Fprintf(&c, "# a node with state ignores it.\n")
+	fmt.Fprintf(&c, "\n# The cluster. A node with Raft state (data/raft) ignores initial-cluster-state\n")
+	fmt.Fprintf(&c, "# and peers. Without state: 'new' bootstraps from peers once every peer has\n")
+	fmt.Fprintf(&c, "# answered that it starts this same new cluster (a node whose data dir was wiped\n")
+	fmt.Fprintf(&c, "# refuses: see docs/operations.md, \"Refusals at start\"); 'existing' waits to be\n")
+	fmt.Fprintf(&c, "# added to the running cluster ('ticketingd cluster add') and never bootstraps.\n")
 	fmt.Fprintf(&c, "cluster: true\n")
+	if clusterID != "" {
+		fmt.Fprintf(&c, "cluster-id: %s\n", clusterID)
+	}
+	fmt.Fprintf(&c, "initial-cluster-state: %s\n", state)
 	fmt.Fprintf(&c, "node-id: %s\n", n.id)
 	fmt.Fprintf(&c, "raft-listen: %q\n", n.raft)
 	fmt.Fprintf(&c, "# raft-advertise: %q   # default raft-listen\n", n.raft)
 	fmt.Fprintf(&c, "advertise: %q\n", n.listen)
-	fmt.Fprintf(&c, "peers:\n")
-	for _, p := range peers {
-		fmt.Fprintf(&c, "  - %q\n", p)
+	if len(peers) > 0 {
+		fmt.Fprintf(&c, "peers:\n")
+		for _, p := range peers {
+			fmt.Fprintf(&c, "  - %q\n", p)
+		}
 	}
 	fmt.Fprintf(&c, "peer-tls-cert: %s\npeer-tls-key: %s\npeer-tls-ca: %s\n", initNodeCert, initNodeKey, initClusterCACert)
 	fmt.Fprintf(&c, "# raft-heartbeat: 500ms\n# raft-election: 500ms\n")
@@ -548,8 +601,8 @@ func printAddGuide(w io.Writer, o *initOptions, plan clusterPlan, b *bundle) {
 		raft = append(raft, n.id+"="+n.raft)
 	}
 	fmt.Fprintf(w, "Added %s to the bundle in %s (a directory per node with its config, certificates,\n", strings.Join(ids, ", "), dir)
-	fmt.Fprintf(w, "client token and data directory). Their configs have no peers: a node without Raft\n")
-	fmt.Fprintf(w, "state and without peers waits to be added.\n\n")
+	fmt.Fprintf(w, "client token and data directory). Their configs have initial-cluster-state existing\n")
+	fmt.Fprintf(w, "and no peers: such a node waits to be added, and never bootstraps a cluster of its own.\n\n")
 	them := "it"
 	if len(plan.nodes) > 1 {
 		them = "them"

@@ -1,0 +1,580 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Cluster identity and bootstrap.
+//
+// A cluster has an identity fixed at its creation: ClusterConfig.ClusterID
+// ('ticketingd init --cluster' writes one random 128-bit ID into every
+// node's config of a bundle), or, without one, a random ID that the first
+// leader draws. The first leader records it in the replicated state (a
+// ClusterID command in its takeover entry; snapshots carry it), so every
+// node that has the state knows it; ClusterStatus shows it. A node whose
+// state names another cluster than its ClusterID refuses to go on.
+//
+// A node without Raft state bootstraps only when that cannot fork an
+// existing history:
+//
+//   - ClusterConfig.Join (initial-cluster-state existing, what 'init
+//     --cluster --add' writes) never bootstraps: it waits to be added.
+//   - Peers of this node alone bootstraps at once (a one-node cluster,
+//     e.g. a standalone node's migration).
+//   - Otherwise the node first asks every peer of Peers, over the Raft
+//     transport (mutual TLS with the cluster CA when PeerTLS is set), who it
+//     is: an identity probe. It bootstraps only once every peer has
+//     answered that it is the node Peers names there and either has no
+//     state either, with the same Peers and ClusterID and not Join, or has
+//     bootstrapped from the same Peers and ClusterID after it saw this very
+//     data directory agree (a node that starts late). A peer with any other
+//     state means that the cluster exists and this node's data directory is
+//     new, wiped or replaced: it refuses, and so it does for a peer that
+//     answers as another node (a wrong address), a different Peers (naming
+//     the entry) or ClusterID. An unreachable peer is waited for (and
+//     logged), never bootstrapped around. Until it has decided, the node
+//     takes part in no Raft exchange: it neither votes nor accepts entries.
+//
+// "This very data directory" is its incarnation: a random ID stored in the
+// Raft stable store at the node's first start, which a wipe of the data
+// directory loses. A node that bootstraps stores the incarnations of the
+// nodes it bootstrapped with (its bootstrap record), and answers probes
+// with it.
+//
+// A node without state, whatever its mode, also grants no vote: a wiped
+// node that is still in the configuration could otherwise elect a node
+// that lacks entries it had acknowledged before the wipe.
+//
+// The probe is an AppendEntries request of term 0 (Raft never sends term 0)
+// whose header's Addr holds identMagic and this node's identity as JSON;
+// the answer has the answering node's identity in the same place. The
+// transport wrapper (gatedTransport) answers it before Raft sees it.
+
+// identMagic prefixes the identity of a probe and of its answer.
+var identMagic = []byte("ticketing-identity/1\n")
+
+// Keys in the Raft stable store.
+var (
+	keyIncarnation = []byte("ticketing.incarnation")
+	keyBootRecord  = []byte("ticketing.bootstrap")
+)
+
+// ErrClusterRefused matches the error of a cluster node that refused to
+// bootstrap, or refused the state or the peers it found (see
+// ClusterConfig.Join): Serve returns it, and TokenStoreErr reports it.
+// The message says what was found and what the operator does.
+var ErrClusterRefused = errors.New("server: cluster node refused to start")
+
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string        { return r.msg }
+func (r *refusal) Is(target error) bool { return target == ErrClusterRefused }
+
+func refusef(format string, args ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, args...)}
+}
+
+// NewClusterID returns a random cluster identity: 128 bits as 32
+// lowercase hexadecimal digits.
+func NewClusterID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// identity is a node's answer to a probe, and what a probe says of the
+// prober.
+type identity struct {
+	NodeID      string      `json:"node_id"`
+	Incarnation string      `json:"incarnation"`
+	Join        bool        `json:"join,omitempty"`
+	ClusterID   string      `json:"cluster_id,omitempty"` // configured
+	Peers       []Peer      `json:"peers,omitempty"`      // configured
+	HasState    bool        `json:"has_state"`
+	Term        uint64      `json:"term,omitempty"`
+	LastIndex   uint64      `json:"last_index,omitempty"`
+	StateID     string      `json:"state_cluster_id,omitempty"` // the replicated one
+	Boot        *bootRecord `json:"bootstrap,omitempty"`
+	Refused     bool        `json:"refused,omitempty"` // it refused (and takes no part): nobody bootstraps around it
+}
+
+// bootRecord is what a node bootstrapped with.
+type bootRecord struct {
+	ClusterID    string            `json:"cluster_id,omitempty"`
+	Peers        []Peer            `json:"peers"`
+	Incarnations map[string]string `json:"incarnations"` // node ID -> incarnation
+}
+
+// loadIncarnation returns the incarnation in stable, storing a new one
+// first if there is none.
+func loadIncarnation(stable raft.StableStore) (string, error) {
+	v, err := stable.Get(keyIncarnation)
+	if err != nil && err.Error() != "not found" { // raft's own test for a missing key
+		return "", err
+	}
+	if len(v) > 0 {
+		return string(v), nil
+	}
+	inc := NewClusterID()
+	if err := stable.Set(keyIncarnation, []byte(inc)); err != nil {
+		return "", err
+	}
+	return inc, nil
+}
+
+func loadBootRecord(stable raft.StableStore) *bootRecord {
+	v, err := stable.Get(keyBootRecord)
+	if err != nil || len(v) == 0 {
+		return nil
+	}
+	var r bootRecord
+	if json.Unmarshal(v, &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+func storeBootRecord(stable raft.StableStore, r *bootRecord) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return stable.Set(keyBootRecord, b)
+}
+
+// sortedPeers returns a copy of peers sorted by ID.
+func sortedPeers(peers []Peer) []Peer {
+	ps := slices.Clone(peers)
+	slices.SortFunc(ps, func(a, b Peer) int { return strings.Compare(a.ID, b.ID) })
+	return ps
+}
+
+// diffPeers names the first entry in which them's initial configuration
+// (theirs) differs from this node's (mine), or returns "".
+func diffPeers(mine, theirs []Peer, them string) string {
+	t := map[string]string{}
+	for _, p := range theirs {
+		t[p.ID] = p.Address
+	}
+	m := map[string]bool{}
+	for _, p := range sortedPeers(mine) {
+		m[p.ID] = true
+		a, ok := t[p.ID]
+		switch {
+		case !ok:
+			return fmt.Sprintf("this node lists %s=%s, %s does not list %s", p.ID, p.Address, them, p.ID)
+		case a != p.Address:
+			return fmt.Sprintf("this node lists %s=%s, %s lists %s=%s", p.ID, p.Address, them, p.ID, a)
+		}
+	}
+	for _, p := range sortedPeers(theirs) {
+		if !m[p.ID] {
+			return fmt.Sprintf("%s lists %s=%s, this node does not list %s", them, p.ID, p.Address, p.ID)
+		}
+	}
+	return ""
+}
+
+// gatedTransport is the Raft transport of a node: it answers identity
+// probes itself, and passes Raft's RPCs on to Raft only once the node may
+// take part (cluster.admit).
+type gatedTransport struct {
+	raft.Transport
+	cl *cluster
+	ch chan raft.RPC
+}
+
+// gatedPreVoteTransport is a gatedTransport over a transport with
+// pre-vote.
+type gatedPreVoteTransport struct {
+	*gatedTransport
+	pv raft.WithPreVote
+}
+
+func (t gatedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.pv.RequestPreVote(id, target, args, resp)
+}
+
+func newGatedTransport(cl *cluster, under raft.Transport) raft.Transport {
+	g := &gatedTransport{Transport: under, cl: cl, ch: make(chan raft.RPC)}
+	if pv, ok := under.(raft.WithPreVote); ok {
+		return gatedPreVoteTransport{g, pv}
+	}
+	return g
+}
+
+// Consumer is where Raft reads the RPCs that cluster.relay passes on.
+func (t *gatedTransport) Consumer() <-chan raft.RPC { return t.ch }
+
+// Close closes the transport under it.
+func (t *gatedTransport) Close() error {
+	if c, ok := t.Transport.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// SetHeartbeatHandler passes heartbeats to cb once the node takes part.
+func (t *gatedTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if cb == nil {
+		t.Transport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.Transport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if t.cl.admit(rpc) {
+			cb(rpc)
+		}
+	})
+}
+
+// errNotJoined answers the Raft RPCs of a node that has not decided yet
+// whether it may bootstrap (or has refused).
+var errNotJoined = errors.New("ticketing: this node takes no part in Raft yet (it checks its peers before it bootstraps, or it refused)")
+
+// relay passes the RPCs of the transport under the gate to Raft.
+func (cl *cluster) relay(in <-chan raft.RPC, out chan<- raft.RPC) {
+	defer cl.wg.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case rpc := <-in:
+			if !cl.admit(rpc) {
+				continue
+			}
+			select {
+			case out <- rpc:
+			case <-cl.stop:
+				rpc.Respond(nil, raft.ErrRaftShutdown)
+				return
+			}
+		}
+	}
+}
+
+// admit answers rpc itself (a probe; anything while the gate is closed; a
+// vote request while the node has no state) and returns false, or returns
+// true for Raft to handle it.
+func (cl *cluster) admit(rpc raft.RPC) bool {
+	switch req := rpc.Command.(type) {
+	case *raft.AppendEntriesRequest:
+		if req.Term == 0 && bytes.HasPrefix(req.Addr, identMagic) {
+			cl.answerProbe(rpc, req)
+			return false
+		}
+	case *raft.RequestVoteRequest:
+		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
+			return false
+		}
+	case *raft.RequestPreVoteRequest:
+		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
+			return false
+		}
+	}
+	if !cl.gate.Load() {
+		// With a response of the RPC's type: raft's in-memory pipeline
+		// reads it even with an error.
+		var resp any
+		switch rpc.Command.(type) {
+		case *raft.AppendEntriesRequest:
+			resp = &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.RequestVoteRequest:
+			resp = &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.RequestPreVoteRequest:
+			resp = &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.InstallSnapshotRequest:
+			resp = &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
+		case *raft.TimeoutNowRequest:
+			resp = &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
+		}
+		rpc.Respond(resp, errNotJoined)
+		return false
+	}
+	return true
+}
+
+func (cl *cluster) rpcHeader(addr []byte) raft.RPCHeader {
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cl.cfg.NodeID), Addr: addr}
+}
+
+// self is this node's identity now.
+func (cl *cluster) self() identity {
+	id := identity{
+		NodeID:      cl.cfg.NodeID,
+		Incarnation: cl.incarnation,
+		Join:        cl.cfg.Join,
+		ClusterID:   cl.cfg.ClusterID,
+		Peers:       sortedPeers(cl.cfg.Peers),
+	}
+	has, err := raft.HasExistingState(cl.logs, cl.stable, cl.snaps)
+	id.HasState = has || err != nil // unreadable: claim state, the safe side
+	if cl.r != nil {
+		id.Term, id.LastIndex = cl.r.CurrentTerm(), cl.r.LastIndex()
+	}
+	id.StateID = cl.fsm.clusterID()
+	id.Refused = cl.fatal.Load() != nil
+	if id.HasState {
+		id.Boot = loadBootRecord(cl.stable)
+	}
+	return id
+}
+
+// answerProbe answers an identity probe with this node's identity. A node
+// that checks its peers before bootstrapping also checks the prober, so
+// that both refuse a mismatch whichever asks first (the other may be gone
+// by the time this one asks).
+func (cl *cluster) answerProbe(rpc raft.RPC, req *raft.AppendEntriesRequest) {
+	me := cl.self()
+	b, _ := json.Marshal(me)
+	rpc.Respond(&raft.AppendEntriesResponse{
+		RPCHeader: cl.rpcHeader(append(slices.Clip(identMagic), b...)),
+		Term:      me.Term, LastLog: me.LastIndex, Success: true,
+	}, nil)
+	var th identity
+	if cl.gate.Load() || cl.fatal.Load() != nil || me.HasState || json.Unmarshal(req.Addr[len(identMagic):], &th) != nil || th.HasState {
+		return
+	}
+	p := Peer{ID: th.NodeID, Address: "not in this node's peers"}
+	for _, q := range cl.cfg.Peers {
+		if q.ID == th.NodeID {
+			p = q
+		}
+	}
+	if _, err := judge(&me, p, &th); err != nil {
+		cl.refuse(err)
+	}
+}
+
+// probe asks peer p who it is. ok is false if p did not answer with an
+// identity; resp is its answer then.
+func (cl *cluster) probe(p Peer, me *identity) (th identity, ok bool, resp raft.AppendEntriesResponse, err error) {
+	b, _ := json.Marshal(me)
+	req := &raft.AppendEntriesRequest{RPCHeader: cl.rpcHeader(append(slices.Clip(identMagic), b...))}
+	if err = cl.trans.AppendEntries(raft.ServerID(p.ID), raft.ServerAddress(p.Address), req, &resp); err != nil {
+		return th, false, resp, err
+	}
+	if !bytes.HasPrefix(resp.Addr, identMagic) || json.Unmarshal(resp.Addr[len(identMagic):], &th) != nil {
+		return th, false, resp, nil
+	}
+	return th, true, resp, nil
+}
+
+// judge decides what peer p's identity th means for the bootstrap of this
+// node (me): agree, or a refusal.
+func judge(me *identity, p Peer, th *identity) (bool, error) {
+	self := me.NodeID
+	if th.NodeID != p.ID {
+		return false, refusef("cluster: node %s refuses to bootstrap: its peers setting gives %s the Raft address %s, but the node there is %s. "+
+			"A wrong address in peers: correct it (every node of a new cluster must list the same IDs and addresses) and restart %s",
+			self, p.ID, p.Address, th.NodeID, self)
+	}
+	if th.HasState {
+		rec := th.Boot
+		if rec != nil && rec.ClusterID == me.ClusterID && diffPeers(me.Peers, rec.Peers, p.ID) == "" && rec.Incarnations[self] == me.Incarnation {
+			return true, nil // it bootstrapped with this data directory's agreement: this node starts late
+		}
+		cid := th.StateID
+		if cid == "" && rec != nil {
+			cid = rec.ClusterID
+		}
+		if cid != "" && me.ClusterID != "" && cid != me.ClusterID {
+			return false, refusef("cluster: node %s refuses to bootstrap: its peer %s (%s) belongs to another cluster, %s (term %d, last index %d), while this node's cluster-id is %s. "+
+				"Check peers and cluster-id: this node's config and that address are from different clusters",
+				self, p.ID, p.Address, cid, th.Term, th.LastIndex, me.ClusterID)
+		}
+		if cid == "" {
+			cid = "(its ID not recorded yet)"
+		}
+		return false, refusef("cluster: node %s refuses to bootstrap: it has no Raft state, but its peer %s (%s) has the state of cluster %s (term %d, last index %d) "+
+			"and did not start it together with this data directory: a cluster exists, and this node's data directory is new, wiped or replaced. "+
+			"Bootstrapping again would start a second history under the same node IDs, whose leader could issue fencing tokens again. "+
+			"To bring this machine back: on the leader, 'ticketingd cluster remove %s'; then add it as a new node: "+
+			"'ticketingd init --cluster --add --node NEWID=HOST' (initial-cluster-state existing, no peers), start it, and on the leader 'ticketingd cluster add NEWID=RAFTADDR' "+
+			"(docs/operations.md, \"Refusals at start\")",
+			self, p.ID, p.Address, cid, th.Term, th.LastIndex, self)
+	}
+	if th.Join {
+		return false, refusef("cluster: node %s refuses to bootstrap: its peer %s (%s) is initial-cluster-state existing (it waits to be added to a running cluster and never bootstraps), "+
+			"but this node's peers lists it in a new cluster. Give every node of a new cluster initial-cluster-state new and the same peers; "+
+			"if the cluster runs already, add %s with 'ticketingd cluster add' instead",
+			self, p.ID, p.Address, self)
+	}
+	if th.ClusterID != me.ClusterID {
+		return false, refusef("cluster: node %s refuses to bootstrap: its peer %s (%s) has cluster-id %q, this node %q: their configs are of different clusters. "+
+			"Give every node of the new cluster the same cluster-id (init --cluster writes one per bundle) and restart them",
+			self, p.ID, p.Address, th.ClusterID, me.ClusterID)
+	}
+	if d := diffPeers(me.Peers, th.Peers, p.ID); d != "" {
+		return false, refusef("cluster: node %s refuses to bootstrap: its initial configuration (peers) differs from that of %s (%s): %s. "+
+			"Every node of a new cluster must have the same peers: correct the wrong entry, and restart the nodes",
+			self, p.ID, p.Address, d)
+	}
+	return true, nil
+}
+
+// bootstrapper probes the peers until every one agrees, then bootstraps
+// and opens the gate; or refuses.
+func (cl *cluster) bootstrapper() {
+	defer cl.wg.Done()
+	delay := 100 * time.Millisecond
+	var lastLog time.Time
+	for {
+		incs, waiting, err := cl.probeAll()
+		if err != nil {
+			cl.refuse(err)
+			return
+		}
+		if waiting == "" {
+			if err := cl.bootstrapNow(incs); err != nil {
+				cl.refuse(fmt.Errorf("server: bootstrap the cluster: %w", err))
+			}
+			return
+		}
+		cl.waiting.Store(&waiting)
+		if time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			cl.s.log.Info("cluster: no raft state: waiting for every peer to answer before bootstrapping (a node never bootstraps without them)",
+				"node_id", cl.cfg.NodeID, "waiting_for", waiting)
+		}
+		select {
+		case <-cl.stop:
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// probeAll asks every other peer at once. It returns the incarnations of
+// all peers if every one agrees; otherwise what it still waits for, or a
+// refusal.
+func (cl *cluster) probeAll() (map[string]string, string, error) {
+	me := cl.self()
+	type result struct {
+		agree   bool
+		inc     string
+		waiting string
+		err     error
+		other   bool // the peer answered as another node: its refusal comes first
+	}
+	res := make([]result, len(me.Peers))
+	var wg sync.WaitGroup
+	for i, p := range me.Peers {
+		if p.ID == me.NodeID {
+			res[i] = result{agree: true, inc: me.Incarnation}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			th, ok, resp, err := cl.probe(p, &me)
+			switch {
+			case err != nil:
+				res[i].waiting = fmt.Sprintf("%s at %s (%v)", p.ID, p.Address, err)
+			case !ok && (resp.Term > 0 || resp.LastLog > 0):
+				res[i].err = refusef("cluster: node %s refuses to bootstrap: its peer %s (%s) has Raft state (term %d, last index %d) and answers as an older ticketingd: a cluster exists there. "+
+					"Add this node to it instead (docs/operations.md, \"Refusals at start\")", me.NodeID, p.ID, p.Address, resp.Term, resp.LastLog)
+			case !ok:
+				res[i].waiting = fmt.Sprintf("%s at %s (answers without an identity: an older ticketingd?)", p.ID, p.Address)
+			default:
+				res[i].agree, res[i].err = judge(&me, p, &th)
+				res[i].inc, res[i].other = th.Incarnation, th.NodeID != p.ID
+				if res[i].err == nil && th.Refused { // it agrees, but has refused (another peer): wait for it
+					res[i].agree, res[i].waiting = false, fmt.Sprintf("%s at %s (it refused to start: see its log)", p.ID, p.Address)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range res {
+		if r.other {
+			return nil, "", r.err
+		}
+	}
+	incs := map[string]string{}
+	var waiting []string
+	for i, r := range res {
+		if r.err != nil {
+			return nil, "", r.err
+		}
+		if r.waiting != "" {
+			waiting = append(waiting, r.waiting)
+		}
+		incs[me.Peers[i].ID] = r.inc
+	}
+	return incs, strings.Join(waiting, "; "), nil
+}
+
+// bootstrapNow stores the bootstrap record, bootstraps the running Raft
+// node with Peers and opens the gate.
+func (cl *cluster) bootstrapNow(incs map[string]string) error {
+	rec := &bootRecord{ClusterID: cl.cfg.ClusterID, Peers: sortedPeers(cl.cfg.Peers), Incarnations: incs}
+	if err := storeBootRecord(cl.stable, rec); err != nil {
+		return err
+	}
+	if err := cl.await(context.Background(), cl.r.BootstrapCluster(peersConfiguration(cl.cfg.Peers))); err != nil {
+		return err
+	}
+	cl.waiting.Store(nil)
+	cl.gate.Store(true)
+	cl.s.log.Info("cluster: bootstrapped", "node_id", cl.cfg.NodeID, "peers", len(cl.cfg.Peers), "cluster_id", cl.cfg.ClusterID)
+	return nil
+}
+
+// peersConfiguration is the Raft configuration of peers, all voters.
+func peersConfiguration(peers []Peer) raft.Configuration {
+	var conf raft.Configuration
+	for _, p := range peers {
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
+	}
+	return conf
+}
+
+// refuse makes the node stop taking part and makes Serve return err.
+func (cl *cluster) refuse(err error) {
+	cl.gate.Store(false)
+	if !cl.fatal.CompareAndSwap(nil, &err) {
+		return
+	}
+	cl.s.log.Error(err.Error(), "node_id", cl.cfg.NodeID)
+	s := cl.s
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	s.mu.Unlock()
+}
+
+// fatalErr is the refusal of a cluster node, if any.
+func (s *Server) fatalErr() error {
+	if s.cl == nil {
+		return nil
+	}
+	if p := s.cl.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// identified checks the cluster ID the state names against ClusterID.
+func (cl *cluster) identified(id string) {
+	if cl.cfg.ClusterID != "" && id != cl.cfg.ClusterID {
+		cl.refuse(refusef("cluster: node %s refuses the Raft state in its data directory: it is of cluster %s, but this node's cluster-id is %s. "+
+			"The data directory and the config are of different clusters: start this node with the config of its cluster, or with an empty data directory as a new node of this one",
+			cl.cfg.NodeID, id, cl.cfg.ClusterID))
+	}
+}

@@ -294,8 +294,17 @@ func (t TLSConfig) build() (*tls.Config, error) {
 //
 // MODE is off (default), system, ca (requires ca=PATH) or
 // insecure-skip-verify. As for Config.TLS.CAFile, ca=PATH alone implies
-// tls=ca, and ca=PATH with any other tls= is an error. The token may be percent-encoded. Only the
-// fields in the URL are set; the returned Config can be adjusted before New.
+// tls=ca, and ca=PATH with any other tls= is an error. The token may be
+// percent-encoded. Only the fields in the URL are set; the returned Config
+// can be adjusted before New.
+//
+// The URL carries everything a client needs, the client token included:
+// it is the one way to configure a client from its environment (the
+// TICKETING_URL that ticketingd init prints). ParseURL reads no
+// environment variable; in particular a TICKETING_TOKEN variable, which
+// earlier versions of init printed, is not read: put the token in the URL.
+// A server that requires a token refuses a URL without one with an error
+// matching ErrUnauthorized that says no token was sent.
 func ParseURL(s string) (Config, error) {
 	var cfg Config
 	rest, ok := strings.CutPrefix(s, "ticketing://")

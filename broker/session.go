@@ -547,7 +547,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		}
 		nodeName = string(resp.Node)
 	case wire.TypeError:
-		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "HELLO refused")
+		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "%s", helloRefused(resp.Code, b.set.Token != ""))
 	case wire.TypeNotActive:
 		return nil, s.errorf(&NotActiveError{Hint: string(resp.Hint)}, "HELLO")
 	default:
@@ -564,6 +564,19 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		lastPing:  time.Now(),
 		cancelled: map[uint32]lostGrant{},
 	}, nil
+}
+
+// helloRefused is the message of a HELLO answered with E(code): for
+// E(3), whether a client token was sent and what to do about it.
+func helloRefused(code uint16, tokenSent bool) string {
+	switch {
+	case code != wire.CodeUnauthorized:
+		return "HELLO refused"
+	case tokenSent:
+		return "HELLO refused: the client token sent was refused: it is not in the server's client-tokens file (check the token in the URL, ticketing://TOKEN@host)"
+	default:
+		return "HELLO refused: no token was sent: put it in the URL as ticketing://TOKEN@host (the server requires a client token)"
+	}
 }
 
 // closedUnanswered reports whether reading the HELLO reply failed because

@@ -101,9 +101,17 @@ type Config struct {
 	// ("broker: session open failed"), and then at most one summary per
 	// 10*BackoffMax while it stays down ("broker: session still down":
 	// down_for, attempts, the latest err); every other failed open at
-	// Debug. So a server restart logs one drop and one ready line per
-	// session, and a long outage a bounded number of lines. Also at Warn:
-	// dropped tickets, failed background and Close releases.
+	// Debug. A HELLO answered M naming the serving node (a follower, a
+	// standby: the normal state of a cluster's other sessions) is no
+	// failure: Debug only ("broker: HELLO answered M"), never a Warn. So
+	// a healthy cluster logs one ready line per session that serves, a
+	// server restart one drop and one ready line per session, and a long
+	// outage a bounded number of lines. Also at Warn: dropped tickets,
+	// failed background and Close releases. At Debug, besides: each
+	// ACQUIRE's and RELEASE's reply ("broker: ACQUIRE reply", "broker:
+	// RELEASE reply": addr, session, node, req_id, key, reply, token),
+	// and each M hint followed; they cost one level check per request
+	// when Debug is off.
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO

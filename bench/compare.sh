@@ -178,12 +178,12 @@ start_standalone() {
 }
 
 # tls_bench_args DIR INITLOG: ticketing-bench's flags for the deployment
-# 'ticketingd init' wrote into DIR: its CA, and the token that init printed
-# (export TICKETING_TOKEN='...').
+# 'ticketingd init' wrote into DIR: its CA, and the token of the URL that
+# init printed (export TICKETING_URL='ticketing://TOKEN@...').
 tls_bench_args() {
   local token
-  token=$(sed -n "s/^ *export TICKETING_TOKEN='\(.*\)'\$/\1/p" "$2")
-  if [ -z "$token" ]; then say "no TICKETING_TOKEN in $2"; return 1; fi
+  token=$(sed -n "s/^ *export TICKETING_URL='ticketing:\/\/\([^@']*\)@.*\$/\1/p" "$2")
+  if [ -z "$token" ]; then say "no TICKETING_URL with a token in $2"; return 1; fi
   bench_args=(--tls-ca "$1/ca.pem" --token "$token")
 }
 

@@ -513,6 +513,9 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 			return b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
 		}
 		res := r.res
+		if b.debugOn() {
+			b.debugReply(c, "ACQUIRE", r.id, key, 0, res)
+		}
 		if res.typ == wire.TypeGranted && ctx.Err() != nil {
 			// Cancelled while the grant was being read: never a Ticket.
 			b.putReq(r)
@@ -722,6 +725,9 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, owner [w
 			b.recv(r) // the result raced with the cancel: use it
 		}
 		res := r.res
+		if b.debugOn() {
+			b.debugReply(c, "RELEASE", r.id, key, token, res)
+		}
 		sentAny = sentAny || res.sent
 		if res.expired {
 			if !res.sent { // a sent one stays with its conn, abandoned
@@ -745,6 +751,36 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, owner [w
 		}
 		// The session ended (or refused): resending is now safe.
 	}
+}
+
+// debugOn reports whether the logger writes Debug lines: the per-request
+// lines are built only then, so that they cost one level check otherwise.
+func (b *Broker) debugOn() bool { return b.log.Enabled(context.Background(), slog.LevelDebug) }
+
+// debugReply logs, at Debug, the result of one ACQUIRE or RELEASE (token:
+// the one released) on c: the session, the req_id, the reply (G, T, B,
+// R, N, M, E, or none: the session ended) with its token, wait, hint or
+// code.
+func (b *Broker) debugReply(c *conn, op string, id uint32, key string, token uint64, res result) {
+	attrs := []any{"addr", c.s.addr, "session", c.s.idx, "node", c.nodeName, "req_id", id, "key", key}
+	if token != 0 {
+		attrs = append(attrs, "token", token)
+	}
+	switch {
+	case res.expired:
+		attrs = append(attrs, "reply", "none: release window ended")
+	case res.typ == 0:
+		attrs = append(attrs, "reply", "none: session ended", "sent", res.sent, "err", res.cause)
+	case res.typ == wire.TypeGranted:
+		attrs = append(attrs, "reply", "G", "token", res.token, "waited_ms", res.waitedMS)
+	case res.typ == wire.TypeNotActive:
+		attrs = append(attrs, "reply", "M", "hint", res.msg)
+	case res.typ == wire.TypeError:
+		attrs = append(attrs, "reply", "E", "code", res.code, "msg", res.msg)
+	default:
+		attrs = append(attrs, "reply", string(rune(res.typ)))
+	}
+	b.log.Debug("broker: "+op+" reply", attrs...)
 }
 
 // Close makes a bounded, concurrent, best-effort release of every ticket

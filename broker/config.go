@@ -101,9 +101,17 @@ type Config struct {
 	// ("broker: session open failed"), and then at most one summary per
 	// 10*BackoffMax while it stays down ("broker: session still down":
 	// down_for, attempts, the latest err); every other failed open at
-	// Debug. So a server restart logs one drop and one ready line per
-	// session, and a long outage a bounded number of lines. Also at Warn:
-	// dropped tickets, failed background and Close releases.
+	// Debug. A HELLO answered M naming the serving node (a follower, a
+	// standby: the normal state of a cluster's other sessions) is no
+	// failure: Debug only ("broker: HELLO answered M"), never a Warn. So
+	// a healthy cluster logs one ready line per session that serves, a
+	// server restart one drop and one ready line per session, and a long
+	// outage a bounded number of lines. Also at Warn: dropped tickets,
+	// failed background and Close releases. At Debug, besides: each
+	// ACQUIRE's and RELEASE's reply ("broker: ACQUIRE reply", "broker:
+	// RELEASE reply": addr, session, node, req_id, key, reply, token),
+	// and each M hint followed; they cost one level check per request
+	// when Debug is off.
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO
@@ -294,8 +302,17 @@ func (t TLSConfig) build() (*tls.Config, error) {
 //
 // MODE is off (default), system, ca (requires ca=PATH) or
 // insecure-skip-verify. As for Config.TLS.CAFile, ca=PATH alone implies
-// tls=ca, and ca=PATH with any other tls= is an error. The token may be percent-encoded. Only the
-// fields in the URL are set; the returned Config can be adjusted before New.
+// tls=ca, and ca=PATH with any other tls= is an error. The token may be
+// percent-encoded. Only the fields in the URL are set; the returned Config
+// can be adjusted before New.
+//
+// The URL carries everything a client needs, the client token included:
+// it is the one way to configure a client from its environment (the
+// TICKETING_URL that ticketingd init prints). ParseURL reads no
+// environment variable; in particular a TICKETING_TOKEN variable, which
+// earlier versions of init printed, is not read: put the token in the URL.
+// A server that requires a token refuses a URL without one with an error
+// matching ErrUnauthorized that says no token was sent.
 func ParseURL(s string) (Config, error) {
 	var cfg Config
 	rest, ok := strings.CutPrefix(s, "ticketing://")

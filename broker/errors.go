@@ -70,7 +70,10 @@ var (
 	ErrClosed = errors.New("broker: closed")
 
 	// ErrUnauthorized is matched by a *ServerError with code 3: the client
-	// token was refused.
+	// token was refused. The error's message says whether a token was sent:
+	// "no token was sent" (put it in the URL, ticketing://TOKEN@host, or in
+	// Config.Token) or "the client token sent was refused" (not one of the
+	// server's client tokens).
 	ErrUnauthorized = errors.New("broker: unauthorized")
 
 	// ErrNotReady: WaitReady gave up (its ctx ended) with no ready session

@@ -223,3 +223,54 @@ func TestLog_LongOutageIsBounded(t *testing.T) {
 	}
 	_ = f
 }
+
+// TestLog_HealthyClusterNoWarn: a broker given the three nodes of a
+// healthy cluster, whose followers answer HELLO with M naming the leader,
+// logs no Warn: not at start ("session open failed ... node not active"),
+// and not while the followers keep answering M ("session still down",
+// due every 10*BackoffMax: 1 s here, and the test runs past 2 s). At
+// Debug it logs what one needs to follow the sessions: the M answers with
+// their hint, and each ACQUIRE's and RELEASE's reply with its req_id, key
+// and token.
+func TestLog_HealthyClusterNoWarn(t *testing.T) {
+	c := newCluster(t)
+	h := &captureHandler{}
+	cfg := testConfig(c.nodes[0].Addr, c.nodes[1].Addr, c.nodes[2].Addr)
+	cfg.Logger = slog.New(h)
+	b := newBroker(t, cfg)
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		key := fmt.Sprintf("k%d", i%3)
+		tk, err := b.Acquire(t.Context(), key, time.Second, 10*time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, l := range h.since(0, slog.LevelWarn) {
+		t.Errorf("a healthy cluster made the broker log: %v", l)
+	}
+	var m, acq, rel int
+	for _, l := range h.since(0, slog.LevelDebug) {
+		switch l.msg {
+		case "broker: HELLO answered M: node not active":
+			if l.attrs["hint"].String() == c.nodes[1].Addr {
+				m++
+			}
+		case "broker: ACQUIRE reply":
+			if l.attrs["reply"].String() == "G" && l.int("req_id") > 0 && l.int("token") > 0 && l.attrs["node"].String() == "n1" {
+				acq++
+			}
+		case "broker: RELEASE reply":
+			if l.attrs["reply"].String() == "R" && l.int("req_id") > 0 && l.int("token") > 0 {
+				rel++
+			}
+		}
+	}
+	if m == 0 || acq == 0 || rel == 0 {
+		t.Errorf("at Debug: %d M answers naming the leader, %d ACQUIRE replies (G, req_id, token, node), %d RELEASE replies (R, req_id, token); want each", m, acq, rel)
+	}
+}

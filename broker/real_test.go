@@ -292,6 +292,41 @@ func TestReal_Token(t *testing.T) {
 	mustIs(t, err, broker.ErrUnauthorized)
 }
 
+// TestReal_TokenRefusalSaysWhy: a server that requires a client token
+// refuses a HELLO without one and one with a wrong one; the error says
+// which it was and what to do (the URL carries the token), in WaitReady's
+// refusal and in the ErrUnsent of an Acquire without a session.
+func TestReal_TokenRefusalSaysWhy(t *testing.T) {
+	rs := startServer(t, server.Config{ClientTokens: []string{"right"}}, "127.0.0.1:0")
+	for _, tc := range []struct {
+		url, want, not string
+	}{
+		{"ticketing://" + rs.Addr, "no token was sent: put it in the URL as ticketing://TOKEN@host", "token sent was refused"},
+		{"ticketing://wrong@" + rs.Addr, "the client token sent was refused", "no token was sent"},
+	} {
+		cfg, err := broker.ParseURL(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
+		b, err := broker.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		err = b.WaitReady(within(t, 5*s))
+		mustIs(t, err, broker.ErrUnauthorized)
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.not) || strings.Contains(msg, "wrong") {
+			t.Errorf("%s: WaitReady: %q, want it to say %q (and not show the token)", tc.url, msg, tc.want)
+		}
+		_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		mustIs(t, err, broker.ErrUnsent)
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Acquire: %q, want it to say %q", tc.url, err, tc.want)
+		}
+	}
+}
+
 func TestReal_TLS(t *testing.T) {
 	pki := newPKI(t)
 	rs := startServer(t, server.Config{TLS: pki.ServerTLS}, "127.0.0.1:0")

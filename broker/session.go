@@ -341,7 +341,7 @@ func (s *session) followHint(err error) bool {
 	if nerr != nil {
 		return false
 	}
-	found := false
+	found, poked := false, false
 	for _, o := range s.b.sessions {
 		if o.addr != h {
 			continue
@@ -350,10 +350,14 @@ func (s *session) followHint(err error) bool {
 		if o.node == s.node {
 			continue // a node naming itself: nothing to follow
 		}
+		poked = true
 		select {
 		case o.poke <- struct{}{}:
 		default:
 		}
+	}
+	if poked {
+		s.b.log.Debug("broker: following M hint: its sessions redial now", "addr", s.addr, "session", s.idx, "hint", h)
 	}
 	if !found && s.b.hintWarned.CompareAndSwap(false, true) {
 		s.b.log.Warn("broker: M hint names an address not in Addrs; not followed (list every node in Addrs)", "addr", s.addr, "hint", na.Hint)
@@ -392,7 +396,9 @@ type outage struct {
 // at most once per stillDownFactor*BackoffMax (50 s with the defaults).
 const stillDownFactor = 10
 
-// failed logs a failed open of s. At Warn: the first failure after New (a
+// failed logs a failed open of s. An M naming the serving node (hint) is
+// no failure here: it is logged at Debug only, whatever the outage. At
+// Warn: the first failure after New (a
 // wrong address or a server down shows at once; after a drop, the drop
 // line said it already), the first refusal for good of the outage (the
 // token or certificate needs a fix), and a summary ("still down", with
@@ -405,6 +411,14 @@ const stillDownFactor = 10
 func (o *outage) failed(s *session, err error, refused bool) {
 	b := s.b
 	o.failures++
+	var na *NotActiveError
+	if errors.As(err, &na) && na.Hint != "" {
+		// A node that answers M naming the serving node (a follower, a
+		// standby) is the normal state of a cluster's other sessions, not
+		// a failure: no Warn, now or as "still down".
+		b.log.Debug("broker: HELLO answered M: node not active", "addr", s.addr, "session", s.idx, "hint", na.Hint, "attempts", o.failures)
+		return
+	}
 	now := time.Now()
 	ref := o.since
 	if !o.lastWarn.IsZero() {
@@ -547,7 +561,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		}
 		nodeName = string(resp.Node)
 	case wire.TypeError:
-		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "HELLO refused")
+		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "%s", helloRefused(resp.Code, b.set.Token != ""))
 	case wire.TypeNotActive:
 		return nil, s.errorf(&NotActiveError{Hint: string(resp.Hint)}, "HELLO")
 	default:
@@ -564,6 +578,19 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		lastPing:  time.Now(),
 		cancelled: map[uint32]lostGrant{},
 	}, nil
+}
+
+// helloRefused is the message of a HELLO answered with E(code): for
+// E(3), whether a client token was sent and what to do about it.
+func helloRefused(code uint16, tokenSent bool) string {
+	switch {
+	case code != wire.CodeUnauthorized:
+		return "HELLO refused"
+	case tokenSent:
+		return "HELLO refused: the client token sent was refused: it is not in the server's client-tokens file (check the token in the URL, ticketing://TOKEN@host)"
+	default:
+		return "HELLO refused: no token was sent: put it in the URL as ticketing://TOKEN@host (the server requires a client token)"
+	}
 }
 
 // closedUnanswered reports whether reading the HELLO reply failed because

@@ -26,17 +26,17 @@ var notInCopies = []string{"testcontainers", "github.com/docker/", "github.com/m
 // (example.com/copy) that requires this repository through a replace
 // directive, as the README's Install section says to use it before the
 // module is published, and runs go mod tidy, go build ./... and go vet
-// ./... there (vet type-checks the tests too). Neither the copy's go.mod
-// nor the packages its build and tests load (go list -deps -test) may
-// come from notInCopies. Before, the tests of httpapi and worker imported
-// examples/internal/examplestest and internal/testdb, which a module
-// outside the repository may not import, so go vet failed, and through
-// them tidy required testcontainers, docker and otel. (The copy's go.sum
-// still lists those modules: go mod tidy keeps checksums for the tests of
-// the packages a module imports, and the tests of this module's
-// migrations and migrations/pgxmigrations use internal/testdb, whose
-// container source is testcontainers. A program that imports migrations
-// gets those go.sum lines, example or not; nothing of them is built.)
+// ./... there (vet type-checks the tests too). Neither the copy's go.mod,
+// nor its go.sum, nor the packages its build and tests load (go list
+// -deps -test) may come from notInCopies. Before, the tests of httpapi and
+// worker imported examples/internal/examplestest and internal/testdb,
+// which a module outside the repository may not import, so go vet failed,
+// and through them tidy required testcontainers, docker and otel. And the
+// copy's go.sum listed those modules (42 lines): go mod tidy keeps
+// checksums for the tests of the packages a module imports, and the tests
+// of migrations and migrations/pgxmigrations import internal/testdb, which
+// imported testcontainers; its container source is now a package of its
+// own (internal/testdb/containerdb) that only the container tests import.
 // It skips only when the go command is missing, and never when CI=true.
 func TestExamplesCopy(t *testing.T) {
 	goCmd, err := exec.LookPath("go")
@@ -76,9 +76,22 @@ func TestExamplesCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			deps := run("list", "-deps", "-test", "-f", "{{if .Module}}{{.Module.Path}} {{end}}{{.ImportPath}}", "./...")
+			gosum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+			if err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
 			for _, bad := range notInCopies {
 				if strings.Contains(string(gomod), bad) {
 					t.Errorf("a copy of examples/%s requires %s in its go.mod", name, bad)
+				}
+				n := 0
+				for l := range strings.Lines(string(gosum)) {
+					if strings.Contains(l, bad) {
+						n++
+					}
+				}
+				if n > 0 {
+					t.Errorf("a copy of examples/%s has %d lines of %s in its go.sum", name, n, bad)
 				}
 				for l := range strings.Lines(deps) {
 					if strings.Contains(l, bad) {

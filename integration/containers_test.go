@@ -30,6 +30,7 @@ import (
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/internal/rule19"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
+	"github.com/ticketing-dev/ticketing/internal/testdb/containerdb" // also Auto's container fallback for this package's tests
 	"github.com/ticketing-dev/ticketing/migrations"
 )
 
@@ -38,14 +39,14 @@ import (
 // variable, no Docker engine) is recorded for TestMain's notice.
 func postgres(t *testing.T) string {
 	t.Helper()
-	db := testdb.PostgresContainer(skipRecorder{t})
+	db := containerdb.PostgresContainer(skipRecorder{t})
 	t.Logf("container %s ready in %v", db.Image, db.Ready.Round(time.Millisecond))
 	return db.DSN
 }
 
 func mysql(t *testing.T) string {
 	t.Helper()
-	db := testdb.MySQLContainer(skipRecorder{t})
+	db := containerdb.MySQLContainer(skipRecorder{t})
 	t.Logf("container %s ready in %v", db.Image, db.Ready.Round(time.Millisecond))
 	return db.DSN
 }

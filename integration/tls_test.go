@@ -25,11 +25,15 @@ func initDeployment(t *testing.T, bin string) (dir, token string) {
 	if code, err := p.Wait(30 * time.Second); code != 0 {
 		t.Fatalf("ticketingd init: exit %d (%v)\n%s%s", code, err, p.Stdout.String(), p.Stderr.String())
 	}
-	m := regexp.MustCompile(`(?m)^\s*export TICKETING_TOKEN='([^']+)'$`).FindStringSubmatch(p.Stdout.String())
+	m := regexp.MustCompile(`(?m)^\s*export TICKETING_URL='([^']+)'$`).FindStringSubmatch(p.Stdout.String())
 	if m == nil {
-		t.Fatalf("no client token in the output of init:\n%s", p.Stdout.String())
+		t.Fatalf("no TICKETING_URL in the output of init:\n%s", p.Stdout.String())
 	}
-	token = m[1]
+	u, err := broker.ParseURL(m[1])
+	if err != nil || u.Token == "" {
+		t.Fatalf("the TICKETING_URL init printed has no client token (%v)", err)
+	}
+	token = u.Token
 	body, err := os.ReadFile(filepath.Join(dir, "client-tokens"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -45,6 +47,11 @@ type conn struct {
 	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
 	ver    uint8 // protocol version of the session (from its HELLO; reader only)
+	// debug: the logger wrote Debug lines when HELLO succeeded; the
+	// session then logs each request and reply (see debugRequest), and
+	// otherwise costs this one bool test per request and reply. Set
+	// before the session's first request is read, never changed.
+	debug bool
 
 	dead      atomic.Bool  // closing: its waiters are no longer live
 	nInflight atomic.Int32 // len(inflight), readable without mu
@@ -120,6 +127,9 @@ func (c *conn) afterAppendLocked(wake bool) {
 // replySimple and replyGranted are used by the reader for direct answers;
 // it wakes the writer itself once no further request is buffered.
 func (c *conn) replySimple(typ byte, reqID uint32) {
+	if c.debug {
+		c.debugReply(typ, reqID, 0, 0)
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -130,6 +140,9 @@ func (c *conn) replySimple(typ byte, reqID uint32) {
 }
 
 func (c *conn) replyGranted(reqID uint32, tok uint64, waited uint32) {
+	if c.debug {
+		c.debugReply(wire.TypeGranted, reqID, tok, waited)
+	}
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -142,6 +155,9 @@ func (c *conn) replyGranted(reqID uint32, tok uint64, waited uint32) {
 // replySimpleQueued and replyGrantedQueued answer a queued ACQUIRE, from
 // any goroutine.
 func (c *conn) replySimpleQueued(typ byte, reqID uint32) {
+	if c.debug {
+		c.debugReply(typ, reqID, 0, 0)
+	}
 	c.mu.Lock()
 	c.dropInflightLocked(reqID)
 	if c.closing {
@@ -153,6 +169,9 @@ func (c *conn) replySimpleQueued(typ byte, reqID uint32) {
 }
 
 func (c *conn) replyGrantedQueued(reqID uint32, tok uint64, waited uint32) {
+	if c.debug {
+		c.debugReply(wire.TypeGranted, reqID, tok, waited)
+	}
 	c.mu.Lock()
 	c.dropInflightLocked(reqID)
 	if c.closing {
@@ -558,6 +577,9 @@ func (c *conn) readLoop() {
 			c.drain()
 			return
 		}
+		if c.debug {
+			c.debugRequest(&req)
+		}
 		switch req.Type {
 		case wire.TypeAcquire:
 			// The whole frame has been read: the wait starts now.
@@ -630,11 +652,20 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		}
 		return false
 	}
+	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	if !s.checkToken(req.AuthToken) {
+		if debug {
+			s.log.Debug("HELLO refused: unauthorized", "peer", c.remote, "req_id", req.ReqID, "version", req.Version, "name", string(req.Name),
+				"token_sent", len(req.AuthToken) > 0)
+		}
 		return c.authFailed(req.ReqID)
 	}
 	rs := s.role.Load()
 	if !rs.role.Serving() {
+		if debug {
+			s.log.Debug("HELLO answered M: not serving", "peer", c.remote, "req_id", req.ReqID, "version", req.Version, "name", string(req.Name),
+				"role", rs.role.String(), "hint", string(rs.hint))
+		}
 		f, _ := wire.AppendResponse(nil, &wire.Response{Type: wire.TypeNotActive, ReqID: req.ReqID, Hint: rs.hint})
 		c.closeWith(f)
 		return false
@@ -659,6 +690,7 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		return false
 	}
 	c.started = true
+	c.debug = debug
 	c.nc.SetReadDeadline(time.Time{})
 	c.ver = req.Version
 	start := len(c.out)
@@ -670,7 +702,48 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	c.session.Store(true)
 	go c.writeLoop()
 	c.signal()
+	if debug {
+		s.log.Debug("HELLO_OK", "peer", c.remote, "req_id", req.ReqID, "version", req.Version, "name", string(req.Name), "role", rs.role.String())
+	}
 	return true
+}
+
+// debugRequest logs a request of a session at Debug (c.debug): its
+// req_id, type and fields, which the reply's line (debugReply) names by
+// the same peer and req_id. PINGs are left out.
+func (c *conn) debugRequest(req *wire.Request) {
+	switch req.Type {
+	case wire.TypeAcquire:
+		c.s.log.Debug("request ACQUIRE", "peer", c.remote, "req_id", req.ReqID, "key", string(req.Key), "wait_s", req.WaitS, "lease_s", req.LeaseS)
+	case wire.TypeRelease, wire.TypeReleaseOwned:
+		msg := "request RELEASE"
+		if req.Type == wire.TypeReleaseOwned {
+			msg = "request RELEASE_OWNED"
+		}
+		c.s.log.Debug(msg, "peer", c.remote, "req_id", req.ReqID, "key", string(req.Key), "token", req.Token)
+	case wire.TypeCancel:
+		c.s.log.Debug("request CANCEL", "peer", c.remote, "req_id", req.ReqID)
+	}
+}
+
+// debugReply logs a reply to a request of a session at Debug (c.debug):
+// grants with their token, releases (R, N), T, B. PONGs are left out.
+func (c *conn) debugReply(typ byte, reqID uint32, tok uint64, waited uint32) {
+	switch typ {
+	case wire.TypePong:
+	case wire.TypeGranted:
+		c.s.log.Debug("reply G: granted", "peer", c.remote, "req_id", reqID, "token", tok, "waited_ms", waited)
+	case wire.TypeReleased:
+		c.s.log.Debug("reply R: released", "peer", c.remote, "req_id", reqID)
+	case wire.TypeNotHeld:
+		c.s.log.Debug("reply N: not held", "peer", c.remote, "req_id", reqID)
+	case wire.TypeTimedOut:
+		c.s.log.Debug("reply T: timed out", "peer", c.remote, "req_id", reqID)
+	case wire.TypeBusy:
+		c.s.log.Debug("reply B: busy", "peer", c.remote, "req_id", reqID)
+	default:
+		c.s.log.Debug("reply", "peer", c.remote, "req_id", reqID, "type", string(rune(typ)))
+	}
 }
 
 // authFailed answers a HELLO with a wrong client token: E(3), after the

@@ -35,7 +35,7 @@
 //	ticketing-bench --mode hold --locks 1000000
 //	ticketing-bench --addr 127.0.0.1:5225 --token "$TOKEN" --mode hold --server-pid "$(pidof ticketingd)"
 //	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --mode contended --clients 16
-//	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --token "$TICKETING_TOKEN" --tls-ca DIR/ca.pem
+//	ticketing-bench --addr 127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227 --token "$(grep -v '^#' DIR/client-tokens)" --tls-ca DIR/ca.pem
 package main
 
 import (

@@ -551,8 +551,8 @@ func TestInit(t *testing.T) {
 	if strings.Count(out, tokens[0]) != 1 {
 		t.Errorf("token should be printed exactly once:\n%s", out)
 	}
-	for _, w := range []string{"ticketingd serve --config " + filepath.Join(dir, initConfigFile), "broker.New(broker.Config{",
-		"broker.TLSCAFile", filepath.Join(dir, initCACert)} {
+	for _, w := range []string{"ticketingd serve --config " + filepath.Join(dir, initConfigFile), "broker.ParseURL(os.Getenv(\"TICKETING_URL\"))",
+		"export TICKETING_URL='ticketing://" + tokens[0] + "@locks.example.test:5225?ca=" + filepath.Join(dir, initCACert) + "'"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}

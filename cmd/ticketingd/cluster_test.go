@@ -227,7 +227,7 @@ func initClusterBundle(t *testing.T, runs int) (string, map[string]string, [3]in
 	if code != 0 {
 		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
 	}
-	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	ex := clusterExports(t, out)
 	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
 	return dir, ex, ports
 }

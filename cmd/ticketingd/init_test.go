@@ -53,49 +53,31 @@ func nonLoopbackIP() string {
 
 // printedSettings is what a user copies from init's output.
 type printedSettings struct {
-	token, url string        // from the export lines, as sh evaluates them
-	config     broker.Config // from the broker.Config snippet
-	exports    string        // the export lines verbatim
+	url     string        // TICKETING_URL, as sh evaluates the export line
+	config  broker.Config // broker.ParseURL(url)
+	exports string        // the export lines verbatim
 }
 
-var (
-	reAddrs  = regexp.MustCompile(`(?m)^        Addrs: \[\]string\{"([^"]+)"\},$`)
-	reToken  = regexp.MustCompile(`(?m)^        Token: os\.Getenv\("TICKETING_TOKEN"\),$`)
-	reTLS    = regexp.MustCompile(`(?m)^        TLS:   broker\.TLSConfig\{Mode: broker\.TLSCAFile, CAFile: ("[^"]+")\},$`)
-	reExport = regexp.MustCompile(`(?m)^    export TICKETING_[A-Z]+=.*$`)
-)
+var reExport = regexp.MustCompile(`(?m)^    export TICKETING_[A-Z_]+=.*$`)
 
 // parsePrinted takes the settings out of init's stdout: it runs the printed
-// export lines through sh, exactly as a user pastes them, and reads the
-// broker.Config snippet's fields, with os.Getenv("TICKETING_TOKEN")
-// standing for the exported token.
+// export lines through sh, exactly as a user pastes them, and parses the
+// TICKETING_URL they set, the one client setting init prints.
 func parsePrinted(t *testing.T, out string) printedSettings {
 	t.Helper()
 	var p printedSettings
 	lines := reExport.FindAllString(out, -1)
-	if len(lines) != 2 {
-		t.Fatalf("want 2 export lines, got %q in:\n%s", lines, out)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "    export TICKETING_URL=") {
+		t.Fatalf("want 1 export line, of TICKETING_URL, got %q in:\n%s", lines, out)
 	}
-	p.exports = strings.Join(lines, "\n")
-	sh := exec.Command("sh", "-c", p.exports+"\nprintf '%s\\n%s' \"$TICKETING_TOKEN\" \"$TICKETING_URL\"")
-	sh.Env = []string{"PATH=" + os.Getenv("PATH")}
-	res, err := sh.Output()
-	if err != nil {
-		t.Fatalf("sh: %v on:\n%s", err, p.exports)
+	p.exports = lines[0]
+	p.url = shExports(t, out, "TICKETING_URL")["TICKETING_URL"]
+	var err error
+	if p.config, err = broker.ParseURL(p.url); err != nil {
+		t.Fatalf("ParseURL(printed URL): %v", err)
 	}
-	p.token, p.url, _ = strings.Cut(string(res), "\n")
-
-	m := reAddrs.FindStringSubmatch(out)
-	if m == nil || !reToken.MatchString(out) {
-		t.Fatalf("no broker.Config snippet in:\n%s", out)
-	}
-	p.config = broker.Config{Addrs: []string{m[1]}, Token: p.token}
-	if m := reTLS.FindStringSubmatch(out); m != nil {
-		ca, err := strconv.Unquote(m[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.config.TLS = broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: ca}
+	if strings.Contains(out, "TICKETING_TOKEN") {
+		t.Errorf("init mentions TICKETING_TOKEN, which nothing reads:\n%s", out)
 	}
 	return p
 }
@@ -182,22 +164,15 @@ func TestInitSnippetWorks(t *testing.T) {
 
 			p := parsePrinted(t, out)
 			tokens, _, err := readTokensFile(filepath.Join(dir, initTokensFile))
-			if err != nil || len(tokens) != 1 || p.token != tokens[0] {
-				t.Fatalf("exported token %q, tokens file %q (%v)", p.token, tokens, err)
+			if err != nil || len(tokens) != 1 || p.config.Token != tokens[0] {
+				t.Fatalf("the printed URL's token is not the tokens file's %q (%v)", tokens, err)
 			}
-			if strings.Count(out, p.token) != 1 {
-				t.Errorf("token printed %d times, want once:\n%s", strings.Count(out, p.token), out)
-			}
-			fromURL, err := broker.ParseURL(p.url)
-			if err != nil {
-				t.Fatalf("ParseURL(printed URL): %v", err)
+			if strings.Count(out, p.config.Token) != 1 {
+				t.Errorf("token printed %d times, want once:\n%s", strings.Count(out, p.config.Token), out)
 			}
 			want := net.JoinHostPort(tc.host, port)
-			if !slices.Equal(fromURL.Addrs, []string{want}) || !slices.Equal(p.config.Addrs, []string{want}) {
-				t.Errorf("printed addresses: URL %v, Config %v; want %s", fromURL.Addrs, p.config.Addrs, want)
-			}
-			if fromURL.Token != p.token || fromURL.TLS != p.config.TLS {
-				t.Errorf("URL and Config snippet disagree: URL TLS %+v, Config TLS %+v", fromURL.TLS, p.config.TLS)
+			if !slices.Equal(p.config.Addrs, []string{want}) {
+				t.Errorf("printed URL's addresses %v, want %s", p.config.Addrs, want)
 			}
 			if isTLS := slices.Contains(tc.args, "--tls"); isTLS != (p.config.TLS.Mode == broker.TLSCAFile) ||
 				isTLS && p.config.TLS.CAFile != filepath.Join(dir, initCACert) {
@@ -214,7 +189,6 @@ func TestInitSnippetWorks(t *testing.T) {
 			}
 			srv := startInProc(t, "serve", "--config", cfgPath, "--log-format", "json")
 			srv.stderr.waitJSON(t, "listening", srv.done)
-			lockOnce(t, fromURL)
 			lockOnce(t, p.config)
 			if got := strings.Contains(srv.stderr.String(), "without TLS"); got != tc.warn {
 				t.Errorf("serve warns about no TLS: %v, want %v", got, tc.warn)
@@ -290,6 +264,23 @@ func shExports(t *testing.T, out string, names ...string) map[string]string {
 		m[n] = vals[i]
 	}
 	return m
+}
+
+// clusterExports runs the export lines of init --cluster's out through
+// sh (TICKETING_URL and TICKETING_ADMIN_TOKEN, no others) and adds
+// TICKETING_TOKEN: the client token, as the printed URL carries it.
+func clusterExports(t *testing.T, out string) map[string]string {
+	t.Helper()
+	ex := shExports(t, out, "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	u, err := broker.ParseURL(ex["TICKETING_URL"])
+	if err != nil || u.Token == "" {
+		t.Fatalf("the printed TICKETING_URL gives token %v (%v): want the client token in it", u.Token != "", err)
+	}
+	if strings.Contains(out, "TICKETING_TOKEN") {
+		t.Errorf("init --cluster mentions TICKETING_TOKEN, which nothing reads:\n%s", out)
+	}
+	ex["TICKETING_TOKEN"] = u.Token
+	return ex
 }
 
 // readCert reads the one certificate of a PEM file.
@@ -369,7 +360,7 @@ func TestInitCluster(t *testing.T) {
 		}
 	}
 
-	ex := shExports(t, out, "TICKETING_TOKEN", "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
+	ex := clusterExports(t, out)
 	adminToken, err := os.ReadFile(filepath.Join(dir, initAdminTokenFile))
 	if err != nil {
 		t.Fatal(err)
@@ -409,6 +400,9 @@ func TestInitCluster(t *testing.T) {
 			t.Fatalf("%s: %v", id, err)
 		}
 		port := func(base int) string { return "127.0.0.1:" + strconv.Itoa(base+i) }
+		if o.NodeName != id {
+			t.Errorf("%s: node-name %q, want the node's ID: clients log the node they reached by it", id, o.NodeName)
+		}
 		if !o.Cluster || o.NodeID != id || o.Listen != port(16000) || o.Advertise != port(16000) || o.RaftListen != port(17000) ||
 			o.AdminListen != port(19000) || o.AdminToken != ex["TICKETING_ADMIN_TOKEN"] || o.DataDir != filepath.Join(nd, initDataDir) ||
 			o.TLSCert != filepath.Join(nd, initServerCert) || o.TLSKey != filepath.Join(nd, initServerKey) {
@@ -486,8 +480,8 @@ func TestInitCluster(t *testing.T) {
 			t.Errorf("init --add output lacks %q:\n%s", w, out)
 		}
 	}
-	if strings.Contains(out, ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(out, ex["TICKETING_TOKEN"]) {
-		t.Errorf("init --add printed a token:\n%s", out)
+	if strings.Contains(out, ex["TICKETING_ADMIN_TOKEN"]) || strings.Contains(out, ex["TICKETING_TOKEN"]) || strings.Contains(out, "TICKETING_TOKEN") {
+		t.Errorf("init --add printed a token, or TICKETING_TOKEN, which nothing reads:\n%s", out)
 	}
 	code, _, stderr = runCapture(t, "init", "--cluster", "--add", "--dir", dir, "--node", "n2=127.0.0.1")
 	if code != 2 || !strings.Contains(stderr, "has a node n2 already") {

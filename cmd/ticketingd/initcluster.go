@@ -484,6 +484,7 @@ func clusterNodeConfig(n clusterNodePlan, peers []string, adminToken, clusterID,
 	}
 	fmt.Fprintf(&c, "initial-cluster-state: %s\n", state)
 	fmt.Fprintf(&c, "node-id: %s\n", n.id)
+	fmt.Fprintf(&c, "node-name: %s   # sent to clients in HELLO_OK: their logs say node=%s\n", n.id, n.id)
 	fmt.Fprintf(&c, "raft-listen: %q\n", n.raft)
 	fmt.Fprintf(&c, "# raft-advertise: %q   # default raft-listen\n", n.raft)
 	fmt.Fprintf(&c, "advertise: %q\n", n.listen)
@@ -532,11 +533,10 @@ func printClusterGuide(w io.Writer, o *initOptions, plan clusterPlan, clientToke
 	}
 	fmt.Fprintf(w, "\nThe nodes find each other through their peers, elect a leader, and only the leader\n")
 	fmt.Fprintf(w, "serves; the others send clients to it. The client addresses: %s.\n\n", strings.Join(addrs, ", "))
-	fmt.Fprintf(w, "Give each client the token and every node's address (the token is shown once, here;\n")
-	fmt.Fprintf(w, "it is also in each node's %s):\n\n", initTokensFile)
+	fmt.Fprintf(w, "Give each client this URL: it carries every node's address, the client token and the\n")
+	fmt.Fprintf(w, "TLS settings (the token is shown once, here; it is also in each node's %s):\n\n", initTokensFile)
 	query := "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
-	fmt.Fprintf(w, "    export TICKETING_TOKEN='%s'\n", clientToken)
-	fmt.Fprintf(w, "    export TICKETING_URL=\"ticketing://${TICKETING_TOKEN}@%s%s\"\n\n", strings.Join(addrs, ","), query)
+	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://%s@%s%s'\n\n", clientToken, strings.Join(addrs, ","), query)
 	if !plan.loopback {
 		fmt.Fprintf(w, "A client on another machine needs a copy of %s and its path there in ca=.\n\n", caPath)
 	}
@@ -646,7 +646,8 @@ func printAddGuide(w io.Writer, o *initOptions, plan clusterPlan, b *bundle) {
 		addrs = append(addrs, n.listen)
 	}
 	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
-	fmt.Fprintf(w, "\n\nClients must list the new address too (the broker follows hints only to listed addresses; a removed node's address can go):\n\n")
-	fmt.Fprintf(w, "    export TICKETING_URL=\"ticketing://${TICKETING_TOKEN}@%s?ca=%s\"\n\n", strings.Join(addrs, ","),
+	fmt.Fprintf(w, "\n\nClients must list the new address too (the broker follows hints only to listed addresses; a removed node's address can go),\n")
+	fmt.Fprintf(w, "with TOKEN the client token of their URL now (it is in %s):\n\n", filepath.Join(dir, initTokensFile))
+	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://TOKEN@%s?ca=%s'\n\n", strings.Join(addrs, ","),
 		strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/"))
 }

@@ -65,9 +65,10 @@ and localhost. When every host is a loopback one (localhost, 127.0.0.1, ::1)
 the config listens on loopback only (127.0.0.1:PORT); otherwise on all
 interfaces (:PORT). --listen overrides that choice.
 
-init then prints how a client connects: the token as TICKETING_TOKEN and a
-TICKETING_URL (ticketing://TOKEN@HOST:PORT?ca=CA.PEM) for broker.ParseURL,
-using the first host other machines can reach. init refuses to overwrite an
+init then prints how a client connects: one TICKETING_URL
+(ticketing://TOKEN@HOST:PORT?ca=CA.PEM) for broker.ParseURL, which carries
+the address, the client token and the TLS settings, using the first host
+other machines can reach. init refuses to overwrite an
 existing deployment unless --force is given.
 
 With --cluster, init writes a bundle for a Raft cluster instead, one
@@ -79,7 +80,7 @@ Raft transport on HOST:--raft-port and its admin listener on
 127.0.0.1:--admin-port; nodes that share a host get the next ports (port+1,
 port+2, ...), so that a bundle of nodes all on 127.0.0.1 runs on one
 machine. init then prints how to start each node and the TICKETING_URL
-listing every node.`,
+listing every node, with the client token.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {
@@ -311,15 +312,15 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 
 	tokensPath := filepath.Join(dir, initTokensFile)
 	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
-	// The URL as broker.ParseURL reads it. The token is left to the shell
-	// (${TICKETING_TOKEN}) so that it is printed once; the CA path is
-	// query-escaped (which also makes it safe inside double quotes), keeping
-	// its slashes readable.
+	// The URL as broker.ParseURL reads it, with everything a client needs:
+	// the address, the token (base64url: nothing to escape) and the CA.
+	// The CA path is query-escaped, which also makes it safe inside single
+	// quotes, keeping its slashes readable.
 	query := ""
 	if o.TLS {
 		query = "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
 	}
-	clientURL := "ticketing://${TICKETING_TOKEN}@" + plan.client + query
+	clientURL := "ticketing://" + token + "@" + plan.client + query
 
 	w := stdout
 	fmt.Fprintf(w, "Wrote a ticketingd deployment to %s (%s).\n\n", dir, strings.Join(files, ", "))
@@ -332,14 +333,14 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	default:
 		fmt.Fprintf(w, "It listens on %s.\n\n", plan.listen)
 	}
-	fmt.Fprintf(w, "Give each client the token and the server address through its environment\n")
-	fmt.Fprintf(w, "(the token is shown once, here; it is also in %s):\n\n", tokensPath)
-	fmt.Fprintf(w, "    export TICKETING_TOKEN='%s'\n", token)
-	fmt.Fprintf(w, "    export TICKETING_URL=\"%s\"\n\n", clientURL)
+	fmt.Fprintf(w, "Give each client this URL through its environment: it carries the server address,\n")
+	fmt.Fprintf(w, "the client token and the TLS settings (the token is shown once, here; it is also\n")
+	fmt.Fprintf(w, "in %s):\n\n", tokensPath)
+	fmt.Fprintf(w, "    export TICKETING_URL='%s'\n\n", clientURL)
 	fmt.Fprintf(w, "The URL form is ticketing://[TOKEN@]HOST[:PORT][,HOST[:PORT]...][?ca=PATH|tls=system][&name=NAME];\n")
-	fmt.Fprintf(w, "keep it, like the token, out of code and repositories.")
+	fmt.Fprintf(w, "it holds the token: keep it out of code and repositories.")
 	if o.TLS {
-		fmt.Fprintf(w, " A client on another machine needs a copy of\n%s and its path there in ca=.", caPath)
+		fmt.Fprintf(w, "\nA client on another machine needs a copy of %s and its path there in ca=.", caPath)
 	}
 	fmt.Fprintf(w, "\n\nConnect from Go:\n\n")
 	fmt.Fprintf(w, "    cfg, err := broker.ParseURL(os.Getenv(\"TICKETING_URL\"))\n")
@@ -347,15 +348,7 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(w, "    b, err := broker.New(cfg)\n")
 	fmt.Fprintf(w, "    if err != nil {\n        return err\n    }\n")
 	fmt.Fprintf(w, "    defer b.Close()\n")
-	fmt.Fprintf(w, "    if err := b.WaitReady(ctx); err != nil { // sessions open in the background\n        return err\n    }\n\n")
-	fmt.Fprintf(w, "or, without the URL:\n\n")
-	fmt.Fprintf(w, "    b, err := broker.New(broker.Config{\n")
-	fmt.Fprintf(w, "        Addrs: []string{%q},\n", plan.client)
-	fmt.Fprintf(w, "        Token: os.Getenv(\"TICKETING_TOKEN\"),\n")
-	if o.TLS {
-		fmt.Fprintf(w, "        TLS:   broker.TLSConfig{Mode: broker.TLSCAFile, CAFile: %q},\n", caPath)
-	}
-	fmt.Fprintf(w, "    })\n")
+	fmt.Fprintf(w, "    if err := b.WaitReady(ctx); err != nil { // sessions open in the background\n        return err\n    }\n")
 	if o.TLS {
 		fmt.Fprintf(w, "\nThe server certificate is valid for: %s; clients must connect with one of\nthese names. Keep %s offline if you can: it signs certificates every client trusts.\n",
 			strings.Join(plan.hosts, ", "), filepath.Join(dir, initCAKey))

@@ -11,9 +11,8 @@
 //	DATABASE_URL     PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/shop (required)
 //	TICKETING_URL    the lock service, as broker.ParseURL reads it (default
 //	                 ticketing://127.0.0.1:5225), e.g. for a ticketingd init --tls
-//	                 deployment: ticketing://TOKEN@locks.internal:5225?ca=/etc/ticketing/ca.pem
-//	TICKETING_TOKEN  the client token, for keeping it out of the URL (optional;
-//	                 then the URL must have none)
+//	                 deployment: ticketing://TOKEN@locks.internal:5225?ca=/etc/ticketing/ca.pem;
+//	                 the URL carries the client token (TICKETING_TOKEN is not read)
 //	LISTEN_ADDR      HTTP listen address (default 127.0.0.1:8080)
 package main
 
@@ -124,19 +123,13 @@ func run(ctx context.Context, log *slog.Logger, getenv func(string) string, list
 // default, ticketing://127.0.0.1:5225, is a ticketingd serve on this
 // machine with no token and plain TCP; for a ticketingd init --tls
 // deployment it is ticketing://TOKEN@HOST:5225?ca=/etc/ticketing/ca.pem
-// (HOST one of the --host names, which the certificate covers). A token
-// kept apart from the URL (a secret store) comes from TICKETING_TOKEN.
-// name is the client name sent to the server, unless the URL has name=.
+// (HOST one of the --host names, which the certificate covers), the URL
+// that ticketingd init prints. The URL is the one setting: the token is in
+// it, never in a variable of its own. name is the client name sent to the server, unless the URL has name=.
 func lockConfig(getenv func(string) string, name string) (broker.Config, error) {
 	cfg, err := broker.ParseURL(cmp.Or(getenv("TICKETING_URL"), "ticketing://127.0.0.1:5225")) // its errors never contain the token
 	if err != nil {
 		return cfg, fmt.Errorf("TICKETING_URL: %w", err)
-	}
-	if tok := getenv("TICKETING_TOKEN"); tok != "" {
-		if cfg.Token != "" {
-			return cfg, errors.New("TICKETING_TOKEN is set and TICKETING_URL has a token too: give it once")
-		}
-		cfg.Token = tok
 	}
 	if cfg.Name == "" {
 		cfg.Name = name

@@ -474,3 +474,21 @@ func TestSetUpIncompatibleTable(t *testing.T) {
 		t.Fatal("setUp succeeded on a second try")
 	}
 }
+
+// TestLockConfig: TICKETING_URL is the one setting, the token included; a
+// TICKETING_TOKEN in the environment (which earlier versions of
+// ticketingd init printed) is not read.
+func TestLockConfig(t *testing.T) {
+	cfg, err := lockConfig(envOf(nil), "httpapi")
+	if err != nil || len(cfg.Addrs) != 1 || cfg.Addrs[0] != "127.0.0.1:5225" || cfg.Token != "" || cfg.Name != "httpapi" {
+		t.Errorf("default: %+v, %v", cfg, err)
+	}
+	cfg, err = lockConfig(envOf(map[string]string{"TICKETING_URL": "ticketing://tok@a?ca=/etc/ticketing/ca.pem", "TICKETING_TOKEN": "other"}), "httpapi")
+	if err != nil || cfg.Token != "tok" || cfg.TLS.Mode != broker.TLSCAFile {
+		t.Errorf("URL with a token and TICKETING_TOKEN: token %q, %+v, %v; want the URL's, TICKETING_TOKEN unread", cfg.Token, cfg.TLS, err)
+	}
+	cfg, err = lockConfig(envOf(map[string]string{"TICKETING_URL": "ticketing://a", "TICKETING_TOKEN": "other"}), "httpapi")
+	if err != nil || cfg.Token != "" {
+		t.Errorf("URL without a token and TICKETING_TOKEN: token %q, %v; want none, TICKETING_TOKEN unread", cfg.Token, err)
+	}
+}

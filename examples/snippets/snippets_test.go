@@ -26,7 +26,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // tour is the README's first block, "broker: acquire and release".
 func tour(ctx context.Context) error {
 	// snippet: README.md "### broker: acquire and release"
-	// TICKETING_URL: ticketing://TOKEN@10.0.0.5:5225?ca=/etc/ticketing/ca.pem (addresses, token, TLS)
+	// TICKETING_URL, as ticketingd init prints it, carries everything (addresses, token, TLS):
+	// ticketing://TOKEN@10.0.0.5:5225?ca=/etc/ticketing/ca.pem
 	cfg, err := broker.ParseURL(os.Getenv("TICKETING_URL"))
 	if err != nil {
 		return err

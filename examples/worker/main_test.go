@@ -383,23 +383,27 @@ func TestRunRefused(t *testing.T) {
 	}
 }
 
-// TestLockConfig: TICKETING_URL and TICKETING_TOKEN.
+// TestLockConfig: TICKETING_URL is the one setting, the token included;
+// a TICKETING_TOKEN in the environment (which earlier versions of init
+// printed) is not read, beside a URL with a token or without one.
 func TestLockConfig(t *testing.T) {
 	cfg, err := lockConfig(envOf(nil), "worker")
 	if err != nil || len(cfg.Addrs) != 1 || cfg.Addrs[0] != "127.0.0.1:5225" || cfg.Token != "" || cfg.TLS.Mode != broker.TLSOff || cfg.Name != "worker" {
 		t.Errorf("default: %+v, %v", cfg, err)
 	}
 	cfg, err = lockConfig(envOf(map[string]string{
-		"TICKETING_URL":   "ticketing://a:5225,b:5225?ca=/etc/ticketing/ca.pem&name=w1",
-		"TICKETING_TOKEN": "tok",
+		"TICKETING_URL": "ticketing://tok@a:5225,b:5225?ca=/etc/ticketing/ca.pem&name=w1",
 	}), "worker")
 	if err != nil || len(cfg.Addrs) != 2 || cfg.Token != "tok" || cfg.TLS.Mode != broker.TLSCAFile || cfg.Name != "w1" {
-		t.Errorf("URL and token: %+v, %v", cfg, err)
+		t.Errorf("URL with a token: %+v, %v", cfg, err)
 	}
-	if _, err := lockConfig(envOf(map[string]string{
-		"TICKETING_URL": "ticketing://tok@a", "TICKETING_TOKEN": "tok",
-	}), "worker"); err == nil {
-		t.Error("a token in both: no error")
+	cfg, err = lockConfig(envOf(map[string]string{"TICKETING_URL": "ticketing://tok@a", "TICKETING_TOKEN": "other"}), "worker")
+	if err != nil || cfg.Token != "tok" {
+		t.Errorf("URL with a token and TICKETING_TOKEN: token %q, %v; want the URL's, TICKETING_TOKEN unread", cfg.Token, err)
+	}
+	cfg, err = lockConfig(envOf(map[string]string{"TICKETING_URL": "ticketing://a", "TICKETING_TOKEN": "other"}), "worker")
+	if err != nil || cfg.Token != "" {
+		t.Errorf("URL without a token and TICKETING_TOKEN: token %q, %v; want none, TICKETING_TOKEN unread", cfg.Token, err)
 	}
 	if _, err := lockConfig(envOf(map[string]string{"TICKETING_URL": "127.0.0.1:5225"}), "worker"); !errors.Is(err, broker.ErrInvalidConfig) {
 		t.Errorf("not a URL: %v, want ErrInvalidConfig", err)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -18,11 +20,97 @@ const levelTrace = slog.LevelDebug - 4
 // l. The handler of l decides which levels are written: SetLevel is a
 // no-op. Named loggers add a "logger" attribute with the dotted name. A nil l
 // discards everything.
+//
+// Raft's lines about a peer it cannot reach, which it logs on every
+// attempt (a leader with a dead peer: "failed to appendEntries to" and
+// "failed to heartbeat to", several a second), are rate-limited per
+// message and peer: one line per RepeatEvery, with "suppressed", the
+// number of lines like it not written since the previous one (0 on the
+// first). The logger and the loggers derived from it (Named, With) share
+// the limit.
 func HCLogger(l *slog.Logger) hclog.Logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return newHCAdapter(l, "", nil)
+	return newHCAdapter(l, "", nil, newRepeatLimiter(time.Now))
+}
+
+// RepeatEvery is how often HCLogger writes a rate-limited line for one
+// peer (see HCLogger).
+const RepeatEvery = 30 * time.Second
+
+// limitedMsgs are raft's messages that repeat for every attempt at an
+// unreachable peer, with the argument that names the peer.
+var limitedMsgs = map[string]string{
+	"failed to appendEntries to":              "peer",
+	"failed to heartbeat to":                  "peer",
+	"failed to start pipeline replication to": "peer",
+	"failed to pipeline appendEntries":        "peer",
+	"failed to make requestVote RPC":          "target",
+	"failed to contact":                       "server-id",
+}
+
+// repeatLimiter counts the lines of limitedMsgs per message and peer.
+type repeatLimiter struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[string]*repeatState // message + "\x00" + peer
+}
+
+type repeatState struct {
+	last       time.Time // the latest line written
+	suppressed int       // lines not written since
+}
+
+func newRepeatLimiter(now func() time.Time) *repeatLimiter {
+	return &repeatLimiter{now: now, m: map[string]*repeatState{}}
+}
+
+// allow reports whether a line of key is written now and, if so, how many
+// were suppressed since the previous one.
+func (l *repeatLimiter) allow(key string) (bool, int) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.m[key]
+	if st == nil {
+		if len(l.m) >= maxRepeatKeys { // peers come and go: forget the quiet ones
+			for k, v := range l.m {
+				if now.Sub(v.last) >= RepeatEvery {
+					delete(l.m, k)
+				}
+			}
+		}
+		if len(l.m) >= maxRepeatKeys {
+			return true, 0 // too many at once: write rather than lose count
+		}
+		l.m[key] = &repeatState{last: now}
+		return true, 0
+	}
+	if now.Sub(st.last) < RepeatEvery {
+		st.suppressed++
+		return false, 0
+	}
+	n := st.suppressed
+	st.last, st.suppressed = now, 0
+	return true, n
+}
+
+// maxRepeatKeys bounds the limiter's table.
+const maxRepeatKeys = 1024
+
+// limitKey is the limiter's key of a line, or "" if it is not limited.
+func limitKey(msg string, args []any) string {
+	name, ok := limitedMsgs[msg]
+	if !ok {
+		return ""
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == name {
+			return msg + "\x00" + fmt.Sprint(args[i+1])
+		}
+	}
+	return msg + "\x00"
 }
 
 // hcAdapter writes to out: base with the attribute "logger" (the name, if
@@ -32,9 +120,10 @@ type hcAdapter struct {
 	out     *slog.Logger
 	name    string
 	implied []any
+	limit   *repeatLimiter
 }
 
-func newHCAdapter(base *slog.Logger, name string, implied []any) *hcAdapter {
+func newHCAdapter(base *slog.Logger, name string, implied []any, limit *repeatLimiter) *hcAdapter {
 	out := base
 	if name != "" {
 		out = out.With("logger", name)
@@ -42,7 +131,7 @@ func newHCAdapter(base *slog.Logger, name string, implied []any) *hcAdapter {
 	if len(implied) > 0 {
 		out = out.With(implied...)
 	}
-	return &hcAdapter{base: base, out: out, name: name, implied: implied}
+	return &hcAdapter{base: base, out: out, name: name, implied: implied, limit: limit}
 }
 
 func slogLevel(level hclog.Level) slog.Level {
@@ -63,6 +152,17 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
+	lvl := slogLevel(level)
+	if !a.out.Enabled(context.Background(), lvl) {
+		return
+	}
+	if key := limitKey(msg, args); key != "" {
+		ok, n := a.limit.allow(key)
+		if !ok {
+			return
+		}
+		args = append(args[:len(args):len(args)], "suppressed", n)
+	}
 	for i, v := range args {
 		// hclog.Fmt values ("servers", hclog.Fmt("%+v", ...)) are a format
 		// and its arguments: render them as hclog would.
@@ -72,7 +172,7 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 			}
 		}
 	}
-	a.out.Log(context.Background(), slogLevel(level), msg, args...)
+	a.out.Log(context.Background(), lvl, msg, args...)
 }
 
 func (a *hcAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
@@ -91,7 +191,7 @@ func (a *hcAdapter) IsError() bool             { return a.enabled(slog.LevelErro
 func (a *hcAdapter) ImpliedArgs() []any { return a.implied }
 
 func (a *hcAdapter) With(args ...any) hclog.Logger {
-	return newHCAdapter(a.base, a.name, append(a.implied[:len(a.implied):len(a.implied)], args...))
+	return newHCAdapter(a.base, a.name, append(a.implied[:len(a.implied):len(a.implied)], args...), a.limit)
 }
 
 func (a *hcAdapter) Name() string { return a.name }
@@ -105,7 +205,7 @@ func (a *hcAdapter) Named(name string) hclog.Logger {
 
 // ResetNamed keeps the implied arguments.
 func (a *hcAdapter) ResetNamed(name string) hclog.Logger {
-	return newHCAdapter(a.base, name, a.implied)
+	return newHCAdapter(a.base, name, a.implied, a.limit)
 }
 
 // SetLevel is a no-op: the slog handler decides.

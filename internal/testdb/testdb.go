@@ -28,6 +28,15 @@
 // [MySQLFrom] take [Options] to force one source (the container tests
 // use [FromImage] even when a DSN is set).
 //
+// The container sources live in package internal/testdb/containerdb,
+// which registers them here ([RegisterContainers]) when a test binary
+// imports it: this package does not import testcontainers, so that the
+// tests of a package that imports only it (the migrations' tests) do not
+// put testcontainers, docker and otel into the go.sum of every module
+// that imports that package. In a test binary without containerdb the
+// container sources are unavailable: [Auto] uses the live server or
+// skips.
+//
 // For containers on a machine without Ryuk or with Docker inside a
 // container, the usual testcontainers-go variables apply
 // (TESTCONTAINERS_RYUK_DISABLED, TESTCONTAINERS_HOST_OVERRIDE); see
@@ -41,6 +50,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -153,18 +163,36 @@ func MySQL(tb testing.TB) string {
 	return MySQLFrom(tb, Options{}).DSN
 }
 
-// PostgresContainer is PostgresFrom(tb, Options{Source: FromImage}): a
-// container from the image named by EnvPostgresImage, even when
-// EnvPostgres is set.
-func PostgresContainer(tb testing.TB) Database {
-	tb.Helper()
-	return PostgresFrom(tb, Options{Source: FromImage})
+// Containers starts database containers: the container sources, which
+// package internal/testdb/containerdb registers.
+type Containers struct {
+	// Healthy reports whether a Docker engine answers.
+	Healthy func() error
+	// EnsureImage pulls image unless it is present locally.
+	EnsureImage func(tb testing.TB, image string) error
+	// StartPostgres and StartMySQL start a container of image, on the
+	// host network if hostNetwork, and return the DSN of its database and
+	// how long it took to become ready. They remove it when tb ends.
+	StartPostgres, StartMySQL func(tb testing.TB, image string, hostNetwork bool) (dsn string, ready time.Duration)
 }
 
-// MySQLContainer is MySQLFrom(tb, Options{Source: FromImage}).
-func MySQLContainer(tb testing.TB) Database {
-	tb.Helper()
-	return MySQLFrom(tb, Options{Source: FromImage})
+// containers is the registered container source, or nil.
+var containers *Containers
+
+// RegisterContainers makes c the container source (of FromImage and
+// FromOfficialImage, and Auto's fallback). Package containerdb calls it
+// from its init.
+func RegisterContainers(c Containers) { containers = &c }
+
+// noContainers is why the container sources are unavailable in a test
+// binary without package containerdb.
+var noContainers = errors.New("this test binary has no container source (its package's tests do not import internal/testdb/containerdb)")
+
+func dockerHealthy() error {
+	if containers == nil {
+		return noContainers
+	}
+	return containers.Healthy()
 }
 
 // PostgresFrom returns a fresh PostgreSQL database from the source opts
@@ -182,17 +210,20 @@ func MySQLFrom(tb testing.TB, opts Options) Database {
 }
 
 type kind struct {
-	name           string
-	envDSN         string
-	envImage       string
-	official       string
-	fromDSN        func(tb testing.TB, base string) string
-	startContainer func(tb testing.TB, image string, hostNetwork bool) (dsn string, ready time.Duration)
+	name     string
+	envDSN   string
+	envImage string
+	official string
+	fromDSN  func(tb testing.TB, base string) string
+	// start is the container source's start function.
+	start func(c *Containers) func(tb testing.TB, image string, hostNetwork bool) (dsn string, ready time.Duration)
 }
 
 var (
-	postgresKind = kind{"postgres", EnvPostgres, EnvPostgresImage, OfficialPostgresImage, postgresFromDSN, startPostgres}
-	mysqlKind    = kind{"mysql", EnvMySQL, EnvMySQLImage, OfficialMySQLImage, mysqlFromDSN, startMySQL}
+	postgresKind = kind{"postgres", EnvPostgres, EnvPostgresImage, OfficialPostgresImage, postgresFromDSN,
+		func(c *Containers) func(testing.TB, string, bool) (string, time.Duration) { return c.StartPostgres }}
+	mysqlKind = kind{"mysql", EnvMySQL, EnvMySQLImage, OfficialMySQLImage, mysqlFromDSN,
+		func(c *Containers) func(testing.TB, string, bool) (string, time.Duration) { return c.StartMySQL }}
 )
 
 func from(tb testing.TB, opts Options, k kind) Database {
@@ -204,7 +235,7 @@ func from(tb testing.TB, opts Options, k kind) Database {
 		if err := dockerHealthy(); err != nil {
 			unavailable(tb, "no Docker engine answers for the %s container source (%s): %v", k.name, image, err)
 		}
-		d, ready := k.startContainer(tb, image, hostNet)
+		d, ready := k.start(containers)(tb, image, hostNet)
 		return Database{DSN: d, Source: src, Image: image, Ready: ready}
 	}
 	// The official image is pulled if missing; where no registry can be
@@ -214,7 +245,7 @@ func from(tb testing.TB, opts Options, k kind) Database {
 		if err := dockerHealthy(); err != nil {
 			unavailable(tb, "no Docker engine answers for the %s container source (%s): %v", k.name, k.official, err)
 		}
-		if err := ensureImage(tb, k.official); err != nil {
+		if err := containers.EnsureImage(tb, k.official); err != nil {
 			unavailable(tb, "no %s database: %s and %s are not set, and the official image %s cannot be pulled: %v",
 				k.name, k.envDSN, k.envImage, k.official, err)
 		}
@@ -237,8 +268,10 @@ func from(tb testing.TB, opts Options, k kind) Database {
 		switch {
 		case dsn != "":
 			return Database{DSN: k.fromDSN(tb, dsn), Source: FromDSN}
-		case image != "":
+		case image != "" && containers != nil:
 			return container(FromImage, image)
+		case containers == nil:
+			unavailable(tb, "no %s database: set %s (a live server; this package's tests use no containers)", k.name, k.envDSN)
 		}
 		if err := dockerHealthy(); err != nil {
 			unavailable(tb, "no %s database: set %s (a live server) or %s (an image), or start a Docker engine (%v)",

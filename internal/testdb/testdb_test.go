@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -86,7 +87,6 @@ func TestUnavailable(t *testing.T) {
 		name string
 		f    func(testing.TB)
 	}{
-		{"postgres image", func(tb testing.TB) { testdb.PostgresContainer(tb) }},
 		{"mysql dsn", func(tb testing.TB) { testdb.MySQLFrom(tb, testdb.Options{Source: testdb.FromDSN}) }},
 	} {
 		t.Setenv("CI", "")
@@ -98,6 +98,31 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.skipped, f.failed, f.msg)
 		} else {
 			t.Logf("%s, CI=true: %s", tc.name, f.msg)
+		}
+	}
+}
+
+// TestNoContainerSource: in a test binary that does not import
+// internal/testdb/containerdb (this one), the container sources are
+// unavailable, whatever the environment says: a forced one, and Auto
+// without a DSN, skip saying what to set, or fail when CI=true.
+func TestNoContainerSource(t *testing.T) {
+	t.Setenv(testdb.EnvPostgres, "")
+	t.Setenv(testdb.EnvPostgresImage, "ticketing-test/postgres:15")
+	for _, tc := range []struct {
+		name, want string
+		f          func(testing.TB)
+	}{
+		{"image", "internal/testdb/containerdb", func(tb testing.TB) { testdb.PostgresFrom(tb, testdb.Options{Source: testdb.FromImage}) }},
+		{"auto", "set " + testdb.EnvPostgres, func(tb testing.TB) { testdb.Postgres(tb) }},
+	} {
+		t.Setenv("CI", "")
+		if f := runFake(t, tc.f); !f.skipped || f.failed || !strings.Contains(f.msg, tc.want) {
+			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip saying %q", tc.name, f.skipped, f.failed, f.msg, tc.want)
+		}
+		t.Setenv("CI", "true")
+		if f := runFake(t, tc.f); !f.failed {
+			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.skipped, f.failed, f.msg)
 		}
 	}
 }

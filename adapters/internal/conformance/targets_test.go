@@ -19,6 +19,7 @@ import (
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
+	_ "github.com/ticketing-dev/ticketing/internal/testdb/containerdb" // testdb's container sources: Auto falls back to them
 	"github.com/ticketing-dev/ticketing/migrations"
 )
 

@@ -1,4 +1,13 @@
-package testdb
+// Package containerdb is the container source of package testdb
+// (testdb.FromImage, testdb.FromOfficialImage): PostgreSQL and
+// MySQL/MariaDB servers started with testcontainers-go. A test binary that
+// imports it (for PostgresContainer and MySQLContainer, or with a blank
+// import for testdb's Auto source to fall back to containers) registers
+// it with testdb; testdb itself does not import testcontainers, docker or
+// otel, so that the tests of packages that only need a live server
+// (migrations, say) do not make every module importing them list those
+// modules in its go.sum.
+package containerdb
 
 import (
 	"context"
@@ -19,7 +28,33 @@ import (
 	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/ticketing-dev/ticketing/internal/testdb"
 )
+
+func init() {
+	testdb.RegisterContainers(testdb.Containers{
+		Healthy:       dockerHealthy,
+		EnsureImage:   ensureImage,
+		StartPostgres: startPostgres,
+		StartMySQL:    startMySQL,
+	})
+}
+
+// PostgresContainer is testdb.PostgresFrom(tb, testdb.Options{Source:
+// testdb.FromImage}): a container from the image named by
+// testdb.EnvPostgresImage, even when testdb.EnvPostgres is set.
+func PostgresContainer(tb testing.TB) testdb.Database {
+	tb.Helper()
+	return testdb.PostgresFrom(tb, testdb.Options{Source: testdb.FromImage})
+}
+
+// MySQLContainer is testdb.MySQLFrom(tb, testdb.Options{Source:
+// testdb.FromImage}).
+func MySQLContainer(tb testing.TB) testdb.Database {
+	tb.Helper()
+	return testdb.MySQLFrom(tb, testdb.Options{Source: testdb.FromImage})
+}
 
 // The container sources. Each call starts one container (a fresh server
 // with one database) and terminates it in tb.Cleanup. Nothing here pulls

@@ -3,6 +3,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -69,14 +70,23 @@ func TestClusterFollowerDiskFull(t *testing.T) {
 			n.stop(t, false)
 		}
 	})
-	for _, n := range nodes {
-		n.cfg.Cluster.Peers = peers
+	// a and b form the cluster and elect the leader; c starts as a node
+	// that joins an existing cluster (it never bootstraps) and is added as
+	// a voter, so that it must catch up on its small disk.
+	for _, n := range nodes[:2] {
+		n.cfg.Cluster.Peers = peers[:2]
 	}
-	// a and b elect the leader; c joins as a follower.
+	f.cfg.Cluster.Join = true
 	nodes[0].start(t)
 	nodes[1].start(t)
 	l := nodes[diskLeader(t, nodes[:2])]
 	f.start(t)
+	addCtx, addCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := l.s.AddVoter(addCtx, "c", peers[2].Address); err != nil {
+		addCancel()
+		t.Fatalf("AddVoter(c): %v", err)
+	}
+	addCancel()
 
 	lastIndex := func(n *diskNode) uint64 {
 		st, err := n.s.ClusterStatus()

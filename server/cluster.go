@@ -29,7 +29,7 @@ import (
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
-// the configured floor and records its client address (one entry, waited
+// the configured floor (in a new cluster, at least ClockStart) and records its client address (one entry, waited
 // for), restarts every lease at its full lease_s plus one election timeout,
 // and only then takes RoleLeader and serves. When it loses leadership its
 // scheduler stops (waiters are dropped, proposals in flight are forgotten)
@@ -473,8 +473,8 @@ func (cl *cluster) takeOver() {
 	rand.Read(b[:])
 	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
 	cmds, n := appendStint(nil, stint), 1
-	if cl.fsm.floor > cl.fsm.last.Load() {
-		cmds, n = appendFloor(cmds, cl.fsm.floor), n+1
+	if fl := cl.fsm.takeoverFloor(); fl > cl.fsm.last.Load() {
+		cmds, n = appendFloor(cmds, fl), n+1
 	}
 	if cl.fsm.advertised(cl.cfg.NodeID) != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1

@@ -99,3 +99,12 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 	}
 	return t.Transport.InstallSnapshot(id, target, args, resp, data)
 }
+
+// SetWallMicros makes ClockStart read f instead of the wall clock (in
+// microseconds since 1970); the returned func restores the real clock.
+// Only for tests that do not run in parallel.
+func SetWallMicros(f func() int64) (restore func()) {
+	old := wallMicros
+	wallMicros = f
+	return func() { wallMicros = old }
+}

@@ -108,3 +108,8 @@ func SetWallMicros(f func() int64) (restore func()) {
 	wallMicros = f
 	return func() { wallMicros = old }
 }
+
+// UseTransport makes cc use n's in-memory transport only: the node keeps
+// its Raft log, stable store and snapshots on disk in its DataDir, as a
+// real node does.
+func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }

@@ -65,6 +65,7 @@ type cluster struct {
 	seq     uint64
 	keys    map[string]*ckey
 	pending map[uint64]*proposal
+	leases  leaseSchedule // the held keys' lease ends (cluster_leases.go)
 
 	// The proposer's queue: commands encoded for the next entry.
 	pmu    sync.Mutex
@@ -92,7 +93,7 @@ type ckey struct {
 	ownedOnly bool
 	token     uint64 // 0 while the grant that made it held is not applied yet
 	leaseEnd  int64
-	timer     timer      // lease end, while held with a known token
+	hidx      int32      // position in cl.leases (1-based), while held with a known token; 0: not scheduled
 	q         *waitQueue // waiters (q.timer unused)
 	retries   []*waiter  // ACQUIREs of the owner while its grant is pending
 	// freeing is the proposed Free of the holding just ended (until it
@@ -527,10 +528,8 @@ func (cl *cluster) stopScheduler() {
 	cl.mu.Lock()
 	was := cl.active
 	cl.active = false
+	cl.stopLeases()
 	for _, ck := range cl.keys {
-		if ck.timer != nil {
-			ck.timer.Stop()
-		}
 		if ck.q != nil {
 			for w := ck.q.head; w != nil; w = w.next {
 				w.done = true
@@ -756,38 +755,12 @@ func (cl *cluster) resync(ck *ckey, now int64) {
 	}
 }
 
-// armLease (re)starts ck's lease timer for ck.leaseEnd.
-func (cl *cluster) armLease(ck *ckey, now int64) {
-	if ck.timer != nil {
-		ck.timer.Stop()
-	}
-	tok, stint := ck.token, cl.stint
-	ck.timer = cl.s.afterFunc(time.Duration(ck.leaseEnd-now), func() { cl.leaseTimer(ck, tok, stint) })
-}
-
-func (cl *cluster) leaseTimer(ck *ckey, tok, stint uint64) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if !cl.active || cl.stint != stint || !ck.held || ck.token != tok || cl.keys[ck.key] != ck {
-		return
-	}
-	now := cl.s.now()
-	if now < ck.leaseEnd {
-		cl.armLease(ck, now)
-		return
-	}
-	cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
-}
-
 // freeLocked proposes the end of ck's holding (a release by rc, or an
 // expiry), with the grant to the oldest live waiter whose wait has not run
 // out, if any, in the same command.
 func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) *proposal {
 	s := cl.s
-	if ck.timer != nil {
-		ck.timer.Stop()
-		ck.timer = nil
-	}
+	cl.unarmLease(ck)
 	var next *waiter
 	if q := ck.q; q != nil {
 		for q.head != nil {

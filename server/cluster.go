@@ -29,9 +29,10 @@ import (
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
-// the configured floor (in a new cluster, at least ClockStart) and records its client address (one entry, waited
-// for), restarts every lease at its full lease_s plus one election timeout,
-// and only then takes RoleLeader and serves. When it loses leadership its
+// the configured floor (in a new cluster, at least ClockStart) and records
+// its client address (one entry, waited for), restarts every lease at its
+// full lease_s plus one election timeout, and only then takes RoleLeader
+// and serves. When it loses leadership its
 // scheduler stops (waiters are dropped, proposals in flight are forgotten)
 // and every session gets M and closes: callers see Indeterminate for what
 // was in flight, and retry on the new leader.
@@ -752,6 +753,8 @@ func (cl *cluster) resync(ck *ckey, now int64) {
 	if held {
 		ck.leaseEnd = now + int64(ck.lease)*secondNs
 		cl.armLease(ck, now)
+	} else {
+		cl.unarmLease(ck)
 	}
 }
 

@@ -80,15 +80,34 @@ type StaleError struct {
 	HighWater uint64
 }
 
+// ReinstallGap is how far below the high-water a stale token must be for
+// StaleError's message to say that the lock service was probably
+// reinstalled: 2^32 (about 4.3 billion). Within one installation a
+// rejected token is normally a few grants behind the high-water, since
+// one counter serves all keys; a gap of 2^32 would take an hour of grants
+// at a million per second while the stale holder was stalled. A lock
+// service started again with a new token store (a new data dir, a new
+// cluster) from a version, or a clock, that starts tokens low, issues
+// tokens far below what the database has accepted: every fenced write is
+// then refused.
+const ReinstallGap = 1 << 32
+
 // Error implements error. When HighWater equals Token, the write that
 // raised the high-water to it was made with this very token: tokens are
 // never issued twice, so this ticket already wrote (a ticket fences one
-// transaction per resource), and the message says so.
+// transaction per resource), and the message says so. When the token is
+// more than ReinstallGap below the high-water, the message also says that
+// the lock service was probably reinstalled and how to continue.
 func (e *StaleError) Error() string {
 	if e.Token == e.HighWater {
 		return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d): this ticket already wrote to it, its token is the high-water; a ticket fences one write per resource: acquire a new one for the next", e.Token, e.Resource, e.HighWater)
 	}
-	return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
+	msg := fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
+	if e.HighWater > e.Token && e.HighWater-e.Token > ReinstallGap {
+		msg += fmt.Sprintf(": the token is far below the high-water (by more than 2^32), so the lock service was probably reinstalled or its token store replaced, and issues tokens below those this database accepted; every fenced write will be refused until it issues tokens above the high-water. "+
+			"To continue, restart the lock service (every node of a cluster) with --initial-token N, N at least the highest high_water in the fence table (here at least %d): its tokens then continue above N", e.HighWater)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrStale) true.

@@ -97,6 +97,22 @@ func TestErrors(t *testing.T) {
 	if got := again.Error(); !strings.Contains(got, "stale token 20") || !strings.Contains(got, "this ticket already wrote") {
 		t.Errorf("Error() = %q, want it to say that this ticket already wrote", got)
 	}
+	// A token far below the high-water: the message says why (a
+	// reinstalled lock service, most likely) and what to do; a gap of
+	// exactly ReinstallGap is still an ordinary stale token.
+	hw := uint64(1_796_000_000_000_000) // a lock service started from the clock in µs
+	if got := (&fence.StaleError{Resource: "r", Token: hw - fence.ReinstallGap, HighWater: hw}).Error(); strings.Contains(got, "reinstalled") {
+		t.Errorf("a gap of ReinstallGap: %q, want no reinstall hint", got)
+	}
+	far := (&fence.StaleError{Resource: "r", Token: 2, HighWater: hw}).Error()
+	for _, want := range []string{"fence: stale token 2 for resource \"r\" (high-water 1796000000000000)", "far below the high-water", "probably reinstalled", "--initial-token", "at least 1796000000000000"} {
+		if !strings.Contains(far, want) {
+			t.Errorf("far below: %q does not say %q", far, want)
+		}
+	}
+	if got := (&fence.StaleError{Resource: "r", Token: hw - fence.ReinstallGap - 1, HighWater: hw}).Error(); !strings.Contains(got, "reinstalled") {
+		t.Errorf("a gap of ReinstallGap+1: %q, want the reinstall hint", got)
+	}
 	relErr := errors.New("release: N")
 	committed := &fence.ReleaseError{Err: relErr}
 	if !fence.Committed(committed) || !errors.Is(committed, fence.ErrRelease) || !errors.Is(committed, relErr) {

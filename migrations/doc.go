@@ -6,6 +6,14 @@
 //
 // The dialect is fence.Dialect, the same type and values that package
 // sqlfence takes (Dialect and the constants here are aliases of fence's).
+// Up and Down check it against the database before running anything: a
+// dialect that does not match (known from db's database/sql driver —
+// pgx, lib/pq, go-sql-driver/mysql, modernc.org/sqlite, mattn/go-sqlite3
+// and a few others — or, for a driver they do not know, from the server's
+// answer to sqlite_version() or version()) fails at once with
+// ErrDialectMismatch, and an invalid one with fence.ErrDialect; both
+// errors name the dialect passed, the database found and the dialect to
+// pass.
 // With pgx, without database/sql, use package
 // github.com/ticketing-dev/ticketing/migrations/pgxmigrations:
 //

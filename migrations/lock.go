@@ -3,7 +3,9 @@ package migrations
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3/lock"
@@ -82,7 +84,9 @@ func (mysqlLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
 
 // sqliteLocker has no server to wait in: it claims a row in a lock table,
 // polling. A row older than sqliteStale (left by a crashed process) is
-// taken over.
+// taken over. Only SQLite's "busy" and "locked" errors (another
+// connection is writing) are retried; any other error, such as the syntax
+// error of a database that is not SQLite, is returned at once.
 type sqliteLocker struct{}
 
 func (sqliteLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
@@ -93,6 +97,9 @@ func (sqliteLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 			return nil
 		}
 		if err != nil {
+			if !sqliteBusy(err) {
+				return fmt.Errorf("migrations: lock: %w", err)
+			}
 			last = err
 		}
 		select {
@@ -104,6 +111,25 @@ func (sqliteLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// sqliteBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED (primary
+// codes 5 and 6), through the driver's Code method (modernc.org/sqlite,
+// and the extended codes of others) or the standard message.
+func sqliteBusy(err error) bool {
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		if code := c.Code() & 0xff; code == 5 || code == 6 {
+			return true
+		}
+	}
+	msg := err.Error()
+	for _, s := range []string{"SQLITE_BUSY", "SQLITE_LOCKED", "database is locked", "database table is locked"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func sqliteTryLock(ctx context.Context, conn *sql.Conn) (bool, error) {

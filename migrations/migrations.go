@@ -68,9 +68,9 @@ func gooseDialect(d fence.Dialect) (goose.Dialect, error) {
 	return "", fmt.Errorf("%w: %v", fence.ErrDialect, d)
 }
 
-func provider(db *sql.DB, d fence.Dialect) (*goose.Provider, error) {
-	if db == nil {
-		return nil, errors.New("migrations: nil db")
+func provider(ctx context.Context, db *sql.DB, d fence.Dialect) (*goose.Provider, error) {
+	if err := checkDialect(ctx, db, d); err != nil {
+		return nil, err
 	}
 	gd, err := gooseDialect(d)
 	if err != nil {
@@ -96,8 +96,14 @@ func provider(db *sql.DB, d fence.Dialect) (*goose.Provider, error) {
 // running Up again is a no-op. Concurrent Up/Down calls, from any number
 // of processes, are serialised by a database lock (see the package
 // documentation).
+//
+// Before anything is run, Up and Down check d against db: an invalid d
+// returns an error matching fence.ErrDialect, and a d that does not match
+// the database (known from db's database/sql driver, or for a driver this
+// package does not know, from the server's answer to sqlite_version() or
+// version()) returns ErrDialectMismatch; both name d and the database.
 func Up(ctx context.Context, db *sql.DB, d fence.Dialect) error {
-	p, err := provider(db, d)
+	p, err := provider(ctx, db, d)
 	if err != nil {
 		return err
 	}
@@ -114,7 +120,7 @@ func Up(ctx context.Context, db *sql.DB, d fence.Dialect) error {
 // fence.DefaultTable and all its high-water marks. The version table and,
 // on SQLite, the lock table stay. Down is a no-op if nothing is applied.
 func Down(ctx context.Context, db *sql.DB, d fence.Dialect) error {
-	p, err := provider(db, d)
+	p, err := provider(ctx, db, d)
 	if err != nil {
 		return err
 	}

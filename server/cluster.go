@@ -29,9 +29,10 @@ import (
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
-// the configured floor and records its client address (one entry, waited
-// for), restarts every lease at its full lease_s plus one election timeout,
-// and only then takes RoleLeader and serves. When it loses leadership its
+// the configured floor (in a new cluster, at least ClockStart) and records
+// its client address (one entry, waited for), restarts every lease at its
+// full lease_s plus one election timeout, and only then takes RoleLeader
+// and serves. When it loses leadership its
 // scheduler stops (waiters are dropped, proposals in flight are forgotten)
 // and every session gets M and closes: callers see Indeterminate for what
 // was in flight, and retry on the new leader.
@@ -66,6 +67,7 @@ type cluster struct {
 	seq     uint64
 	keys    map[string]*ckey
 	pending map[uint64]*proposal
+	leases  leaseSchedule // the held keys' lease ends (cluster_leases.go)
 
 	// The proposer (cluster_proposer.go): a queue per session, their
 	// counts under mu, their commands under pmu.
@@ -117,7 +119,7 @@ type ckey struct {
 	ownedOnly bool
 	token     uint64 // 0 while the grant that made it held is not applied yet
 	leaseEnd  int64
-	timer     timer      // lease end, while held with a known token
+	hidx      int32      // position in cl.leases (1-based), while held with a known token; 0: not scheduled
 	q         *waitQueue // waiters (q.timer unused)
 	retries   []*waiter  // ACQUIREs of the owner while its grant is pending
 	// freeing is the proposed Free of the holding just ended (until it
@@ -570,8 +572,8 @@ func (cl *cluster) takeOver() {
 	rand.Read(b[:])
 	stint := binary.BigEndian.Uint64(b[:]) | 1 // never 0 (the takeover's own entries)
 	cmds, n := appendStint(nil, stint), 1
-	if cl.fsm.floor > cl.fsm.last.Load() {
-		cmds, n = appendFloor(cmds, cl.fsm.floor), n+1
+	if fl := cl.fsm.takeoverFloor(); fl > cl.fsm.last.Load() {
+		cmds, n = appendFloor(cmds, fl), n+1
 	}
 	if cl.fsm.advertised(cl.cfg.NodeID) != cl.cfg.Advertise {
 		cmds, n = appendAdvertise(cmds, cl.cfg.NodeID, cl.cfg.Advertise), n+1
@@ -625,10 +627,8 @@ func (cl *cluster) stopScheduler() {
 	cl.mu.Lock()
 	was := cl.active
 	cl.active = false
+	cl.stopLeases()
 	for _, ck := range cl.keys {
-		if ck.timer != nil {
-			ck.timer.Stop()
-		}
 		if ck.q != nil {
 			for w := ck.q.head; w != nil; w = w.next {
 				w.done = true
@@ -852,30 +852,9 @@ func (cl *cluster) resync(ck *ckey, now int64) {
 	if held {
 		ck.leaseEnd = now + int64(ck.lease)*secondNs
 		cl.armLease(ck, now)
+	} else {
+		cl.unarmLease(ck)
 	}
-}
-
-// armLease (re)starts ck's lease timer for ck.leaseEnd.
-func (cl *cluster) armLease(ck *ckey, now int64) {
-	if ck.timer != nil {
-		ck.timer.Stop()
-	}
-	tok, stint := ck.token, cl.stint
-	ck.timer = cl.s.afterFunc(time.Duration(ck.leaseEnd-now), func() { cl.leaseTimer(ck, tok, stint) })
-}
-
-func (cl *cluster) leaseTimer(ck *ckey, tok, stint uint64) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if !cl.active || cl.stint != stint || !ck.held || ck.token != tok || cl.keys[ck.key] != ck {
-		return
-	}
-	now := cl.s.now()
-	if now < ck.leaseEnd {
-		cl.armLease(ck, now)
-		return
-	}
-	cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 }
 
 // freeLocked proposes the end of ck's holding (a release by rc, or an
@@ -883,10 +862,7 @@ func (cl *cluster) leaseTimer(ck *ckey, tok, stint uint64) {
 // out, if any, in the same command.
 func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) *proposal {
 	s := cl.s
-	if ck.timer != nil {
-		ck.timer.Stop()
-		ck.timer = nil
-	}
+	cl.unarmLease(ck)
 	var next *waiter
 	if q := ck.q; q != nil {
 		for q.head != nil {

@@ -45,8 +45,9 @@ import (
 // Free frees the key if the token still holds it — a release (by token, or
 // by token and owner) or an expiry — and, with next, grants it at once to
 // the next waiter, so that a contended hand-off costs one commit. Floor
-// raises the counter (a migration from a standalone node, or
-// Config.InitialToken). Advertise records a node's client address.
+// raises the counter (a migration from a standalone node,
+// Config.InitialToken, or a new cluster's first leader's ClockStart).
+// Advertise records a node's client address.
 // ClusterID records the cluster's identity (ClusterConfig.ClusterID, or a
 // random one): the first one applied stays, later ones are ignored, so
 // that every node that has the state knows the same identity. A leader
@@ -284,6 +285,22 @@ func (f *clusterFSM) grant(key []byte, owner [wire.OwnerLen]byte, lease uint8, o
 		return ls.token, true, false
 	}
 	return 0, false, false
+}
+
+// takeoverFloor is the counter a new leader's takeover entry raises the
+// counter to (with a Floor command, if above the applied counter): this
+// node's floor (Config.InitialToken, or an imported standalone ceiling)
+// and, while the counter is still 0 (a new cluster: no token was ever
+// granted and no floor applied), ClockStart. The clock is read by the
+// proposing leader only, and reaches every node through the log, so the
+// machine stays deterministic; once applied, the counter is no longer 0
+// and the clock is never read again for it.
+func (f *clusterFSM) takeoverFloor() uint64 {
+	fl := f.floor
+	if f.last.Load() == 0 {
+		fl = max(fl, ClockStart())
+	}
+	return fl
 }
 
 // holdingsNow returns a copy of the holdings and the last token.

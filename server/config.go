@@ -120,12 +120,15 @@ type Config struct {
 
 	// InitialToken, if non-zero, makes tokens continue strictly above it
 	// (and above the stored ceiling, whichever is higher: an InitialToken
-	// below the ceiling is ignored, tokens never go back). It lets a data
-	// dir whose ceiling was lost start again (New refuses a used data dir
-	// without a valid ceiling, ErrCeilingMissing), and a migration continue
-	// above the tokens of another server. Set it to at least the highest
-	// token ever issued to the fenced resources; at most MaxToken minus one
-	// TokenBlock.
+	// below the ceiling is ignored, tokens never go back). A new data dir
+	// (or cluster) starts above the wall clock in microseconds
+	// (ClockStart) without it; InitialToken is a floor above that, for a
+	// clock that cannot be trusted or a database that holds higher
+	// tokens. It lets a data dir whose ceiling was lost start again (New
+	// refuses a used data dir without a valid ceiling, ErrCeilingMissing),
+	// and a migration continue above the tokens of another server. Set it
+	// to at least the highest token ever issued to the fenced resources;
+	// at most MaxToken minus one TokenBlock.
 	InitialToken uint64
 
 	// WriteTimeout is how long a session's socket may accept no bytes while

@@ -176,9 +176,14 @@
 //
 //   - Tokens are the machine's counter, +1 per committed grant, so no token
 //     is issued twice and a new leader's tokens are above every earlier
-//     one. Config.InitialToken, and the ceiling of a standalone token store
-//     found in DataDir (a migration), are a floor: a node that takes over
-//     raises the counter to its floor through the log. The floor is the
+//     one. A new cluster's counter starts above the wall clock in
+//     microseconds (ClockStart), read by its first leader when it takes
+//     over and put in the log, so that it is above every token an earlier
+//     installation can have issued; it is read only while the counter is
+//     still 0, never again. Config.InitialToken, and the ceiling of a
+//     standalone token store found in DataDir (a migration), are a floor:
+//     a node that takes over raises the counter to its floor through the
+//     log. The floor is the
 //     node's configuration, not the cluster's: give every node the same
 //     InitialToken (a node whose floor is above the counter a leader left
 //     logs an error), and start a cluster from a standalone data dir only
@@ -269,7 +274,16 @@
 // # Tokens and durability
 //
 // Fencing tokens come from one atomic counter for the whole server: they
-// start at 1 and strictly increase across all keys. They never go backwards,
+// strictly increase across all keys. A new token store (an empty or new
+// DataDir) starts above the wall clock in microseconds since 1970
+// (ClockStart, about 1.8e15, a 5000th of MaxToken), or above
+// Config.InitialToken if that is higher: no server issues a token per
+// microsecond, so a new installation's tokens are above every token an
+// earlier one can have issued, and the databases it fenced accept them
+// without the operator having to know their high-water. The clock is read
+// once, at creation: the first ceiling persists the start, and every later
+// start continues from the stored ceiling, never from the clock (a clock
+// set back cannot lower the tokens, one far ahead does not raise them). They never go backwards,
 // across restarts (kill -9 included): the file tokens.ceiling in DataDir
 // holds a durable ceiling, and no token above it is ever handed out. The
 // ceiling is raised TokenBlock tokens at a time (write a temporary file,
@@ -284,7 +298,7 @@
 // ceiling wins. New fails, naming the path, if the file is corrupt, if the
 // directory cannot be created or written, or if no valid ceiling is found in
 // a directory that holds anything (LOCK alone included: ErrCeilingMissing);
-// it never restarts tokens at 1 except in an empty or new directory. A first
+// it never starts tokens from scratch except in an empty or new directory. A first
 // start that dies before its first ceiling is durable leaves such a
 // directory, and it is refused too (it cannot be told from one whose ceiling
 // was deleted); no token was issued from it, so it may be removed. (A first

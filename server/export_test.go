@@ -117,3 +117,17 @@ func ProposalsPending(s *Server) (sessions, own int) {
 func UseDropping(cc *ClusterConfig, drop func() bool) {
 	cc.transport = &lossyTransport{Transport: cc.transport, close: cc.transport.(raft.WithClose), drop: drop}
 }
+
+// SetWallMicros makes ClockStart read f instead of the wall clock (in
+// microseconds since 1970); the returned func restores the real clock.
+// Only for tests that do not run in parallel.
+func SetWallMicros(f func() int64) (restore func()) {
+	old := wallMicros
+	wallMicros = f
+	return func() { wallMicros = old }
+}
+
+// UseTransport makes cc use n's in-memory transport only: the node keeps
+// its Raft log, stable store and snapshots on disk in its DataDir, as a
+// real node does.
+func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }

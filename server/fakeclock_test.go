@@ -85,3 +85,10 @@ func (c *FakeClock) Advance(d time.Duration) {
 	c.t = end
 	c.mu.Unlock()
 }
+
+// Pending returns how many timers are set on c.
+func (c *FakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}

@@ -7,12 +7,14 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// guessFlood sends plain RELEASEs of key with the tokens 1..n on c,
-// pipelined, and returns how many were answered R.
-func guessFlood(t *testing.T, c *client, key string, n int) int {
+// guessFlood sends plain RELEASEs of key with the n tokens around (from
+// around-n/2 on: the holder's token among them) on c, pipelined, and
+// returns how many were answered R.
+func guessFlood(t *testing.T, c *client, key string, around uint64, n int) int {
 	t.Helper()
-	for tok := 1; tok <= n; tok++ {
-		c.send(rel(uint32(tok), uint64(tok), key))
+	from := around - uint64(n/2)
+	for i := 1; i <= n; i++ {
+		c.send(rel(uint32(i), from+uint64(i-1), key))
 	}
 	freed := 0
 	for tok := 1; tok <= n; tok++ {
@@ -37,7 +39,7 @@ func heldBy(t *testing.T, c *client, key string) {
 
 // TestOwnedReleaseOnly: with Config.OwnedReleaseOnly, a lock granted on a
 // version-2 session (at once, or handed to a waiter) survives a flood of
-// plain RELEASEs guessing every token 1..1000, from version-1 and version-2
+// plain RELEASEs guessing 1000 tokens around its own, from version-1 and version-2
 // sessions, and even its holder's own U with the right token gets N; its
 // holder's RELEASE_OWNED still gives R. A lock granted on a version-1
 // session is freed by U with its token as before.
@@ -50,10 +52,10 @@ func TestOwnedReleaseOnly(t *testing.T) {
 	other := session(t, addr)
 
 	tok := v2.acquireOK(1, owner(1), 0, 30, "v2")
-	if n := guessFlood(t, atk1, "v2", 1000); n != 0 {
+	if n := guessFlood(t, atk1, "v2", tok, 1000); n != 0 {
 		t.Fatalf("v1 attacker freed the v2 holder's lock (%d R)", n)
 	}
-	if n := guessFlood(t, atk2, "v2", 1000); n != 0 {
+	if n := guessFlood(t, atk2, "v2", tok, 1000); n != 0 {
 		t.Fatalf("v2 attacker freed the v2 holder's lock (%d R)", n)
 	}
 	v2.send(rel(2, tok, "v2")) // the right token, but U: N, still held
@@ -71,7 +73,7 @@ func TestOwnedReleaseOnly(t *testing.T) {
 	v2.send(relOwned(4, tok, owner(1), "v2"))
 	v2.expect(wire.TypeReleased, 4)
 	g := v2b.expect(wire.TypeGranted, 10)
-	if n := guessFlood(t, atk1, "v2", 1000); n != 0 {
+	if n := guessFlood(t, atk1, "v2", g.Token, 1000); n != 0 {
 		t.Fatalf("attacker freed the v2 waiter's lock (%d R)", n)
 	}
 	heldBy(t, other, "v2")
@@ -90,8 +92,8 @@ func TestOwnedReleaseOnly(t *testing.T) {
 	tok1 := v1.acquireOK(30, owner(30), 0, 30, "v1")
 	v1.send(rel(31, tok1, "v1"))
 	v1.expect(wire.TypeReleased, 31)
-	v1.acquireOK(32, owner(30), 0, 30, "v1")
-	if n := guessFlood(t, atk2, "v1", 1000); n != 1 {
+	tok1 = v1.acquireOK(32, owner(30), 0, 30, "v1")
+	if n := guessFlood(t, atk2, "v1", tok1, 1000); n != 1 {
 		t.Fatalf("guesses freed a v1 holder's lock %d times, want 1 (protocol behaviour)", n)
 	}
 	if st := s.Stats(); st.HeldLocks != 0 || st.Waiters != 0 {
@@ -106,11 +108,11 @@ func TestOwnedReleaseOffByDefault(t *testing.T) {
 	_, addr := startServer(t, server.Config{})
 	v2 := sessionV2(t, addr)
 	atk := session(t, addr)
-	v2.acquireOK(1, owner(1), 0, 30, "v2")
-	if n := guessFlood(t, atk, "v2", 1000); n != 1 {
+	tok := v2.acquireOK(1, owner(1), 0, 30, "v2")
+	if n := guessFlood(t, atk, "v2", tok, 1000); n != 1 {
 		t.Fatalf("guesses freed the v2 holder's lock %d times, want 1 (PROTOCOL.md: U frees on the current token)", n)
 	}
-	tok := v2.acquireOK(2, owner(1), 0, 30, "v2")
+	tok = v2.acquireOK(2, owner(1), 0, 30, "v2")
 	v2.send(rel(3, tok, "v2"))
 	v2.expect(wire.TypeReleased, 3)
 }

@@ -30,6 +30,32 @@ const (
 // (ErrTokensExhausted) rather than wrap.
 const MaxToken uint64 = 1<<63 - 1
 
+// MaxClockStart bounds the wall-clock start of a new token store or
+// cluster (see ClockStart): 2^60, about 36,000 years of microseconds, so
+// that a wildly wrong clock still leaves 7/8 of the token space.
+const MaxClockStart uint64 = 1 << 60
+
+// wallMicros is the wall clock in microseconds since 1970 (a variable for
+// the tests of the clamping).
+var wallMicros = func() int64 { return time.Now().UnixMicro() }
+
+// ClockStart is the value above which a new token store, or a new
+// cluster's counter, starts issuing tokens when no higher floor is given:
+// the wall clock in microseconds since 1970 (about 1.8e15 in the late 2020s, far below
+// MaxToken, about 9.2e18), clamped to [0, MaxClockStart]. No server issues
+// a token per microsecond on average, so a new installation starts above
+// every token an earlier one can have issued, without the operator having
+// to know it. It is read once, when the store or cluster is created; the
+// value is then persisted (in the ceiling, or the cluster's log), and a
+// restart continues from the persisted value, never from the clock.
+func ClockStart() uint64 {
+	us := wallMicros()
+	if us < 0 {
+		return 0
+	}
+	return min(uint64(us), MaxClockStart)
+}
+
 // MaxTokenBlock is the largest Config.TokenBlock (2^32).
 const MaxTokenBlock uint64 = 1 << 32
 
@@ -40,8 +66,10 @@ const MaxTokenBlock uint64 = 1 << 32
 var ErrTokensExhausted = errors.New("server: fencing token space exhausted")
 
 // ErrCeilingMissing is the error of New for a data directory that has been
-// used but holds no valid token ceiling: starting again at token 1 could
-// reissue tokens that fenced databases already hold. Restore the ceiling
+// used but holds no valid token ceiling: starting again from scratch could
+// reissue tokens that fenced databases already hold (from the clock, only
+// if it is set back, or the directory issued more than one token per
+// microsecond on average; but New does not guess). Restore the ceiling
 // file, or set Config.InitialToken (ticketingd serve --initial-token) to at
 // least the highest token ever issued from the directory.
 var ErrCeilingMissing = errors.New("server: token ceiling missing from a used data dir")
@@ -95,7 +123,9 @@ type tokenStore struct {
 // openStore opens or creates the store in dir, reserves the first block
 // synchronously (so that an unwritable directory fails here), and starts the
 // reserving goroutine. Tokens continue above the stored ceiling or initial,
-// whichever is higher.
+// whichever is higher; a store without a valid ceiling (a new one, or a
+// used one recovered with initial) starts above ClockStart or initial,
+// whichever is higher, and the first reservation persists that start.
 func openStore(dir string, block, initial uint64, clock func() int64) (*tokenStore, error) {
 	_, serr := os.Stat(dir)
 	created := errors.Is(serr, fs.ErrNotExist)
@@ -145,6 +175,12 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 		return fail(err)
 	}
 	start := max(ceil, initial)
+	if !found {
+		// A new store (or one whose ceiling is lost, started again with
+		// an initial token): above every token an earlier installation
+		// can have issued. Read once: from now on the ceiling holds it.
+		start = max(start, ClockStart())
+	}
 	if start > MaxToken || MaxToken-start < block {
 		return fail(fmt.Errorf("%w: data dir %s: tokens would continue above %d, and a block of %d more passes the maximum token %d; refusing to start, since tokens never wrap or go back",
 			ErrTokensExhausted, dir, start, block, MaxToken))
@@ -168,8 +204,8 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 // new ceiling, so never below it); the highest wins. Without any valid
 // copy it returns 0 if mayStart (the directory was empty before this start,
 // or Config.InitialToken is set), and otherwise refuses: a directory that
-// holds anything, even LOCK alone, has been used, and starting again at 1
-// would reissue tokens.
+// holds anything, even LOCK alone, has been used, and starting again from
+// scratch could reissue tokens.
 func readCeiling(dir string, lock *os.File, mayStart bool) (ceil uint64, found bool, err error) {
 	path := filepath.Join(dir, ceilingFile)
 	b, err := os.ReadFile(path)
@@ -219,7 +255,7 @@ func readCeiling(dir string, lock *os.File, mayStart bool) (ceil uint64, found b
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	return 0, false, fmt.Errorf("%w: %s is missing but data dir %s has been used (it holds %q); refusing to start tokens again at 1, which could reissue tokens a fenced database already holds. "+
+	return 0, false, fmt.Errorf("%w: %s is missing but data dir %s has been used (it holds %q); refusing to start tokens again from scratch, which could reissue tokens a fenced database already holds. "+
 		"Restore the file from a backup, or start with --initial-token N (Config.InitialToken) where N is at least the highest token ever issued from this directory (the highest token your fenced databases hold, or the last ticketing_token_ceiling you saw): tokens continue above N. "+
 		"If this directory never granted a lock (its first start failed), you may instead remove it",
 		ErrCeilingMissing, path, dir, names)

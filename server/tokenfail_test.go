@@ -23,19 +23,22 @@ func TestTokenStoreFailureIsE6(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := session(t, addr)
-	var last uint64
-	for i := range 4 { // the first block: tokens 1..4
+	var first, last uint64
+	for i := range 4 { // the first block: tokens first..first+3
 		last = a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+		if i == 0 {
+			first = last
+		}
 	}
-	if last != 4 {
-		t.Fatalf("token %d, want 4", last)
+	if last != first+3 {
+		t.Fatalf("token %d, want %d", last, first+3)
 	}
 
-	// Queued grant: "a" is released, its waiter needs token 5.
+	// Queued grant: "a" is released, its waiter needs token first+4.
 	w := session(t, addr)
 	w.send(acq(2, owner(2), 30, 30, "a"))
 	eventually(t, "waiter", func() bool { return s.Stats().Waiters == 1 })
-	a.send(rel(20, 1, "a"))
+	a.send(rel(20, first, "a"))
 	a.expect(wire.TypeReleased, 20)
 	w.expectError(wire.CodeInternal, 2)
 
@@ -46,7 +49,7 @@ func TestTokenStoreFailureIsE6(t *testing.T) {
 
 	// The holder's retry needs no token and other sessions are unaffected.
 	a.send(acq(21, owner(1), 0, 30, "b"))
-	if g := a.expect(wire.TypeGranted, 21); g.Token != 2 || g.WaitedMS != 0 {
+	if g := a.expect(wire.TypeGranted, 21); g.Token != first+1 || g.WaitedMS != 0 {
 		t.Fatalf("retry: %s", show(g))
 	}
 	a.send(ping(22))

@@ -56,9 +56,14 @@ func TestTokenStallDoesNotStallLockTable(t *testing.T) {
 	s, addr := startServer(t, server.Config{TokenBlock: 4})
 	t.Cleanup(disk.unfreeze) // before the server's Close (cleanups run last first)
 	a := session(t, addr)
-	for i := range 4 { // tokens 1..4; the reservation of 5..8 sticks
-		if tok := a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i))); tok != uint64(i+1) {
-			t.Fatalf("token %d, want %d", tok, i+1)
+	var first uint64
+	for i := range 4 { // tokens first..first+3; the reservation of the next four sticks
+		tok := a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+		if i == 0 {
+			first = tok
+		}
+		if tok != first+uint64(i) {
+			t.Fatalf("token %d, want %d", tok, first+uint64(i))
 		}
 	}
 	<-disk.entered
@@ -87,12 +92,12 @@ func TestTokenStallDoesNotStallLockTable(t *testing.T) {
 		c.expect(wire.TypeNotHeld, uint32(100+i))
 	}
 	a.send(acq(20, owner(1), 0, 30, "b"))
-	if g := a.expect(wire.TypeGranted, 20); g.Token != 2 {
+	if g := a.expect(wire.TypeGranted, 20); g.Token != first+1 {
 		t.Fatalf("holder retry: %s", show(g))
 	}
 	a.send(ping(21))
 	a.expect(wire.TypePong, 21)
-	a.send(rel(22, 1, "a"))
+	a.send(rel(22, first, "a"))
 	a.expect(wire.TypeReleased, 22)
 	w.expect(wire.TypeBusy, 2) // the hand-off did not wait for the disk
 	if disk.thawed.Load() {
@@ -122,8 +127,8 @@ func TestTokenStallDoesNotStallLockTable(t *testing.T) {
 
 	disk.unfreeze()
 	eventually(t, "store healthy", func() bool { return s.TokenStoreErr() == nil })
-	if tok := c.acquireOK(200, owner(9), 0, 30, keys[0]); tok <= 4 {
-		t.Fatalf("token %d after the stall, want above 4", tok)
+	if tok := c.acquireOK(200, owner(9), 0, 30, keys[0]); tok <= first+3 {
+		t.Fatalf("token %d after the stall, want above %d", tok, first+3)
 	}
 	if errors.Is(s.TokenStoreErr(), server.ErrTokensExhausted) {
 		t.Fatal("exhausted")
@@ -180,18 +185,22 @@ func TestTokenWaitOffReader(t *testing.T) {
 	s, addr := startServer(t, server.Config{TokenBlock: 4})
 	t.Cleanup(disk.unfreeze)
 	a := session(t, addr)
-	for i := range 4 { // tokens 1..4; the reservation of 5..8 sticks
-		a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+	var first uint64
+	for i := range 4 { // tokens first..first+3; the reservation of the next four sticks
+		tok := a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
+		if i == 0 {
+			first = tok
+		}
 	}
 	<-disk.entered
 
 	a.send(acq(30, owner(2), 0, 30, "free"))
 	a.send(ping(31))
-	a.send(rel(32, 1, "a"))
+	a.send(rel(32, first, "a"))
 	a.send(acq(33, owner(1), 0, 30, "b"))
 	a.expect(wire.TypePong, 31)
 	a.expect(wire.TypeReleased, 32)
-	if g := a.expect(wire.TypeGranted, 33); g.Token != 2 {
+	if g := a.expect(wire.TypeGranted, 33); g.Token != first+1 {
 		t.Fatalf("holder retry: %s", show(g))
 	}
 	if disk.thawed.Load() {
@@ -225,7 +234,7 @@ func TestTokenWaitersBounded(t *testing.T) {
 	s, addr := startServer(t, server.Config{TokenBlock: 4, MaxWaiters: 5})
 	t.Cleanup(disk.unfreeze)
 	a := session(t, addr)
-	for i := range 4 { // tokens 1..4; the reservation of 5..8 sticks
+	for i := range 4 { // the first block's four tokens; the reservation of the next four sticks
 		a.acquireOK(uint32(10+i), owner(1), 0, 30, string(rune('a'+i)))
 	}
 	<-disk.entered

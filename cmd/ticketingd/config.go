@@ -135,7 +135,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
 		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
-		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens; 0: none"),
+		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts above the wall clock in microseconds)"),
 		opt(&o.OwnedRelease, "owned-release-only", false, "a lock granted on a version-2 session (every Go broker of this release) is freed only by RELEASE_OWNED with its owner, never by a plain RELEASE with a guessed token; version-1 clients' locks are released as before"),
 		opt(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them"),
 	}

@@ -36,9 +36,10 @@ import (
 
 // conf is one running ticketingd for conformance tests.
 type conf struct {
-	sp    *subprocess
-	addr  string
-	admin string // "" unless started with withAdmin
+	sp      *subprocess
+	addr    string
+	admin   string // "" unless started with withAdmin
+	started uint64 // the wall clock in µs before the process started
 }
 
 const withAdmin = "--admin-listen=127.0.0.1:0"
@@ -49,8 +50,9 @@ func startConf(t *testing.T, args ...string) *conf {
 	t.Helper()
 	all := append([]string{"serve", "--listen", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--log-format", "json", "--node-name", "n1"}, args...)
+	started := uint64(time.Now().UnixMicro())
 	sp := startBinary(t, buildBinary(t), all...)
-	c := &conf{sp: sp, addr: sp.addr(t)}
+	c := &conf{sp: sp, addr: sp.addr(t), started: started}
 	for _, a := range args {
 		if a == withAdmin {
 			c.admin = "http://" + sp.stderr.waitJSON(t, "admin listening", sp.done)["addr"].(string)
@@ -340,14 +342,19 @@ func TestConformanceVectors(t *testing.T) {
 	})
 	t.Run("ACQUIRE RELEASE PING T B N R", func(t *testing.T) {
 		t.Parallel()
+		before := uint64(time.Now().UnixMicro())
 		s := startConf(t, "--max-locks", "1")
+		after := uint64(time.Now().UnixMicro())
 		r := openConf(t, s.addr)
 		// ACQUIRE req 2, owner 00..0f, wait 5, lease 30, key "order-42" on a
-		// fresh server: GRANTED req 2 token 1.
+		// fresh server: GRANTED req 2 with the first token, which a new
+		// data dir starts above the wall clock in µs at its creation (not
+		// at 1 as PROTOCOL.md has it: a new installation must issue tokens
+		// above an earlier one's).
 		r.send(x(t, "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432"))
 		tok, waited := r.expectG(2)
-		if tok != 1 {
-			t.Fatalf("first token %d, want 1", tok)
+		if tok <= before || tok > after+1 {
+			t.Fatalf("first token %d, want in (%d, %d]: above the clock in µs when the data dir was created", tok, before, after+1)
 		}
 		if waited > 100 {
 			t.Fatalf("waited_ms %d on a free key", waited)
@@ -362,8 +369,8 @@ func TestConformanceVectors(t *testing.T) {
 		// RELEASE req 3, token 42: NOT_HELD req 3.
 		r.send(x(t, "000000165500000003000000000000002a086f726465722d3432"))
 		r.expect("000000054e00000003")
-		// RELEASE req 3, token 1: RELEASED req 3.
-		r.send(x(t, "000000165500000003"+"0000000000000001"+"086f726465722d3432"))
+		// RELEASE req 3, the granted token: RELEASED req 3.
+		r.send(x(t, "000000165500000003"+fmt.Sprintf("%016x", tok)+"086f726465722d3432"))
 		r.expect("000000055200000003")
 		// PING req 4: PONG req 4.
 		r.send(x(t, "000000055000000004"))
@@ -757,18 +764,20 @@ func TestConformanceVersion2(t *testing.T) {
 
 // TestConformanceOwnedReleaseOnly: serve --owned-release-only (a project
 // choice beyond PROTOCOL.md, off by default). With it, a lock granted on a
-// version-2 session survives plain RELEASEs guessing every token 1..1000
-// (from version-1 and version-2 sessions) and its holder's own U with the
+// version-2 session survives plain RELEASEs guessing 1000 tokens around
+// its own (from version-1 and version-2 sessions) and its holder's own U with the
 // right token (N, still held); its holder's RELEASE_OWNED gives R. A lock
 // granted on a version-1 session is freed by U as before. Without it, U
 // frees a version-2 holder's lock, as the protocol says.
 func TestConformanceOwnedReleaseOnly(t *testing.T) {
-	// flood sends U for key with the tokens 1..n in one write and returns
-	// how many were answered R (every other reply must be N).
-	flood := func(t *testing.T, r *raw, key string, n int) int {
+	// flood sends U for key with the n tokens around (from around-n/2 on:
+	// the holder's token among them) in one write and returns how many
+	// were answered R (every other reply must be N).
+	flood := func(t *testing.T, r *raw, key string, around uint64, n int) int {
 		var b [][]byte
-		for tok := 1; tok <= n; tok++ {
-			b = append(b, relF(t, uint32(tok), uint64(tok), key))
+		from := around - uint64(n/2)
+		for i := 1; i <= n; i++ {
+			b = append(b, relF(t, uint32(i), from+uint64(i-1), key))
 		}
 		r.send(b...)
 		freed := 0
@@ -796,10 +805,10 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 
 		v2.send(acqF(t, 2, 1, 0, 30, "owned"))
 		tok, _ := v2.expectG(2)
-		if n := flood(t, atk1, "owned", 1000); n != 0 {
+		if n := flood(t, atk1, "owned", tok, 1000); n != 0 {
 			t.Fatalf("U guesses from a v1 session freed the v2 holder's lock (%d R)", n)
 		}
-		if n := flood(t, atk2, "owned", 1000); n != 0 {
+		if n := flood(t, atk2, "owned", tok, 1000); n != 0 {
 			t.Fatalf("U guesses from a v2 session freed the v2 holder's lock (%d R)", n)
 		}
 		v2.send(relF(t, 3, tok, "owned"))
@@ -816,7 +825,7 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 		v2.send(relOwnedF(t, 5, tok, 1, "owned"))
 		v2.expect(simpleHex('R', 5))
 		tokW, _ := w2.expectG(10)
-		if n := flood(t, atk1, "owned", 1000); n != 0 {
+		if n := flood(t, atk1, "owned", tokW, 1000); n != 0 {
 			t.Fatalf("U guesses freed the v2 waiter's lock (%d R)", n)
 		}
 		held(t, other, "owned")
@@ -832,8 +841,8 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 
 		// A v1 holder: a guess frees it (the protocol's rule for v1).
 		v1.send(acqF(t, 23, 0xb, 0, 30, "v1-held"))
-		v1.expectG(23)
-		if n := flood(t, atk2, "v1-held", 1000); n != 1 {
+		tokV1, _ := v1.expectG(23)
+		if n := flood(t, atk2, "v1-held", tokV1, 1000); n != 1 {
 			t.Fatalf("U guesses freed a v1 holder's lock %d times, want 1", n)
 		}
 	})
@@ -843,8 +852,8 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 		v2 := openConfV2(t, c.addr)
 		atk := openConf(t, c.addr)
 		v2.send(acqF(t, 2, 1, 0, 30, "owned"))
-		v2.expectG(2)
-		if n := flood(t, atk, "owned", 1000); n != 1 {
+		tok0, _ := v2.expectG(2)
+		if n := flood(t, atk, "owned", tok0, 1000); n != 1 {
 			t.Fatalf("U guesses freed the v2 holder's lock %d times, want 1", n)
 		}
 		v2.send(acqF(t, 3, 1, 0, 30, "owned"))
@@ -1197,20 +1206,25 @@ func TestConformanceLockSemantics(t *testing.T) {
 	t.Parallel()
 	s := startConf(t, withAdmin)
 
-	t.Run("tokens start at 1 and increase across all keys", func(t *testing.T) {
-		// First: on a fresh server, no other subtest has run yet.
+	t.Run("tokens start above the clock and increase by one across all keys", func(t *testing.T) {
+		// First: on a fresh server, no other subtest has run yet. The
+		// first token is above the wall clock in µs at the data dir's
+		// creation (before this test's own start).
 		r := openConf(t, s.addr)
 		r.send(acqF(t, 2, 1, 0, 30, "tok-a"))
-		r.expectGExact(2, 1, 0)
+		first, _ := r.expectG(2)
+		if first <= s.started {
+			t.Fatalf("first token %d, want above the clock in µs before the server started (%d)", first, s.started)
+		}
 		r.send(acqF(t, 3, 1, 0, 30, "tok-b"))
-		r.expectGExact(3, 2, 0)
-		r.send(relF(t, 4, 1, "tok-a"))
+		r.expectGExact(3, first+1, 0)
+		r.send(relF(t, 4, first, "tok-a"))
 		r.expect(simpleHex('R', 4))
 		r.send(acqF(t, 5, 2, 0, 30, "tok-a"))
-		r.expectGExact(5, 3, 0)
+		r.expectGExact(5, first+2, 0)
 		o := openConf(t, s.addr)
 		o.send(acqF(t, 2, 3, 0, 30, "tok-c"))
-		o.expectGExact(2, 4, 0)
+		o.expectGExact(2, first+3, 0)
 	})
 	t.Run("keys are opaque bytes", func(t *testing.T) {
 		r := openConf(t, s.addr)

@@ -158,6 +158,11 @@ func TestInitSnippetWorks(t *testing.T) {
 			if want := net.JoinHostPort(listenHost, port); o.Listen != want {
 				t.Errorf("config listens on %q, want %q", o.Listen, want)
 			}
+			// It shows where tokens start and the floor to set when moving
+			// from another installation (commented out: no floor).
+			if b, _ := os.ReadFile(cfgPath); !strings.Contains(string(b), "# initial-token: 0\n") || !strings.Contains(string(b), "high_water") || o.InitialToken != 0 {
+				t.Errorf("config does not show initial-token (commented out) with what to set it to, or sets it (%d):\n%s", o.InitialToken, b)
+			}
 			if got := strings.Contains(stderr, "without TLS"); got != tc.warn {
 				t.Errorf("init warns about no TLS: %v, want %v; stderr:\n%s", got, tc.warn, stderr)
 			}

@@ -305,6 +305,9 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(&cfg, "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n")
 	fmt.Fprintf(&cfg, "# max-sessions-per-peer: 2500\n# max-pending-conns: 1000\n# idle-timeout: 30s\n")
 	fmt.Fprintf(&cfg, "# socket-buffer: 65536\n# write-timeout: 3s\n")
+	fmt.Fprintf(&cfg, "# A new data dir issues tokens above the wall clock in microseconds. Moving from\n"+
+		"# another installation whose tokens may be higher (its clock was ahead)? Set this to at\n"+
+		"# least the highest high_water in your fence tables, for the first start:\n# initial-token: 0\n")
 	cfgPath := filepath.Join(dir, initConfigFile)
 	if err := writeFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return err

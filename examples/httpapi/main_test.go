@@ -214,7 +214,7 @@ func TestStaleHighWater(t *testing.T) {
 	url := serve(t, f.api)
 	if _, err := f.pool.Exec(t.Context(),
 		"INSERT INTO ticketing_fence (resource, high_water, updated_at) VALUES ($1, $2, now())",
-		[]byte("order:3"), int64(1)<<40); err != nil {
+		[]byte("order:3"), int64(1)<<62); err != nil { // above the clock start (at most 2^60)
 		t.Fatal(err)
 	}
 	if got := post(t, url+"/orders/3/pay"); got.status != http.StatusConflict || got.code != "stale_lock" {

@@ -80,6 +80,7 @@ type cluster struct {
 	pfresh        []*pqueue                                          // queues with commands, none in an entry in flight (and some no longer so)
 	pents         [maxEntriesInFlight + maxExpressInFlight][]*pqueue // per entry in flight (from phead, pinflight of them), the queue of each of its commands
 	phead         int
+	pcand         []*pqueue    // scratch of packLocked
 	lightAt       int64        // when an express entry last took a command of a session not held back (server clock)
 	heldAt        atomic.Int64 // when a session's reader last waited in admitLocked (server clock)
 	nwaiting      atomic.Int32 // sessions' readers waiting in admitLocked

@@ -378,8 +378,8 @@ func (q *pqueue) compact() {
 
 // packLocked takes the commands of the next entry from the queues, in
 // turns, and returns the entry; under pmu, with commands queued. An
-// express entry takes only the first command of each fresh queue (those
-// with commands, none of them in an entry in flight).
+// express entry takes commands only of the fresh queues (those with
+// commands, none of them in an entry in flight).
 func (cl *cluster) packLocked(express bool) []byte {
 	body := cl.pscratch[:0]
 	taken := cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)][:0]
@@ -389,28 +389,46 @@ func (cl *cluster) packLocked(express bool) []byte {
 	if cl.contendedLocked(now) {
 		limit = contendedEntryCommands
 	}
+	var cand []*pqueue
 	if express {
-		fr := cl.pfresh
-		i := 0
-		for ; i < len(fr) && n < limit; i++ {
-			q := fr[i]
-			if !q.ready || q.inEntries > 0 {
-				q.fresh = false
-				continue
-			}
-			var ok bool
-			if body, ok = cl.take(q, body); !ok {
-				break // q stays fresh, for the next one
-			}
+		// The fresh queues, in turns as below, but only they.
+		cand = append(cl.pcand[:0], cl.pfresh...)
+		for _, q := range cl.pfresh {
 			q.fresh = false
-			taken = append(taken, q)
-			n++
-			if q.next == len(q.ends) {
-				cl.ringRemove(q)
+		}
+		clear(cl.pfresh)
+		cl.pfresh = cl.pfresh[:0]
+		fr := cand[len(cand):]
+		for _, q := range cand {
+			if q.ready && q.inEntries == 0 {
+				fr = append(fr, q)
 			}
 		}
-		cl.pfresh = fr[:copy(fr, fr[i:])]
-		clear(fr[len(cl.pfresh):])
+		for len(fr) > 0 && n < limit {
+			k := 0
+			full := false
+			for _, q := range fr {
+				if n < limit && !full {
+					var ok bool
+					if body, ok = cl.take(q, body); ok {
+						taken = append(taken, q)
+						n++
+					} else {
+						full = true
+					}
+				}
+				if q.ready && q.next < len(q.ends) {
+					fr[k] = q
+					k++
+				} else if q.ready {
+					cl.ringRemove(q)
+				}
+			}
+			fr = fr[:k]
+			if full {
+				break
+			}
+		}
 	} else {
 		// One command per queue, round after round.
 		for n < limit && cl.pring != nil {
@@ -439,6 +457,14 @@ func (cl *cluster) packLocked(express bool) []byte {
 		}
 		q.inEntries++
 	}
+	for _, q := range cand {
+		// Fresh still (the entry was full before their turn).
+		if q.ready && q.inEntries == 0 && !q.fresh {
+			cl.addFresh(q)
+		}
+	}
+	clear(cand[:cap(cand)])
+	cl.pcand = cand[:0]
 	cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)] = taken
 	cl.pinflight++
 	cl.pscratch = body

@@ -71,17 +71,26 @@ type cluster struct {
 
 	// The proposer (cluster_proposer.go): a queue per session, their
 	// counts under mu, their commands under pmu.
-	queues        map[*conn]*pqueue
-	own           *pqueue // the leader's own commands (expiries); set under mu and pmu
+	queues        map[uint64]*pqueue // by conn.qid
+	lastQID       uint64
+	own           *pqueue // the leader's own commands (expiries of holdings restored at the takeover); set under mu and pmu
 	pmu           sync.Mutex
 	pring         *pqueue             // the queues with commands, in turn
 	pqueues       int                 // queues in the ring
 	pkeys         map[string]keyRoute // the queue of each key with queued commands
 	pinflight     int                 // entries proposed, not yet applied
 	pscratch      []byte
+	pfresh        []*pqueue                                          // queues with commands, none in an entry in flight (and some no longer so)
+	pents         [maxEntriesInFlight + maxExpressInFlight][]*pqueue // per entry in flight (from phead, pinflight of them), the queue of each of its commands
+	phead         int
+	pcand         []*pqueue    // scratch of packLocked
+	lightAt       int64        // when an express entry last took a command of a session not held back (server clock)
+	heldAt        atomic.Int64 // when a session's reader last waited in admitLocked (server clock)
+	nwaiting      atomic.Int32 // sessions' readers waiting in admitLocked
 	pstint        uint64
 	pwake         chan struct{}
 	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))
+	nexpiring     int64         // of which ends of leases (Frees without a RELEASE); under mu
 	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
 	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
 	limitLogAt    atomic.Int64  // when the last line about it was logged (server clock + 1)
@@ -127,6 +136,7 @@ type ckey struct {
 	// for that commit and then gets N.
 	freeing    *proposal
 	freeingTok uint64
+	by         uint64 // the conn.qid of the session whose ACQUIRE made the holding (0: restored by the takeover)
 }
 
 // proposal is a command of the current stint awaiting its apply.
@@ -140,6 +150,9 @@ type proposal struct {
 	kind uint8         // Free: freeRelease, freeReleaseOwned, freeExpire
 	at   int64         // proposed (server clock)
 	q    *pqueue       // the queue (session) it counts against
+	// expiry: a Free no RELEASE asked for (a lease ended), charged to the
+	// holder's session and not counted against MaxProposals.
+	expiry bool
 }
 
 type lateRelease struct {
@@ -889,13 +902,20 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 		}
 	}
 	tok := ck.token
-	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind}
+	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind, expiry: rc == nil}
 	ck.freeing, ck.freeingTok = p, tok
 	key := ck.key
-	cl.proposeLocked(p, rc, func(b []byte, seq uint64) []byte {
+	// Charged to the releaser, or for an expiry to the session whose
+	// ACQUIRE made the holding.
+	by := ck.by
+	if rc != nil {
+		by = cl.sessionID(rc)
+	}
+	cl.proposeLocked(p, by, func(b []byte, seq uint64) []byte {
 		return appendFree(b, seq, key, tok, kind, &owner, next)
 	})
 	if next != nil {
+		ck.by = cl.sessionID(next.c)
 		ck.owner, ck.lease, ck.ownedOnly, ck.token = next.owner, next.lease, next.ownedOnly, 0
 	} else {
 		ck.held, ck.token = false, 0
@@ -918,9 +938,11 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 	}
 	if ck == nil || !ck.held {
-		if cl.npending.Load() >= int64(cl.cfg.MaxProposals) {
+		if cl.npending.Load()-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
 			// The log does not keep up: refuse a new grant rather than
-			// let the queue (and the leader's memory) grow.
+			// let the queue (and the leader's memory) grow. (The ends
+			// of leases are not counted: they are bounded by the held
+			// locks, and charged to the sessions that got them.)
 			cl.proposalLimited()
 			c.replySimple(wire.TypeBusy, req.ReqID)
 			return
@@ -942,9 +964,10 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 			return
 		}
 		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
+		ck.by = cl.sessionID(c)
 		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
 		key := ck.key
-		cl.proposeLocked(&proposal{ck: ck, w: w}, c, func(b []byte, seq uint64) []byte {
+		cl.proposeLocked(&proposal{ck: ck, w: w}, ck.by, func(b []byte, seq uint64) []byte {
 			return appendGrant(b, seq, []byte(key), &owner, lease, ownedOnly)
 		})
 		return
@@ -1257,9 +1280,9 @@ func (cl *cluster) collectors() []prometheus.Collector {
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
 		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 { return float64(cl.npending.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
-			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
+			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands (its requests, and the ends of its leases) awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "proposal_limit_total",
-			Help: "ACQUIREs answered B because the leader had max-proposals commands awaiting their commit (included in busy_total)."}, func() float64 { return float64(cl.proposalLimit.Load()) }),
+			Help: "ACQUIREs answered B because the leader had max-proposals commands of requests awaiting their commit (included in busy_total)."}, func() float64 { return float64(cl.proposalLimit.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "slow_grants_total",
 			Help: "Grants whose commit took longer than the election timeout, answered B (included in busy_total) and freed again."}, func() float64 { return float64(cl.slowGrants.Load()) }),
 		gauge("applied_index", "Index of the last log entry applied to the state machine.", func() float64 { return float64(cl.r.AppliedIndex()) }),

@@ -71,20 +71,25 @@ type ClusterConfig struct {
 
 	// MaxSessionProposals bounds the commands one session may have
 	// awaiting their commit (its grants and releases proposed and not yet
-	// applied): while it has that many, the leader reads no more of its
-	// requests (its client is held back by TCP; no request is refused).
+	// applied, and the ends of the leases it got, which are charged to it):
+	// while it has that many, the leader reads no more of its requests
+	// (its client is held back by TCP; no request is refused).
 	// Default DefaultMaxSessionProposals.
 	//
-	// MaxProposals bounds the commands the leader has proposed and not
-	// yet applied, over all sessions: an ACQUIRE of a free key beyond it
-	// gets B. Releases and expiries are never refused (they are bounded by
+	// MaxProposals bounds the commands of requests (grants and releases)
+	// the leader has proposed and not yet applied, over all sessions: an
+	// ACQUIRE of a free key beyond it gets B. Releases and expiries are
+	// never refused, and expiries are not counted (they are bounded by
 	// Config.MaxLocks). Default DefaultMaxProposals.
 	//
 	// With both, entries of bounded size filled from every session in
-	// turn, and at most two entries in flight, no session can take the log
-	// from the others or grow the leader's memory: a session that sends one
-	// request at a time keeps getting its turn. A negative value is an
-	// error in New.
+	// turn, at most two entries in flight, an entry of its own at once for
+	// a session with none in flight, and smaller entries one at a time
+	// while a session is held back at MaxSessionProposals and another
+	// sends a request at a time, no session can take the log from the
+	// others or grow the leader's memory: a session that sends one request
+	// at a time keeps most of its rate. A negative value is an error in
+	// New.
 	MaxSessionProposals, MaxProposals int
 
 	// EarlyRelease makes the leader answer a RELEASE with R as soon as it

@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,39 +21,56 @@ const (
 	floodEvery    = 200 * time.Millisecond
 )
 
-// honestCycles runs acquire+release cycles of key on a session of its
-// own against addr for d, one at a time, and returns how many completed,
-// and what ended the session early if anything did (a reply that does not
-// come within what is left of d just ends the count).
-func honestCycles(t *testing.T, addr, key string, d time.Duration) (int, string) {
+// honestWindows runs acquire+release cycles of key on a session of its
+// own against addr, one at a time, for n windows of d each, and returns how
+// many completed in each, and what ended the session early if anything
+// did (a reply that does not come within what is left of the last window
+// just ends the count).
+func honestWindows(t *testing.T, addr, key string, n int, d time.Duration) ([]int, string) {
 	t.Helper()
 	c := dial(t, addr)
 	defer c.nc.Close()
 	c.send(wire.Request{Type: wire.TypeHello, ReqID: 1, Version: wire.Version2, Name: []byte("honest")})
 	if r, err := c.recvErr(5 * time.Second); err != nil || r.Type != wire.TypeHelloOK {
-		return 0, fmt.Sprintf("HELLO: %s, %v", show(r), err)
+		return nil, fmt.Sprintf("HELLO: %s, %v", show(r), err)
 	}
-	end := time.Now().Add(d)
-	n := 0
+	counts := make([]int, n)
+	start := time.Now()
+	end := start.Add(time.Duration(n) * d)
 	for id := uint32(2); time.Now().Before(end); id += 2 {
 		c.send(acq(id, owner(int(id)), 0, 10, key))
 		r, err := c.recvErr(time.Until(end))
 		if err != nil {
-			return n, ""
+			return counts, ""
 		}
 		if r.Type != wire.TypeGranted || r.ReqID != id {
-			return n, "ACQUIRE answered " + show(r)
+			return counts, "ACQUIRE answered " + show(r)
 		}
 		c.send(rel(id+1, r.Token, key))
-		if r, err = c.recvErr(time.Until(end)); err != nil {
-			return n, ""
+		r, err = c.recvErr(time.Until(end))
+		if err != nil {
+			return counts, ""
 		}
 		if r.Type != wire.TypeReleased || r.ReqID != id+1 {
-			return n, "RELEASE answered " + show(r)
+			return counts, "RELEASE answered " + show(r)
 		}
-		n++
+		if w := int(time.Since(start) / d); w < n {
+			counts[w]++
+		}
 	}
-	return n, ""
+	return counts, ""
+}
+
+func median(v []int) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return float64(s[len(s)/2])
+	}
+	return float64(s[len(s)/2-1]+s[len(s)/2]) / 2
 }
 
 // flood starts floodSessions sessions on addr, each sending a burst of
@@ -118,22 +136,35 @@ func flood(t *testing.T, addr string) (stop func() int64) {
 // TestClusterFloodDoesNotStarveOthers: four sessions pipelining bursts of
 // 20,000 fresh-key ACQUIREs every 0.2 s (more than the cluster can commit)
 // must not starve an honest session doing acquire+release cycles, nor
-// queue proposals on the leader without bound. The leader turned every
-// such ACQUIRE into a proposal at once and put the whole queue into one
-// ever larger entry: the honest session's requests waited behind all of
-// it (issue 18, item 6: its grants fell to 0; here it completed 0 cycles,
-// got B for commits slower than the election timeout, or M when the
-// leader stepped down, with 23,000 to 135,000 proposals pending). Now a
-// session has at most MaxSessionProposals commands awaiting their apply
-// (its reader stops reading beyond that), and entries are bounded, filled
-// in turn from every session, at most two in flight. The machine's two
-// cores are shared by the three nodes and the flood (and other tests), so
-// the honest session keeps only part of its rate, which depends on the
-// machine's load (its requests wait for the entries ahead, which the flood
-// fills): the test asks that it completes cycles, is never refused or cut
-// off, and that the sessions' commands pending stay within their bounds,
-// and logs the fraction. The leader's own commands (the flood's expiries) are
-// bounded by the held locks, not by sessions, and are logged.
+// queue proposals on the leader without bound (issue 18, item 6).
+//
+// The leader turned every such ACQUIRE into a proposal at once and put the
+// whole queue into one ever larger entry: the honest session's requests
+// waited behind all of it (0 cycles, B for commits slower than the
+// election timeout, or M when the leader stepped down, with 23,000 to
+// 135,000 proposals pending). A first bound (MaxSessionProposals per
+// session, entries of 128 commands filled in turns, two in flight, the
+// leader's expiries first) left it 0 to 19% of its rate alone: its
+// requests still waited for two full entries in flight and the one
+// after, and the flood's expiries (its 1 s leases ending) went first,
+// on the leader's own queue (3,000 to 109,000 of them pending). Now the
+// expiries are charged to the session that got the lock; a session with
+// nothing in an entry in flight gets an express entry at once; and while
+// a session is held back at its bound and another sends a request at a
+// time, entries are small and one at a time.
+//
+// The honest session's rate is measured in windows alone (before the
+// flood, and again after it, once the leader has applied everything) and
+// under the flood; the ratio of the medians must be at least
+// minFloodFraction. The machine's two cores are shared by the three nodes,
+// the flood, and other tests, whose load changes the ratio from run to
+// run: the bound is well under what the change gives (35 to 55% in
+// most runs) and well above what the code before it gave (0 to 7%), and a
+// measurement under it is made once more before the test fails. Under the
+// race detector, which makes every CPU-bound step several times dearer,
+// the fraction is only logged. The
+// pending commands of requests must stay within the sessions' bounds, and
+// the leader's own queue must hold none of the flood's expiries.
 func TestClusterFloodDoesNotStarveOthers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a flood of the cluster for several seconds")
@@ -146,22 +177,57 @@ func TestClusterFloodDoesNotStarveOthers(t *testing.T) {
 	})
 	l := diskLeader(t, nodes)
 	addr, s := nodes[l].addr, nodes[l].s
-	const measure = 2 * time.Second
-	alone, bad := honestCycles(t, addr, "alone", measure)
+	var fracs []string
+	for attempt := 1; ; attempt++ {
+		frac, ok := floodAttempt(t, addr, s)
+		fracs = append(fracs, fmt.Sprintf("%.0f%%", 100*frac))
+		if !ok || frac >= minFloodFraction {
+			return
+		}
+		if raceEnabled {
+			// The race detector makes the flood's CPU work (the
+			// nodes' and its own) several times dearer on the same two
+			// cores: the fraction is logged, not asserted.
+			t.Logf("%.0f%% under the race detector: not asserted", 100*frac)
+			return
+		}
+		if attempt == 2 {
+			t.Errorf("the honest session kept %v of its rate alone under the flood, want at least %.0f%%", fracs, 100*minFloodFraction)
+			return
+		}
+		t.Logf("%.0f%%, under %.0f%%: once more (the machine's load may have changed between the windows)", 100*frac, 100*minFloodFraction)
+	}
+}
+
+// minFloodFraction is the part of its rate alone that the honest session
+// must keep under the flood (see TestClusterFloodDoesNotStarveOthers).
+const minFloodFraction = 0.25
+
+// floodAttempt measures the honest session on the leader s (at addr)
+// alone, under the flood, and alone again; it returns the fraction of its
+// rate alone it kept under the flood, and false if it failed the test
+// otherwise.
+func floodAttempt(t *testing.T, addr string, s *server.Server) (float64, bool) {
+	const (
+		windows = 4
+		window  = 500 * time.Millisecond
+	)
+	before, bad := honestWindows(t, addr, "alone", windows, window)
 	if bad != "" {
-		t.Fatalf("the honest session alone: %s", bad)
+		t.Errorf("the honest session alone: %s", bad)
+		return 0, false
 	}
 
 	stop := flood(t, addr)
 	// Sample the leader's pending proposals (and the heap) while it lasts.
-	var peak, ownPeak, heap int64
+	var reqPeak, expPeak, ownPeak, heap int64
 	quit, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampled)
 		var ms runtime.MemStats
 		for i := 0; ; i++ {
-			sess, own := server.ProposalsPending(s)
-			peak, ownPeak = max(peak, int64(sess)), max(ownPeak, int64(own))
+			req, exp, own := server.ProposalsPending(s)
+			reqPeak, expPeak, ownPeak = max(reqPeak, int64(req)), max(expPeak, int64(exp)), max(ownPeak, int64(own))
 			if i%20 == 0 {
 				runtime.ReadMemStats(&ms)
 				heap = max(heap, int64(ms.HeapInuse))
@@ -174,22 +240,49 @@ func TestClusterFloodDoesNotStarveOthers(t *testing.T) {
 		}
 	}()
 	time.Sleep(500 * time.Millisecond) // the flood builds up
-	loaded, bad := honestCycles(t, addr, "loaded", measure)
+	loaded, bad := honestWindows(t, addr, "loaded", windows, window)
 	replies := stop()
 	close(quit)
 	<-sampled
-	maxPending := peak
-	t.Logf("honest cycles in %v: %d alone, %d under the flood (%.0f%%); flood replies %d; leader's pending proposals of sessions peak %d, its own (expiries) %d; heap in use peak %d MiB",
-		measure, alone, loaded, 100*float64(loaded)/float64(max(alone, 1)), replies, maxPending, ownPeak, heap>>20)
+	ok := true
 	if bad != "" {
 		t.Errorf("the honest session under the flood: %s", bad)
+		ok = false
 	}
-	if loaded == 0 {
-		t.Errorf("the honest session completed no cycle under the flood (%d alone)", alone)
+	if bound := int64(floodSessions*server.DefaultMaxSessionProposals + 1); reqPeak > bound {
+		t.Errorf("the sessions' requests had %d commands pending on the leader, above %d (MaxSessionProposals each, and the honest one's)", reqPeak, bound)
+		ok = false
 	}
-	if bound := int64(floodSessions*server.DefaultMaxSessionProposals + 1); maxPending > bound {
-		t.Errorf("the sessions had %d proposals pending on the leader, above %d (MaxSessionProposals each, and the honest one's)", maxPending, bound)
+	if ownPeak > 0 {
+		t.Errorf("the leader's own queue had %d commands pending: the flood's expiries must be charged to the flood's sessions", ownPeak)
+		ok = false
 	}
+
+	// Alone again, once the flood's commands (and its locks' expiries)
+	// are applied: the machine's load may have changed meanwhile.
+	drain := time.Now()
+	for {
+		req, exp, own := server.ProposalsPending(s)
+		if req+exp+own == 0 && s.Stats().HeldLocks == 0 {
+			break
+		}
+		if time.Since(drain) > 60*time.Second {
+			t.Fatalf("the leader still has %d+%d+%d commands pending 60 s after the flood", req, exp, own)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	drained := time.Since(drain)
+	after, bad := honestWindows(t, addr, "after", windows, window)
+	if bad != "" {
+		t.Errorf("the honest session alone after the flood: %s", bad)
+		return 0, false
+	}
+
+	alone := median(append(slices.Clone(before), after...))
+	frac := median(loaded) / max(alone, 1)
+	t.Logf("honest cycles per %v: alone %v then %v (median %.0f), under the flood %v (median %.0f): %.0f%%; flood replies %d; leader's pending commands of requests peak %d, expiries %d, on its own queue %d; heap in use peak %d MiB; drained in %v",
+		window, before, after, alone, loaded, median(loaded), 100*frac, replies, reqPeak, expPeak, ownPeak, heap>>20, drained.Round(100*time.Millisecond))
+	return frac, ok
 }
 
 // TestClusterProposalBounds: a session pipelining more ACQUIREs than
@@ -221,7 +314,7 @@ func TestClusterProposalBounds(t *testing.T) {
 		buf, _ = wire.AppendRequest(buf, &r)
 	}
 	a.sendRaw(buf)
-	eventually(t, "a's first commands to be pending", func() bool { n, _ := server.ProposalsPending(s); return n == 4 })
+	eventually(t, "a's first commands to be pending", func() bool { n, _, _ := server.ProposalsPending(s); return n == 4 })
 	// a holds 4 of the 6: b's first two are proposed, the rest refused.
 	buf = buf[:0]
 	for i := range 4 {
@@ -238,7 +331,7 @@ func TestClusterProposalBounds(t *testing.T) {
 	}
 	peak := 0
 	for range 20 {
-		n, _ := server.ProposalsPending(s)
+		n, _, _ := server.ProposalsPending(s)
 		peak = max(peak, n)
 		if r := a.recv(); r.Type != wire.TypeGranted {
 			t.Fatalf("a's pipelined ACQUIRE: %s, want G (held back, never refused)", show(r))
@@ -246,5 +339,50 @@ func TestClusterProposalBounds(t *testing.T) {
 	}
 	if peak > 6 {
 		t.Errorf("%d proposals pending, above MaxProposals", peak)
+	}
+}
+
+// TestClusterExpiriesOutsideMaxProposals: the ends of leases are charged
+// to the session that got the locks and are not counted against
+// MaxProposals, which bounds what the requests of all sessions have
+// pending: a session whose locks expire faster than the log commits them
+// does not get another session's ACQUIRE refused. (Counted, six expiries
+// pending with MaxProposals 6 answered b's ACQUIRE of a free key B.)
+func TestClusterExpiriesOutsideMaxProposals(t *testing.T) {
+	var delay atomic.Int64
+	tc := newTestClusterOpts(t, 3, func(_ int, cfg *server.Config) {
+		cfg.Cluster.MaxSessionProposals, cfg.Cluster.MaxProposals = 8, 6
+		// Slow RPCs on a loaded machine must not depose the leader.
+		cfg.Cluster.HeartbeatTimeout, cfg.Cluster.ElectionTimeout = time.Second, time.Second
+	}, func() bool {
+		if d := time.Duration(delay.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		return false
+	})
+	t.Cleanup(func() { delay.Store(0) })
+	l := tc.leader()
+	s := tc.nodes[l].s
+	a, b := tc.leaderSession(l), tc.leaderSession(l)
+	var buf []byte
+	for i := range 6 {
+		r := acq(uint32(10+i), owner(1), 0, 1, fmt.Sprintf("a%d", i))
+		buf, _ = wire.AppendRequest(buf, &r)
+	}
+	a.sendRaw(buf)
+	for range 6 {
+		if r := a.recv(); r.Type != wire.TypeGranted {
+			t.Fatalf("a's ACQUIRE: %s, want G", show(r))
+		}
+	}
+	// Their leases end in 1 s; their expiries then take a while to commit.
+	delay.Store(int64(200 * time.Millisecond))
+	eventually(t, "a's six expiries to be pending", func() bool {
+		req, exp, own := server.ProposalsPending(s)
+		return req == 0 && exp == 6 && own == 0
+	})
+	b.send(acq(10, owner(2), 0, 30, "b"))
+	if r := b.recv(); r.Type != wire.TypeGranted {
+		t.Errorf("b's ACQUIRE of a free key with a's six expiries pending (MaxProposals 6): %s, want G", show(r))
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -8,27 +9,39 @@ import (
 // and how one session is kept from taking the log from the others.
 //
 // Every command the scheduler proposes is queued for the session it is
-// charged to (the one whose ACQUIRE or RELEASE made it; the leader's own
-// queue for expiries), and counts against that session until its entry is
-// applied. A session with ClusterConfig.MaxSessionProposals commands
-// awaiting their apply is not read from (its reader waits in admitLocked:
-// the session's socket buffers fill and TCP holds its client back), so no
-// session can queue more than that; an ACQUIRE that would take the
-// leader's commands awaiting their apply past ClusterConfig.MaxProposals is
-// answered B. The proposer keeps at most maxEntriesInFlight entries
-// proposed and not yet applied, and fills each entry, of at most
-// maxEntryCommands commands and maxEntryBytes bytes, in turns: one command
-// from each session with commands queued, then the next round, starting
-// where the previous entry stopped (the leader's own queue, of expiries,
-// goes first, leaving room for one command of every other queue, so that
-// expiries keep up with the grants that cause them). A session that sends one request at a time thus waits for at
-// most the entries in flight and its own, however much others send.
+// charged to, and counts against that session until its entry is applied:
+// an ACQUIRE's Grant and a RELEASE's Free to the session that sent it, and
+// the Free that ends a lease (an expiry) to the session whose ACQUIRE made
+// that holding, so that the expiries of a flood's locks take the flood's
+// turns, not the others' (the leader's own queue has only the expiries of
+// holdings restored at a takeover). A session with
+// ClusterConfig.MaxSessionProposals commands awaiting their apply is not
+// read from (its reader waits in admitLocked: the session's socket buffers
+// fill and TCP holds its client back), so no session can queue more than
+// that of its own requests (plus the expiries of its holdings); an ACQUIRE
+// that would take the leader's commands awaiting their apply past
+// ClusterConfig.MaxProposals is answered B.
+//
+// The proposer keeps at most maxEntriesInFlight entries proposed and not
+// yet applied, and fills each entry, of at most maxEntryCommands commands
+// and maxEntryBytes bytes, in turns: one command from each queue with
+// commands, then the next round, starting where the previous entry stopped.
+// A queue none of whose commands is in an entry in flight (a session that
+// sends one request at a time, or has just started) does not wait for one
+// of those entries to apply: its first command goes at once into an entry
+// of its own, beyond maxEntriesInFlight (at most maxExpressInFlight such
+// entries, shared by every such queue). Such a command thus waits only for
+// the entries already proposed, of at most maxEntryCommands commands each,
+// however much the other sessions send: the entries are kept small because
+// every command in them is work that the command behind them waits for on
+// every node.
 //
 // Taking commands from several queues in turns must not reorder two
 // commands of one key (a Free and the Grant of the same key that the
 // mirror projected behind it, from two sessions): a command whose key has
 // a command still queued goes to that command's queue, behind it
-// (pqueue.keys, cluster.pkeys), whichever session it is charged to.
+// (pqueue.keys, cluster.pkeys), whichever session it is charged to; and
+// an entry takes only the first commands of a queue.
 
 // Bounds of the proposer.
 const (
@@ -39,6 +52,18 @@ const (
 	// maxEntriesInFlight entries may be proposed and not yet applied:
 	// one being committed while the next is appended.
 	maxEntriesInFlight = 2
+	// maxExpressInFlight more may be, of the first commands of queues
+	// with none in an entry in flight.
+	maxExpressInFlight = 1
+	// While the log is contended (contendedLocked), entries are of at
+	// most contendedEntryCommands commands, contendedEntriesInFlight at a
+	// time (and the express one).
+	contendedEntryCommands   = 8
+	contendedEntriesInFlight = 1
+	// contendedWindow is how long a session stays "held back" after its
+	// reader last waited at its bound, and "light" after an express entry
+	// last took its command.
+	contendedWindow = int64(100 * time.Millisecond)
 	// admitRecheck bounds how long a session's reader waits in admitLocked
 	// before it looks again at whether its session or the scheduler ended.
 	admitRecheck = 100 * time.Millisecond
@@ -53,7 +78,7 @@ const (
 // pqueue is one session's share of the proposer: its commands awaiting
 // their apply (n), and the commands queued for it and not yet in an entry.
 type pqueue struct {
-	c *conn // nil: the leader's own queue
+	id uint64 // the session's conn.qid; 0: the leader's own queue
 
 	// Under cluster.mu.
 	n    int           // commands charged to it, not yet applied
@@ -66,6 +91,11 @@ type pqueue struct {
 	next       int      // commands of buf already taken
 	ready      bool     // in the ring (it has queued commands)
 	rprev, rnx *pqueue  // the ring of queues with commands
+	inEntries  int      // commands taken from buf into entries not yet applied
+	fresh      bool     // in cluster.pfresh
+
+	heldAt  atomic.Int64 // when its reader last waited in admitLocked (server clock; 0: never)
+	waiting atomic.Bool  // its reader waits in admitLocked
 }
 
 // keyRoute is where a key's queued commands are: all in one queue.
@@ -74,15 +104,27 @@ type keyRoute struct {
 	n int // its commands there, not yet taken
 }
 
-// queueFor returns c's queue (the leader's own for nil); under mu.
-func (cl *cluster) queueFor(c *conn) *pqueue {
-	if c == nil {
+// sessionID returns c's number for the proposer (conn.qid), giving it one
+// the first time; under mu. A holding keeps the number of the session that
+// got it (ckey.by), not the session itself, whose buffers it would keep
+// after the session closed.
+func (cl *cluster) sessionID(c *conn) uint64 {
+	if c.qid == 0 {
+		cl.lastQID++
+		c.qid = cl.lastQID
+	}
+	return c.qid
+}
+
+// queueFor returns session id's queue (the leader's own for 0); under mu.
+func (cl *cluster) queueFor(id uint64) *pqueue {
+	if id == 0 {
 		return cl.own
 	}
-	q := cl.queues[c]
+	q := cl.queues[id]
 	if q == nil {
-		q = &pqueue{c: c}
-		cl.queues[c] = q
+		q = &pqueue{id: id}
+		cl.queues[id] = q
 	}
 	return q
 }
@@ -93,11 +135,20 @@ func (cl *cluster) queueFor(c *conn) *pqueue {
 // the session or the scheduler ended while it waited (nothing to answer:
 // the session is closing, or gets M).
 func (cl *cluster) admitLocked(c *conn) bool {
-	q := cl.queues[c]
-	if q == nil || q.n < cl.cfg.MaxSessionProposals {
+	q := cl.queues[c.qid]
+	if c.qid == 0 || q == nil || q.n < cl.cfg.MaxSessionProposals {
 		return true
 	}
 	cl.sessionWaits.Add(1)
+	q.waiting.Store(true)
+	cl.nwaiting.Add(1)
+	defer func() {
+		now := cl.s.now()
+		q.heldAt.Store(now)
+		cl.heldAt.Store(now)
+		q.waiting.Store(false)
+		cl.nwaiting.Add(-1)
+	}()
 	if q.slot == nil {
 		q.slot = make(chan struct{}, 1)
 	}
@@ -123,13 +174,16 @@ func (cl *cluster) admitLocked(c *conn) bool {
 }
 
 // proposeLocked queues a command (encoded by enc) for the next entries,
-// charged to the session by (nil: the leader's own); under mu.
-func (cl *cluster) proposeLocked(p *proposal, by *conn, enc func(b []byte, seq uint64) []byte) {
+// charged to session by (a conn.qid; 0: the leader's own); under mu.
+func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq uint64) []byte) {
 	cl.seq++
 	seq := cl.seq
 	p.at = cl.s.now()
 	cl.pending[seq] = p
 	cl.npending.Add(1)
+	if p.expiry {
+		cl.nexpiring++
+	}
 	q := cl.queueFor(by)
 	q.n++
 	p.q = q
@@ -160,6 +214,9 @@ func (cl *cluster) proposeLocked(p *proposal, by *conn, enc func(b []byte, seq u
 // waking the session's reader if it waits for that.
 func (cl *cluster) appliedLocked(p *proposal) {
 	cl.npending.Add(-1)
+	if p.expiry {
+		cl.nexpiring--
+	}
 	q := p.q
 	if q == nil {
 		return
@@ -171,12 +228,12 @@ func (cl *cluster) appliedLocked(p *proposal) {
 		default:
 		}
 	}
-	if q.n == 0 && q.c != nil && cl.queues[q.c] == q {
+	if q.n == 0 && q.id != 0 && cl.queues[q.id] == q {
 		cl.pmu.Lock()
 		idle := !q.ready
 		cl.pmu.Unlock()
 		if idle {
-			delete(cl.queues, q.c)
+			delete(cl.queues, q.id)
 		}
 	}
 }
@@ -186,6 +243,17 @@ func (cl *cluster) appliedLocked(p *proposal) {
 func (cl *cluster) entryApplied() {
 	cl.pmu.Lock()
 	if cl.pinflight > 0 {
+		// Entries apply in the order proposed: this is the oldest.
+		taken := cl.pents[cl.phead]
+		for _, q := range taken {
+			q.inEntries--
+			if q.inEntries == 0 && q.ready && !q.fresh {
+				cl.addFresh(q)
+			}
+		}
+		clear(taken)
+		cl.pents[cl.phead] = taken[:0]
+		cl.phead = (cl.phead + 1) % len(cl.pents)
 		cl.pinflight--
 	}
 	more := cl.pring != nil
@@ -210,11 +278,17 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 			}
 		}
 	}
-	cl.queues = make(map[*conn]*pqueue)
+	cl.queues = make(map[uint64]*pqueue)
 	cl.npending.Store(0)
+	cl.nexpiring = 0
 	cl.pmu.Lock()
-	cl.own = &pqueue{} // under both: packLocked reads it under pmu alone
+	cl.own = &pqueue{}
 	cl.pring, cl.pqueues, cl.pkeys, cl.pinflight, cl.pstint = nil, 0, make(map[string]keyRoute), 0, stint
+	cl.pfresh, cl.phead = nil, 0
+	for i := range cl.pents {
+		clear(cl.pents[i])
+		cl.pents[i] = cl.pents[i][:0]
+	}
 	cl.pmu.Unlock()
 }
 
@@ -223,6 +297,9 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 func (cl *cluster) ringAdd(q *pqueue) {
 	q.ready = true
 	cl.pqueues++
+	if q.inEntries == 0 && !q.fresh {
+		cl.addFresh(q)
+	}
 	if cl.pring == nil {
 		q.rprev, q.rnx = q, q
 		cl.pring = q
@@ -300,50 +377,153 @@ func (q *pqueue) compact() {
 }
 
 // packLocked takes the commands of the next entry from the queues, in
-// turns, and returns the entry; under pmu, with commands queued.
-func (cl *cluster) packLocked() []byte {
+// turns, and returns the entry; under pmu, with commands queued. An
+// express entry takes commands only of the fresh queues (those with
+// commands, none of them in an entry in flight).
+func (cl *cluster) packLocked(express bool) []byte {
 	body := cl.pscratch[:0]
+	taken := cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)][:0]
 	n := 0
-	full := false
-	// The leader's own queue first (expiries: the debt of grants already
-	// made), leaving a command's room for each other queue.
-	if q := cl.own; q.ready {
-		room := maxEntryCommands - (cl.pqueues - 1)
-		for n < room && q.next < len(q.ends) {
-			var ok bool
-			if body, ok = cl.take(q, body); !ok {
-				full = true
+	now := cl.s.now()
+	limit := maxEntryCommands
+	if cl.contendedLocked(now) {
+		limit = contendedEntryCommands
+	}
+	var cand []*pqueue
+	if express {
+		// The fresh queues, in turns as below, but only they.
+		cand = append(cl.pcand[:0], cl.pfresh...)
+		for _, q := range cl.pfresh {
+			q.fresh = false
+		}
+		clear(cl.pfresh)
+		cl.pfresh = cl.pfresh[:0]
+		fr := cand[len(cand):]
+		for _, q := range cand {
+			if q.ready && q.inEntries == 0 {
+				fr = append(fr, q)
+			}
+		}
+		for len(fr) > 0 && n < limit {
+			k := 0
+			full := false
+			for _, q := range fr {
+				if n < limit && !full {
+					var ok bool
+					if body, ok = cl.take(q, body); ok {
+						taken = append(taken, q)
+						n++
+					} else {
+						full = true
+					}
+				}
+				if q.ready && q.next < len(q.ends) {
+					fr[k] = q
+					k++
+				} else if q.ready {
+					cl.ringRemove(q)
+				}
+			}
+			fr = fr[:k]
+			if full {
 				break
 			}
+		}
+	} else {
+		// One command per queue, round after round.
+		for n < limit && cl.pring != nil {
+			q := cl.pring
+			var ok bool
+			if body, ok = cl.take(q, body); !ok {
+				break
+			}
+			taken = append(taken, q)
 			n++
-		}
-		if q.next == len(q.ends) {
-			cl.ringRemove(q)
-		}
-	}
-	// Then one command per queue, round after round.
-	for !full && n < maxEntryCommands && cl.pring != nil {
-		q := cl.pring
-		var ok bool
-		if body, ok = cl.take(q, body); !ok {
-			break
-		}
-		n++
-		if q.next == len(q.ends) {
-			cl.ringRemove(q) // the ring now starts at the queue after it
-		} else {
-			cl.pring = q.rnx
+			if q.next == len(q.ends) {
+				cl.ringRemove(q) // the ring now starts at the queue after it
+			} else {
+				cl.pring = q.rnx
+			}
 		}
 	}
+	for _, q := range taken {
+		if q.inEntries == 0 && q.id != 0 && !q.waiting.Load() {
+			// A session that had nothing in an entry in flight and
+			// is not held back: it is "light" if it was not held
+			// back lately either.
+			if at := q.heldAt.Load(); at == 0 || now-at > contendedWindow {
+				cl.lightAt = now
+			}
+		}
+		q.inEntries++
+	}
+	for _, q := range cand {
+		// Fresh still (the entry was full before their turn).
+		if q.ready && q.inEntries == 0 && !q.fresh {
+			cl.addFresh(q)
+		}
+	}
+	clear(cand[:cap(cand)])
+	cl.pcand = cand[:0]
+	cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)] = taken
+	cl.pinflight++
 	cl.pscratch = body
 	// Raft holds on to the bytes: each entry is a new buffer.
 	return append(entryHeader(cl.pstint, n), body...)
 }
 
+// addFresh puts q, which has commands queued and none in an entry in
+// flight, on pfresh; under pmu. Queues stay on it after they stop being
+// fresh (a normal entry took their command, or they were emptied), until
+// an express entry or freshLocked looks at them: it is swept when it gets
+// much longer than the queues with commands.
+func (cl *cluster) addFresh(q *pqueue) {
+	q.fresh = true
+	cl.pfresh = append(cl.pfresh, q)
+	if len(cl.pfresh) > 2*cl.pqueues+16 {
+		cl.freshLocked()
+	}
+}
+
+// freshLocked drops from pfresh the queues that are no longer fresh, and
+// reports whether one is left; under pmu.
+func (cl *cluster) freshLocked() bool {
+	fr := cl.pfresh[:0]
+	for _, q := range cl.pfresh {
+		if q.ready && q.inEntries == 0 {
+			fr = append(fr, q)
+		} else {
+			q.fresh = false
+		}
+	}
+	clear(cl.pfresh[len(fr):])
+	cl.pfresh = fr
+	return len(fr) > 0
+}
+
+// nextEntryLocked returns the next entry to propose, or nil if there is
+// none for now (nothing queued, or the entries in flight at their bound);
+// under pmu.
+func (cl *cluster) nextEntryLocked() []byte {
+	f := maxEntriesInFlight
+	if cl.contendedLocked(cl.s.now()) {
+		f = contendedEntriesInFlight
+	}
+	switch {
+	case cl.pring == nil:
+		return nil
+	case cl.pinflight < f:
+		return cl.packLocked(false)
+	case cl.pinflight < f+maxExpressInFlight && cl.freshLocked():
+		return cl.packLocked(true)
+	}
+	return nil
+}
+
 // proposer turns the queued commands into log entries, at most
-// maxEntriesInFlight at a time: what is queued while raft appends and
-// commits them goes into the next ones, so that concurrent requests share
-// one append and one fsync.
+// maxEntriesInFlight at a time (and maxExpressInFlight express ones): what
+// is queued while raft appends and commits them goes into the next ones,
+// so that concurrent requests share one append and one fsync.
 func (cl *cluster) proposer() {
 	defer cl.wg.Done()
 	for {
@@ -354,17 +534,22 @@ func (cl *cluster) proposer() {
 		}
 		for {
 			cl.pmu.Lock()
-			if cl.pring == nil || cl.pinflight >= maxEntriesInFlight {
-				cl.pmu.Unlock()
+			buf := cl.nextEntryLocked()
+			cl.pmu.Unlock()
+			if buf == nil {
 				break
 			}
-			buf := cl.packLocked()
-			cl.pinflight++
-			cl.pmu.Unlock()
 			// Not waited for: the apply of the entry answers its
 			// commands (and makes room for the next one), and a
 			// leadership loss is seen on LeaderCh.
 			cl.r.Apply(buf, 0)
 		}
 	}
+}
+
+// contendedLocked reports whether a session is held back at its bound
+// while another sends a request at a time; under pmu.
+func (cl *cluster) contendedLocked(now int64) bool {
+	at := cl.heldAt.Load()
+	return (cl.nwaiting.Load() > 0 || at != 0 && now-at < contendedWindow) && cl.lightAt != 0 && now-cl.lightAt < contendedWindow
 }

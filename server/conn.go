@@ -66,6 +66,7 @@ type conn struct {
 	killed   bool               // close at once, no flush
 	started  bool               // the writer goroutine runs (from HELLO_OK on)
 	inflight map[uint32]*waiter // made by the first queued ACQUIRE
+	qid      uint64             // its number for a cluster leader's proposer (under cluster.mu; 0: none yet)
 	gone     chan struct{}      // made by the first ACQUIRE waiting for a token; closed when the session ends
 
 	// wmu is held for every write to nc, by the reader (inline flush) or

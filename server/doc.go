@@ -209,13 +209,17 @@
 //     grants share one append and one fsync), and replies from the apply of
 //     the entry on the leader. A release of the holder and the grant to the
 //     next waiter are one command, so a contended hand-off costs one commit.
-//   - One session cannot take the log from the others: a session with
-//     ClusterConfig.MaxSessionProposals commands awaiting their apply is
-//     not read from until one applies (TCP holds its client back; nothing
-//     is refused), entries are bounded and filled in turns from every
-//     session with commands queued, at most two in flight, and an ACQUIRE
-//     of a free key beyond ClusterConfig.MaxProposals commands awaiting
-//     their apply gets B (see cluster_proposer.go).
+//   - One session cannot take the log from the others: every command is
+//     charged to a session (an expiry to the session that got the lock);
+//     a session with ClusterConfig.MaxSessionProposals commands awaiting
+//     their apply is not read from until one applies (TCP holds its client
+//     back; nothing is refused); entries are bounded and filled in turns
+//     from every session with commands queued, at most two in flight; a
+//     session with none in flight gets an entry at once; entries are
+//     small and one at a time while a session is held back and another
+//     sends a request at a time; and an ACQUIRE of a free key beyond
+//     ClusterConfig.MaxProposals commands of requests awaiting their apply
+//     gets B (see cluster_proposer.go).
 //   - A RELEASE of the current holding is answered R once its Free is
 //     committed, as the protocol's R ("the exact token was current and is
 //     now released") requires; one cut off by a failover gets no R, and the

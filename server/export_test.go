@@ -101,15 +101,17 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 }
 
 // ProposalsPending returns the commands a cluster leader has proposed and
-// not yet applied: those of sessions, and its own (expiries).
-func ProposalsPending(s *Server) (sessions, own int) {
+// not yet applied: those of requests (ACQUIRE, RELEASE), the ends of
+// leases, and how many of all those are on the leader's own queue (not
+// charged to a session).
+func ProposalsPending(s *Server) (requests, expiries, own int) {
 	cl := s.cl
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.own == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return len(cl.pending) - cl.own.n, cl.own.n
+	return len(cl.pending) - int(cl.nexpiring), int(cl.nexpiring), cl.own.n
 }
 
 // UseDropping wraps cc's transport (set by Use) so that each outgoing RPC

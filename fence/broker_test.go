@@ -22,34 +22,8 @@ import (
 // release failures are still reported: TestRunReleaseAfterStale in
 // adapters/internal/core.)
 func TestStaleReleaseNotHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	addr, stop, err := startLockServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	db, cleanup, err := openExampleDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	b, err := broker.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deposit := func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
-		return err
-	}
+	ctx, db, b := realSetup(t)
+	deposit := depositer(ctx)
 	// zombie returns a ticket that lost its lock to a newer holder, who
 	// has written.
 	zombie := func(key string) *broker.Ticket {
@@ -69,7 +43,7 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 	}
 
 	old := zombie("account/1")
-	err = sqlfence.Run(ctx, db, fence.SQLite, old, deposit)
+	err := sqlfence.Run(ctx, db, fence.SQLite, old, deposit)
 	var stale *fence.StaleError
 	if !errors.As(err, &stale) || err != error(stale) || errors.Is(err, fence.ErrRelease) {
 		t.Fatalf("stale Run: %v (%T), want the *fence.StaleError alone", err, err)
@@ -87,30 +61,7 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 // the fix it came in a *fence.ReleaseError that also matched
 // broker.ErrNotHeld, unlike the stale case.
 func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	addr, stop, err := startLockServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	db, cleanup, err := openExampleDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	b, err := broker.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db, b := realSetup(t)
 	old, err := b.Acquire(ctx, "account/1", 0, time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -139,34 +90,8 @@ func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 // its own token as the high-water, and the error says that this ticket
 // already wrote. Before, it said only "stale token N ... (high-water N)".
 func TestTicketReusedAfterCommit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	addr, stop, err := startLockServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	db, cleanup, err := openExampleDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
-	b, err := broker.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deposit := func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
-		return err
-	}
+	ctx, db, b := realSetup(t)
+	deposit := depositer(ctx)
 	tk, err := b.Acquire(ctx, "account/1", 0, 30*time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -197,5 +122,45 @@ func TestNilBrokerTicket(t *testing.T) {
 	}
 	if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrNilTicket) {
 		t.Errorf("CheckLease: %v", err)
+	}
+}
+
+// realSetup starts a lock server and opens the example database, with a
+// ready broker connected to the server; everything is closed at the
+// test's end.
+func realSetup(t *testing.T) (context.Context, *sql.DB, *broker.Broker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	addr, stop, err := startLockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	db, cleanup, err := openExampleDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	b, err := broker.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, db, b
+}
+
+// depositer returns a fenced write that adds 10 to account 1.
+func depositer(ctx context.Context) func(tx *sql.Tx) error {
+	return func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
+		return err
 	}
 }

@@ -291,18 +291,7 @@ func floodAttempt(t *testing.T, addr string, s *server.Server) (float64, bool) {
 // ACQUIRE of a free key that would take the leader past MaxProposals gets
 // B at once.
 func TestClusterProposalBounds(t *testing.T) {
-	var delay atomic.Int64
-	tc := newTestClusterOpts(t, 3, func(_ int, cfg *server.Config) {
-		cfg.Cluster.MaxSessionProposals, cfg.Cluster.MaxProposals = 4, 6
-		// Slow RPCs on a loaded machine must not depose the leader.
-		cfg.Cluster.HeartbeatTimeout, cfg.Cluster.ElectionTimeout = time.Second, time.Second
-	}, func() bool {
-		if d := time.Duration(delay.Load()); d > 0 {
-			time.Sleep(d)
-		}
-		return false
-	})
-	t.Cleanup(func() { delay.Store(0) })
+	tc, delay := newBoundedCluster(t, 4, 6)
 	l := tc.leader()
 	s := tc.nodes[l].s
 	a, b := tc.leaderSession(l), tc.leaderSession(l)
@@ -349,18 +338,7 @@ func TestClusterProposalBounds(t *testing.T) {
 // does not get another session's ACQUIRE refused. (Counted, six expiries
 // pending with MaxProposals 6 answered b's ACQUIRE of a free key B.)
 func TestClusterExpiriesOutsideMaxProposals(t *testing.T) {
-	var delay atomic.Int64
-	tc := newTestClusterOpts(t, 3, func(_ int, cfg *server.Config) {
-		cfg.Cluster.MaxSessionProposals, cfg.Cluster.MaxProposals = 8, 6
-		// Slow RPCs on a loaded machine must not depose the leader.
-		cfg.Cluster.HeartbeatTimeout, cfg.Cluster.ElectionTimeout = time.Second, time.Second
-	}, func() bool {
-		if d := time.Duration(delay.Load()); d > 0 {
-			time.Sleep(d)
-		}
-		return false
-	})
-	t.Cleanup(func() { delay.Store(0) })
+	tc, delay := newBoundedCluster(t, 8, 6)
 	l := tc.leader()
 	s := tc.nodes[l].s
 	a, b := tc.leaderSession(l), tc.leaderSession(l)
@@ -385,4 +363,24 @@ func TestClusterExpiriesOutsideMaxProposals(t *testing.T) {
 	if r := b.recv(); r.Type != wire.TypeGranted {
 		t.Errorf("b's ACQUIRE of a free key with a's six expiries pending (MaxProposals 6): %s, want G", show(r))
 	}
+}
+
+// newBoundedCluster starts a 3-node cluster whose leader has the given
+// MaxSessionProposals and MaxProposals; each outgoing Raft RPC first
+// sleeps for what delay holds (0 at first), to slow the commits.
+func newBoundedCluster(t *testing.T, perSession, all int) (*tcluster, *atomic.Int64) {
+	t.Helper()
+	delay := new(atomic.Int64)
+	tc := newTestClusterOpts(t, 3, func(_ int, cfg *server.Config) {
+		cfg.Cluster.MaxSessionProposals, cfg.Cluster.MaxProposals = perSession, all
+		// Slow RPCs on a loaded machine must not depose the leader.
+		cfg.Cluster.HeartbeatTimeout, cfg.Cluster.ElectionTimeout = time.Second, time.Second
+	}, func() bool {
+		if d := time.Duration(delay.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		return false
+	})
+	t.Cleanup(func() { delay.Store(0) })
+	return tc, delay
 }

@@ -65,6 +65,26 @@ var (
 	// ticket. Check the data before retrying; never end the transaction
 	// inside the function.
 	ErrTxEnded = errors.New("fence: the transaction ended before commit")
+
+	// ErrNotMigrated means the high-water table does not exist in the
+	// database: the migrations were not applied (run migrations.Up, or
+	// pgxmigrations.Up with pgx, before the first fenced write), or
+	// fence.WithTable names a table that was not created. The error
+	// names the table and what to run, and wraps the driver's error
+	// (errors.As reaches it). The transaction was rolled back, nothing
+	// was written, and the ticket was released.
+	ErrNotMigrated = errors.New("fence: the high-water table does not exist (the migrations were not applied)")
+
+	// ErrDialectMismatch means the dialect passed to sqlfence (or to
+	// package migrations) is not the database's: fence.SQLite for a
+	// MariaDB *sql.DB, say. The error names the dialect passed, the
+	// database found and the dialect to pass. Known from the Go type of
+	// db's database/sql driver, it is returned before anything is sent;
+	// for a driver the module does not know, it is returned when the
+	// database rejects the fence's own statement as not its SQL (a syntax
+	// error, an unknown function), after a rollback. Either way nothing
+	// was written and the ticket was released.
+	ErrDialectMismatch = errors.New("fence: the dialect does not match the database")
 )
 
 // StaleError reports a rejected token: Token <= HighWater for Resource.

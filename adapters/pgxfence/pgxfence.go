@@ -248,6 +248,9 @@ func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
 				continue
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
+				if noTable(err) {
+					return notMigrated(plan.Table, err)
+				}
 				return fmt.Errorf("pgxfence: check-and-bump %q: %w", r, err)
 			}
 		}
@@ -257,11 +260,29 @@ func guard(ctx context.Context, tx pgx.Tx, plan fence.Plan) error {
 		// had the row changed since the snapshot).
 		err := tx.QueryRow(ctx, selectSQL(plan.Table), []byte(r)).Scan(&hw)
 		if err != nil && !(plan.Token == 0 && errors.Is(err, pgx.ErrNoRows)) {
+			if noTable(err) {
+				return notMigrated(plan.Table, err)
+			}
 			return fmt.Errorf("pgxfence: read high-water of %q: %w", r, err)
 		}
 		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}
 	}
 	return nil
+}
+
+// noTable reports whether err, the error of one of the fence's own
+// statements (which name no table but the high-water table), says that
+// the table does not exist: SQLSTATE 42P01, undefined_table.
+func noTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+// notMigrated is the fence.ErrNotMigrated error for table, wrapping err.
+func notMigrated(table string, err error) error {
+	return core.NotMigrated("pgxfence", table,
+		"pgxmigrations.Up(ctx, pool) (package github.com/ticketing-dev/ticketing/migrations/pgxmigrations)",
+		"migrations.Files(fence.Postgres)", err)
 }
 
 // upsertSQL is the check-and-bump statement for table ($1 resource bytea,

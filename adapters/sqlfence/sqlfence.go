@@ -111,8 +111,10 @@ func driver(db Beginner, d Dialect) core.Driver[*sql.Tx] {
 	return core.Driver[*sql.Tx]{
 		Pkg: "sqlfence",
 		Check: func() error {
-			_, err := statements(d, fence.DefaultTable)
-			return err
+			if _, err := statements(d, fence.DefaultTable); err != nil {
+				return err
+			}
+			return checkDialect(db, d)
 		},
 		Begin: func(ctx context.Context) (*sql.Tx, core.Tx, error) {
 			if db == nil {
@@ -217,6 +219,9 @@ func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
 		if plan.Token > 0 { // token 0 is below every high-water: never stored
 			accepted, err = bump(ctx, tx, d, st, r, plan.Token)
 			if err != nil {
+				if ferr := fenceError(err, d, plan.Table); ferr != nil {
+					return ferr
+				}
 				return fmt.Errorf("sqlfence: check-and-bump %q: %w", r, err)
 			}
 		}
@@ -226,6 +231,9 @@ func guard(ctx context.Context, tx *sql.Tx, d Dialect, plan fence.Plan) error {
 		var hw int64
 		err := tx.QueryRowContext(ctx, st.read, []byte(r)).Scan(&hw)
 		if err != nil && !(plan.Token == 0 && errors.Is(err, sql.ErrNoRows)) {
+			if ferr := fenceError(err, d, plan.Table); ferr != nil {
+				return ferr
+			}
 			return fmt.Errorf("sqlfence: read high-water of %q: %w", r, err)
 		}
 		return &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: uint64(hw)}

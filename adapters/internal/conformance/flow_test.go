@@ -395,10 +395,11 @@ func TestCustomTable(t *testing.T) {
 		if !errors.Is(err, fence.ErrStale) {
 			t.Errorf("err = %v, want stale", err)
 		}
-		// A table that does not exist is a plain database error.
+		// A table that does not exist is fence.ErrNotMigrated, naming
+		// the option and where the CREATE TABLE is.
 		err = tg.run(ctx, fencetest.NewTicket("k", 5), nil2, fence.WithTable("missing_fence"))
-		if err == nil || errors.Is(err, fence.ErrStale) {
-			t.Errorf("missing table: err = %v", err)
+		if !errors.Is(err, fence.ErrNotMigrated) || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "missing_fence (fence.WithTable)") {
+			t.Errorf("missing table: err = %v, want fence.ErrNotMigrated naming the table", err)
 		}
 	})
 }

@@ -210,3 +210,17 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	raw = nil
 	return release(nil)
 }
+
+// NotMigrated is the error for a fence statement that found no high-water
+// table: it matches fence.ErrNotMigrated, wraps the driver's error err,
+// and says what to run. up is the call that creates fence.DefaultTable
+// ("migrations.Up(ctx, db, fence.MySQL)"), files where the table's
+// CREATE TABLE is for a table of the user's own (fence.WithTable).
+func NotMigrated(pkg, table, up, files string, err error) error {
+	if table == fence.DefaultTable {
+		return fmt.Errorf("%s: %w: table %s is missing: run %s once before fenced writes (at start-up; it is safe to run from every process); nothing was written: %w",
+			pkg, fence.ErrNotMigrated, table, up, err)
+	}
+	return fmt.Errorf("%s: %w: table %s (fence.WithTable) is missing: create it with the columns of the migration's CREATE TABLE (%s); %s creates only %s; nothing was written: %w",
+		pkg, fence.ErrNotMigrated, table, files, up, fence.DefaultTable, err)
+}

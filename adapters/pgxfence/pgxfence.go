@@ -47,6 +47,11 @@ var ErrNestedTx = errors.New("pgxfence: db is a pgx.Tx (a savepoint is not a com
 //     commit;
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
+//   - an error matching fence.ErrNotMigrated, wrapping the *pgconn.PgError
+//     (SQLSTATE 42P01), if the high-water table does not exist: it names
+//     the table and says to run pgxmigrations.Up(ctx, pool) (only the
+//     fence's own statements are checked: fn's errors come back as they
+//     are);
 //   - validation errors of fence.NewPlan, or ErrNestedTx if db is a
 //     pgx.Tx, before anything is sent;
 //   - fence.ErrNilTicket for a nil ticket, also a nil *broker.Ticket,
@@ -65,7 +70,9 @@ func Run(ctx context.Context, db Beginner, ticket fence.Ticket, fn func(pgx.Tx) 
 
 // Guard performs only the check-and-bump, inside tx, a transaction the
 // caller manages. It returns a *fence.StaleError if the token is not above
-// the high-water of every resource; then the caller must roll back. After
+// the high-water of every resource; then the caller must roll back. It
+// returns an error matching fence.ErrNotMigrated if the high-water table
+// does not exist. After
 // a nil return, the high-water rows stay locked until tx ends, and the
 // caller must: do the protected write in tx without ending it, call
 // CheckTx and fence.CheckLease right before commit (roll back if either

@@ -55,6 +55,16 @@ type Beginner interface {
 //     commit;
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
+//   - an error matching fence.ErrNotMigrated, wrapping the driver error,
+//     if the high-water table does not exist: it names the table and says
+//     to run migrations.Up(ctx, db, d) (only the fence's own statements
+//     are checked: fn's errors come back as they are);
+//   - an error matching fence.ErrDialectMismatch, naming d and the
+//     database, if d is not the database's dialect: before anything is
+//     sent when the Go type of db's driver tells (a *sql.DB or *sql.Conn
+//     of pgx, lib/pq, go-sql-driver/mysql or a known SQLite driver; known
+//     once per driver type, no round trip), otherwise when the database
+//     rejects the fence's statement as not its SQL (wrapping that error);
 //   - fence.ErrDialect or a validation error of fence.NewPlan, before anything
 //     is sent;
 //   - fence.ErrNilTicket for a nil ticket, also a nil *broker.Ticket,
@@ -75,7 +85,10 @@ func Run(ctx context.Context, db Beginner, d Dialect, ticket fence.Ticket, fn fu
 // Guard performs only the check-and-bump, inside tx, a transaction the
 // caller manages, for dialect d. It returns a *fence.StaleError if the
 // token is not above the high-water of every resource; then the caller
-// must roll back. After a nil return, the high-water rows stay locked until
+// must roll back. It returns an error matching fence.ErrNotMigrated if the
+// high-water table does not exist, and one matching
+// fence.ErrDialectMismatch if the database rejects the statement of d as
+// not its SQL (tx's driver is not checked). After a nil return, the high-water rows stay locked until
 // tx ends, and the caller must: do the protected write in tx without
 // ending it, call CheckTx and fence.CheckLease right before commit (roll
 // back if either fails), commit, and only then release the ticket. On

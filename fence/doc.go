@@ -193,7 +193,9 @@
 // ErrTxEnded, ErrLeaseExpired, ErrCommitUnknown, ErrRelease /
 // *ReleaseError, ErrInvalidResource, ErrTokenRange, ErrInvalidTable,
 // ErrNilTicket (also for a nil *broker.Ticket inside the Ticket
-// interface: see NilTicket); each outcome matches one of them only. The
+// interface: see NilTicket), ErrNotMigrated (the high-water table does
+// not exist: run the migrations), ErrDialectMismatch (sqlfence's dialect
+// is not the database's), ErrDialect; each outcome matches one of them only. The
 // caller's own errors come back unchanged (wrapped only in ErrTxEnded,
 // when fn ended the transaction and then failed).
 package fence

@@ -11,7 +11,8 @@
 // pgx, lib/pq, go-sql-driver/mysql, modernc.org/sqlite, mattn/go-sqlite3
 // and a few others — or, for a driver they do not know, from the server's
 // answer to sqlite_version() or version()) fails at once with
-// ErrDialectMismatch, and an invalid one with fence.ErrDialect; both
+// ErrDialectMismatch (which is fence.ErrDialectMismatch, the error
+// sqlfence.Run returns for the same mistake), and an invalid one with fence.ErrDialect; both
 // errors name the dialect passed, the database found and the dialect to
 // pass.
 // With pgx, without database/sql, use package

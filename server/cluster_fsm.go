@@ -46,7 +46,8 @@ import (
 // by token and owner) or an expiry — and, with next, grants it at once to
 // the next waiter, so that a contended hand-off costs one commit. Floor
 // raises the counter (a migration from a standalone node,
-// Config.InitialToken, or a new cluster's first leader's ClockStart).
+// Config.InitialToken, or with TokenStartClock a new cluster's first
+// leader's ClockStart).
 // Advertise records a node's client address.
 // ClusterID records the cluster's identity (ClusterConfig.ClusterID, or a
 // random one): the first one applied stays, later ones are ignored, so

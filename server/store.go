@@ -107,9 +107,10 @@ var ErrTokensExhausted = errors.New("server: fencing token space exhausted")
 
 // ErrCeilingMissing is the error of New for a data directory that has been
 // used but holds no valid token ceiling: starting again from scratch could
-// reissue tokens that fenced databases already hold (from the clock, only
-// if it is set back, or the directory issued more than one token per
-// microsecond on average; but New does not guess). Restore the ceiling
+// reissue tokens that fenced databases already hold (from 1 by default;
+// with TokenStartClock, only if the clock is set back or the directory
+// issued more than one token per microsecond on average; but New does not
+// guess). Restore the ceiling
 // file, or set Config.InitialToken (ticketingd serve --initial-token) to at
 // least the highest token ever issued from the directory.
 var ErrCeilingMissing = errors.New("server: token ceiling missing from a used data dir")

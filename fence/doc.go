@@ -173,13 +173,16 @@
 //
 // Tokens are stored in a signed BIGINT: a token above math.MaxInt64 is
 // refused with ErrTokenRange, never truncated. Tokens are at least 1 (a
-// new Ticketing server starts them above the wall clock in microseconds,
-// about 1.8e15): a resource without a row has the implicit high-water 0,
+// new Ticketing server starts them at 1, or with --token-start clock,
+// which ticketingd init's configs set, above the wall clock in
+// microseconds, about 1.8e15): a resource without a row has the implicit
+// high-water 0,
 // so token 0 (a zero-value or fake ticket) is always stale, and is never
 // stored. A *StaleError whose token is more than ReinstallGap (2^32)
 // below the high-water says in its message that the lock service was
 // probably reinstalled with tokens below those the database accepted, and
-// how to continue above the high-water (--initial-token).
+// how to continue above the high-water (--initial-token) and to avoid it
+// next time (--token-start clock).
 //
 // WithTable names another high-water table (a plain identifier, optionally
 // schema-qualified, validated, not quoted). You create that table

@@ -107,9 +107,9 @@ type StaleError struct {
 // one counter serves all keys; a gap of 2^32 would take an hour of grants
 // at a million per second while the stale holder was stalled. A lock
 // service started again with a new token store (a new data dir, a new
-// cluster) from a version, or a clock, that starts tokens low, issues
-// tokens far below what the database has accepted: every fenced write is
-// then refused.
+// cluster) that starts tokens low (at 1, the protocol's default, or from
+// a clock set back), issues tokens far below what the database has
+// accepted: every fenced write is then refused.
 const ReinstallGap = 1 << 32
 
 // Error implements error. When HighWater equals Token, the write that
@@ -125,7 +125,7 @@ func (e *StaleError) Error() string {
 	msg := fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
 	if e.HighWater > e.Token && e.HighWater-e.Token > ReinstallGap {
 		msg += fmt.Sprintf(": the token is far below the high-water (by more than 2^32), so the lock service was probably reinstalled or its token store replaced, and issues tokens below those this database accepted; every fenced write will be refused until it issues tokens above the high-water. "+
-			"To continue, restart the lock service (every node of a cluster) with --initial-token N, N at least the highest high_water in the fence table (here at least %d): its tokens then continue above N", e.HighWater)
+			"To continue, restart the lock service (every node of a cluster) with --initial-token N, N at least the highest high_water in the fence table (here at least %d): its tokens then continue above N. To avoid it next time, run the lock service with --token-start clock (which ticketingd init's configs set): a new installation then starts its tokens above the wall clock in microseconds", e.HighWater)
 	}
 	return msg
 }

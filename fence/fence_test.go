@@ -105,7 +105,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("a gap of ReinstallGap: %q, want no reinstall hint", got)
 	}
 	far := (&fence.StaleError{Resource: "r", Token: 2, HighWater: hw}).Error()
-	for _, want := range []string{"fence: stale token 2 for resource \"r\" (high-water 1796000000000000)", "far below the high-water", "probably reinstalled", "--initial-token", "at least 1796000000000000"} {
+	for _, want := range []string{"fence: stale token 2 for resource \"r\" (high-water 1796000000000000)", "far below the high-water", "probably reinstalled", "--initial-token", "at least 1796000000000000", "--token-start clock"} {
 		if !strings.Contains(far, want) {
 			t.Errorf("far below: %q does not say %q", far, want)
 		}

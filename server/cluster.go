@@ -29,7 +29,7 @@ import (
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
-// the configured floor (in a new cluster, at least ClockStart) and records
+// the configured floor (in a new cluster with TokenStartClock, at least ClockStart) and records
 // its client address (one entry, waited for), restarts every lease at its
 // full lease_s plus one election timeout, and only then takes RoleLeader
 // and serves. When it loses leadership its
@@ -318,6 +318,7 @@ func newCluster(s *Server) (*cluster, error) {
 		return nil, fmt.Errorf("server: %s: %w", ceilPath, err)
 	}
 	cl.fsm.floor = floor
+	cl.fsm.clockStart = s.cfg.TokenStart == TokenStartClock
 	cl.fsm.lowFloor = func(last uint64) {
 		s.log.Error("cluster: this node's token floor (initial-token, or an imported standalone ceiling) is above the cluster's counter: the leader was started without it, and may issue tokens at or below it. Give every node the same initial-token", "floor", floor, "counter", last)
 	}

@@ -46,7 +46,8 @@ import (
 // by token and owner) or an expiry — and, with next, grants it at once to
 // the next waiter, so that a contended hand-off costs one commit. Floor
 // raises the counter (a migration from a standalone node,
-// Config.InitialToken, or a new cluster's first leader's ClockStart).
+// Config.InitialToken, or with TokenStartClock a new cluster's first
+// leader's ClockStart).
 // Advertise records a node's client address.
 // ClusterID records the cluster's identity (ClusterConfig.ClusterID, or a
 // random one): the first one applied stays, later ones are ignored, so
@@ -86,6 +87,10 @@ type clusterFSM struct {
 	stint uint64            // the current leader's stint (entries of others are skipped)
 	cid   string            // the cluster's identity (cmdClusterID; empty until applied)
 	floor uint64            // this node's: the takeover raises the counter to it (not part of the state)
+	// clockStart: this node's Config.TokenStart is TokenStartClock; as
+	// leader of a new cluster it raises the counter to ClockStart (not
+	// part of the state).
+	clockStart bool
 
 	applied atomic.Uint64
 	last    atomic.Uint64 // sm.last, readable without mu
@@ -290,14 +295,16 @@ func (f *clusterFSM) grant(key []byte, owner [wire.OwnerLen]byte, lease uint8, o
 // takeoverFloor is the counter a new leader's takeover entry raises the
 // counter to (with a Floor command, if above the applied counter): this
 // node's floor (Config.InitialToken, or an imported standalone ceiling)
-// and, while the counter is still 0 (a new cluster: no token was ever
-// granted and no floor applied), ClockStart. The clock is read by the
+// and, if this node is configured with TokenStartClock and the counter is
+// still 0 (a new cluster: no token was ever granted and no floor
+// applied), ClockStart. So the first leader's setting decides where a new
+// cluster starts. The clock is read by the
 // proposing leader only, and reaches every node through the log, so the
 // machine stays deterministic; once applied, the counter is no longer 0
 // and the clock is never read again for it.
 func (f *clusterFSM) takeoverFloor() uint64 {
 	fl := f.floor
-	if f.last.Load() == 0 {
+	if f.clockStart && f.last.Load() == 0 {
 		fl = max(fl, ClockStart())
 	}
 	return fl

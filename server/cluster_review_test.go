@@ -168,8 +168,7 @@ func TestClusterReviewRestoreFloorIsDeterministic(t *testing.T) {
 	}
 	// The follower comes back with a floor of its own (its operator set
 	// --initial-token, or imported a standalone data dir into it).
-	// (Above the counter, which a new cluster starts at ClockStart.)
-	tc.nodes[f].cfg.InitialToken = server.ClockStart() + 1e12
+	tc.nodes[f].cfg.InitialToken = 1_000_000
 	tc.start(f)
 	eventually(t, "the follower to install the snapshot", func() bool { return tc.nodes[f].s.Stats().HeldLocks == 20 })
 	tok := c.acquireOK(40, owner(99), 0, 60, "after")
@@ -191,7 +190,7 @@ func TestClusterReviewRestoreFloorIsDeterministic(t *testing.T) {
 // that node alone, the others added afterwards; a bootstrap of several
 // nodes with it is refused, naming the file and what to do.
 func TestClusterImportedCeiling(t *testing.T) {
-	ceiling := server.ClockStart() + 1e12 // above where a new cluster starts
+	const ceiling = 1_000_000
 	dir := t.TempDir()
 	if err := server.WriteCeiling(dir, ceiling); err != nil {
 		t.Fatal(err)

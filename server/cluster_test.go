@@ -460,14 +460,13 @@ func TestClusterRestartsInEveryOrder(t *testing.T) {
 	}
 }
 
-// TestClusterInitialTokenFloor: an InitialToken above the clock is where
-// a new cluster's tokens continue (the floor wins over ClockStart).
+// TestClusterInitialTokenFloor: a new cluster's tokens continue above
+// InitialToken.
 func TestClusterInitialTokenFloor(t *testing.T) {
-	floor := server.ClockStart() + 1e12
-	tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) { cfg.InitialToken = floor })
+	tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) { cfg.InitialToken = 1_000_000 })
 	c := tc.leaderSession(tc.leader())
-	if got := c.acquireOK(2, owner(1), 0, 10, "k"); got != floor+1 {
-		t.Fatalf("first token %d, want %d", got, floor+1)
+	if got := c.acquireOK(2, owner(1), 0, 10, "k"); got != 1_000_001 {
+		t.Fatalf("first token %d, want 1000001", got)
 	}
 }
 

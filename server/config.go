@@ -118,13 +118,26 @@ type Config struct {
 	// ceiling; default DefaultTokenBlock, at most MaxTokenBlock (2^32).
 	TokenBlock uint64
 
+	// TokenStart is where a NEW token store (a data dir without a token
+	// ceiling) or a NEW cluster (a counter still at 0) starts issuing
+	// tokens: TokenStartOne (the zero value, the default) at 1, as the
+	// protocol says; TokenStartClock above the wall clock in microseconds
+	// (ClockStart), so that a reinstalled or wiped server never issues
+	// tokens below those an earlier installation issued. It is read only
+	// when the store or cluster is created: persisted state always wins,
+	// and a restart never reads the clock again. In a cluster the setting
+	// of the first leader (the node whose takeover entry starts the
+	// counter) decides; the nodes of a cluster should share it.
+	// InitialToken is a floor in both modes.
+	TokenStart TokenStart
+
 	// InitialToken, if non-zero, makes tokens continue strictly above it
 	// (and above the stored ceiling, whichever is higher: an InitialToken
 	// below the ceiling is ignored, tokens never go back). A new data dir
-	// (or cluster) starts above the wall clock in microseconds
-	// (ClockStart) without it; InitialToken is a floor above that, for a
-	// clock that cannot be trusted or a database that holds higher
-	// tokens. It lets a data dir whose ceiling was lost start again (New
+	// (or cluster) starts at 1 without it (above the wall clock in
+	// microseconds with TokenStartClock); InitialToken is a floor above
+	// that, for a clock that cannot be trusted or a database that holds
+	// higher tokens. It lets a data dir whose ceiling was lost start again (New
 	// refuses a used data dir without a valid ceiling, ErrCeilingMissing),
 	// and a migration continue above the tokens of another server. Set it
 	// to at least the highest token ever issued to the fenced resources;
@@ -248,6 +261,9 @@ func (c *Config) normalize() error {
 	}
 	if c.TokenBlock > MaxTokenBlock {
 		return fmt.Errorf("server: Config.TokenBlock %d is above the maximum %d", c.TokenBlock, MaxTokenBlock)
+	}
+	if c.TokenStart != TokenStartOne && c.TokenStart != TokenStartClock {
+		return fmt.Errorf("server: Config.TokenStart %d is neither TokenStartOne nor TokenStartClock", int(c.TokenStart))
 	}
 	if c.InitialToken > MaxToken-c.TokenBlock {
 		return fmt.Errorf("server: Config.InitialToken %d leaves no room for a block of %d tokens below the maximum token %d", c.InitialToken, c.TokenBlock, MaxToken)

@@ -176,11 +176,13 @@
 //
 //   - Tokens are the machine's counter, +1 per committed grant, so no token
 //     is issued twice and a new leader's tokens are above every earlier
-//     one. A new cluster's counter starts above the wall clock in
-//     microseconds (ClockStart), read by its first leader when it takes
-//     over and put in the log, so that it is above every token an earlier
-//     installation can have issued; it is read only while the counter is
-//     still 0, never again. Config.InitialToken, and the ceiling of a
+//     one. A new cluster's first token is 1, as the protocol says; with
+//     Config.TokenStart TokenStartClock its counter starts above the wall
+//     clock in microseconds (ClockStart), read by its first leader when it
+//     takes over and put in the log, so that it is above every token an
+//     earlier installation can have issued; it is read only while the
+//     counter is still 0, never again, and the first leader's TokenStart
+//     decides (give every node the same). Config.InitialToken, and the ceiling of a
 //     standalone token store found in DataDir (a migration), are a floor:
 //     a node that takes over raises the counter to its floor through the
 //     log. The floor is the
@@ -279,15 +281,19 @@
 //
 // Fencing tokens come from one atomic counter for the whole server: they
 // strictly increase across all keys. A new token store (an empty or new
-// DataDir) starts above the wall clock in microseconds since 1970
-// (ClockStart, about 1.8e15, a 5000th of MaxToken), or above
-// Config.InitialToken if that is higher: no server issues a token per
-// microsecond, so a new installation's tokens are above every token an
-// earlier one can have issued, and the databases it fenced accept them
-// without the operator having to know their high-water. The clock is read
-// once, at creation: the first ceiling persists the start, and every later
-// start continues from the stored ceiling, never from the clock (a clock
-// set back cannot lower the tokens, one far ahead does not raise them). They never go backwards,
+// DataDir) issues 1 first, as the protocol says, or the token above
+// Config.InitialToken. With Config.TokenStart TokenStartClock (an opt-in,
+// which the configs of ticketingd init set) it starts above the wall
+// clock in microseconds since 1970 instead (ClockStart, about 1.8e15, a
+// 5000th of MaxToken), or above Config.InitialToken if that is higher: no
+// server issues a token per microsecond, so a new installation's tokens
+// are above every token an earlier one can have issued, and the databases
+// it fenced accept them without the operator having to know their
+// high-water (starting at 1 again, a reinstalled server's every fenced
+// write fails as stale). The clock is read once, at creation: the first
+// ceiling persists the start, and every later start continues from the
+// stored ceiling, never from the clock (a clock set back cannot lower the
+// tokens, one far ahead does not raise them). They never go backwards,
 // across restarts (kill -9 included): the file tokens.ceiling in DataDir
 // holds a durable ceiling, and no token above it is ever handed out. The
 // ceiling is raised TokenBlock tokens at a time (write a temporary file,

@@ -137,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Cluster != nil {
 		return s.startCluster()
 	}
-	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, s.now); err != nil {
+	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, cfg.TokenStart, s.now); err != nil {
 		return nil, err
 	}
 	if s.tokens.recovered {

@@ -39,8 +39,48 @@ const MaxClockStart uint64 = 1 << 60
 // the tests of the clamping).
 var wallMicros = func() int64 { return time.Now().UnixMicro() }
 
+// TokenStart says where a new token store, or a new cluster's counter,
+// starts issuing tokens (Config.TokenStart). Persisted state always wins:
+// it matters only when the store or cluster is created.
+type TokenStart int
+
+const (
+	// TokenStartOne (the zero value, the default): tokens start at 1 (or
+	// above Config.InitialToken), as the protocol says.
+	TokenStartOne TokenStart = iota
+	// TokenStartClock: tokens start above the wall clock in microseconds
+	// (ClockStart) or Config.InitialToken, whichever is higher, so that a
+	// reinstalled or wiped server never issues tokens below those an
+	// earlier installation issued. ticketingd init writes it into the
+	// configurations it generates.
+	TokenStartClock
+)
+
+// String returns the name ticketingd uses for s: "one" or "clock".
+func (s TokenStart) String() string {
+	switch s {
+	case TokenStartOne:
+		return "one"
+	case TokenStartClock:
+		return "clock"
+	}
+	return fmt.Sprintf("TokenStart(%d)", int(s))
+}
+
+// ParseTokenStart returns the TokenStart named by s ("one" or "clock").
+func ParseTokenStart(s string) (TokenStart, error) {
+	switch s {
+	case "one":
+		return TokenStartOne, nil
+	case "clock":
+		return TokenStartClock, nil
+	}
+	return 0, fmt.Errorf("token start %q is neither one nor clock", s)
+}
+
 // ClockStart is the value above which a new token store, or a new
-// cluster's counter, starts issuing tokens when no higher floor is given:
+// cluster's counter, starts issuing tokens with TokenStartClock when no
+// higher floor is given:
 // the wall clock in microseconds since 1970 (about 1.8e15 in the late 2020s, far below
 // MaxToken, about 9.2e18), clamped to [0, MaxClockStart]. No server issues
 // a token per microsecond on average, so a new installation starts above
@@ -67,9 +107,10 @@ var ErrTokensExhausted = errors.New("server: fencing token space exhausted")
 
 // ErrCeilingMissing is the error of New for a data directory that has been
 // used but holds no valid token ceiling: starting again from scratch could
-// reissue tokens that fenced databases already hold (from the clock, only
-// if it is set back, or the directory issued more than one token per
-// microsecond on average; but New does not guess). Restore the ceiling
+// reissue tokens that fenced databases already hold (from 1 by default;
+// with TokenStartClock, only if the clock is set back or the directory
+// issued more than one token per microsecond on average; but New does not
+// guess). Restore the ceiling
 // file, or set Config.InitialToken (ticketingd serve --initial-token) to at
 // least the highest token ever issued from the directory.
 var ErrCeilingMissing = errors.New("server: token ceiling missing from a used data dir")
@@ -124,9 +165,10 @@ type tokenStore struct {
 // synchronously (so that an unwritable directory fails here), and starts the
 // reserving goroutine. Tokens continue above the stored ceiling or initial,
 // whichever is higher; a store without a valid ceiling (a new one, or a
-// used one recovered with initial) starts above ClockStart or initial,
-// whichever is higher, and the first reservation persists that start.
-func openStore(dir string, block, initial uint64, clock func() int64) (*tokenStore, error) {
+// used one recovered with initial) starts above initial (0: at 1) or, with
+// TokenStartClock, above ClockStart if that is higher; the first
+// reservation persists that start.
+func openStore(dir string, block, initial uint64, ts TokenStart, clock func() int64) (*tokenStore, error) {
 	_, serr := os.Stat(dir)
 	created := errors.Is(serr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -175,10 +217,11 @@ func openStore(dir string, block, initial uint64, clock func() int64) (*tokenSto
 		return fail(err)
 	}
 	start := max(ceil, initial)
-	if !found {
+	if !found && ts == TokenStartClock {
 		// A new store (or one whose ceiling is lost, started again with
-		// an initial token): above every token an earlier installation
-		// can have issued. Read once: from now on the ceiling holds it.
+		// an initial token), set to start above the clock: above every
+		// token an earlier installation can have issued. Read once: from
+		// now on the ceiling holds it.
 		start = max(start, ClockStart())
 	}
 	if start > MaxToken || MaxToken-start < block {

@@ -192,12 +192,7 @@ func TestTokenStoreMissingFileInUsedDir(t *testing.T) {
 	if !errors.Is(err, server.ErrCeilingMissing) || !strings.Contains(err.Error(), filepath.Join(d, "tokens.ceiling")) || !strings.Contains(err.Error(), "--initial-token") {
 		t.Fatalf("New: %v, want ErrCeilingMissing naming the file and --initial-token", err)
 	}
-	// With the clock set back (so that ClockStart, which also counts for
-	// a store without a ceiling, cannot be what lifts it), InitialToken
-	// is where tokens continue.
-	restore := server.SetWallMicros(func() int64 { return 1000 })
-	defer restore()
-	if tok := firstToken(t, server.Config{DataDir: d, InitialToken: ceil}); tok != ceil+1 {
+	if tok := firstToken(t, server.Config{DataDir: d, InitialToken: ceil}); tok <= ceil {
 		t.Fatalf("first token %d with InitialToken %d", tok, ceil)
 	}
 }
@@ -220,9 +215,6 @@ func TestTokenStoreStaleInitialToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(d, "tokens.ceiling.tmp"))
-	// The clock set back: only the copy in LOCK can keep tokens above last.
-	restore := server.SetWallMicros(func() int64 { return 1000 })
-	defer restore()
 	if tok := firstToken(t, cfg); tok <= last {
 		t.Fatalf("first token %d, but %d was issued before (InitialToken %d left in place)", tok, last, cfg.InitialToken)
 	}
@@ -255,10 +247,8 @@ func TestTokenStoreFailedFirstStart(t *testing.T) {
 	if ents, _ := os.ReadDir(d); len(ents) != 0 {
 		t.Fatalf("data dir holds %v after a failed first start", ents)
 	}
-	// It starts as a new store: above the clock, as if never started.
-	before := server.ClockStart()
-	if tok := firstToken(t, server.Config{DataDir: d}); tok <= before {
-		t.Fatalf("first token %d, want above the clock at the start (%d)", tok, before)
+	if tok := firstToken(t, server.Config{DataDir: d}); tok != 1 {
+		t.Fatalf("first token %d", tok)
 	}
 	// A data dir that did not exist does not exist after the failed start.
 	nd := filepath.Join(t.TempDir(), "new")
@@ -319,9 +309,8 @@ func TestTokenStoreTempFile(t *testing.T) {
 // in a fresh dir, and above the stored ceiling when that is higher (never
 // backwards).
 func TestTokenStoreInitialToken(t *testing.T) {
-	high := server.ClockStart() + 1e12 // above the clock: the floor wins
-	if tok := firstToken(t, server.Config{DataDir: t.TempDir(), InitialToken: high}); tok != high+1 {
-		t.Fatalf("fresh dir, InitialToken %d: first token %d", high, tok)
+	if tok := firstToken(t, server.Config{DataDir: t.TempDir(), InitialToken: 5000}); tok != 5001 {
+		t.Fatalf("fresh dir, InitialToken 5000: first token %d", tok)
 	}
 	d := t.TempDir()
 	ceil := usedDir(t, d, 40)
@@ -392,15 +381,12 @@ func TestTokenSpaceLimits(t *testing.T) {
 
 func TestTokenStoreFreshDirCreated(t *testing.T) {
 	d := filepath.Join(t.TempDir(), "new", "dir")
-	before := server.ClockStart()
 	s, err := newServer(t, server.Config{DataDir: d})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Nothing granted yet; tokens start above the clock at creation, and
-	// a block above that is durable.
-	if st := s.Stats(); st.Grants != 0 || st.LastToken < before || st.TokenCeiling <= st.LastToken {
-		t.Fatalf("stats %+v, want no grant, last_token at least %d, a ceiling above it", st, before)
+	if st := s.Stats(); st.LastToken != 0 || st.TokenCeiling == 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 

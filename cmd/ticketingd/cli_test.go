@@ -48,7 +48,7 @@ func TestHelp(t *testing.T) {
 	_, out, _ := runCapture(t, "serve", "--help")
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
-		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--owned-release-only",
+		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--token-start", "--owned-release-only",
 		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
 		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals"} {
 		if !strings.Contains(out, flag) {
@@ -88,6 +88,7 @@ func TestUsageErrors(t *testing.T) {
 		{"negative limit", []string{"serve", "--max-waiters", "-1"}, 2, []string{"--max-waiters"}},
 		{"bad log level", []string{"serve", "--log-level", "loud"}, 2, []string{"--log-level", "loud"}},
 		{"bad log format", []string{"serve", "--log-format", "xml"}, 2, []string{"--log-format"}},
+		{"bad token start", []string{"serve", "--token-start", "wall"}, 2, []string{"--token-start", "want one or clock"}},
 		{"extra args", []string{"serve", "now"}, 2, []string{"no arguments"}},
 		{"cert without key", []string{"serve", "--tls-cert", "c.pem"}, 2, []string{"--tls-key"}},
 		{"client ca without cert", []string{"serve", "--tls-client-ca", "ca.pem"}, 2, []string{"--tls-client-ca"}},
@@ -231,6 +232,7 @@ standby-hint: other:5225
 shutdown-timeout: 3s
 token-block: 500
 initial-token: 7000
+token-start: clock
 owned-release-only: true
 admin-token: s3cret
 `
@@ -268,6 +270,7 @@ admin-token: s3cret
 		ShutdownTimeout:  3 * time.Second,
 		TokenBlock:       500,
 		InitialToken:     7000,
+		TokenStart:       "clock",
 		OwnedRelease:     true,
 		AdminToken:       "s3cret",
 		RaftHeartbeat:    server.DefaultRaftHeartbeat,

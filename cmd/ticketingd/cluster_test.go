@@ -248,6 +248,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	dir, ex, ports := initClusterBundle(t, 4)
 	clientBase, raftBase, adminBase := ports[0], ports[1], ports[2]
 
+	before := uint64(time.Now().UnixMicro())
 	var nodes []*subprocess
 	var admins []string
 	for i, id := range []string{"n1", "n2", "n3"} {
@@ -280,12 +281,16 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Errorf("follower's view of the leader: %+v", views[follower])
 	}
 
-	// A broker given the printed URL (all three addresses) locks.
+	// A broker given the printed URL (all three addresses) locks, with
+	// a first token above the clock: every node's config from init says
+	// token-start: clock.
 	cfg, err := broker.ParseURL(ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockOnce(t, cfg)
+	if tok := lockOnce(t, cfg); tok <= before || o1.TokenStart != "clock" {
+		t.Errorf("first token %d of the init --cluster bundle (token-start %q), want above the clock in µs at its start (%d)", tok, o1.TokenStart, before)
+	}
 
 	// A follower answers HELLO with M and the leader's client address.
 	caPool := certPool(t, filepath.Join(dir, initCACert))
@@ -344,6 +349,9 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	if want := "ticketingd cluster add n4=" + raft4 + " --admin " + strings.Join(admins, ","); !strings.Contains(out, want) {
 		t.Errorf("init --add output lacks %q:\n%s", want, out)
+	}
+	if o4, err := parseServe(t, "--config", filepath.Join(dir, "n4", initConfigFile)); err != nil || o4.TokenStart != "clock" {
+		t.Errorf("n4's config from init --add: token-start %q (%v), want clock as the bundle's", o4.TokenStart, err)
 	}
 	node4 := startBinary(t, bin, "serve", "--config", filepath.Join(dir, "n4", initConfigFile), "--log-format", "json")
 	node4.stderr.waitJSON(t, "cluster: no raft state, initial-cluster-state existing: waiting to be added to a cluster", node4.done)

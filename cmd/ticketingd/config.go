@@ -49,6 +49,7 @@ type serveOptions struct {
 	ShutdownTimeout  time.Duration
 	TokenBlock       uint64
 	InitialToken     uint64
+	TokenStart       string // one or clock (server.ParseTokenStart)
 	OwnedRelease     bool
 	AdminToken       string
 
@@ -135,7 +136,8 @@ func (o *serveOptions) options() []option {
 		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
 		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
-		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts above the wall clock in microseconds)"),
+		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts where --token-start says)"),
+		opt(&o.TokenStart, "token-start", "one", "where a NEW data dir or cluster starts issuing fencing tokens: one (at 1, as the protocol says) or clock (above the wall clock in microseconds, so that a reinstalled or wiped server never issues tokens below an earlier installation's; 'ticketingd init' writes clock). Read only at creation: a restart continues from the stored state. In a cluster the first leader's setting decides; give every node the same. --initial-token is a floor in both"),
 		opt(&o.OwnedRelease, "owned-release-only", false, "a lock granted on a version-2 session (every Go broker of this release) is freed only by RELEASE_OWNED with its owner, never by a plain RELEASE with a guessed token; version-1 clients' locks are released as before"),
 		opt(&o.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGTERM/SIGINT, wait this long for sessions to close before closing them"),
 	}
@@ -341,6 +343,9 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if o.InitialToken > server.MaxToken-block {
 		return usagef("invalid %s %d: tokens must stay at most %d with room for a block of %d", src("initial-token"), o.InitialToken, server.MaxToken, block)
+	}
+	if _, err := server.ParseTokenStart(o.TokenStart); err != nil {
+		return usagef("invalid %s %q: want one or clock", src("token-start"), o.TokenStart)
 	}
 	if o.SocketBuffer != 0 && o.SocketBuffer < minSocketBuffer {
 		return usagef("invalid %s %d: must be at least %d bytes (0 leaves the operating system's defaults)", src("socket-buffer"), o.SocketBuffer, minSocketBuffer)

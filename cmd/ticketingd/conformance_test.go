@@ -36,10 +36,9 @@ import (
 
 // conf is one running ticketingd for conformance tests.
 type conf struct {
-	sp      *subprocess
-	addr    string
-	admin   string // "" unless started with withAdmin
-	started uint64 // the wall clock in µs before the process started
+	sp    *subprocess
+	addr  string
+	admin string // "" unless started with withAdmin
 }
 
 const withAdmin = "--admin-listen=127.0.0.1:0"
@@ -50,9 +49,8 @@ func startConf(t *testing.T, args ...string) *conf {
 	t.Helper()
 	all := append([]string{"serve", "--listen", "127.0.0.1:0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--log-format", "json", "--node-name", "n1"}, args...)
-	started := uint64(time.Now().UnixMicro())
 	sp := startBinary(t, buildBinary(t), all...)
-	c := &conf{sp: sp, addr: sp.addr(t), started: started}
+	c := &conf{sp: sp, addr: sp.addr(t)}
 	for _, a := range args {
 		if a == withAdmin {
 			c.admin = "http://" + sp.stderr.waitJSON(t, "admin listening", sp.done)["addr"].(string)
@@ -342,19 +340,15 @@ func TestConformanceVectors(t *testing.T) {
 	})
 	t.Run("ACQUIRE RELEASE PING T B N R", func(t *testing.T) {
 		t.Parallel()
-		before := uint64(time.Now().UnixMicro())
 		s := startConf(t, "--max-locks", "1")
-		after := uint64(time.Now().UnixMicro())
 		r := openConf(t, s.addr)
 		// ACQUIRE req 2, owner 00..0f, wait 5, lease 30, key "order-42" on a
-		// fresh server: GRANTED req 2 with the first token, which a new
-		// data dir starts above the wall clock in µs at its creation (not
-		// at 1 as PROTOCOL.md has it: a new installation must issue tokens
-		// above an earlier one's).
+		// fresh server: GRANTED req 2 token 1 (tokens start at 1 by
+		// default, as PROTOCOL.md says).
 		r.send(x(t, "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432"))
 		tok, waited := r.expectG(2)
-		if tok <= before || tok > after+1 {
-			t.Fatalf("first token %d, want in (%d, %d]: above the clock in µs when the data dir was created", tok, before, after+1)
+		if tok != 1 {
+			t.Fatalf("first token %d, want 1", tok)
 		}
 		if waited > 100 {
 			t.Fatalf("waited_ms %d on a free key", waited)
@@ -369,8 +363,8 @@ func TestConformanceVectors(t *testing.T) {
 		// RELEASE req 3, token 42: NOT_HELD req 3.
 		r.send(x(t, "000000165500000003000000000000002a086f726465722d3432"))
 		r.expect("000000054e00000003")
-		// RELEASE req 3, the granted token: RELEASED req 3.
-		r.send(x(t, "000000165500000003"+fmt.Sprintf("%016x", tok)+"086f726465722d3432"))
+		// RELEASE req 3, token 1: RELEASED req 3.
+		r.send(x(t, "000000165500000003"+"0000000000000001"+"086f726465722d3432"))
 		r.expect("000000055200000003")
 		// PING req 4: PONG req 4.
 		r.send(x(t, "000000055000000004"))
@@ -1206,25 +1200,20 @@ func TestConformanceLockSemantics(t *testing.T) {
 	t.Parallel()
 	s := startConf(t, withAdmin)
 
-	t.Run("tokens start above the clock and increase by one across all keys", func(t *testing.T) {
-		// First: on a fresh server, no other subtest has run yet. The
-		// first token is above the wall clock in µs at the data dir's
-		// creation (before this test's own start).
+	t.Run("tokens start at 1 and increase across all keys", func(t *testing.T) {
+		// First: on a fresh server, no other subtest has run yet.
 		r := openConf(t, s.addr)
 		r.send(acqF(t, 2, 1, 0, 30, "tok-a"))
-		first, _ := r.expectG(2)
-		if first <= s.started {
-			t.Fatalf("first token %d, want above the clock in µs before the server started (%d)", first, s.started)
-		}
+		r.expectGExact(2, 1, 0)
 		r.send(acqF(t, 3, 1, 0, 30, "tok-b"))
-		r.expectGExact(3, first+1, 0)
-		r.send(relF(t, 4, first, "tok-a"))
+		r.expectGExact(3, 2, 0)
+		r.send(relF(t, 4, 1, "tok-a"))
 		r.expect(simpleHex('R', 4))
 		r.send(acqF(t, 5, 2, 0, 30, "tok-a"))
-		r.expectGExact(5, first+2, 0)
+		r.expectGExact(5, 3, 0)
 		o := openConf(t, s.addr)
 		o.send(acqF(t, 2, 3, 0, 30, "tok-c"))
-		o.expectGExact(2, first+3, 0)
+		o.expectGExact(2, 4, 0)
 	})
 	t.Run("keys are opaque bytes", func(t *testing.T) {
 		r := openConf(t, s.addr)

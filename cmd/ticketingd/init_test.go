@@ -82,8 +82,9 @@ func parsePrinted(t *testing.T, out string) printedSettings {
 	return p
 }
 
-// lockOnce does what a first client does: WaitReady, Acquire, Release.
-func lockOnce(t *testing.T, cfg broker.Config) {
+// lockOnce does what a first client does: WaitReady, Acquire, Release;
+// it returns the fencing token of the Acquire.
+func lockOnce(t *testing.T, cfg broker.Config) uint64 {
 	t.Helper()
 	b, err := broker.New(cfg)
 	if err != nil {
@@ -102,6 +103,7 @@ func lockOnce(t *testing.T, cfg broker.Config) {
 	if err := tk.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+	return tk.Token()
 }
 
 // TestInitSnippetWorks runs 'init', starts 'serve --config' on the config
@@ -163,6 +165,11 @@ func TestInitSnippetWorks(t *testing.T) {
 			if b, _ := os.ReadFile(cfgPath); !strings.Contains(string(b), "# initial-token: 0\n") || !strings.Contains(string(b), "high_water") || o.InitialToken != 0 {
 				t.Errorf("config does not show initial-token (commented out) with what to set it to, or sets it (%d):\n%s", o.InitialToken, b)
 			}
+			// It starts a new data dir's tokens above the clock (not at
+			// the protocol's 1), saying why.
+			if b, _ := os.ReadFile(cfgPath); o.TokenStart != "clock" || !strings.Contains(string(b), "\ntoken-start: clock\n") || !strings.Contains(string(b), "reinstalled") {
+				t.Errorf("config sets token-start %q, want clock with why:\n%s", o.TokenStart, b)
+			}
 			if got := strings.Contains(stderr, "without TLS"); got != tc.warn {
 				t.Errorf("init warns about no TLS: %v, want %v; stderr:\n%s", got, tc.warn, stderr)
 			}
@@ -192,9 +199,12 @@ func TestInitSnippetWorks(t *testing.T) {
 			if got, err := exec.Command("sh", "-c", "printf %s "+m[1]).Output(); err != nil || string(got) != cfgPath {
 				t.Errorf("serve command names %q (%v), want %q", got, err, cfgPath)
 			}
+			before := uint64(time.Now().UnixMicro())
 			srv := startInProc(t, "serve", "--config", cfgPath, "--log-format", "json")
 			srv.stderr.waitJSON(t, "listening", srv.done)
-			lockOnce(t, p.config)
+			if tok := lockOnce(t, p.config); tok <= before {
+				t.Errorf("first token %d of the init deployment, want above the clock in µs at its start (%d): init writes token-start: clock", tok, before)
+			}
 			if got := strings.Contains(srv.stderr.String(), "without TLS"); got != tc.warn {
 				t.Errorf("serve warns about no TLS: %v, want %v", got, tc.warn)
 			}

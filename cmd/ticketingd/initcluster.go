@@ -500,6 +500,7 @@ func clusterNodeConfig(n clusterNodePlan, peers []string, adminToken, clusterID,
 	fmt.Fprintf(&c, "# GET /healthz needs 'Authorization: Bearer <admin-token>'.\n")
 	fmt.Fprintf(&c, "admin-listen: %q\n", n.adminAdr)
 	fmt.Fprintf(&c, "admin-token: %q\n", adminToken)
+	fmt.Fprintf(&c, "\n%s", tokenStartConfig)
 	fmt.Fprintf(&c, "\nlog-level: info\nlog-format: text\nshutdown-timeout: 10s\n")
 	return c.String()
 }

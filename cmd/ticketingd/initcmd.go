@@ -305,9 +305,10 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(&cfg, "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n")
 	fmt.Fprintf(&cfg, "# max-sessions-per-peer: 2500\n# max-pending-conns: 1000\n# idle-timeout: 30s\n")
 	fmt.Fprintf(&cfg, "# socket-buffer: 65536\n# write-timeout: 3s\n")
-	fmt.Fprintf(&cfg, "# A new data dir issues tokens above the wall clock in microseconds. Moving from\n"+
-		"# another installation whose tokens may be higher (its clock was ahead)? Set this to at\n"+
-		"# least the highest high_water in your fence tables, for the first start:\n# initial-token: 0\n")
+	cfg.WriteString(tokenStartConfig)
+	fmt.Fprintf(&cfg, "# Moving from another installation whose tokens may be above this machine's clock\n"+
+		"# (its clock was ahead)? Set this to at least the highest high_water in your fence\n"+
+		"# tables, for the first start:\n# initial-token: 0\n")
 	cfgPath := filepath.Join(dir, initConfigFile)
 	if err := writeFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return err
@@ -372,6 +373,16 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// tokenStartConfig is the token-start setting of every config init
+// writes, with why: the protocol's start at 1 is kept for a bare serve.
+const tokenStartConfig = "# A new data dir (or a new cluster) issues tokens above the wall clock in\n" +
+	"# microseconds, not from 1 (the protocol's default, which a bare 'ticketingd serve'\n" +
+	"# keeps): a reinstalled or wiped server must never issue tokens below those an\n" +
+	"# earlier installation issued, or fenced databases refuse its writes as stale.\n" +
+	"# Read once, when the data dir or cluster is created; a restart continues from\n" +
+	"# the stored state. In a cluster the first leader's setting decides.\n" +
+	"token-start: clock\n"
 
 // shellQuote quotes s for sh if it holds anything but the characters of
 // plain paths.

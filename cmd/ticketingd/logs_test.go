@@ -21,7 +21,9 @@ func jsonRecords(s string) []map[string]any {
 	var out []map[string]any
 	for l := range strings.Lines(s) {
 		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil {
+		d := json.NewDecoder(strings.NewReader(l))
+		d.UseNumber() // a token above 2^53 (a clock start is near it) stays exact
+		if d.Decode(&m) == nil {
 			out = append(out, m)
 		}
 	}

@@ -258,6 +258,7 @@ func serverConfig(o *serveOptions, tokens []string, tlsConf *tls.Config, log *sl
 		Registerer:    reg,
 		TokenBlock:    o.TokenBlock,
 		InitialToken:  o.InitialToken,
+		TokenStart:    tokenStart(o.TokenStart),
 
 		MaxSessionsPerPeer: o.MaxPerPeer,
 		MaxPendingConns:    o.MaxPending,
@@ -266,6 +267,13 @@ func serverConfig(o *serveOptions, tokens []string, tlsConf *tls.Config, log *sl
 		WriteTimeout:       o.WriteTimeout,
 		OwnedReleaseOnly:   o.OwnedRelease,
 	}
+}
+
+// tokenStart maps --token-start (checked: one or clock) to
+// Config.TokenStart.
+func tokenStart(s string) server.TokenStart {
+	ts, _ := server.ParseTokenStart(s)
+	return ts
 }
 
 // idleTimeout maps --idle-timeout (0: off) to Config.IdleTimeout (0:

@@ -45,9 +45,7 @@ func startDemo(ctx context.Context) (d *demo, err error) {
 		}
 	}()
 
-	// The lock server, with a fresh token store (tokens start above the
-	// wall clock in microseconds, so that they are above any token an
-	// earlier installation issued).
+	// The lock server, with a fresh token store (tokens start at 1).
 	if d.srv, err = server.New(server.Config{DataDir: filepath.Join(dir, "ticketing")}); err != nil {
 		return d, err
 	}

@@ -187,8 +187,11 @@ type ClusterMember struct {
 	SinceContactMS *int64 `json:"since_contact_ms,omitempty"`
 	// LogIndex is the member's last log index as the member reported it in
 	// that reply; once its log agrees with the leader's (after the leader's
-	// first append of its term), that is its match index. The leader's own
-	// entry has the leader's last log index.
+	// first append of its term), that is its match index as of that reply.
+	// Entries the leader pipelined to it since its last heartbeat reply
+	// are not counted: under writes it can be a heartbeat interval behind,
+	// and for a member that stopped it is a lower bound of what it has.
+	// The leader's own entry has the leader's last log index.
 	LogIndex *uint64 `json:"log_index,omitempty"`
 	// Lag is the leader's last log index minus LogIndex, in entries (0 if
 	// the member reported more).

@@ -17,7 +17,9 @@ import (
 // ClusterMember.LogIndex shows. It equals the follower's match index once
 // the follower's log agrees with the leader's (after the leader's first
 // successful append of its term); it is the follower's own word, not the
-// leader's match index.
+// leader's match index, and the replies to pipelined appends are not
+// seen (a wrapped pipeline would need a goroutine per pipeline): under
+// writes it can be one heartbeat interval behind.
 
 // peerContact is what the leader saw of one peer.
 type peerContact struct {

@@ -40,6 +40,7 @@ func newClusterCmd(stdout io.Writer) *cobra.Command {
 (--admin-listen) of one of its nodes:
 
   ticketingd cluster status --admin HOST:PORT             the node's view: leader, term, indexes, members
+                                                          (the leader's: reachable, last contact, lag)
   ticketingd cluster add ID=RAFTADDR --admin HOST:PORT    add a node as a voter (on the leader)
   ticketingd cluster remove ID --admin HOST:PORT          remove a node (on the leader)
 
@@ -62,7 +63,7 @@ variable ` + adminTokenEnv + `.`,
 
 	status := &cobra.Command{
 		Use:   "status --admin HOST:PORT",
-		Short: "Print the node's view of the cluster: leader, term, commit and applied index, members",
+		Short: "Print the node's view of the cluster: leader, term, indexes, members (on the leader: reachable, last contact, log index, lag)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
@@ -311,7 +312,7 @@ func printMembers(w io.Writer, cs *server.ClusterStatus) {
 	for _, m := range unreachable {
 		fmt.Fprintf(w, "! the leader cannot reach %s (raft %s): ", m.ID, m.Address)
 		if m.SinceContactMS == nil {
-			fmt.Fprintf(w, "no reply since it leads")
+			fmt.Fprintf(w, "no reply yet (none since this node leads, or since the member was added)")
 		} else {
 			fmt.Fprintf(w, "no reply for %s", msDuration(*m.SinceContactMS))
 		}

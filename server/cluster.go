@@ -110,6 +110,8 @@ type cluster struct {
 	fatal       atomic.Pointer[error]  // the refusal, if any
 	waiting     atomic.Pointer[string] // whom a node checking its peers waits for
 
+	contacts contacts // the peers' replies to this node's AppendEntries (cluster_contact.go)
+
 	graceful      atomic.Bool // Server.Shutdown, not Close
 	leaderChanges atomic.Uint64
 	serving       atomic.Bool
@@ -1158,12 +1160,34 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 	if id != "" {
 		st.LeaderAdvertise = addrs[string(id)]
 	}
+	leading := r.State() == raft.Leader
+	if leading {
+		st.MembersView = "leader"
+	} else {
+		st.MembersView = "not the leader: reachable, last contact, log index and lag are the leader's view; ask the leader's admin listener"
+		if st.Leader != "" {
+			st.MembersView += " (" + st.Leader + "'s)"
+		}
+		if lc := r.LastContact(); !lc.IsZero() {
+			ms := time.Since(lc).Milliseconds()
+			st.SinceLeaderContactMS = &ms
+		}
+	}
+	now := time.Now()
 	if f := r.GetConfiguration(); f.Error() == nil {
 		for _, sv := range f.Configuration().Servers {
-			st.Servers = append(st.Servers, ClusterMember{
+			m := ClusterMember{
 				ID: string(sv.ID), Address: string(sv.Address), Suffrage: sv.Suffrage.String(),
 				Advertise: addrs[string(sv.ID)], Leader: sv.ID == id,
-			})
+			}
+			switch {
+			case leading && string(sv.ID) == cl.cfg.NodeID:
+				yes, li, lag := true, st.LastLogIndex, uint64(0)
+				m.Reachable, m.LogIndex, m.Lag = &yes, &li, &lag
+			case leading:
+				cl.contacts.memberContact(&m, cl.cfg.HeartbeatTimeout, st.LastLogIndex, now)
+			}
+			st.Servers = append(st.Servers, m)
 		}
 	}
 	return st, nil

@@ -153,6 +153,14 @@ type ClusterStatus struct {
 	LastLogIndex    uint64          `json:"last_log_index"`
 	LeaderChanges   uint64          `json:"leader_changes"` // leader changes this node has seen since it started
 	Servers         []ClusterMember `json:"servers"`        // the Raft configuration
+
+	// MembersView is "leader" when this node leads: the members'
+	// Reachable, SinceContactMS, LogIndex, Lag and LastError are its view.
+	// Elsewhere it says that only the leader knows them (they are absent).
+	MembersView string `json:"members_view"`
+	// SinceLeaderContactMS, on a node that does not lead, is how long ago
+	// it last heard from a leader (Raft's LastContact); absent if never.
+	SinceLeaderContactMS *int64 `json:"since_leader_contact_ms,omitempty"`
 }
 
 // ClusterMember is one server of the Raft configuration.
@@ -162,6 +170,35 @@ type ClusterMember struct {
 	Suffrage  string `json:"suffrage"`  // Voter, Nonvoter, Staging
 	Advertise string `json:"advertise"` // client address, once the node has led (empty until then)
 	Leader    bool   `json:"leader"`
+
+	// The leader's view of the member, in the leader's status only (absent
+	// on other nodes; see ClusterStatus.MembersView). hashicorp/raft does
+	// not make the leader's per-follower state public: these come from
+	// the member's replies to the leader's AppendEntries RPCs (heartbeats
+	// every HeartbeatTimeout/10 or so, and appends).
+
+	// Reachable: the leader had a reply from the member within the
+	// heartbeat timeout, and no failed RPC since. The leader's own entry
+	// is reachable.
+	Reachable *bool `json:"reachable,omitempty"`
+	// SinceContactMS is how long ago the leader last had a reply from the
+	// member, in milliseconds; absent if it never had one (or for the
+	// leader itself).
+	SinceContactMS *int64 `json:"since_contact_ms,omitempty"`
+	// LogIndex is the member's last log index as the member reported it in
+	// that reply; once its log agrees with the leader's (after the leader's
+	// first append of its term), that is its match index as of that reply.
+	// Entries the leader pipelined to it since its last heartbeat reply
+	// are not counted: under writes it can be a heartbeat interval behind,
+	// and for a member that stopped it is a lower bound of what it has.
+	// The leader's own entry has the leader's last log index.
+	LogIndex *uint64 `json:"log_index,omitempty"`
+	// Lag is the leader's last log index minus LogIndex, in entries (0 if
+	// the member reported more).
+	Lag *uint64 `json:"lag,omitempty"`
+	// LastError is the leader's last failed RPC to the member, when no
+	// reply came after it.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // ErrNotCluster is returned by the cluster methods of a Server that is not

@@ -310,7 +310,8 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Fatalf("cluster status: exit %d: %s", code, stderr)
 	}
 	for _, w := range []string{"node " + views[follower].NodeID + ": Follower, not serving clients", "cluster " + o1.ClusterID + "\n", "leader: " + leaderID + " (raft 127.0.0.1:" + strconv.Itoa(raftBase+lead),
-		"clients " + leaderClient, "n1  ", "n2  ", "n3  ", "Voter"} {
+		"clients " + leaderClient, "n1  ", "n2  ", "n3  ", "Voter", "last heard from a leader ",
+		"reachability, last contact, log index and lag are the leader's view: run 'ticketingd cluster status' against " + leaderID + "'s admin listener"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("cluster status lacks %q:\n%s", w, out)
 		}
@@ -395,9 +396,56 @@ func TestClusterEndToEnd(t *testing.T) {
 	// Replace a dead node: kill -9 a follower, remove it on the leader;
 	// the other original and n4 stay voters.
 	dead := follower
+	deadID := views[dead].NodeID
+	healthyID := views[3-lead-dead].NodeID
+	// Before the kill, the leader sees every member reachable.
+	waitCluster(t, admins[lead:lead+1], "the leader seeing every member reachable", func(v []server.ClusterStatus) bool {
+		for _, m := range v[0].Servers {
+			if m.Reachable == nil || !*m.Reachable {
+				return false
+			}
+		}
+		return v[0].MembersView == "leader" && len(v[0].Servers) == 4
+	})
 	_ = nodes[dead].cmd.Process.Kill()
 	<-nodes[dead].done
-	deadID := views[dead].NodeID
+	killed := time.Now()
+	// The leader's status marks the killed follower unreachable (a few
+	// heartbeats: it is not a speed assertion, waitCluster's deadline is
+	// a hang guard); the other follower stays reachable with a small lag.
+	waitCluster(t, admins[lead:lead+1], deadID+" unreachable, "+healthyID+" reachable", func(v []server.ClusterStatus) bool {
+		var d, h *server.ClusterMember
+		for i, m := range v[0].Servers {
+			switch m.ID {
+			case deadID:
+				d = &v[0].Servers[i]
+			case healthyID:
+				h = &v[0].Servers[i]
+			}
+		}
+		return d != nil && h != nil && d.Reachable != nil && !*d.Reachable &&
+			h.Reachable != nil && *h.Reachable && h.Lag != nil && *h.Lag <= 2 && h.LogIndex != nil
+	})
+	marked := time.Since(killed).Round(time.Millisecond)
+	code, out, stderr = runCapture(t, "cluster", "status", "--admin", admins[lead])
+	if code != 0 {
+		t.Fatalf("cluster status on the leader: exit %d: %s", code, stderr)
+	}
+	t.Logf("the leader marked %s unreachable %v after its kill -9:\n%s", deadID, marked, out)
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == deadID && !(slices.Contains(f, "NO") && strings.HasSuffix(line, "<- UNREACHABLE")):
+			t.Errorf("the killed follower's line: %q", line)
+		case len(f) > 0 && f[0] == healthyID && (!slices.Contains(f, "yes") || !strings.Contains(line, " ago ")):
+			t.Errorf("the healthy follower's line: %q", line)
+		}
+	}
+	for _, w := range []string{"REACHABLE  LAST CONTACT  LOG INDEX  LAG", "! the leader cannot reach " + deadID + " (raft ", "no reply for ", "; last error: "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("cluster status on the leader lacks %q:\n%s", w, out)
+		}
+	}
 	code, out, stderr = runCapture(t, "cluster", "remove", deadID, "--admin", admins[lead], "--json")
 	var resp clusterChangeResponse
 	if err := json.Unmarshal([]byte(out), &resp); code != 0 || err != nil || resp.ID != deadID || resp.Cluster == nil {

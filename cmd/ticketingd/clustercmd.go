@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,6 +40,7 @@ func newClusterCmd(stdout io.Writer) *cobra.Command {
 (--admin-listen) of one of its nodes:
 
   ticketingd cluster status --admin HOST:PORT             the node's view: leader, term, indexes, members
+                                                          (the leader's: reachable, last contact, lag)
   ticketingd cluster add ID=RAFTADDR --admin HOST:PORT    add a node as a voter (on the leader)
   ticketingd cluster remove ID --admin HOST:PORT          remove a node (on the leader)
 
@@ -61,7 +63,7 @@ variable ` + adminTokenEnv + `.`,
 
 	status := &cobra.Command{
 		Use:   "status --admin HOST:PORT",
-		Short: "Print the node's view of the cluster: leader, term, commit and applied index, members",
+		Short: "Print the node's view of the cluster: leader, term, indexes, members (on the leader: reachable, last contact, log index, lag)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.check(); err != nil {
@@ -259,27 +261,100 @@ func printClusterStatus(w io.Writer, cs *server.ClusterStatus, st *server.Stats)
 	if st != nil {
 		fmt.Fprintf(w, "sessions %d, held locks %d, last token %d\n", st.Sessions, st.HeldLocks, st.LastToken)
 	}
-	printMembers(w, cs.Servers)
+	if cs.SinceLeaderContactMS != nil {
+		fmt.Fprintf(w, "last heard from a leader %s ago\n", msDuration(*cs.SinceLeaderContactMS))
+	}
+	printMembers(w, cs)
 }
 
 // printMembers writes the Raft configuration as a table; a member's client
-// address is "-" until it has led.
-func printMembers(w io.Writer, servers []server.ClusterMember) {
+// address is "-" until it has led. On the leader's status the table has
+// the leader's view of each member (reachable, last contact, log index,
+// lag) and a line for each member the leader cannot reach; elsewhere a
+// line says where to ask for it.
+func printMembers(w io.Writer, cs *server.ClusterStatus) {
+	leaderView := cs.MembersView == "leader"
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tCLIENT ADDRESS\t\n")
-	for _, m := range servers {
-		lead := ""
+	if leaderView {
+		fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tCLIENT ADDRESS\tROLE\tREACHABLE\tLAST CONTACT\tLOG INDEX\tLAG\t\n")
+	} else {
+		fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tCLIENT ADDRESS\tROLE\t\n")
+	}
+	var unreachable []server.ClusterMember
+	for _, m := range cs.Servers {
+		role := "follower"
 		if m.Leader {
-			lead = "leader"
+			role = "leader"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Address, m.Suffrage, orUnknown(m.Advertise), lead)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", m.ID, m.Address, m.Suffrage, orUnknown(m.Advertise), role)
+		if leaderView {
+			reach, mark := "-", ""
+			switch {
+			case m.Reachable == nil:
+			case m.ID == cs.NodeID:
+				reach = "self"
+			case *m.Reachable:
+				reach = "yes"
+			default:
+				reach, mark = "NO", "<- UNREACHABLE"
+				unreachable = append(unreachable, m)
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%s", reach, contactAgo(m), optUint(m.LogIndex), optUint(m.Lag), mark)
+		}
+		fmt.Fprintf(tw, "\n")
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\n")
 	for line := range strings.Lines(b.String()) {
 		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
 	}
+	for _, m := range unreachable {
+		fmt.Fprintf(w, "! the leader cannot reach %s (raft %s): ", m.ID, m.Address)
+		if m.SinceContactMS == nil {
+			fmt.Fprintf(w, "no reply yet (none since this node leads, or since the member was added)")
+		} else {
+			fmt.Fprintf(w, "no reply for %s", msDuration(*m.SinceContactMS))
+		}
+		if m.LastError != "" {
+			fmt.Fprintf(w, "; last error: %s", m.LastError)
+		}
+		fmt.Fprintf(w, "\n")
+	}
+	if !leaderView && len(cs.Servers) > 0 {
+		where := "the leader's admin listener"
+		if cs.Leader != "" {
+			where = cs.Leader + "'s admin listener"
+		}
+		fmt.Fprintf(w, "reachability, last contact, log index and lag are the leader's view: run 'ticketingd cluster status' against %s\n", where)
+	}
+}
+
+// contactAgo is a member's last contact with the leader, for the table.
+func contactAgo(m server.ClusterMember) string {
+	switch {
+	case m.SinceContactMS != nil:
+		return msDuration(*m.SinceContactMS) + " ago"
+	case m.Reachable != nil && !*m.Reachable:
+		return "never"
+	}
+	return "-"
+}
+
+// msDuration writes a number of milliseconds as a short duration.
+func msDuration(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d >= time.Second {
+		d = d.Round(100 * time.Millisecond)
+	}
+	return d.String()
+}
+
+func optUint(p *uint64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*p, 10)
 }
 
 func orUnknown(s string) string {
@@ -342,7 +417,7 @@ func clusterChangeAnswer(o *clusterCmdOptions, stdout io.Writer, path string, co
 	}
 	if resp.Cluster != nil {
 		fmt.Fprintf(stdout, "configuration now:\n")
-		printMembers(stdout, resp.Cluster.Servers)
+		printMembers(stdout, resp.Cluster)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func (c *client) recvAll(d time.Duration) []wire.Response {
 
 // A CANCEL that names a waiter to which a RELEASE has just handed the key
 // (the Free+grant command proposed, not yet committed) must leave it alone
-// (PROTOCOL.md: "already granted or being answered: nothing"). The
+// (the protocol, docs/protocol.md: "already granted or being answered: nothing"). The
 // scheduler does not mark the hand-off's waiter as proposed (freeLocked),
 // so cancel removes it from a queue it is no longer in: it answers T, and
 // then the committed grant answers G for the same req_id, a reply the
@@ -185,7 +185,7 @@ func TestClusterRestoreFloorIsDeterministic(t *testing.T) {
 	t.Fatalf("after the same log, the leader's counter is %d and the follower's %d", tok, got)
 }
 
-// HA.md/doc.go: a standalone ceiling found in a node's data dir (a
+// server/doc.go: a standalone ceiling found in a node's data dir (a
 // migration) is a floor for the cluster's tokens. Only that node's own
 // takeover can put it into the log (review: while another node led, the
 // cluster issued tokens from 1), so a cluster may start from it only with

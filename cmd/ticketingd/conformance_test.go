@@ -1,7 +1,7 @@
 package main
 
 // Black-box conformance suite for the binding wire protocol
-// (/work/shared/design/PROTOCOL.md, mirrored in docs/protocol.md).
+// (docs/protocol.md).
 //
 // Every test runs the real ticketingd binary and speaks raw bytes: frames are
 // hex literals or are assembled here by hand, and replies are read with a
@@ -310,7 +310,7 @@ func (r *raw) sync(id uint32) {
 
 // ---------------------------------------------------------------- vectors
 
-// TestConformanceVectors: every test vector of PROTOCOL.md that a server
+// TestConformanceVectors: every test vector of docs/protocol.md that a server
 // receives or sends, byte for byte.
 func TestConformanceVectors(t *testing.T) {
 	t.Parallel()
@@ -349,7 +349,7 @@ func TestConformanceVectors(t *testing.T) {
 		// ACQUIRE req 2, owner 00..0f, wait 5, lease 30, key "order-42" on a
 		// fresh server: GRANTED req 2 with the first token, which a new
 		// data dir starts above the wall clock in µs at its creation (not
-		// at 1 as PROTOCOL.md has it: a new installation must issue tokens
+		// at 1 as the protocol has it: a new installation must issue tokens
 		// above an earlier one's).
 		r.send(x(t, "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432"))
 		tok, waited := r.expectG(2)
@@ -763,7 +763,7 @@ func TestConformanceVersion2(t *testing.T) {
 }
 
 // TestConformanceOwnedReleaseOnly: serve --owned-release-only (a project
-// choice beyond PROTOCOL.md, off by default). With it, a lock granted on a
+// choice beyond the protocol, off by default). With it, a lock granted on a
 // version-2 session survives plain RELEASEs guessing 1000 tokens around
 // its own (from version-1 and version-2 sessions) and its holder's own U with the
 // right token (N, still held); its holder's RELEASE_OWNED gives R. A lock
@@ -847,7 +847,7 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 		}
 	})
 
-	t.Run("default: U frees a v2 holder's lock (PROTOCOL.md)", func(t *testing.T) {
+	t.Run("default: U frees a v2 holder's lock (the protocol)", func(t *testing.T) {
 		c := startConf(t)
 		v2 := openConfV2(t, c.addr)
 		atk := openConf(t, c.addr)

@@ -54,7 +54,7 @@ import (
 // as the tool's. The caller's extra: the select on reply and ctx.Done
 // (about 0.17 µs over plain receives, both waits; the Background variant
 // shows it), the Ticket and its registry entry for Close (two allocations
-// and a shard lock, about 0.2 µs), the rule-10 deadline and Release's
+// and a shard lock, about 0.2 µs), the grant's deadline from the broker's own clock and Release's
 // window clock reads, pooled requests and encoding.
 //
 // What was taken off the path, and why (each measured, see git log):

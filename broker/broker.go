@@ -603,7 +603,7 @@ func (b *Broker) newTicket(key string, token uint64, owner [wire.OwnerLen]byte, 
 		return nil, ErrClosed
 	}
 	t := &Ticket{b: b, st: st}
-	// The drop safety net (rule 17): the registry holds t until the next
+	// The drop safety net: the registry holds t until the next
 	// garbage collection, which gives it a finalizer (see promote). A
 	// finalizer rather than runtime.AddCleanup: it costs no allocation
 	// (AddCleanup boxes its argument and allocates a closure), and a

@@ -25,13 +25,13 @@ const (
 	DefaultKeepAliveTimeout = 5 * time.Second
 	DefaultReplyGrace       = 5 * time.Second
 	// ReleaseWindow is the absolute window within which a RELEASE is
-	// retried (rule 16 in docs/semantics.md).
+	// retried (Release in docs/semantics.md).
 	ReleaseWindow = 5 * time.Second
 	// DefaultPort is used for an address given without a port.
 	DefaultPort = wire.DefaultPort
 )
 
-// TLSMode selects how the client verifies the server (rule 21 in docs/semantics.md).
+// TLSMode selects how the client verifies the server (TLS in docs/semantics.md).
 type TLSMode int
 
 const (
@@ -132,8 +132,8 @@ type Config struct {
 	// ReplyGrace: an ACQUIRE whose reply has not come within its wait plus
 	// ReplyGrace closes its session and is Indeterminate (default 5 s).
 	ReplyGrace time.Duration
-	// ReleaseWindow shortens the absolute release window of docs/semantics.md
-	// rule 16, for tests only (default and maximum: 5 s; above 5 s is an
+	// ReleaseWindow shortens the absolute release window (Release in
+	// docs/semantics.md), for tests only (default and maximum: 5 s; above 5 s is an
 	// error).
 	ReleaseWindow time.Duration
 	// Dialer opens the TCP connections (default: a net.Dialer). Tests use

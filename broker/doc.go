@@ -145,7 +145,7 @@
 // A Ticket is returned only when its conservative remaining time
 // (Ticket.Deadline: t0 + (waited_ms + lease_s*1000)*0.99, t0 taken just
 // before the ACQUIRE may have been written) is positive and at least the
-// rounded work budget. The server's word is bounded (rule 15a): a waited_ms
+// rounded work budget. The server's word is bounded: a waited_ms
 // above the broker's own time since t0 is taken as that time, so the
 // deadline never exceeds t0 + elapsed + lease, and a G with token 0 is a
 // malformed reply (session-fatal; the ACQUIRE is Indeterminate).

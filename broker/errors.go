@@ -160,8 +160,7 @@ func hasOutcome(err error) bool {
 // opError is an outcome sentinel (kind) with, for a cancelled call, the
 // context's error (ctx), and the cause that led to it. errors.Is and
 // errors.As see kind, ctx and, only if it matches no outcome itself, cause:
-// an error matches exactly one outcome (rule 15a's companion in
-// docs/semantics.md). The cause is always in the message.
+// an error matches exactly one outcome (docs/semantics.md). The cause is always in the message.
 type opError struct {
 	kind   error
 	msg    string

@@ -283,7 +283,7 @@ func (f *fakeServer) later(d time.Duration, fn func()) {
 //	version 2 only: wait (queued until its CANCEL, then T) waitgrant
 //	(queued until its CANCEL, then G: granted just before the CANCEL was
 //	read) waitdeaf (queued; its CANCEL is ignored). A CANCEL naming
-//	nothing queued is ignored, as PROTOCOL.md says.
+//	nothing queued is ignored, as the protocol says.
 //	release: rel-never rel-notheld rel-late (R after 400ms) rel-granted (G)
 //	rel-closeonce (else R)
 func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {

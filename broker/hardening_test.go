@@ -15,11 +15,11 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// ---------------------------------------------------------------- rule 15a
+// ---------------------------------------------------------------- the server's word is bounded
 
-// TestRule15a_ServerWordBounded: the broker does not take the server's word
+// TestServerWordBounded: the broker does not take the server's word
 // where it cannot be true.
-func TestRule15a_ServerWordBounded(t *testing.T) {
+func TestServerWordBounded(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
 	t.Run("forged waited_ms is taken as the elapsed time", func(t *testing.T) {

@@ -31,9 +31,9 @@ type fenceTicket interface {
 
 var _ fenceTicket = (*broker.Ticket)(nil)
 
-// ---------------------------------------------------------------- rule 1
+// ---------------------------------------------------------------- concurrent use
 
-func TestRule01_ConcurrentUse(t *testing.T) {
+func TestConcurrentUse(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
 	const workers, each = 50, 20
@@ -76,9 +76,9 @@ func TestRule01_ConcurrentUse(t *testing.T) {
 	}
 }
 
-// ---------------------------------------------------------------- rule 2
+// ---------------------------------------------------------------- New never blocks
 
-func TestRule02_NewNeverBlocks(t *testing.T) {
+func TestNewNeverBlocks(t *testing.T) {
 	t.Run("server down at New", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -196,9 +196,9 @@ func TestRule02_NewNeverBlocks(t *testing.T) {
 	})
 }
 
-// ---------------------------------------------------------------- rule 3
+// ---------------------------------------------------------------- sessions
 
-func TestRule03_Sessions(t *testing.T) {
+func TestSessions(t *testing.T) {
 	t.Run("one address, two sessions", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -243,9 +243,9 @@ func TestRule03_Sessions(t *testing.T) {
 	})
 }
 
-// ---------------------------------------------------------------- rule 4
+// ---------------------------------------------------------------- round robin, keepalive
 
-func TestRule04_RoundRobinAndKeepalive(t *testing.T) {
+func TestRoundRobinAndKeepalive(t *testing.T) {
 	t.Run("acquire and release share one rotation", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -414,9 +414,9 @@ func TestRule04_RoundRobinAndKeepalive(t *testing.T) {
 	})
 }
 
-// ---------------------------------------------------------------- rule 5
+// ---------------------------------------------------------------- WaitReady
 
-func TestRule05_WaitReady(t *testing.T) {
+func TestWaitReady(t *testing.T) {
 	t.Run("ready", func(t *testing.T) {
 		f := newFake(t)
 		b, _ := broker.New(testConfig(f.Addr))
@@ -483,7 +483,7 @@ func refuseToken(want string) func(fc *fakeConn, req *wire.Request) {
 	}
 }
 
-// ---------------------------------------------------------------- rules 6-9
+// ---------------------------------------------------------------- arguments
 
 type argCase struct {
 	name              string
@@ -530,7 +530,7 @@ func checkArgs(t *testing.T, cases []argCase) {
 	}
 }
 
-func TestRule06_Wait(t *testing.T) {
+func TestArgWait(t *testing.T) {
 	checkArgs(t, []argCase{
 		{name: "zero is one immediate try", wait: 0, lease: 5 * s, ok: true, waitS: 0, leaseS: 5},
 		{name: "255s", wait: 255 * s, lease: 5 * s, ok: true, waitS: 255, leaseS: 5},
@@ -541,7 +541,7 @@ func TestRule06_Wait(t *testing.T) {
 	})
 }
 
-func TestRule07_Lease(t *testing.T) {
+func TestArgLease(t *testing.T) {
 	checkArgs(t, []argCase{
 		{name: "1s", lease: s, ok: true, leaseS: 1},
 		{name: "0.3s rounds to 1s", lease: 300 * time.Millisecond, ok: true, leaseS: 1},
@@ -553,7 +553,7 @@ func TestRule07_Lease(t *testing.T) {
 	})
 }
 
-func TestRule08_WorkBudget(t *testing.T) {
+func TestArgWorkBudget(t *testing.T) {
 	checkArgs(t, []argCase{
 		{name: "zero allowed", lease: 5 * s, work: 0, ok: true, leaseS: 5},
 		{name: "below lease", lease: 30 * s, work: 29 * s, ok: true, leaseS: 30},
@@ -568,7 +568,7 @@ func TestRule08_WorkBudget(t *testing.T) {
 	})
 }
 
-func TestRule09_RoundUpNeverClamp(t *testing.T) {
+func TestRoundUpNeverClamp(t *testing.T) {
 	checkArgs(t, []argCase{
 		{name: "1.2s wait rounds to 2", wait: 1200 * time.Millisecond, lease: 3 * s, ok: true, waitS: 2, leaseS: 3},
 		{name: "1ns wait rounds to 1", wait: 1, lease: 3 * s, ok: true, waitS: 1, leaseS: 3},
@@ -593,9 +593,9 @@ func TestRule09_RoundUpNeverClamp(t *testing.T) {
 	})
 }
 
-// ---------------------------------------------------------------- rules 10-15
+// ---------------------------------------------------------------- outcomes of an acquire
 
-func TestRule10_Granted(t *testing.T) {
+func TestGranted(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
 	t.Run("ticket with conservative deadline", func(t *testing.T) {
@@ -637,7 +637,7 @@ func TestRule10_Granted(t *testing.T) {
 	})
 }
 
-func TestRule11_TimedOut(t *testing.T) {
+func TestTimedOut(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
 	_, err := b.Acquire(t.Context(), "timeout", 2*s, 5*s, 0)
@@ -647,7 +647,7 @@ func TestRule11_TimedOut(t *testing.T) {
 	}
 }
 
-func TestRule12_Busy(t *testing.T) {
+func TestBusy(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
 	_, err := b.Acquire(t.Context(), "busy", 2*s, 5*s, 0)
@@ -658,7 +658,7 @@ func TestRule12_Busy(t *testing.T) {
 	}
 }
 
-func TestRule13_Indeterminate(t *testing.T) {
+func TestIndeterminate(t *testing.T) {
 	for _, key := range []string{"close", "malformed", "oversized", "empty", "unknowntype", "unknownid", "wrongtype", "pong"} {
 		t.Run("reply lost: "+key, func(t *testing.T) {
 			f := newFake(t)
@@ -732,7 +732,7 @@ func (g *gateConn) Write(p []byte) (int, error) {
 	return g.Conn.Write(p)
 }
 
-func TestRule14_Unsent(t *testing.T) {
+func TestUnsent(t *testing.T) {
 	t.Run("cancelled before the call", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -836,7 +836,7 @@ func TestRule14_Unsent(t *testing.T) {
 
 // lateCtx is a context whose Done channel is fetched only after the reply
 // has been read, so that Acquire's select sees both the reply and the
-// cancellation ready: it must honour rule 15 whichever it picks.
+// cancellation ready: it must honour the cancel rules whichever it picks.
 type lateCtx struct {
 	context.Context
 	ready     chan struct{}
@@ -857,7 +857,7 @@ func (c *lateCtx) Err() error {
 }
 func (c *lateCtx) cancel() { c.cancelled.Store(true); close(c.done); close(c.ready) }
 
-func TestRule15_Cancel(t *testing.T) {
+func TestCancel(t *testing.T) {
 	t.Run("cancel after send closes the session", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -953,9 +953,9 @@ func TestRule15_Cancel(t *testing.T) {
 	}
 }
 
-// ---------------------------------------------------------------- rules 16-17
+// ---------------------------------------------------------------- release, Close
 
-func TestRule16_Release(t *testing.T) {
+func TestRelease(t *testing.T) {
 	f := newFake(t)
 	cfg := testConfig(f.Addr)
 	cfg.ReleaseWindow = 300 * time.Millisecond
@@ -1100,7 +1100,7 @@ func TestRule16_Release(t *testing.T) {
 	})
 }
 
-func TestRule17_CloseReleases(t *testing.T) {
+func TestCloseReleases(t *testing.T) {
 	t.Run("Close releases outstanding tickets", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
@@ -1296,9 +1296,9 @@ func acquireAndDrop(t *testing.T, b *broker.Broker) uint64 {
 	return tk.Token()
 }
 
-// ---------------------------------------------------------------- rules 20-21
+// ---------------------------------------------------------------- token, TLS
 
-func TestRule20_Token(t *testing.T) {
+func TestToken(t *testing.T) {
 	t.Run("sent in HELLO", func(t *testing.T) {
 		f := newFake(t)
 		f.Hello = refuseToken("s3cret")
@@ -1331,7 +1331,7 @@ func TestRule20_Token(t *testing.T) {
 	})
 }
 
-func TestRule21_TLSModes(t *testing.T) {
+func TestTLSModes(t *testing.T) {
 	pki := newPKI(t)
 	f := newFakeOn(t, "127.0.0.1:0", pki.ServerTLS)
 	try := func(t *testing.T, tc broker.TLSConfig) error {

@@ -58,7 +58,7 @@ func (t *Ticket) Token() uint64 { return t.st.token }
 // Deadline returns the conservative deadline of docs/protocol.md: t0 + (waited_ms
 // + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
 // have been written, and waited_ms is at most the broker's own time from t0
-// to the reply's handling (a larger value is taken as that time, rule 15a).
+// to the reply's handling (a larger value is taken as that time: the server's word is bounded).
 // The server's expiry is no earlier. It carries a monotonic clock reading.
 func (t *Ticket) Deadline() time.Time { return t.st.deadline }
 

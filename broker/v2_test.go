@@ -19,8 +19,8 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
-// Protocol version 2 (PROTOCOL.md "Version 2 additions"; SEMANTICS.md
-// rules 15 and 16 on a version-2 session), against the fake speaking
+// Protocol version 2 (docs/protocol.md "Version 2 additions"; cancel and release
+// on a version-2 session, docs/semantics.md), against the fake speaking
 // version 2 (f.SetVersion(2)); the fake's default, version 1 only, is
 // what every other test of the package runs against.
 
@@ -126,7 +126,7 @@ func TestV2_Negotiation(t *testing.T) {
 				t.Fatalf("session of version %d, want 1", fc.Version)
 			}
 		}
-		hello2 := mustHexT(t, "000000084800000001020000") // PROTOCOL.md's vector
+		hello2 := mustHexT(t, "000000084800000001020000") // the protocol's test vector
 		if w := d.written(); !bytes.HasPrefix(w[0], hello2) {
 			t.Fatalf("first HELLO %x, want version 2 %x", w[0], hello2)
 		}
@@ -714,7 +714,7 @@ func TestV2_ReleaseOwned(t *testing.T) {
 		}()
 		_, err = b.Acquire(ctx, "never", 10*s, 10*s, 0)
 		mustIs(t, err, broker.ErrIndeterminate, context.Canceled)
-		// Version 1: the cancel closed the session (rule 15).
+		// Version 1: the cancel closed the session.
 		eventually(t, "session closed and reopened", func() bool { return f.hellos.Load() >= 3 && b.ReadySessions() == 2 })
 		tk, err = b.Acquire(t.Context(), "k2", 0, 30*s, 0)
 		if err != nil {

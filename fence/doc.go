@@ -1,10 +1,9 @@
 // Package fence guards a database write with a lock's fencing token, in the
 // same transaction as the write: the token is rejected unless it is above
 // the resource's stored high-water, the high-water is raised, the write is
-// made and committed, and only then is the ticket released (rule 18 of
-// the rules every Ticketing client shares); the check holds a row lock
-// until commit, so a resource's accepted tokens increase in commit order
-// (rule 19).
+// made and committed, and only then is the ticket released (release only
+// after commit); the check holds a row lock until commit, so a resource's
+// accepted tokens increase in commit order.
 //
 // A lock ticket can outlive its holder's belief in it: a process pauses (GC,
 // swap, a slow network), its lease runs out, another process acquires the
@@ -83,7 +82,7 @@
 // The row lock taken in step 2 is held until step 6 ends, so two
 // transactions on the same resource cannot both pass the check with tokens
 // out of order: the accepted tokens of a resource are strictly increasing
-// in commit order (rule 19). A resource without a row yet is just as safe:
+// in commit order. A resource without a row yet is just as safe:
 // two transactions inserting the same new resource meet on its primary
 // key, and the second waits for the first to commit or roll back.
 //

@@ -1,4 +1,4 @@
-// Scenario 6: the adapters in containers. The fence's rule-19 load and the
+// Scenario 6: the adapters in containers. The fence's commit-order load and the
 // migrations run on PostgreSQL and MySQL/MariaDB servers that
 // testcontainers-go starts from the images named by
 // TICKETING_TEST_POSTGRES_IMAGE / TICKETING_TEST_MYSQL_IMAGE (source 2 of
@@ -28,7 +28,7 @@ import (
 	"github.com/ticketing-dev/ticketing/adapters/pgxfence"
 	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/fence"
-	"github.com/ticketing-dev/ticketing/internal/rule19"
+	"github.com/ticketing-dev/ticketing/internal/commitorder"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/internal/testdb/containerdb" // also Auto's container fallback for this package's tests
 	"github.com/ticketing-dev/ticketing/migrations"
@@ -107,7 +107,7 @@ func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
 	}
 }
 
-func TestContainers_Postgres_Rule19(t *testing.T) {
+func TestContainers_Postgres_CommitOrder(t *testing.T) {
 	t.Parallel()
 	dsn := postgres(t)
 	db := openDB(t, "pgx", dsn)
@@ -116,7 +116,7 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 	}
 	t.Run("sqlfence", func(t *testing.T) {
 		mustExec(t, db, "CREATE TABLE log_sql (id BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL)")
-		rule19Test(t, db, "sql", "$1", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+		commitOrderTest(t, db, "sql", "$1", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(commitorder.Exec) error) error {
 			return sqlfence.Run(ctx, db, fence.Postgres, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 		})
 	})
@@ -132,7 +132,7 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		rule19Test(t, db, "pgx", "$1", "log_pgx", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+		commitOrderTest(t, db, "pgx", "$1", "log_pgx", func(ctx context.Context, tk fence.Ticket, fn func(commitorder.Exec) error) error {
 			return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error {
 				return fn(func(ctx context.Context, query string, args ...any) error {
 					_, err := tx.Exec(ctx, query, args...)
@@ -143,37 +143,37 @@ func TestContainers_Postgres_Rule19(t *testing.T) {
 	})
 }
 
-func TestContainers_MySQL_Rule19(t *testing.T) {
+func TestContainers_MySQL_CommitOrder(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, "mysql", mysql(t))
 	if err := migrations.Up(t.Context(), db, fence.MySQL); err != nil {
 		t.Fatalf("migrations: %v", err)
 	}
 	mustExec(t, db, "CREATE TABLE log_sql (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB")
-	rule19Test(t, db, "sql", "?", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+	commitOrderTest(t, db, "sql", "?", "log_sql", func(ctx context.Context, tk fence.Ticket, fn func(commitorder.Exec) error) error {
 		return sqlfence.Run(ctx, db, fence.MySQL, tk, func(tx *sql.Tx) error { return fn(sqlExec(tx)) })
 	})
 }
 
-func sqlExec(tx *sql.Tx) rule19.Exec {
+func sqlExec(tx *sql.Tx) commitorder.Exec {
 	return func(ctx context.Context, query string, args ...any) error {
 		_, err := tx.ExecContext(ctx, query, args...)
 		return err
 	}
 }
 
-// rule19Test is the rule-19 load of the adapter conformance suite
-// (internal/rule19, SEMANTICS.md rule 19) on resource with run as the
+// commitOrderTest is the commit-order load of the adapter conformance suite
+// (internal/commitorder) on resource with run as the
 // fence, logging to logTable: 16 goroutines × 200 fenced transactions with
 // shuffled tokens; the log's id (= commit) order must have strictly
 // increasing tokens, every rejection must be a *fence.StaleError with
 // HighWater >= Token, and nothing else may fail (a MySQL deadlock is a
 // failure, never retried).
-func rule19Test(t *testing.T, admin *sql.DB, resource, placeholder, logTable string, run rule19.Run) {
+func commitOrderTest(t *testing.T, admin *sql.DB, resource, placeholder, logTable string, run commitorder.Run) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	rule19.Test(t, ctx, rule19.Config{Name: resource, Resource: resource, Run: run,
+	commitorder.Test(t, ctx, commitorder.Config{Name: resource, Resource: resource, Run: run,
 		DB: admin, LogTable: logTable, Placeholder: placeholder})
 }
 
@@ -262,7 +262,7 @@ func TestContainersSkipNotice(t *testing.T) {
 	if len(lines) != 1 {
 		t.Fatalf("want one notice line on stderr, got %d:\n%s", len(lines), stderr.String())
 	}
-	for _, want := range []string{"4 container scenario(s) skipped", "TestContainers_Postgres_Rule19", "TestContainers_Migrations/mysql",
+	for _, want := range []string{"4 container scenario(s) skipped", "TestContainers_Postgres_CommitOrder", "TestContainers_Migrations/mysql",
 		"integration/images/setup-docker.sh", testdb.EnvMySQLImage + "="} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("notice lacks %q: %s", want, lines[0])

@@ -50,7 +50,7 @@
 //     TestClusterFullRestart stops all three (SIGTERM; SIGKILL) and restarts them
 //     (held locks kept, tokens above); TestClusterCancelUnderContention
 //     cancels queued ACQUIREs during hand-offs (no node may exit).
-//   - TestContainers_*: the fence's rule-19 load and the migrations on
+//   - TestContainers_*: the fence's commit-order load and the migrations on
 //     PostgreSQL and MariaDB started by testcontainers-go from the images
 //     named by TICKETING_TEST_POSTGRES_IMAGE / TICKETING_TEST_MYSQL_IMAGE
 //     (built offline by integration/images; see its README).

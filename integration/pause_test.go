@@ -21,7 +21,7 @@ import (
 	"github.com/ticketing-dev/ticketing/migrations"
 )
 
-// The pause story (SEMANTICS.md rule 18, fence/doc.go): worker A holds a
+// The pause story (release only after commit, fence/doc.go): worker A holds a
 // lock with a 1 s lease and pauses for 2.5 s; its lease ends; worker B
 // acquires the lock and commits a fenced write; A wakes and tries its
 // fenced write. The fence must refuse A, and the row must hold B's data.

@@ -73,7 +73,7 @@ func TestClusterEarlyRelease(t *testing.T) {
 }
 
 // By default the R comes only once the Free is applied: R means "released"
-// (PROTOCOL.md), which an uncommitted Free is not yet (issue 18, item 9:
+// (docs/protocol.md), which an uncommitted Free is not yet (issue 18, item 9:
 // the early R was the default).
 func TestClusterReleaseCommittedByDefault(t *testing.T) {
 	_, _, _, before, atR := releaseWithSlowCommits(t, false)

@@ -156,7 +156,7 @@
 // RoleStandby answers it with M and the hint. On a change from serving to
 // RoleStandby every connection gets M (req_id 0) with the new hint and is
 // closed, so every waiting ACQUIRE ends with its session; held locks are
-// kept in the state machine (HA.md: held locks survive a failover) and are
+// kept in the state machine (held locks survive a failover) and are
 // there when the node serves again, unless their lease ended meanwhile. In standalone mode a role change is for
 // a standby and for tests; replicated modes drive it.
 //
@@ -172,7 +172,7 @@
 // With Config.Cluster the server is a node of a 3- or 5-node cluster on
 // hashicorp/raft. Every node applies the committed log to one state
 // machine over all keys (the holdings, the token counter, the nodes'
-// client addresses); only the leader serves. The contract is HA.md's:
+// client addresses); only the leader serves. What every replicated mode promises:
 //
 //   - Tokens are the machine's counter, +1 per committed grant, so no token
 //     is issued twice and a new leader's tokens are above every earlier

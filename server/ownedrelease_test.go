@@ -110,7 +110,7 @@ func TestOwnedReleaseOffByDefault(t *testing.T) {
 	atk := session(t, addr)
 	tok := v2.acquireOK(1, owner(1), 0, 30, "v2")
 	if n := guessFlood(t, atk, "v2", tok, 1000); n != 1 {
-		t.Fatalf("guesses freed the v2 holder's lock %d times, want 1 (PROTOCOL.md: U frees on the current token)", n)
+		t.Fatalf("guesses freed the v2 holder's lock %d times, want 1 (the protocol: U frees on the current token)", n)
 	}
 	tok = v2.acquireOK(2, owner(1), 0, 30, "v2")
 	v2.send(rel(3, tok, "v2"))

@@ -25,7 +25,7 @@ func frame(body []byte) []byte {
 }
 
 // TestHelloCheckOrder: version byte before exact length before client token
-// before session limit (PROTOCOL.md, session rule 1).
+// before session limit, as docs/protocol.md's session rules order the checks.
 func TestHelloCheckOrder(t *testing.T) {
 	_, addr := startServer(t, server.Config{ClientTokens: []string{"s3cret"}, MaxSessions: 1})
 	hold := dial(t, addr)
@@ -115,7 +115,7 @@ func TestFirstFrameMustBeHello(t *testing.T) {
 }
 
 // TestPipeliningOutOfOrder: requests are pipelined; a waiting ACQUIRE is
-// answered after later requests (session rule 2).
+// answered after later requests (requests are answered out of order).
 func TestPipeliningOutOfOrder(t *testing.T) {
 	_, addr := startServer(t, server.Config{})
 	a := session(t, addr)
@@ -174,7 +174,8 @@ func TestReqIDReuseAfterReply(t *testing.T) {
 	}
 }
 
-// TestSessionCloseDropsWaitsKeepsGrants: session rule 4.
+// TestSessionCloseDropsWaitsKeepsGrants: a closed session's waiting
+// ACQUIREs are dropped, its granted locks stay held until their leases end.
 func TestSessionCloseDropsWaitsKeepsGrants(t *testing.T) {
 	s, addr := startServer(t, server.Config{})
 	a := session(t, addr)

@@ -20,7 +20,7 @@
 // db is a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn. A pgx.Tx is refused
 // with ErrNestedTx: its Begin makes a savepoint, whose "commit" commits
 // nothing, so Run would release the ticket before the outer transaction
-// commits (a rule 18 violation). Inside your own transaction use Guard,
+// commits (breaking release only after commit). Inside your own transaction use Guard,
 // and release the ticket after your commit. Run always releases the
 // ticket, exactly once.
 //

@@ -24,7 +24,7 @@ type Beginner interface {
 // ErrNestedTx is returned by Run when db is a pgx.Tx. Its Begin only
 // creates a savepoint, and "committing" a savepoint commits nothing: Run
 // would release the ticket before the outer transaction commits, while a
-// newer holder can already write (rule 18: release only after commit). Inside a
+// newer holder can already write (release only after commit). Inside a
 // transaction you manage, call Guard, commit, and release the ticket
 // after the commit. The ticket is released and nothing is sent.
 var ErrNestedTx = errors.New("pgxfence: db is a pgx.Tx (a savepoint is not a commit); use Guard in that transaction and release the ticket after its commit")

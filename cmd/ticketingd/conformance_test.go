@@ -1,7 +1,7 @@
 package main
 
 // Black-box conformance suite for the binding wire protocol
-// (/work/shared/design/PROTOCOL.md, mirrored in docs/protocol.md).
+// (docs/protocol.md).
 //
 // Every test runs the real ticketingd binary and speaks raw bytes: frames are
 // hex literals or are assembled here by hand, and replies are read with a
@@ -308,7 +308,7 @@ func (r *raw) sync(id uint32) {
 
 // ---------------------------------------------------------------- vectors
 
-// TestConformanceVectors: every test vector of PROTOCOL.md that a server
+// TestConformanceVectors: every test vector of docs/protocol.md that a server
 // receives or sends, byte for byte.
 func TestConformanceVectors(t *testing.T) {
 	t.Parallel()
@@ -344,7 +344,7 @@ func TestConformanceVectors(t *testing.T) {
 		r := openConf(t, s.addr)
 		// ACQUIRE req 2, owner 00..0f, wait 5, lease 30, key "order-42" on a
 		// fresh server: GRANTED req 2 token 1 (tokens start at 1 by
-		// default, as PROTOCOL.md says).
+		// default, as docs/protocol.md says).
 		r.send(x(t, "000000204100000002000102030405060708090a0b0c0d0e0f051e086f726465722d3432"))
 		tok, waited := r.expectG(2)
 		if tok != 1 {
@@ -757,7 +757,7 @@ func TestConformanceVersion2(t *testing.T) {
 }
 
 // TestConformanceOwnedReleaseOnly: serve --owned-release-only (a project
-// choice beyond PROTOCOL.md, off by default). With it, a lock granted on a
+// choice beyond the protocol, off by default). With it, a lock granted on a
 // version-2 session survives plain RELEASEs guessing 1000 tokens around
 // its own (from version-1 and version-2 sessions) and its holder's own U with the
 // right token (N, still held); its holder's RELEASE_OWNED gives R. A lock
@@ -841,7 +841,7 @@ func TestConformanceOwnedReleaseOnly(t *testing.T) {
 		}
 	})
 
-	t.Run("default: U frees a v2 holder's lock (PROTOCOL.md)", func(t *testing.T) {
+	t.Run("default: U frees a v2 holder's lock (the protocol)", func(t *testing.T) {
 		c := startConf(t)
 		v2 := openConfV2(t, c.addr)
 		atk := openConf(t, c.addr)

@@ -19,7 +19,8 @@ import (
 )
 
 // TestServeFlagsDocumented: every flag of 'ticketingd serve --help' is in
-// the README's flag list and in docs/operations.md's table.
+// docs/operations.md's settings table, and the README, which lists no
+// flags (a newcomer reads the commands, not forty settings), points there.
 func TestServeFlagsDocumented(t *testing.T) {
 	bin, err := harness.BuildBinaries(t.TempDir())
 	if err != nil {
@@ -34,13 +35,13 @@ func TestServeFlagsDocumented(t *testing.T) {
 		t.Fatalf("%d flags in serve --help, want 20 or more:\n%s", len(flags), help)
 	}
 	readme, ops := readDoc(t, "README.md"), readDoc(t, "docs/operations.md")
+	if !strings.Contains(readme, "(docs/operations.md#ticketingd-serve)") || !strings.Contains(ops, "\n## `ticketingd serve`\n") {
+		t.Error("README.md does not point at docs/operations.md's `ticketingd serve` section")
+	}
 	for _, f := range flags {
 		name := f[1]
 		if name == "help" {
 			continue
-		}
-		if !strings.Contains(readme, "`--"+name) {
-			t.Errorf("README.md does not list --%s", name)
 		}
 		if !strings.Contains(ops, "| `"+name+"` |") && !strings.Contains(ops, "| `--"+name) && !strings.Contains(ops, "`"+name+"`, `") {
 			t.Errorf("docs/operations.md's settings table has no %s", name)

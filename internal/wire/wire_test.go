@@ -21,7 +21,7 @@ func owner0f() (o [16]byte) {
 	return o
 }
 
-// The test vectors of PROTOCOL.md, byte for byte.
+// The test vectors of the protocol (docs/protocol.md), byte for byte.
 var requestVectors = []struct {
 	name string
 	hex  string
@@ -38,7 +38,7 @@ var requestVectors = []struct {
 	{"ping", "000000055000000004", wire.Request{Type: 'P', ReqID: 4}},
 }
 
-// The version-2 test vectors of PROTOCOL.md ("Version 2 additions"), byte
+// The version-2 test vectors of docs/protocol.md ("Version 2 additions"), byte
 // for byte. They decode by the rules of version 2 only.
 var requestVectorsV2 = []struct {
 	name string

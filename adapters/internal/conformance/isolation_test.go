@@ -122,7 +122,7 @@ func serializationFailure(err error) bool {
 	return false
 }
 
-// TestIsolationLevels checks rule 19 for Guard inside a transaction the
+// TestIsolationLevels checks the commit order for Guard inside a transaction the
 // caller opened at each isolation level a user may pick. T1 bumps the
 // resource and holds it; T2, whose snapshot predates T1's commit, then
 // presents a lower (or higher) token and must wait for T1. After T1
@@ -194,7 +194,7 @@ func TestIsolationLevels(t *testing.T) {
 					case err == nil:
 						outcome = "accepted"
 						if tc.lowerWin {
-							t.Fatalf("rule 19 violated: token %d accepted after %d committed", tc.t2, tc.t1)
+							t.Fatalf("commit order violated: token %d accepted after %d committed", tc.t2, tc.t1)
 						}
 						if err := t2.commit(); err != nil {
 							t.Fatalf("T2 commit: %v", err)

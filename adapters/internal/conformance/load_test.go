@@ -11,27 +11,27 @@ import (
 
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
-	"github.com/ticketing-dev/ticketing/internal/rule19"
+	"github.com/ticketing-dev/ticketing/internal/commitorder"
 )
 
-// TestRule19 is SEMANTICS.md rule 19 under load (internal/rule19): 16
-// goroutines × 200 fenced transactions on one resource with shuffled
-// tokens, each appending its token to fence_log while it holds the fence.
+// TestCommitOrderUnderLoad is the fence's commit order under load
+// (internal/commitorder): 16 goroutines × 200 fenced transactions on one
+// resource with shuffled tokens, each appending its token to fence_log while it holds the fence.
 // The logged tokens in id (= commit) order must strictly increase; every
 // rejection must be a *fence.StaleError with HighWater >= Token; nothing
 // else may fail (a MySQL deadlock is a failure, never retried); the final
 // high-water must be the last logged token; every ticket must be released
 // once.
-func TestRule19(t *testing.T) {
+func TestCommitOrderUnderLoad(t *testing.T) {
 	forEach(t, func(t *testing.T, tg *target) {
-		rule19.Test(t, ctxTimeout(t, 90*time.Second), rule19Config(tg, tg.run))
+		commitorder.Test(t, ctxTimeout(t, 90*time.Second), commitOrderConfig(tg, tg.run))
 	})
 }
 
-// TestRule19NegativeControl shows that TestRule19 can fail: a naive fence
-// that reads the high-water without a lock, then bumps it, lets
-// out-of-order tokens commit, and the same harness sees it.
-func TestRule19NegativeControl(t *testing.T) {
+// TestCommitOrderNegativeControl shows that TestCommitOrderUnderLoad can
+// fail: a naive fence that reads the high-water without a lock, then bumps
+// it, lets out-of-order tokens commit, and the same harness sees it.
+func TestCommitOrderNegativeControl(t *testing.T) {
 	for _, k := range kinds {
 		if k.name != "sql/postgres" {
 			continue
@@ -64,27 +64,27 @@ func TestRule19NegativeControl(t *testing.T) {
 				return tx.Commit()
 			}
 			tg.admin.SetMaxOpenConns(32)
-			violations := rule19.Load(t, ctxTimeout(t, 90*time.Second), rule19Config(tg, naive))
+			violations := commitorder.Load(t, ctxTimeout(t, 90*time.Second), commitOrderConfig(tg, naive))
 			if len(violations) == 0 {
 				t.Fatal("the harness did not detect the naive fence")
 			}
-			t.Logf("negative control: the harness found %d violations of rule 19 in the naive fence, e.g. %s", len(violations), violations[0])
+			t.Logf("negative control: the harness found %d commit-order violations in the naive fence, e.g. %s", len(violations), violations[0])
 		})
 	}
 }
 
 type runFunc func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error
 
-// rule19Config is the rule-19 load on tg's fence_log with run as the fence.
-func rule19Config(tg *target, run runFunc) rule19.Config {
+// commitOrderConfig is the commit-order load on tg's fence_log with run as the fence.
+func commitOrderConfig(tg *target, run runFunc) commitorder.Config {
 	placeholder := "?"
 	if tg.dialect == fence.Postgres {
 		placeholder = "$1"
 	}
-	return rule19.Config{
+	return commitorder.Config{
 		Name:     tg.name,
-		Resource: "rule19",
-		Run: func(ctx context.Context, tk fence.Ticket, fn func(rule19.Exec) error) error {
+		Resource: "commit-order",
+		Run: func(ctx context.Context, tk fence.Ticket, fn func(commitorder.Exec) error) error {
 			return run(ctx, tk, func(q querier) error { return fn(q.exec) })
 		},
 		DB:          tg.admin,

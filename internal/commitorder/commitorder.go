@@ -1,6 +1,6 @@
-// Package rule19 is the load test of rule 19 of docs/fence.md (a fenced write
-// commits only with a token above every token committed before it for the
-// resource), shared by the adapter conformance suite and the integration
+// Package commitorder is the load test of the fence's commit order (a
+// fenced write commits only with a token above every token committed before
+// it for the resource), shared by the adapter conformance suite and the integration
 // tests against database containers.
 //
 // The load: Workers goroutines × PerWorker fenced transactions on one
@@ -24,12 +24,12 @@
 // would come apart — exactly what the checks catch.
 //
 // Checks: the logged tokens in id (= commit) order strictly increase, and
-// the final high-water is the last logged token (the rule 19 violations,
+// the final high-water is the last logged token (the commit-order violations,
 // returned); every rejection is a *fence.StaleError for the resource and
 // the token with HighWater >= Token; nothing else fails (a MySQL deadlock
 // is a failure, never retried); every ticket was released once; the log has
 // one row per accepted transaction; both outcomes occurred.
-package rule19
+package commitorder
 
 import (
 	"context"
@@ -74,8 +74,8 @@ type Config struct {
 }
 
 // Load runs the load and checks its outcomes. It fails tb for every
-// problem but a violation of rule 19 in the log, and returns those (for a
-// negative control to expect); Test fails tb for them too.
+// problem but a violation of the commit order in the log, and returns those
+// (for a negative control to expect); Test fails tb for them too.
 func Load(tb testing.TB, ctx context.Context, cfg Config) (violations []string) {
 	tb.Helper()
 	insertLog := "INSERT INTO " + cfg.LogTable + " (token) VALUES (" + cfg.Placeholder + ")"
@@ -137,7 +137,7 @@ func Load(tb testing.TB, ctx context.Context, cfg Config) (violations []string) 
 		}
 		tb.Errorf("unexpected outcome: %v", err)
 	}
-	tb.Logf("rule19 %s: accepted=%d stale=%d failed=%d total=%d in %v", cfg.Name,
+	tb.Logf("commit order %s: accepted=%d stale=%d failed=%d total=%d in %v", cfg.Name,
 		accepted.Load(), stale.Load(), len(failures), Workers*PerWorker, time.Since(start).Round(time.Millisecond))
 	if got := accepted.Load() + stale.Load() + int64(len(failures)); got != Workers*PerWorker {
 		tb.Errorf("outcomes = %d, want %d", got, Workers*PerWorker)
@@ -172,7 +172,7 @@ func Load(tb testing.TB, ctx context.Context, cfg Config) (violations []string) 
 	return violations
 }
 
-// Test runs Load and fails tb for each violation of rule 19 (the first
+// Test runs Load and fails tb for each violation of the commit order (the first
 // ten, and how many more).
 func Test(tb testing.TB, ctx context.Context, cfg Config) {
 	tb.Helper()
@@ -182,7 +182,7 @@ func Test(tb testing.TB, ctx context.Context, cfg Config) {
 			tb.Errorf("... and %d more violations", len(violations)-10)
 			break
 		}
-		tb.Errorf("rule 19 violated: %s", v)
+		tb.Errorf("commit order violated: %s", v)
 	}
 }
 

@@ -54,7 +54,7 @@ var sqlTargets = map[string]fence.Dialect{"sql/postgres": fence.Postgres, "sql/m
 
 // Guard twice in one transaction with the same ticket: the first call
 // raised the high-water to the token, so the second sees token <=
-// high-water and reports it stale (rule 18 as written); the transaction
+// high-water and reports it stale (the token must be above the high-water); the transaction
 // must be rolled back. This is documented: call Guard once per
 // transaction (WithResources for several resources).
 func TestGuardTwiceSameTx(t *testing.T) {
@@ -84,7 +84,7 @@ func TestGuardTwiceSameTx(t *testing.T) {
 // pgxfence.Run with a pgx.Tx as db would only create and release a
 // savepoint, then release the ticket before the outer transaction commits:
 // a newer holder could write in between, and the outer commit would then
-// land out of order (rule 18). Run refuses it. Before the fix Run returned
+// land out of order (release only after commit). Run refuses it. Before the fix Run returned
 // nil and released the ticket while the outer transaction was still open.
 func TestPgxNestedTxRefused(t *testing.T) {
 	tg := openPgx(t)

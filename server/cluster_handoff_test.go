@@ -12,8 +12,9 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// Review tests of the Raft mode: each one shows a defect found in review
-// (and fails until it is fixed).
+// Edges of the Raft mode: a cancel or a session close during a hand-off,
+// a restore's token floor, an imported ceiling. Each one shows a defect
+// that was found and fixed (and fails without the fix).
 
 // slowCommits returns a cluster whose Raft RPCs each take *delay (0: no
 // delay) and nothing is lost: a test widens the window in which a
@@ -45,7 +46,7 @@ func (c *client) recvAll(d time.Duration) []wire.Response {
 
 // A CANCEL that names a waiter to which a RELEASE has just handed the key
 // (the Free+grant command proposed, not yet committed) must leave it alone
-// (PROTOCOL.md: "already granted or being answered: nothing"). The
+// (the protocol, docs/protocol.md: "already granted or being answered: nothing"). The
 // scheduler does not mark the hand-off's waiter as proposed (freeLocked),
 // so cancel removes it from a queue it is no longer in: it answers T, and
 // then the committed grant answers G for the same req_id, a reply the
@@ -54,7 +55,7 @@ func (c *client) recvAll(d time.Duration) []wire.Response {
 // of it (never granted) and the waiter count is decremented twice. (With
 // no second waiter the same CANCEL dereferences the nil queue and the
 // process panics.)
-func TestClusterReviewCancelDuringHandoff(t *testing.T) {
+func TestClusterCancelDuringHandoff(t *testing.T) {
 	tc, delay := slowCommits(t)
 	l := tc.leader()
 	holder, a, b := tc.leaderSession(l), tc.leaderSession(l), tc.leaderSession(l)
@@ -106,7 +107,7 @@ func TestClusterReviewCancelDuringHandoff(t *testing.T) {
 // gets the key. closing drops the hand-off's waiter from a queue it is no
 // longer in (dropWaiter: it is not marked proposed): the next waiter falls
 // out of the queue and is never granted, although the key is free.
-func TestClusterReviewSessionCloseDuringHandoff(t *testing.T) {
+func TestClusterSessionCloseDuringHandoff(t *testing.T) {
 	tc, delay := slowCommits(t)
 	l := tc.leader()
 	holder, a, b := tc.leaderSession(l), tc.leaderSession(l), tc.leaderSession(l)
@@ -148,7 +149,7 @@ func showAll(rs []wire.Response) []string {
 // counter elsewhere than the leader, so the same committed Grant gets
 // another token on it (and, once it leads, its holdings carry tokens no
 // holder was ever given).
-func TestClusterReviewRestoreFloorIsDeterministic(t *testing.T) {
+func TestClusterRestoreFloorIsDeterministic(t *testing.T) {
 	tc := newTestCluster(t, 3, func(_ int, cfg *server.Config) {
 		server.SetRaftTuning(cfg.Cluster, func(rc *raft.Config) {
 			rc.TrailingLogs = 5
@@ -183,7 +184,7 @@ func TestClusterReviewRestoreFloorIsDeterministic(t *testing.T) {
 	t.Fatalf("after the same log, the leader's counter is %d and the follower's %d", tok, got)
 }
 
-// HA.md/doc.go: a standalone ceiling found in a node's data dir (a
+// server/doc.go: a standalone ceiling found in a node's data dir (a
 // migration) is a floor for the cluster's tokens. Only that node's own
 // takeover can put it into the log (review: while another node led, the
 // cluster issued tokens from 1), so a cluster may start from it only with

@@ -83,10 +83,12 @@ type cluster struct {
 	pfresh        []*pqueue                                          // queues with commands, none in an entry in flight (and some no longer so)
 	pents         [maxEntriesInFlight + maxExpressInFlight][]*pqueue // per entry in flight (from phead, pinflight of them), the queue of each of its commands
 	phead         int
-	pcand         []*pqueue    // scratch of packLocked
-	lightAt       int64        // when an express entry last took a command of a session not held back (server clock)
-	heldAt        atomic.Int64 // when a session's reader last waited in admitLocked (server clock)
-	nwaiting      atomic.Int32 // sessions' readers waiting in admitLocked
+	pentAt        [maxEntriesInFlight + maxExpressInFlight]time.Time // per entry in flight: when proposed; zero for an express entry
+	pheavyAt      time.Time                                          // while contended, no normal entry is proposed before this (pacing)
+	pcand         []*pqueue                                          // scratch of packLocked
+	lightAt       int64                                              // when an express entry last took a command of a session not held back (server clock)
+	heldAt        atomic.Int64                                       // when a session's reader last waited in admitLocked (server clock)
+	nwaiting      atomic.Int32                                       // sessions' readers waiting in admitLocked
 	pstint        uint64
 	pwake         chan struct{}
 	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))

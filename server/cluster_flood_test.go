@@ -151,16 +151,21 @@ func flood(t *testing.T, addr string) (stop func() int64) {
 // expiries are charged to the session that got the lock; a session with
 // nothing in an entry in flight gets an express entry at once; and while
 // a session is held back at its bound and another sends a request at a
-// time, entries are small and one at a time.
+// time, entries are small and one at a time. That left it 40 to 56%: the
+// held-back sessions took the express entry too, most of the time (their
+// queues have nothing in flight after each apply), and its request still
+// found a flood entry ahead of it. Now, while contended, the express entry
+// is only for the sessions not held back, and the held-back sessions'
+// entries are paced, leaving the log idle about half the time.
 //
 // The honest session's rate is measured in windows alone (before the
 // flood, and again after it, once the leader has applied everything) and
 // under the flood; the ratio of the medians must be at least
 // minFloodFraction. The machine's two cores are shared by the three nodes,
 // the flood, and other tests, whose load changes the ratio from run to
-// run: the bound is well under what the change gives (35 to 55% in
-// most runs) and well above what the code before it gave (0 to 7%), and a
-// measurement under it is made once more before the test fails. Under the
+// run: the bound is well under what the code gives (62 to 79% in
+// runs) and well above what the code before the first changes gave (0 to
+// 7%), and a measurement under it is made once more before the test fails. Under the
 // race detector, which makes every CPU-bound step several times dearer,
 // the fraction is only logged. The
 // pending commands of requests must stay within the sessions' bounds, and
@@ -201,7 +206,7 @@ func TestClusterFloodDoesNotStarveOthers(t *testing.T) {
 
 // minFloodFraction is the part of its rate alone that the honest session
 // must keep under the flood (see TestClusterFloodDoesNotStarveOthers).
-const minFloodFraction = 0.25
+const minFloodFraction = 0.40
 
 // floodAttempt measures the honest session on the leader s (at addr)
 // alone, under the flood, and alone again; it returns the fraction of its

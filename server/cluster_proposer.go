@@ -36,6 +36,16 @@ import (
 // every command in them is work that the command behind them waits for on
 // every node.
 //
+// While the log is contended (contendedLocked: a session held back at its
+// bound while another sends a request at a time), the express entry is
+// only for the sessions not held back lately (a held-back session's queue
+// empties of entries in flight after every apply, and would otherwise
+// take the express entry most of the time), and the held-back sessions'
+// entries are paced: the next normal entry is proposed only as long after
+// the last one applied as that one took (contendedGap), so that the log
+// is idle about half the time and a light session's request mostly finds
+// nothing ahead of it.
+//
 // Taking commands from several queues in turns must not reorder two
 // commands of one key (a Free and the Grant of the same key that the
 // mirror projected behind it, from two sessions): a command whose key has
@@ -64,6 +74,12 @@ const (
 	// reader last waited at its bound, and "light" after an express entry
 	// last took its command.
 	contendedWindow = int64(100 * time.Millisecond)
+	// While the log is contended, the next entry that is not express is
+	// proposed only contendedGap times as long after the last one applied
+	// as that one took from its proposal (at most contendedWindow later):
+	// the held-back sessions get about half the log's time, and a light
+	// session's request mostly finds it idle.
+	contendedGap = 1.0
 	// admitRecheck bounds how long a session's reader waits in admitLocked
 	// before it looks again at whether its session or the scheduler ended.
 	admitRecheck = 100 * time.Millisecond
@@ -253,6 +269,13 @@ func (cl *cluster) entryApplied() {
 		}
 		clear(taken)
 		cl.pents[cl.phead] = taken[:0]
+		if at := cl.pentAt[cl.phead]; !at.IsZero() && cl.contendedLocked(cl.s.now()) {
+			// A normal entry: the next one waits (contendedGap).
+			now := time.Now()
+			gap := min(time.Duration(float64(now.Sub(at))*contendedGap), time.Duration(contendedWindow))
+			cl.pheavyAt = now.Add(gap)
+		}
+		cl.pentAt[cl.phead] = time.Time{}
 		cl.phead = (cl.phead + 1) % len(cl.pents)
 		cl.pinflight--
 	}
@@ -285,6 +308,7 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 	cl.own = &pqueue{}
 	cl.pring, cl.pqueues, cl.pkeys, cl.pinflight, cl.pstint = nil, 0, make(map[string]keyRoute), 0, stint
 	cl.pfresh, cl.phead = nil, 0
+	cl.pentAt, cl.pheavyAt = [len(cl.pentAt)]time.Time{}, time.Time{}
 	for i := range cl.pents {
 		clear(cl.pents[i])
 		cl.pents[i] = cl.pents[i][:0]
@@ -399,8 +423,9 @@ func (cl *cluster) packLocked(express bool) []byte {
 		clear(cl.pfresh)
 		cl.pfresh = cl.pfresh[:0]
 		fr := cand[len(cand):]
+		contended := cl.contendedLocked(now)
 		for _, q := range cand {
-			if q.ready && q.inEntries == 0 {
+			if q.ready && q.inEntries == 0 && (!contended || !q.heavy(now)) {
 				fr = append(fr, q)
 			}
 		}
@@ -466,6 +491,11 @@ func (cl *cluster) packLocked(express bool) []byte {
 	clear(cand[:cap(cand)])
 	cl.pcand = cand[:0]
 	cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)] = taken
+	if express {
+		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Time{}
+	} else {
+		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Now()
+	}
 	cl.pinflight++
 	cl.pscratch = body
 	// Raft holds on to the bytes: each entry is a new buffer.
@@ -481,43 +511,65 @@ func (cl *cluster) addFresh(q *pqueue) {
 	q.fresh = true
 	cl.pfresh = append(cl.pfresh, q)
 	if len(cl.pfresh) > 2*cl.pqueues+16 {
-		cl.freshLocked()
+		cl.freshLocked(false, 0)
 	}
 }
 
 // freshLocked drops from pfresh the queues that are no longer fresh, and
-// reports whether one is left; under pmu.
-func (cl *cluster) freshLocked() bool {
+// reports whether one is left (while contended, one not held back lately:
+// heavy); under pmu.
+func (cl *cluster) freshLocked(contended bool, now int64) bool {
 	fr := cl.pfresh[:0]
+	light := false
 	for _, q := range cl.pfresh {
 		if q.ready && q.inEntries == 0 {
 			fr = append(fr, q)
+			light = light || !contended || !q.heavy(now)
 		} else {
 			q.fresh = false
 		}
 	}
 	clear(cl.pfresh[len(fr):])
 	cl.pfresh = fr
-	return len(fr) > 0
+	return light
+}
+
+// heavy reports whether q's session is held back at its bound, or was
+// within contendedWindow.
+func (q *pqueue) heavy(now int64) bool {
+	if q.waiting.Load() {
+		return true
+	}
+	at := q.heldAt.Load()
+	return at != 0 && now-at <= contendedWindow
 }
 
 // nextEntryLocked returns the next entry to propose, or nil if there is
-// none for now (nothing queued, or the entries in flight at their bound);
-// under pmu.
-func (cl *cluster) nextEntryLocked() []byte {
+// none for now (nothing queued, or the entries in flight at their bound,
+// or, while contended, the next normal entry paced: then how long until
+// it may be proposed); under pmu.
+func (cl *cluster) nextEntryLocked() ([]byte, time.Duration) {
+	if cl.pring == nil {
+		return nil, 0
+	}
 	f := maxEntriesInFlight
-	if cl.contendedLocked(cl.s.now()) {
+	contended := cl.contendedLocked(cl.s.now())
+	if contended {
 		f = contendedEntriesInFlight
 	}
-	switch {
-	case cl.pring == nil:
-		return nil
-	case cl.pinflight < f:
-		return cl.packLocked(false)
-	case cl.pinflight < f+maxExpressInFlight && cl.freshLocked():
-		return cl.packLocked(true)
+	var wait time.Duration
+	if cl.pinflight < f {
+		if !contended {
+			return cl.packLocked(false), 0
+		}
+		if wait = time.Until(cl.pheavyAt); wait <= 0 {
+			return cl.packLocked(false), 0
+		}
 	}
-	return nil
+	if cl.pinflight < f+maxExpressInFlight && cl.freshLocked(contended, cl.s.now()) {
+		return cl.packLocked(true), 0
+	}
+	return nil, wait
 }
 
 // proposer turns the queued commands into log entries, at most
@@ -526,17 +578,24 @@ func (cl *cluster) nextEntryLocked() []byte {
 // so that concurrent requests share one append and one fsync.
 func (cl *cluster) proposer() {
 	defer cl.wg.Done()
+	pace := time.NewTimer(time.Hour)
+	pace.Stop()
+	defer pace.Stop()
 	for {
 		select {
 		case <-cl.stop:
 			return
 		case <-cl.pwake:
+		case <-pace.C:
 		}
 		for {
 			cl.pmu.Lock()
-			buf := cl.nextEntryLocked()
+			buf, wait := cl.nextEntryLocked()
 			cl.pmu.Unlock()
 			if buf == nil {
+				if wait > 0 {
+					pace.Reset(wait)
+				}
 				break
 			}
 			// Not waited for: the apply of the entry answers its

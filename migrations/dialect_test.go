@@ -3,30 +3,15 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/stdlib"
-	"modernc.org/sqlite"
-
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
-
-// wrapped is a database/sql driver this package does not know (as an
-// instrumenting wrapper would be): Up must ask the server what it is.
-type wrapped struct{ driver.Driver }
-
-func init() {
-	sql.Register("wrapped-pgx", wrapped{&stdlib.Driver{}})
-	sql.Register("wrapped-mysql", wrapped{&mysql.MySQLDriver{}})
-	sql.Register("wrapped-sqlite", wrapped{&sqlite.Driver{}})
-}
 
 // leftTables returns the migration tables (lock, version, fence) that
 // exist in db.

@@ -3,7 +3,6 @@ package conformance_test
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"modernc.org/sqlite"
 
 	"github.com/ticketing-dev/ticketing/adapters/pgxfence"
@@ -21,16 +19,6 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/testdb"
 	"github.com/ticketing-dev/ticketing/migrations"
 )
-
-// wrappedDriver is a database/sql driver that sqlfence does not know by
-// its type (as an instrumenting wrapper would be).
-type wrappedDriver struct{ driver.Driver }
-
-func init() {
-	sql.Register("wrapped-pgx", wrappedDriver{&stdlib.Driver{}})
-	sql.Register("wrapped-mysql", wrappedDriver{&mysql.MySQLDriver{}})
-	sql.Register("wrapped-sqlite", wrappedDriver{&sqlite.Driver{}})
-}
 
 // bareDB is an empty database (no migrations) and how to reach it.
 type bareDB struct {

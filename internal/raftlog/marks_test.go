@@ -159,12 +159,7 @@ func TestOpenCorruptOlderBatch(t *testing.T) {
 // TestOpenTornLastBatch: damage in the last batch only is a torn write,
 // however it looks: cut at the first bad record, everything before kept.
 func TestOpenTornLastBatch(t *testing.T) {
-	tests := []struct {
-		name string
-		// tear damages the last batch, 5..10; offs[i] is i+1's offset.
-		tear func(t *testing.T, path string, offs []int64)
-		last uint64 // what is left
-	}{
+	testTornLastBatch(t, []tornCase{
 		{"first record damaged, later ones intact", func(t *testing.T, path string, offs []int64) {
 			flipByte(t, path, offs[4]+recHeaderSize+40)
 		}, 4},
@@ -190,7 +185,22 @@ func TestOpenTornLastBatch(t *testing.T) {
 		{"end zeroed", func(t *testing.T, path string, offs []int64) {
 			writeAt(t, path, offs[7]+20, make([]byte, offs[10]-offs[7]-20))
 		}, 7},
-	}
+	})
+}
+
+// tornCase is a tear of the last batch of a log of two batches, 1..4 and
+// 5..10, in one version 2 segment.
+type tornCase struct {
+	name string
+	// tear damages the last batch, 5..10; offs[i] is i+1's offset.
+	tear func(t *testing.T, path string, offs []int64)
+	last uint64 // what is left
+}
+
+// testTornLastBatch runs each case in a subtest: Open must cut the torn
+// last batch, keeping 1..last (wantCut).
+func testTornLastBatch(t *testing.T, tests []tornCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -56,11 +56,7 @@ func TestOpenZeroLengthBeforeLaterBatch(t *testing.T) {
 // bytes of that batch after it, is a torn write (the page holding the
 // length did not reach the disk): cut, and the cut is logged.
 func TestOpenZeroLengthInLastBatch(t *testing.T) {
-	tests := []struct {
-		name string
-		tear func(t *testing.T, path string, offs []int64)
-		last uint64
-	}{
+	testTornLastBatch(t, []tornCase{
 		{"length of the last batch's first record zero", func(t *testing.T, path string, offs []int64) {
 			writeAt(t, path, offs[4], make([]byte, 4))
 		}, 4},
@@ -70,15 +66,7 @@ func TestOpenZeroLengthInLastBatch(t *testing.T) {
 		{"length of the last record zero", func(t *testing.T, path string, offs []int64) {
 			writeAt(t, path, offs[9], make([]byte, 4))
 		}, 9},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path, offs := storeBatches(t, dir, [2]uint64{1, 4}, [2]uint64{5, 10})
-			tt.tear(t, path, offs)
-			wantCut(t, dir, tt.last)
-		})
-	}
+	})
 }
 
 // TestOpenNonZeroAfterLastBatchEnd: after the record that ends a batch,

@@ -62,32 +62,30 @@ type ticket struct {
 
 // enter takes a slot for a connection from ip, or says why there is none.
 func (g *gate) enter(ip netip.Addr) (ticket, refusal) {
-	t := ticket{member: g.isMember(ip), ip: ip, src: sourceKey(ip)}
+	member := g.isMember(ip)
+	t := ticket{ip: ip, src: sourceKey(ip)}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t.member {
-		if g.byMember[ip] < g.perMember {
-			g.byMember[ip]++
-			return t, admitted
-		}
-		t.member = false
+	if member && g.byMember[ip] < g.perMember {
+		g.byMember[ip]++
+		t.member = true
+		return t, admitted
 	}
-	why := admitted
+	var why refusal
 	switch {
 	case g.bySource[t.src] >= g.perSource:
 		why = sourceFull
 	case g.shared >= g.maxShared:
 		why = sharedFull
+	default:
+		g.shared++
+		g.bySource[t.src]++
+		return t, admitted
 	}
-	if why != admitted {
-		if g.isMember(ip) {
-			why = memberAllFull
-		}
-		return t, why
+	if member {
+		why = memberAllFull
 	}
-	g.shared++
-	g.bySource[t.src]++
-	return t, admitted
+	return t, why
 }
 
 // leave frees the slot of t.

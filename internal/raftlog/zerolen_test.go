@@ -183,3 +183,45 @@ func TestOpenLogsRemovedSegments(t *testing.T) {
 		t.Fatalf("the removal of %s is not logged: %s", segs[0], logs)
 	}
 }
+
+// TestFirstNonZero: the check after a zero length finds a non-zero byte
+// past holes and past data regions of zeros (it skips the holes, nextData),
+// and reports -1 when only zeros follow.
+func TestFirstNonZero(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 64 << 20
+	if err := f.Truncate(size); err != nil { // a hole
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 3<<20), 1<<20); err != nil { // zeros written
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, want int64 }{
+		{0, size, -1},
+		{100, 5 << 20, -1},
+	} {
+		if got, err := firstNonZero(f, c.from, c.to); err != nil || got != c.want {
+			t.Fatalf("firstNonZero(%d, %d) of zeros = %d, %v; want %d", c.from, c.to, got, err, c.want)
+		}
+	}
+	const at = 48<<20 + 12345
+	if _, err := f.WriteAt([]byte{7}, at); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, want int64 }{
+		{0, size, at},
+		{2 << 20, size, at},
+		{at, at + 1, at},
+		{0, at, -1},
+		{at + 1, size, -1},
+	} {
+		if got, err := firstNonZero(f, c.from, c.to); err != nil || got != c.want {
+			t.Fatalf("firstNonZero(%d, %d) = %d, %v; want %d", c.from, c.to, got, err, c.want)
+		}
+	}
+}

@@ -441,7 +441,7 @@ func newCluster(s *Server) (*cluster, error) {
 		checkPeers = true
 		s.log.Info("cluster: no raft state: asking every peer before bootstrapping", "node_id", cc.NodeID, "peers", len(cc.Peers), "cluster_id", cc.ClusterID)
 	}
-	gt := newGatedTransport(cl, trans)
+	gt, out := newGatedTransport(cl, trans)
 	r, err := raft.NewRaft(rc, cl.fsm, logs, stable, snaps, gt)
 	if err != nil {
 		return nil, fmt.Errorf("server: start raft: %w", err)
@@ -449,13 +449,6 @@ func newCluster(s *Server) (*cluster, error) {
 	cl.r = r
 	running.Store(r)
 	// (Without PeerTLS, raftnet.New has logged its warning.)
-	var out chan raft.RPC
-	switch g := gt.(type) {
-	case *gatedTransport:
-		out = g.ch
-	case gatedPreVoteTransport:
-		out = g.ch
-	}
 	cl.wg.Add(3)
 	go cl.relay(trans.Consumer(), out)
 	go cl.leadership()

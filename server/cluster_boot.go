@@ -207,12 +207,14 @@ func (t gatedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.Serv
 	return t.pv.RequestPreVote(id, target, args, resp)
 }
 
-func newGatedTransport(cl *cluster, under raft.Transport) raft.Transport {
+// newGatedTransport returns the gated transport over under, and the
+// channel its Consumer reads (where cluster.relay writes).
+func newGatedTransport(cl *cluster, under raft.Transport) (raft.Transport, chan<- raft.RPC) {
 	g := &gatedTransport{Transport: under, cl: cl, ch: make(chan raft.RPC)}
 	if pv, ok := under.(raft.WithPreVote); ok {
-		return gatedPreVoteTransport{g, pv}
+		return gatedPreVoteTransport{g, pv}, g.ch
 	}
-	return g
+	return g, g.ch
 }
 
 // Consumer is where Raft reads the RPCs that cluster.relay passes on.

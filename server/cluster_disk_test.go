@@ -69,9 +69,10 @@ func (n *diskNode) stop(t *testing.T, graceful bool) {
 	n.s = nil
 }
 
-// startDiskCluster starts three nodes; each tweak adjusts every node's
-// Config before it starts.
-func startDiskCluster(t *testing.T, tweak ...func(*server.Config)) []*diskNode {
+// newDiskNodes makes three nodes, a, b and c, not started, and their
+// configuration (peers), which no node has yet; each tweak adjusts every
+// node's Config. The nodes are stopped when the test ends.
+func newDiskNodes(t *testing.T, tweak ...func(*server.Config)) ([]*diskNode, []server.Peer) {
 	t.Helper()
 	var nodes []*diskNode
 	var peers []server.Peer
@@ -89,15 +90,23 @@ func startDiskCluster(t *testing.T, tweak ...func(*server.Config)) []*diskNode {
 		peers = append(peers, server.Peer{ID: id, Address: raftAddr})
 		nodes = append(nodes, n)
 	}
-	for _, n := range nodes {
-		n.cfg.Cluster.Peers = peers
-		n.start(t)
-	}
 	t.Cleanup(func() {
 		for _, n := range nodes {
 			n.stop(t, false)
 		}
 	})
+	return nodes, peers
+}
+
+// startDiskCluster starts three nodes (newDiskNodes) that bootstrap
+// together; each tweak adjusts every node's Config before it starts.
+func startDiskCluster(t *testing.T, tweak ...func(*server.Config)) []*diskNode {
+	t.Helper()
+	nodes, peers := newDiskNodes(t, tweak...)
+	for _, n := range nodes {
+		n.cfg.Cluster.Peers = peers
+		n.start(t)
+	}
 	return nodes
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
-	"github.com/ticketing-dev/ticketing/server"
 )
 
 // TestClusterFollowerDiskFull (issue 18, item 8): a follower whose data
@@ -49,27 +48,10 @@ func TestClusterFollowerDiskFull(t *testing.T) {
 	}
 
 	reg := prometheus.NewPedanticRegistry()
-	var nodes []*diskNode
-	var peers []server.Peer
-	for i := range 3 {
-		id := string(rune('a' + i))
-		raftAddr := freeAddr(t)
-		n := &diskNode{addr: freeAddr(t)}
-		n.cfg = server.Config{DataDir: t.TempDir(), NodeName: id, Cluster: &server.ClusterConfig{
-			NodeID: id, RaftListen: raftAddr, Advertise: n.addr,
-			HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection,
-		}}
-		peers = append(peers, server.Peer{ID: id, Address: raftAddr})
-		nodes = append(nodes, n)
-	}
+	nodes, peers := newDiskNodes(t)
 	f := nodes[2]
 	f.cfg.DataDir = filepath.Join(fs, "c")
 	f.cfg.Registerer = reg
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.stop(t, false)
-		}
-	})
 	// a and b form the cluster and elect the leader; c starts as a node
 	// that joins an existing cluster (it never bootstraps) and is added as
 	// a voter, so that it must catch up on its small disk.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -536,7 +535,7 @@ func printClusterGuide(w io.Writer, o *initOptions, plan clusterPlan, clientToke
 	fmt.Fprintf(w, "serves; the others send clients to it. The client addresses: %s.\n\n", strings.Join(addrs, ", "))
 	fmt.Fprintf(w, "Give each client this URL: it carries every node's address, the client token and the\n")
 	fmt.Fprintf(w, "TLS settings (the token is shown once, here; it is also in each node's %s):\n\n", initTokensFile)
-	query := "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
+	query := caQuery(caPath)
 	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://%s@%s%s'\n\n", clientToken, strings.Join(addrs, ","), query)
 	if !plan.loopback {
 		fmt.Fprintf(w, "A client on another machine needs a copy of %s and its path there in ca=.\n\n", caPath)
@@ -649,6 +648,5 @@ func printAddGuide(w io.Writer, o *initOptions, plan clusterPlan, b *bundle) {
 	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
 	fmt.Fprintf(w, "\n\nClients must list the new address too (the broker follows hints only to listed addresses; a removed node's address can go),\n")
 	fmt.Fprintf(w, "with TOKEN the client token of their URL now (it is in %s):\n\n", filepath.Join(dir, initTokensFile))
-	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://TOKEN@%s?ca=%s'\n\n", strings.Join(addrs, ","),
-		strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/"))
+	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://TOKEN@%s%s'\n\n", strings.Join(addrs, ","), caQuery(caPath))
 }

@@ -322,7 +322,7 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 	// quotes, keeping its slashes readable.
 	query := ""
 	if o.TLS {
-		query = "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
+		query = caQuery(caPath)
 	}
 	clientURL := "ticketing://" + token + "@" + plan.client + query
 
@@ -447,4 +447,11 @@ func writeTLS(dir string, hosts []string) error {
 		{initServerCert, srv, false, 0o644},
 		{initServerKey, srv, true, 0o600},
 	})
+}
+
+// caQuery is the query of a client URL that names the CA file path:
+// query-escaped, which also makes it safe inside single quotes, keeping its
+// slashes readable.
+func caQuery(caPath string) string {
+	return "?ca=" + strings.ReplaceAll(url.QueryEscape(caPath), "%2F", "/")
 }

@@ -401,16 +401,17 @@ func (q *pqueue) compact() {
 }
 
 // packLocked takes the commands of the next entry from the queues, in
-// turns, and returns the entry; under pmu, with commands queued. An
+// turns, and returns the entry; under pmu, with commands queued
+// (contended: contendedLocked(now), as nextEntryLocked found it). An
 // express entry takes commands only of the fresh queues (those with
 // commands, none of them in an entry in flight).
-func (cl *cluster) packLocked(express bool) []byte {
+func (cl *cluster) packLocked(express, contended bool, now int64) []byte {
 	body := cl.pscratch[:0]
-	taken := cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)][:0]
+	slot := (cl.phead + cl.pinflight) % len(cl.pents) // this entry's
+	taken := cl.pents[slot][:0]
 	n := 0
-	now := cl.s.now()
 	limit := maxEntryCommands
-	if cl.contendedLocked(now) {
+	if contended {
 		limit = contendedEntryCommands
 	}
 	var cand []*pqueue
@@ -423,7 +424,6 @@ func (cl *cluster) packLocked(express bool) []byte {
 		clear(cl.pfresh)
 		cl.pfresh = cl.pfresh[:0]
 		fr := cand[len(cand):]
-		contended := cl.contendedLocked(now)
 		for _, q := range cand {
 			if q.ready && q.inEntries == 0 && (!contended || !q.heavy(now)) {
 				fr = append(fr, q)
@@ -490,11 +490,11 @@ func (cl *cluster) packLocked(express bool) []byte {
 	}
 	clear(cand[:cap(cand)])
 	cl.pcand = cand[:0]
-	cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)] = taken
+	cl.pents[slot] = taken
 	if express {
-		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Time{}
+		cl.pentAt[slot] = time.Time{}
 	} else {
-		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Now()
+		cl.pentAt[slot] = time.Now()
 	}
 	cl.pinflight++
 	cl.pscratch = body
@@ -553,21 +553,22 @@ func (cl *cluster) nextEntryLocked() ([]byte, time.Duration) {
 		return nil, 0
 	}
 	f := maxEntriesInFlight
-	contended := cl.contendedLocked(cl.s.now())
+	now := cl.s.now()
+	contended := cl.contendedLocked(now)
 	if contended {
 		f = contendedEntriesInFlight
 	}
 	var wait time.Duration
 	if cl.pinflight < f {
 		if !contended {
-			return cl.packLocked(false), 0
+			return cl.packLocked(false, false, now), 0
 		}
 		if wait = time.Until(cl.pheavyAt); wait <= 0 {
-			return cl.packLocked(false), 0
+			return cl.packLocked(false, true, now), 0
 		}
 	}
-	if cl.pinflight < f+maxExpressInFlight && cl.freshLocked(contended, cl.s.now()) {
-		return cl.packLocked(true), 0
+	if cl.pinflight < f+maxExpressInFlight && cl.freshLocked(contended, now) {
+		return cl.packLocked(true, contended, now), 0
 	}
 	return nil, wait
 }

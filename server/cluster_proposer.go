@@ -105,8 +105,7 @@ type pqueue struct {
 	ends       []int    // end offset in buf of each
 	keys       []string // key of each
 	next       int      // commands of buf already taken
-	ready      bool     // in the ring (it has queued commands)
-	rprev, rnx *pqueue  // the ring of queues with commands
+	rprev, rnx *pqueue  // the ring of queues with commands (non-nil while in it: ready)
 	inEntries  int      // commands taken from buf into entries not yet applied
 	fresh      bool     // in cluster.pfresh
 
@@ -216,7 +215,7 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 	q.buf = enc(q.buf, seq)
 	q.ends = append(q.ends, len(q.buf))
 	q.keys = append(q.keys, key)
-	if !q.ready {
+	if !q.ready() {
 		cl.ringAdd(q)
 	}
 	cl.pmu.Unlock()
@@ -246,7 +245,7 @@ func (cl *cluster) appliedLocked(p *proposal) {
 	}
 	if q.n == 0 && q.id != 0 && cl.queues[q.id] == q {
 		cl.pmu.Lock()
-		idle := !q.ready
+		idle := !q.ready()
 		cl.pmu.Unlock()
 		if idle {
 			delete(cl.queues, q.id)
@@ -263,7 +262,7 @@ func (cl *cluster) entryApplied() {
 		taken := cl.pents[cl.phead]
 		for _, q := range taken {
 			q.inEntries--
-			if q.inEntries == 0 && q.ready && !q.fresh {
+			if q.inEntries == 0 && q.ready() && !q.fresh {
 				cl.addFresh(q)
 			}
 		}
@@ -319,26 +318,26 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 // ringAdd puts q, which has just got commands, at the end of the ring
 // (before the queue the next entry starts with); under pmu.
 func (cl *cluster) ringAdd(q *pqueue) {
-	q.ready = true
 	cl.pqueues++
-	if q.inEntries == 0 && !q.fresh {
-		cl.addFresh(q)
-	}
 	if cl.pring == nil {
 		q.rprev, q.rnx = q, q
 		cl.pring = q
-		return
+	} else {
+		last := cl.pring.rprev
+		q.rprev, q.rnx = last, cl.pring
+		last.rnx = q
+		cl.pring.rprev = q
 	}
-	last := cl.pring.rprev
-	q.rprev, q.rnx = last, cl.pring
-	last.rnx = q
-	cl.pring.rprev = q
+	// In the ring (ready) before addFresh, whose sweep keeps only the
+	// ready queues.
+	if q.inEntries == 0 && !q.fresh {
+		cl.addFresh(q)
+	}
 }
 
 // ringRemove takes q, whose commands are all taken, out of the ring;
 // under pmu.
 func (cl *cluster) ringRemove(q *pqueue) {
-	q.ready = false
 	cl.pqueues--
 	q.buf, q.ends, q.keys, q.next = q.buf[:0], q.ends[:0], q.keys[:0], 0
 	if q.rnx == q {
@@ -425,7 +424,7 @@ func (cl *cluster) packLocked(express, contended bool, now int64) []byte {
 		cl.pfresh = cl.pfresh[:0]
 		fr := cand[len(cand):]
 		for _, q := range cand {
-			if q.ready && q.inEntries == 0 && (!contended || !q.heavy(now)) {
+			if q.ready() && q.inEntries == 0 && (!contended || !q.heavy(now)) {
 				fr = append(fr, q)
 			}
 		}
@@ -442,10 +441,10 @@ func (cl *cluster) packLocked(express, contended bool, now int64) []byte {
 						full = true
 					}
 				}
-				if q.ready && q.next < len(q.ends) {
+				if q.ready() && q.next < len(q.ends) {
 					fr[k] = q
 					k++
-				} else if q.ready {
+				} else if q.ready() {
 					cl.ringRemove(q)
 				}
 			}
@@ -484,7 +483,7 @@ func (cl *cluster) packLocked(express, contended bool, now int64) []byte {
 	}
 	for _, q := range cand {
 		// Fresh still (the entry was full before their turn).
-		if q.ready && q.inEntries == 0 && !q.fresh {
+		if q.ready() && q.inEntries == 0 && !q.fresh {
 			cl.addFresh(q)
 		}
 	}
@@ -522,7 +521,7 @@ func (cl *cluster) freshLocked(contended bool, now int64) bool {
 	fr := cl.pfresh[:0]
 	light := false
 	for _, q := range cl.pfresh {
-		if q.ready && q.inEntries == 0 {
+		if q.ready() && q.inEntries == 0 {
 			fr = append(fr, q)
 			light = light || !contended || !q.heavy(now)
 		} else {
@@ -533,6 +532,10 @@ func (cl *cluster) freshLocked(contended bool, now int64) bool {
 	cl.pfresh = fr
 	return light
 }
+
+// ready reports whether q is in the ring (it has queued commands); under
+// pmu.
+func (q *pqueue) ready() bool { return q.rnx != nil }
 
 // heavy reports whether q's session is held back at its bound, or was
 // within contendedWindow.

@@ -91,8 +91,7 @@ type cluster struct {
 	nwaiting      atomic.Int32                                       // sessions' readers waiting in admitLocked
 	pstint        uint64
 	pwake         chan struct{}
-	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))
-	nexpiring     int64         // of which ends of leases (Frees without a RELEASE); under mu
+	nexpiring     int64         // of pending, the ends of leases (Frees without a RELEASE); under mu
 	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
 	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
 	limitLogAt    atomic.Int64  // when the last line about it was logged (server clock + 1)
@@ -943,7 +942,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 	}
 	if ck == nil || !ck.held {
-		if cl.npending.Load()-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
+		if int64(len(cl.pending))-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
 			// The log does not keep up: refuse a new grant rather than
 			// let the queue (and the leader's memory) grow. (The ends
 			// of leases are not counted: they are bounded by the held
@@ -1305,7 +1304,11 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		cl.commitLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
-		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 { return float64(cl.npending.Load()) }),
+		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			return float64(len(cl.pending))
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
 			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands (its requests, and the ends of its leases) awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "proposal_limit_total",

@@ -195,7 +195,6 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 	seq := cl.seq
 	p.at = cl.s.now()
 	cl.pending[seq] = p
-	cl.npending.Add(1)
 	if p.expiry {
 		cl.nexpiring++
 	}
@@ -228,7 +227,6 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 // appliedLocked ends p's count against its session's bound (under mu),
 // waking the session's reader if it waits for that.
 func (cl *cluster) appliedLocked(p *proposal) {
-	cl.npending.Add(-1)
 	if p.expiry {
 		cl.nexpiring--
 	}
@@ -301,7 +299,6 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 		}
 	}
 	cl.queues = make(map[uint64]*pqueue)
-	cl.npending.Store(0)
 	cl.nexpiring = 0
 	cl.pmu.Lock()
 	cl.own = &pqueue{}

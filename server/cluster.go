@@ -91,12 +91,10 @@ type cluster struct {
 	nwaiting      atomic.Int32                                       // sessions' readers waiting in admitLocked
 	pstint        uint64
 	pwake         chan struct{}
-	npending      atomic.Int64  // commands proposed, not yet applied (len(pending))
-	nexpiring     int64         // of which ends of leases (Frees without a RELEASE); under mu
+	nexpiring     int64         // of pending, the ends of leases (Frees without a RELEASE); under mu
 	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
 	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
-	limitLogAt    atomic.Int64  // when the last line about it was logged (server clock + 1)
-	limitLogged   atomic.Uint64 // proposalLimit at that line
+	limitLog      logLimit      // its log lines
 
 	stop       chan struct{}
 	wg         sync.WaitGroup
@@ -119,8 +117,7 @@ type cluster struct {
 	serving       atomic.Bool
 	commitLatency prometheus.Histogram
 	slowGrants    atomic.Uint64 // grants answered B for a commit slower than ElectionTimeout
-	slowLogAt     atomic.Int64  // when slowCommit last logged (server clock + 1; 0: never)
-	slowLogged    atomic.Uint64 // slowGrants at that line
+	slowLog       logLimit      // its log lines
 }
 
 // ckey is the leader's view of one key.
@@ -818,13 +815,9 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 // at most once per second with the count since the last line.
 func (cl *cluster) proposalLimited() {
 	cl.s.m.busy.Add(1)
-	n := cl.proposalLimit.Add(1)
-	now := cl.s.now() + 1 // 0 means never logged
-	last := cl.limitLogAt.Load()
-	if (last == 0 || now-last >= secondNs) && cl.limitLogAt.CompareAndSwap(last, now) {
-		prev := cl.limitLogged.Swap(n)
+	if since, ok := cl.limitLog.due(cl.s.now(), cl.proposalLimit.Add(1)); ok {
 		cl.s.log.Warn("cluster: max-proposals commands await their commit: ACQUIREs of free keys answered B; the log does not keep up with the clients (check ticketing_raft_commit_seconds and which sessions send the most), or raise max-proposals if the leader has the memory",
-			"max_proposals", cl.cfg.MaxProposals, "count", n-prev)
+			"max_proposals", cl.cfg.MaxProposals, "count", since)
 	}
 }
 
@@ -832,14 +825,28 @@ func (cl *cluster) proposalLimited() {
 // more than ElectionTimeout, and logs at most once per second with the
 // count since the last line.
 func (cl *cluster) slowCommit(took int64) {
-	n := cl.slowGrants.Add(1)
-	now := cl.s.now() + 1 // 0 means never logged
-	last := cl.slowLogAt.Load()
-	if (last == 0 || now-last >= secondNs) && cl.slowLogAt.CompareAndSwap(last, now) {
-		prev := cl.slowLogged.Swap(n)
+	if since, ok := cl.slowLog.due(cl.s.now(), cl.slowGrants.Add(1)); ok {
 		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
-			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", n-prev)
+			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", since)
 	}
+}
+
+// logLimit lets a counted event be logged at most once per second, with
+// the count since the last line (as Server.noToken does).
+type logLimit struct {
+	at     atomic.Int64  // server clock + 1 of the last line; 0: none
+	logged atomic.Uint64 // the count at that line
+}
+
+// due reports whether the event counted n at now (server clock) is
+// logged, and if so how many were counted since the last line.
+func (l *logLimit) due(now int64, n uint64) (since uint64, ok bool) {
+	now++ // 0 means never logged
+	last := l.at.Load()
+	if (last == 0 || now-last >= secondNs) && l.at.CompareAndSwap(last, now) {
+		return n - l.logged.Swap(n), true
+	}
+	return 0, false
 }
 
 // resync sets ck from the machine (after a command that did not apply as
@@ -936,7 +943,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
 	}
 	if ck == nil || !ck.held {
-		if cl.npending.Load()-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
+		if int64(len(cl.pending))-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
 			// The log does not keep up: refuse a new grant rather than
 			// let the queue (and the leader's memory) grow. (The ends
 			// of leases are not counted: they are bounded by the held
@@ -1298,7 +1305,11 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		cl.commitLatency,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
-		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 { return float64(cl.npending.Load()) }),
+		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			return float64(len(cl.pending))
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
 			Help: "Times the leader stopped reading a session's requests because it had max-session-proposals commands (its requests, and the ends of its leases) awaiting their commit."}, func() float64 { return float64(cl.sessionWaits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "proposal_limit_total",

@@ -105,8 +105,7 @@ type pqueue struct {
 	ends       []int    // end offset in buf of each
 	keys       []string // key of each
 	next       int      // commands of buf already taken
-	ready      bool     // in the ring (it has queued commands)
-	rprev, rnx *pqueue  // the ring of queues with commands
+	rprev, rnx *pqueue  // the ring of queues with commands (non-nil while in it: ready)
 	inEntries  int      // commands taken from buf into entries not yet applied
 	fresh      bool     // in cluster.pfresh
 
@@ -196,7 +195,6 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 	seq := cl.seq
 	p.at = cl.s.now()
 	cl.pending[seq] = p
-	cl.npending.Add(1)
 	if p.expiry {
 		cl.nexpiring++
 	}
@@ -216,7 +214,7 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 	q.buf = enc(q.buf, seq)
 	q.ends = append(q.ends, len(q.buf))
 	q.keys = append(q.keys, key)
-	if !q.ready {
+	if !q.ready() {
 		cl.ringAdd(q)
 	}
 	cl.pmu.Unlock()
@@ -229,7 +227,6 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 // appliedLocked ends p's count against its session's bound (under mu),
 // waking the session's reader if it waits for that.
 func (cl *cluster) appliedLocked(p *proposal) {
-	cl.npending.Add(-1)
 	if p.expiry {
 		cl.nexpiring--
 	}
@@ -246,7 +243,7 @@ func (cl *cluster) appliedLocked(p *proposal) {
 	}
 	if q.n == 0 && q.id != 0 && cl.queues[q.id] == q {
 		cl.pmu.Lock()
-		idle := !q.ready
+		idle := !q.ready()
 		cl.pmu.Unlock()
 		if idle {
 			delete(cl.queues, q.id)
@@ -263,7 +260,7 @@ func (cl *cluster) entryApplied() {
 		taken := cl.pents[cl.phead]
 		for _, q := range taken {
 			q.inEntries--
-			if q.inEntries == 0 && q.ready && !q.fresh {
+			if q.inEntries == 0 && q.ready() && !q.fresh {
 				cl.addFresh(q)
 			}
 		}
@@ -302,7 +299,6 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 		}
 	}
 	cl.queues = make(map[uint64]*pqueue)
-	cl.npending.Store(0)
 	cl.nexpiring = 0
 	cl.pmu.Lock()
 	cl.own = &pqueue{}
@@ -319,26 +315,26 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 // ringAdd puts q, which has just got commands, at the end of the ring
 // (before the queue the next entry starts with); under pmu.
 func (cl *cluster) ringAdd(q *pqueue) {
-	q.ready = true
 	cl.pqueues++
-	if q.inEntries == 0 && !q.fresh {
-		cl.addFresh(q)
-	}
 	if cl.pring == nil {
 		q.rprev, q.rnx = q, q
 		cl.pring = q
-		return
+	} else {
+		last := cl.pring.rprev
+		q.rprev, q.rnx = last, cl.pring
+		last.rnx = q
+		cl.pring.rprev = q
 	}
-	last := cl.pring.rprev
-	q.rprev, q.rnx = last, cl.pring
-	last.rnx = q
-	cl.pring.rprev = q
+	// In the ring (ready) before addFresh, whose sweep keeps only the
+	// ready queues.
+	if q.inEntries == 0 && !q.fresh {
+		cl.addFresh(q)
+	}
 }
 
 // ringRemove takes q, whose commands are all taken, out of the ring;
 // under pmu.
 func (cl *cluster) ringRemove(q *pqueue) {
-	q.ready = false
 	cl.pqueues--
 	q.buf, q.ends, q.keys, q.next = q.buf[:0], q.ends[:0], q.keys[:0], 0
 	if q.rnx == q {
@@ -401,16 +397,17 @@ func (q *pqueue) compact() {
 }
 
 // packLocked takes the commands of the next entry from the queues, in
-// turns, and returns the entry; under pmu, with commands queued. An
+// turns, and returns the entry; under pmu, with commands queued
+// (contended: contendedLocked(now), as nextEntryLocked found it). An
 // express entry takes commands only of the fresh queues (those with
 // commands, none of them in an entry in flight).
-func (cl *cluster) packLocked(express bool) []byte {
+func (cl *cluster) packLocked(express, contended bool, now int64) []byte {
 	body := cl.pscratch[:0]
-	taken := cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)][:0]
+	slot := (cl.phead + cl.pinflight) % len(cl.pents) // this entry's
+	taken := cl.pents[slot][:0]
 	n := 0
-	now := cl.s.now()
 	limit := maxEntryCommands
-	if cl.contendedLocked(now) {
+	if contended {
 		limit = contendedEntryCommands
 	}
 	var cand []*pqueue
@@ -423,9 +420,8 @@ func (cl *cluster) packLocked(express bool) []byte {
 		clear(cl.pfresh)
 		cl.pfresh = cl.pfresh[:0]
 		fr := cand[len(cand):]
-		contended := cl.contendedLocked(now)
 		for _, q := range cand {
-			if q.ready && q.inEntries == 0 && (!contended || !q.heavy(now)) {
+			if q.ready() && q.inEntries == 0 && (!contended || !q.heavy(now)) {
 				fr = append(fr, q)
 			}
 		}
@@ -442,10 +438,10 @@ func (cl *cluster) packLocked(express bool) []byte {
 						full = true
 					}
 				}
-				if q.ready && q.next < len(q.ends) {
+				if q.ready() && q.next < len(q.ends) {
 					fr[k] = q
 					k++
-				} else if q.ready {
+				} else if q.ready() {
 					cl.ringRemove(q)
 				}
 			}
@@ -484,17 +480,17 @@ func (cl *cluster) packLocked(express bool) []byte {
 	}
 	for _, q := range cand {
 		// Fresh still (the entry was full before their turn).
-		if q.ready && q.inEntries == 0 && !q.fresh {
+		if q.ready() && q.inEntries == 0 && !q.fresh {
 			cl.addFresh(q)
 		}
 	}
 	clear(cand[:cap(cand)])
 	cl.pcand = cand[:0]
-	cl.pents[(cl.phead+cl.pinflight)%len(cl.pents)] = taken
+	cl.pents[slot] = taken
 	if express {
-		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Time{}
+		cl.pentAt[slot] = time.Time{}
 	} else {
-		cl.pentAt[(cl.phead+cl.pinflight)%len(cl.pents)] = time.Now()
+		cl.pentAt[slot] = time.Now()
 	}
 	cl.pinflight++
 	cl.pscratch = body
@@ -522,7 +518,7 @@ func (cl *cluster) freshLocked(contended bool, now int64) bool {
 	fr := cl.pfresh[:0]
 	light := false
 	for _, q := range cl.pfresh {
-		if q.ready && q.inEntries == 0 {
+		if q.ready() && q.inEntries == 0 {
 			fr = append(fr, q)
 			light = light || !contended || !q.heavy(now)
 		} else {
@@ -533,6 +529,10 @@ func (cl *cluster) freshLocked(contended bool, now int64) bool {
 	cl.pfresh = fr
 	return light
 }
+
+// ready reports whether q is in the ring (it has queued commands); under
+// pmu.
+func (q *pqueue) ready() bool { return q.rnx != nil }
 
 // heavy reports whether q's session is held back at its bound, or was
 // within contendedWindow.
@@ -553,21 +553,22 @@ func (cl *cluster) nextEntryLocked() ([]byte, time.Duration) {
 		return nil, 0
 	}
 	f := maxEntriesInFlight
-	contended := cl.contendedLocked(cl.s.now())
+	now := cl.s.now()
+	contended := cl.contendedLocked(now)
 	if contended {
 		f = contendedEntriesInFlight
 	}
 	var wait time.Duration
 	if cl.pinflight < f {
 		if !contended {
-			return cl.packLocked(false), 0
+			return cl.packLocked(false, false, now), 0
 		}
 		if wait = time.Until(cl.pheavyAt); wait <= 0 {
-			return cl.packLocked(false), 0
+			return cl.packLocked(false, true, now), 0
 		}
 	}
-	if cl.pinflight < f+maxExpressInFlight && cl.freshLocked(contended, cl.s.now()) {
-		return cl.packLocked(true), 0
+	if cl.pinflight < f+maxExpressInFlight && cl.freshLocked(contended, now) {
+		return cl.packLocked(true, contended, now), 0
 	}
 	return nil, wait
 }

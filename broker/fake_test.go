@@ -488,6 +488,23 @@ func newBroker(t testing.TB, cfg broker.Config) *broker.Broker {
 	return b
 }
 
+// neverReady starts a broker on f, which must not become ready: WaitReady
+// with a 300 ms deadline must fail with ErrNotReady. It returns the broker
+// (closed at the end of the test) and WaitReady's error.
+func neverReady(t testing.TB, f *fakeServer) (*broker.Broker, error) {
+	t.Helper()
+	b, err := broker.New(testConfig(f.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err = b.WaitReady(ctx)
+	mustIs(t, err, broker.ErrNotReady)
+	return b, err
+}
+
 // waitSessions waits until the fake has accepted n HELLOs.
 func waitHellos(t testing.TB, f *fakeServer, n int64) {
 	t.Helper()

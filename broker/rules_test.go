@@ -298,15 +298,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		// WaitReady ends with its context, not ErrTLSRequired.
 		f := newFake(t)
 		f.Hello = func(fc *fakeConn, req *wire.Request) { fc.Close() }
-		b, err := broker.New(testConfig(f.Addr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		defer cancel()
-		err = b.WaitReady(ctx)
-		mustIs(t, err, broker.ErrNotReady)
+		_, err := neverReady(t, f)
 		if strings.Contains(err.Error(), "TLS") {
 			t.Errorf("WaitReady: %v, want no word about TLS", err)
 		}

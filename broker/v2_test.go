@@ -324,15 +324,7 @@ func TestV2_Negotiation(t *testing.T) {
 		f.Hello = func(fc *fakeConn, req *wire.Request) {
 			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
 		}
-		b, err := broker.New(testConfig(f.Addr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		defer cancel()
-		err = b.WaitReady(ctx)
-		mustIs(t, err, broker.ErrNotReady)
+		b, err := neverReady(t, f)
 		if !strings.Contains(err.Error(), "HELLO_OK with version 1 to a version-2 HELLO") {
 			t.Fatalf("error does not name the version mismatch: %v", err)
 		}

@@ -424,7 +424,8 @@ func TestRunRefused(t *testing.T) {
 // after the request's Acquire has met no session.
 func TestUnsentRetriedSoon(t *testing.T) {
 	f := newFixture(t)
-	addr := freeAddr(t)
+	later := laterServer(t)
+	addr := later.Addr()
 	locks, err := broker.New(broker.Config{Addrs: []string{addr}, BackoffMin: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -447,7 +448,7 @@ func TestUnsentRetriedSoon(t *testing.T) {
 	}
 	api := &API{DB: f.pool, Locks: locks, Log: f.api.Log}
 	url := serve(t, api)
-	serveOn(t, addr)
+	later.Restart(t)
 	if got := post(t, url+"/orders/1/pay"); got.status != http.StatusOK {
 		t.Errorf("%+v, want 200", got)
 	}

@@ -17,7 +17,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"math/big"
 	"net"
 	"net/url"
@@ -165,44 +164,15 @@ func refusedURLs(t *testing.T) map[string]error {
 	}
 }
 
-// freeAddr returns a loopback address on which nothing listens (for now).
-func freeAddr(t *testing.T) string {
+// laterServer returns an in-process lock server that is not running yet,
+// for a server that comes up after its clients: its address is fixed
+// (Addr), nothing listens there until srv.Restart(t) starts it, and the
+// test's Cleanup shuts it down.
+func laterServer(t *testing.T) *servertest.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// serveOn starts a plain lock server on addr (from freeAddr), for a server
-// that comes up after its clients; the test's Cleanup shuts it down.
-func serveOn(t *testing.T, addr string) {
-	t.Helper()
-	srv, err := server.New(server.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
-			t.Error(err)
-		}
-	})
+	srv := servertest.Start(t, server.Config{})
+	srv.Close()
+	return srv
 }
 
 // envOf is a getenv function over a map.

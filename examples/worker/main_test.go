@@ -319,7 +319,8 @@ func dbURL(t *testing.T, db *sql.DB) string {
 // is up.
 func TestColdStart(t *testing.T) {
 	db := newDB(t)
-	addr := freeAddr(t)
+	later := laterServer(t)
+	addr := later.Addr()
 	var logs logBuffer
 	stop := startRun(t, slog.New(slog.NewTextHandler(&logs, nil)), map[string]string{
 		"DATABASE_URL":  dbURL(t, db),
@@ -328,7 +329,7 @@ func TestColdStart(t *testing.T) {
 		"WORKERS":       "3",
 	})
 	time.Sleep(300 * time.Millisecond) // the program is up (and dialling) before the server
-	serveOn(t, addr)
+	later.Restart(t)
 	waitDone(t, db, 3)
 	if err := stop(); err != nil {
 		t.Error(err)

@@ -45,16 +45,10 @@ var driverDialects = []struct {
 // its Go type alone: no round trip. A type of a package it does not know
 // (a wrapper, say) gives Dialect 0, with What naming the type.
 func FromDriver(v any) Backend {
-	t := reflect.TypeOf(v)
-	if t == nil {
+	name, pkg, ok := typeOf(v)
+	if !ok {
 		return Backend{0, "its database/sql driver is <nil>"}
 	}
-	name := t.String()
-	pt := t
-	if pt.Kind() == reflect.Pointer {
-		pt = pt.Elem()
-	}
-	pkg := pt.PkgPath()
 	for _, dd := range driverDialects {
 		if strings.HasPrefix(pkg, dd.pkg) {
 			return Backend{dd.d, fmt.Sprintf("its database/sql driver is %s (%s, a %s driver)", name, pkg, Name(dd.d))}
@@ -63,22 +57,33 @@ func FromDriver(v any) Backend {
 	return Backend{0, fmt.Sprintf("its database/sql driver %s (%s) is not one this module knows", name, pkg)}
 }
 
+// typeOf returns the name of v's Go type and the package that defines it
+// (for a pointer type, its element's); ok is false for a nil v.
+func typeOf(v any) (name, pkg string, ok bool) {
+	t := reflect.TypeOf(v)
+	if t == nil {
+		return "", "", false
+	}
+	pt := t
+	if pt.Kind() == reflect.Pointer {
+		pt = pt.Elem()
+	}
+	return t.String(), pt.PkgPath(), true
+}
+
 // Detect names the database behind db: from the type of its driver if it
 // is a well-known one (no round trip), otherwise from at most two cheap
 // queries (sqlite_version(), then version()), none of which changes
 // anything. A database it cannot identify has Dialect 0.
 func Detect(ctx context.Context, db *sql.DB) Backend {
-	b := FromDriver(db.Driver())
+	drv := db.Driver()
+	b := FromDriver(drv)
 	if b.Dialect != 0 {
 		return b
 	}
 	name := "<nil>"
-	if t := reflect.TypeOf(db.Driver()); t != nil {
-		pt := t
-		if pt.Kind() == reflect.Pointer {
-			pt = pt.Elem()
-		}
-		name = fmt.Sprintf("%s (%s)", t, pt.PkgPath())
+	if t, pkg, ok := typeOf(drv); ok {
+		name = t + " (" + pkg + ")"
 	}
 	// A driver this package does not know (a wrapper, say): ask the server.
 	conn, err := db.Conn(ctx)

@@ -2,8 +2,6 @@ package testdb_test
 
 import (
 	"database/sql"
-	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -12,6 +10,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/ticketing-dev/ticketing/internal/testdb"
+	"github.com/ticketing-dev/ticketing/internal/testdb/faketb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,35 +47,6 @@ func TestDatabases(t *testing.T) {
 	}
 }
 
-// fakeTB records how a helper gave up; Skipf and Fatalf end the goroutine
-// like the real ones.
-type fakeTB struct {
-	testing.TB
-	skipped, failed bool
-	msg             string
-}
-
-func (f *fakeTB) Helper() {}
-func (f *fakeTB) Skipf(format string, args ...any) {
-	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.failed, f.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
-func runFake(t *testing.T, f func(testing.TB)) *fakeTB {
-	fake := &fakeTB{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(fake)
-	}()
-	<-done
-	return fake
-}
-
 // TestUnavailable: a forced source that is not configured skips the test
 // locally and fails it when CI=true, whatever the other sources.
 func TestUnavailable(t *testing.T) {
@@ -90,14 +60,14 @@ func TestUnavailable(t *testing.T) {
 		{"mysql dsn", func(tb testing.TB) { testdb.MySQLFrom(tb, testdb.Options{Source: testdb.FromDSN}) }},
 	} {
 		t.Setenv("CI", "")
-		if f := runFake(t, tc.f); !f.skipped || f.failed {
-			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip", tc.name, f.skipped, f.failed, f.msg)
+		if f := faketb.Run(t, tc.f); !f.WasSkipped || f.WasFailed {
+			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip", tc.name, f.WasSkipped, f.WasFailed, f.Msg)
 		}
 		t.Setenv("CI", "true")
-		if f := runFake(t, tc.f); !f.failed {
-			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.skipped, f.failed, f.msg)
+		if f := faketb.Run(t, tc.f); !f.WasFailed {
+			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.WasSkipped, f.WasFailed, f.Msg)
 		} else {
-			t.Logf("%s, CI=true: %s", tc.name, f.msg)
+			t.Logf("%s, CI=true: %s", tc.name, f.Msg)
 		}
 	}
 }
@@ -117,12 +87,12 @@ func TestNoContainerSource(t *testing.T) {
 		{"auto", "set " + testdb.EnvPostgres, func(tb testing.TB) { testdb.Postgres(tb) }},
 	} {
 		t.Setenv("CI", "")
-		if f := runFake(t, tc.f); !f.skipped || f.failed || !strings.Contains(f.msg, tc.want) {
-			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip saying %q", tc.name, f.skipped, f.failed, f.msg, tc.want)
+		if f := faketb.Run(t, tc.f); !f.WasSkipped || f.WasFailed || !strings.Contains(f.Msg, tc.want) {
+			t.Errorf("%s, CI unset: skipped=%v failed=%v (%s), want a skip saying %q", tc.name, f.WasSkipped, f.WasFailed, f.Msg, tc.want)
 		}
 		t.Setenv("CI", "true")
-		if f := runFake(t, tc.f); !f.failed {
-			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.skipped, f.failed, f.msg)
+		if f := faketb.Run(t, tc.f); !f.WasFailed {
+			t.Errorf("%s, CI=true: skipped=%v failed=%v (%s), want a failure", tc.name, f.WasSkipped, f.WasFailed, f.Msg)
 		}
 	}
 }

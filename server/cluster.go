@@ -831,23 +831,6 @@ func (cl *cluster) slowCommit(took int64) {
 	}
 }
 
-// logLimit lets a counted event be logged at most once per second, with
-// the count since the last line (as Server.noToken does).
-type logLimit struct {
-	at     atomic.Int64  // server clock + 1 of the last line; 0: none
-	logged atomic.Uint64 // the count at that line
-}
-
-// due reports whether the event counted n at now (server clock) is
-// logged, and if so how many were counted since the last line.
-func (l *logLimit) due(now int64, n uint64) (since uint64, ok bool) {
-	now++ // 0 means never logged
-	last := l.at.Load()
-	if (last == 0 || now-last >= secondNs) && l.at.CompareAndSwap(last, now) {
-		return n - l.logged.Swap(n), true
-	}
-	return 0, false
-}
 
 // resync sets ck from the machine (after a command that did not apply as
 // projected; not reached).

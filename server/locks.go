@@ -552,11 +552,8 @@ func (s *Server) freeLocked(sh *shard, ls *lockState, now int64) {
 func (s *Server) noToken(reason error) {
 	s.m.busy.Add(1)
 	n := s.m.tokenUnavailable.Add(1)
-	now := s.now() + 1 // 0 means never logged
-	last := s.m.noTokenLogAt.Load()
-	if (last == 0 || now-last >= secondNs) && s.m.noTokenLogAt.CompareAndSwap(last, now) {
-		prev := s.m.noTokenLogged.Swap(n)
-		s.log.Warn("no fencing token available: ACQUIREs of free keys answered B", "reason", reason, "count", n-prev)
+	if since, ok := s.m.noTokenLog.due(s.now(), n); ok {
+		s.log.Warn("no fencing token available: ACQUIREs of free keys answered B", "reason", reason, "count", since)
 	}
 }
 

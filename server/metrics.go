@@ -31,8 +31,7 @@ type counters struct {
 
 	tokenUnavailable atomic.Uint64 // ACQUIREs answered B for want of a token
 	cancelled        atomic.Uint64 // ACQUIREs answered T because of a CANCEL (also in timeouts)
-	noTokenLogged    atomic.Uint64 // tokenUnavailable at the last log line
-	noTokenLogAt     atomic.Int64  // server clock + 1 of the last log line; 0: none
+	noTokenLog       logLimit      // the "no fencing token" lines, at most one a second
 }
 
 func (m *counters) init() {
@@ -169,4 +168,22 @@ func (s *Server) TokenStoreErr() error {
 		return s.cl.health()
 	}
 	return s.tokens.health(tokenWait)
+}
+
+// logLimit lets a counted event be logged at most once per second, with
+// the count since the last line (as Server.noToken does).
+type logLimit struct {
+	at     atomic.Int64  // server clock + 1 of the last line; 0: none
+	logged atomic.Uint64 // the count at that line
+}
+
+// due reports whether the event counted n at now (server clock) is
+// logged, and if so how many were counted since the last line.
+func (l *logLimit) due(now int64, n uint64) (since uint64, ok bool) {
+	now++ // 0 means never logged
+	last := l.at.Load()
+	if (last == 0 || now-last >= secondNs) && l.at.CompareAndSwap(last, now) {
+		return n - l.logged.Swap(n), true
+	}
+	return 0, false
 }

@@ -831,7 +831,6 @@ func (cl *cluster) slowCommit(took int64) {
 	}
 }
 
-
 // resync sets ck from the machine (after a command that did not apply as
 // projected; not reached).
 func (cl *cluster) resync(ck *ckey, now int64) {

@@ -171,7 +171,8 @@ func (s *Server) TokenStoreErr() error {
 }
 
 // logLimit lets a counted event be logged at most once per second, with
-// the count since the last line (as Server.noToken does).
+// the count since the last line: Server.noToken and the cluster leader's
+// slow grants and proposal limits.
 type logLimit struct {
 	at     atomic.Int64  // server clock + 1 of the last line; 0: none
 	logged atomic.Uint64 // the count at that line

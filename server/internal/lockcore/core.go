@@ -1,0 +1,679 @@
+package lockcore
+
+import (
+	"container/heap"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+const (
+	secondNs = int64(time.Second)
+	msNs     = int64(time.Millisecond)
+	// IdleTTL is how long a free entry is kept for reuse.
+	IdleTTL = int64(2 * time.Second)
+	// NoDeadline is the deadline of a waiter that has none (a grant at
+	// once), and what Next returns when nothing is due.
+	NoDeadline = math.MaxInt64
+)
+
+// Config is a Core's settings.
+type Config struct {
+	// Capacity is shared by the server's cores (required).
+	Capacity *Capacity
+	// MaxKeyWaiters bounds one key's queue.
+	MaxKeyWaiters int
+	// MaxPending bounds the commands of requests in flight (proposed, not
+	// yet applied; the ends of leases are not counted): past it an
+	// ACQUIRE of a free key is answered B. 0: no bound.
+	MaxPending int
+	// MaxCommit: a grant applied more than this after it was proposed is
+	// answered B and freed again (a leader stalled while another restarted
+	// the lease from an earlier instant). 0: no bound.
+	MaxCommit int64
+	// EarlyRelease answers a RELEASE R as soon as its Free is proposed,
+	// before it applies (an opt-in deviation: see the server's docs).
+	EarlyRelease bool
+}
+
+// Core is the lock scheduler over a set of keys (see the package doc).
+// It is not safe for concurrent use: its driver serialises every call.
+type Core struct {
+	cfg   Config
+	log   Proposer
+	m     map[string]*entry
+	lists [numLists]expList
+	// nonempty has bit i set while lists[i] has entries.
+	nonempty [(numLists + 63) / 64]uint64
+	waits    waitHeap
+	keys     keyHeap
+	fx       []Effect
+	spare    *Proposal // recycled proposals
+	retired  []*Proposal
+	nheld    int64  // projected holdings (counted in Capacity.Held)
+	nwait    int64  // queued waiters (counted in Capacity.Waiters)
+	pending  int    // proposals in flight
+	expiring int    // of pending, the expiries
+	gen      uint64 // Demote's count: a proposal of an earlier one is not awaited
+}
+
+// New returns a Core that proposes its commands to log.
+func New(cfg Config, log Proposer) *Core {
+	return &Core{cfg: cfg, log: log, m: make(map[string]*entry)}
+}
+
+// Acquire is an ACQUIRE, well-formed and in range (the session's reader
+// checked it).
+type Acquire struct {
+	S         Session
+	ReqID     uint32
+	Key       []byte
+	Owner     Owner
+	LeaseS    uint8
+	WaitS     uint8
+	OwnedOnly bool  // a grant may be freed only by RELEASE_OWNED
+	Arrived   int64 // when the whole frame was read: wait_s counts from it
+	// Late: the second and last decision of an ACQUIRE that was deferred
+	// (Defer); its answers are Queued, and no token now is B.
+	Late bool
+}
+
+// Release is a RELEASE, or with Owned a RELEASE_OWNED.
+type Release struct {
+	S     Session
+	ReqID uint32
+	Key   []byte
+	Token uint64
+	Owner Owner
+	Owned bool
+}
+
+// Effects returns the effects of the last event, valid until the next one.
+func (c *Core) Effects() []Effect { return c.fx }
+
+// begin starts an event: the last event's effects are done with, and so
+// are the proposals it retired.
+func (c *Core) begin() {
+	clear(c.fx)
+	c.fx = c.fx[:0]
+	for _, p := range c.retired {
+		*p = Proposal{next: c.spare, late: p.late[:0], retries: p.retries[:0]}
+		c.spare = p
+	}
+	clear(c.retired)
+	c.retired = c.retired[:0]
+}
+
+func (c *Core) emit(e Effect) { c.fx = append(c.fx, e) }
+
+func (c *Core) reply(k Kind, g *grantee, why Why) {
+	c.emit(Effect{Kind: k, Why: why, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late})
+}
+
+// Acquire decides an ACQUIRE.
+func (c *Core) Acquire(now int64, a *Acquire) {
+	c.begin()
+	e := c.m[string(a.Key)]
+	if e != nil && e.held && e.token != 0 && now >= e.end {
+		c.free(e, FreeExpire, nil, 0, e.owner, now)
+	}
+	g := grantee{s: a.S, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
+		arrived: a.Arrived, deadline: NoDeadline, late: a.Late}
+	switch decide(e != nil && e.held, ownerOf(e), &a.Owner) {
+	case GrantNew:
+		if c.cfg.MaxPending > 0 && c.pending-c.expiring >= c.cfg.MaxPending {
+			c.reply(Busy, &g, Backlog)
+			return
+		}
+		if !c.cfg.Capacity.takeHeld() {
+			c.reply(Busy, &g, Full)
+			return
+		}
+		c.nheld++
+		if e == nil {
+			e = &entry{key: string(a.Key)}
+			c.m[e.key] = e
+		} else {
+			c.unlink(e) // idle
+		}
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, a.Owner, a.LeaseS, a.OwnedOnly, 0, a.S
+		p := c.proposal(e, a.S, now)
+		p.to, p.hasTo = g, true
+		e.pend = p
+		if !c.propose(p, now) {
+			p.to.queued = true
+			c.emit(Effect{Kind: Track, S: a.S, ReqID: a.ReqID})
+		}
+		return
+	case GrantRetry:
+		// The holder's retry: its token, the lease not extended; or, while
+		// its grant is in flight, the grant's answer.
+		if e.token != 0 {
+			c.emit(Effect{Kind: Granted, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.Late})
+			return
+		}
+		w := &Waiter{g: g, e: e, retry: true, proposed: true}
+		w.g.queued = true
+		e.pend.retries = append(e.pend.retries, w)
+		c.emit(Effect{Kind: Queue, S: a.S, ReqID: a.ReqID, W: w})
+		return
+	}
+	if a.WaitS == 0 {
+		c.reply(TimedOut, &g, NoWait)
+		return
+	}
+	q := e.q
+	var old *Waiter
+	if q != nil {
+		old = q.byOwner[a.Owner]
+	}
+	if old == nil {
+		if q != nil && q.n >= c.cfg.MaxKeyWaiters || !c.cfg.Capacity.takeWaiter() {
+			c.reply(Busy, &g, Full)
+			return
+		}
+		c.nwait++
+	}
+	g.deadline = a.Arrived + int64(a.WaitS)*secondNs
+	g.queued = true
+	w := &Waiter{g: g, e: e}
+	if q == nil {
+		q = &queue{byOwner: make(map[Owner]*Waiter, 1)}
+		e.q = q
+		if e.token != 0 {
+			c.watchKey(e)
+		}
+	}
+	if old == nil {
+		q.push(w)
+	} else {
+		// The same owner's earlier ACQUIRE of the key (a deliberate
+		// retry, perhaps on another session): w takes its place, old is
+		// answered T.
+		q.replace(old, w)
+		old.done = true
+		c.unwatchWaiter(old)
+		c.reply(TimedOut, &old.g, Replaced)
+	}
+	heap.Push(&c.waits, w)
+	c.emit(Effect{Kind: Queue, S: a.S, ReqID: a.ReqID, W: w})
+}
+
+func ownerOf(e *entry) *Owner {
+	if e == nil {
+		return nil
+	}
+	return &e.owner
+}
+
+// Release decides a RELEASE or RELEASE_OWNED.
+func (c *Core) Release(now int64, r *Release) {
+	c.begin()
+	e := c.m[string(r.Key)]
+	if e != nil && e.held && e.token != 0 && now >= e.end {
+		// The lease ended: N, once the expiry applies (a deposed leader
+		// cannot apply it, and so never says N for a lock its successor
+		// restarted).
+		c.free(e, FreeExpire, r.S, r.ReqID, e.owner, now)
+		return
+	}
+	kind := uint8(FreeRelease)
+	if r.Owned {
+		kind = FreeReleaseOwned
+	}
+	if e == nil || !mayFree(kind, r.Token, &r.Owner, e.held, e.token, &e.owner, e.ownedOnly) {
+		if e != nil && e.freeing != nil && e.freeing.tok == r.Token {
+			// That holding's end is in flight: N once it applies.
+			e.freeing.late = append(e.freeing.late, lateRelease{r.S, r.ReqID})
+			return
+		}
+		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
+		return
+	}
+	p := c.free(e, kind, r.S, r.ReqID, r.Owner, now)
+	if c.cfg.EarlyRelease && p.inFlight {
+		// R now: the log's order has decided it (the Free is behind
+		// everything granted before, and any grant of the key goes behind
+		// it). If it never applies, the holding stays until its lease
+		// ends, as if its holder had died: no token or exclusion changes.
+		p.rc = nil
+		c.emit(Effect{Kind: Released, S: r.S, ReqID: r.ReqID})
+	}
+}
+
+// Cancel removes w, if it still waits in a queue, and answers it T. A
+// waiter whose grant is in flight, or already answered, is left alone.
+func (c *Core) Cancel(now int64, w *Waiter) bool {
+	c.begin()
+	if w.done || w.proposed {
+		return false
+	}
+	c.dropQueued(w)
+	c.reply(TimedOut, &w.g, Cancelled)
+	return true
+}
+
+// Drop removes w, of a closing session, without a reply. It emits nothing
+// and may be called while the last event's effects are being carried out.
+func (c *Core) Drop(w *Waiter) {
+	if !w.done && !w.proposed {
+		c.dropQueued(w)
+	}
+}
+
+func (c *Core) dropQueued(w *Waiter) {
+	e := w.e
+	e.q.remove(w)
+	c.nwait--
+	c.cfg.Capacity.Waiters.Add(-1)
+	w.done = true
+	c.unwatchWaiter(w)
+	if e.q.head == nil {
+		e.q = nil
+		c.unwatchKey(e)
+	}
+}
+
+// Next is the earliest instant at which Tick has a waiter to answer or a
+// contended key's lease to end (NoDeadline: none). A driver keeps a timer
+// at it.
+func (c *Core) Next() int64 {
+	n := int64(NoDeadline)
+	if len(c.waits) > 0 {
+		n = c.waits[0].g.deadline
+	}
+	if len(c.keys) > 0 {
+		n = min(n, c.keys[0].end)
+	}
+	return n
+}
+
+// NextExpiry is the earliest end of any lease, or of an idle entry's
+// reuse (NoDeadline: none). Leases of keys without waiters need not end
+// on time (every request checks the lease first); a driver that wants
+// them ended promptly (a replicated one: the followers' state, a
+// takeover's restart) keeps a timer at it, others sweep now and then.
+func (c *Core) NextExpiry() int64 {
+	n := int64(NoDeadline)
+	for i := range numLists {
+		if c.nonempty[i>>6]&(1<<(i&63)) != 0 {
+			n = min(n, c.lists[i].head.end)
+		}
+	}
+	return n
+}
+
+// Tick does everything due at now: waiters whose wait ended get T, every
+// lease that ended is freed (and granted to the next waiter), and idle
+// entries past their reuse are forgotten.
+func (c *Core) Tick(now int64) {
+	c.begin()
+	for len(c.waits) > 0 && c.waits[0].g.deadline <= now {
+		w := c.waits[0]
+		c.dropQueued(w)
+		c.reply(TimedOut, &w.g, WaitEnded)
+	}
+	for i := 0; i < numLists; i++ {
+		if c.nonempty[i>>6]&(1<<(i&63)) == 0 {
+			if c.nonempty[i>>6]>>(i&63) == 0 {
+				i |= 63 // no more bits in this word
+			}
+			continue
+		}
+		l := &c.lists[i]
+		for e := l.head; e != nil && e.end <= now; e = l.head {
+			if i == idleList {
+				c.unlink(e)
+				if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && c.m[e.key] == e {
+					delete(c.m, e.key)
+				}
+				continue
+			}
+			c.free(e, FreeExpire, nil, 0, e.owner, now)
+		}
+	}
+}
+
+// proposal returns a cleared proposal of a command on e charged to by.
+func (c *Core) proposal(e *entry, by Session, now int64) *Proposal {
+	p := c.spare
+	if p != nil {
+		c.spare = p.next
+		p.next = nil
+	} else {
+		p = new(Proposal)
+	}
+	p.e, p.by, p.at, p.gen = e, by, now, c.gen
+	return p
+}
+
+// propose hands p to the log; it reports whether p applied at once.
+func (c *Core) propose(p *Proposal, now int64) bool {
+	if r, ok := c.log.Propose(p); ok {
+		c.apply(p, r, now)
+		return true
+	}
+	p.inFlight = true
+	c.pending++
+	if p.expiry {
+		c.expiring++
+	}
+	return false
+}
+
+// free ends e's holding (an expiry, or a RELEASE by rc), with the grant to
+// the oldest live waiter whose wait has not ended, if any, in the same
+// command. It returns the Free proposed.
+func (c *Core) free(e *entry, kind uint8, rc Session, rid uint32, owner Owner, now int64) *Proposal {
+	c.unlink(e)
+	c.unwatchKey(e)
+	by := e.by
+	if rc != nil {
+		by = rc
+	}
+	p := c.proposal(e, by, now)
+	p.free, p.tok, p.fkind, p.owner, p.rc, p.rid, p.expiry = true, e.token, kind, owner, rc, rid, rc == nil
+	if w := c.nextWaiter(e, now); w != nil {
+		p.to, p.hasTo = w.g, true
+		e.by, e.owner, e.lease, e.ownedOnly, e.token = w.g.s, w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.pend = p
+	} else {
+		e.held, e.token = false, 0
+		c.nheld--
+		c.cfg.Capacity.Held.Add(-1)
+	}
+	e.freeing = p
+	c.propose(p, now)
+	return p
+}
+
+// nextWaiter takes the oldest waiter of e that is live and whose wait has
+// not ended; the others it passes are dropped (T if their wait ended).
+func (c *Core) nextWaiter(e *entry, now int64) *Waiter {
+	q := e.q
+	if q == nil {
+		return nil
+	}
+	for q.head != nil {
+		w := q.head
+		c.dropQueued(w)
+		if !w.g.s.Live() {
+			continue
+		}
+		if now >= w.g.deadline {
+			// Its wait ended before its timer could run: not granted in
+			// time, and its client has given up. T, never a grant nobody
+			// uses.
+			c.reply(TimedOut, &w.g, WaitEnded)
+			continue
+		}
+		w.proposed = true
+		return w
+	}
+	return nil
+}
+
+// Applied is the outcome of p, a command in flight.
+func (c *Core) Applied(now int64, p *Proposal, r Result) {
+	c.begin()
+	if !p.inFlight || p.gen != c.gen {
+		return
+	}
+	p.inFlight = false
+	c.pending--
+	if p.expiry {
+		c.expiring--
+	}
+	c.apply(p, r, now)
+}
+
+func (c *Core) apply(p *Proposal, r Result, now int64) {
+	c.retired = append(c.retired, p)
+	e := p.e
+	if !p.free {
+		c.granted(e, p, r, now)
+		return
+	}
+	if e.freeing == p {
+		e.freeing = nil
+	}
+	if !r.Freed {
+		// Not reached: the projection said the token held the key.
+		if p.rc != nil {
+			c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
+		}
+		if p.hasTo {
+			c.reply(TimedOut, &p.to, WaitEnded)
+		}
+		c.answerLate(p)
+		c.emit(Effect{Kind: Desync, Key: e.key})
+		return
+	}
+	if p.fkind == FreeExpire {
+		c.emit(Effect{Kind: Expired})
+		if p.rc != nil { // a RELEASE that found the lease ended
+			c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
+		}
+	} else if p.rc != nil { // (an early R was answered at once)
+		c.emit(Effect{Kind: Released, S: p.rc, ReqID: p.rid})
+	}
+	if p.hasTo {
+		c.granted(e, p, r, now)
+	} else {
+		c.idle(e, now)
+	}
+	c.answerLate(p)
+}
+
+func (c *Core) answerLate(p *Proposal) {
+	for _, lr := range p.late {
+		c.emit(Effect{Kind: NotHeld, S: lr.s, ReqID: lr.rid})
+	}
+}
+
+// idle makes e, if nothing is left of it, an idle entry.
+func (c *Core) idle(e *entry, now int64) {
+	if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && !e.linked && c.m[e.key] == e {
+		e.end = now + IdleTTL
+		c.link(e, idleList)
+	}
+}
+
+// granted completes the grant of e that p carried.
+func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
+	g := &p.to
+	if e.pend == p {
+		e.pend = nil
+	}
+	if r.Token == 0 {
+		// Not granted: the key stays free.
+		e.held = false
+		c.nheld--
+		c.cfg.Capacity.Held.Add(-1)
+		switch {
+		case r.Held:
+			c.reply(Busy, g, NoToken)
+			c.emit(Effect{Kind: Desync, Key: e.key})
+		case r.Retry && !g.late && !g.queued:
+			c.emit(Effect{Kind: Defer, S: g.s, ReqID: g.reqID})
+		case r.Fatal:
+			c.emit(Effect{Kind: Failed, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
+		default:
+			c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
+		}
+		for _, rw := range p.retries {
+			rw.done = true
+			c.reply(Busy, &rw.g, NoToken)
+		}
+		// The next waiter, if any, is tried in turn.
+		if e.q != nil {
+			if w := c.nextWaiter(e, now); w != nil {
+				if !c.cfg.Capacity.takeHeld() {
+					c.reply(Busy, &w.g, Full)
+				} else {
+					c.nheld++
+					e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
+					np := c.proposal(e, w.g.s, now)
+					np.to, np.hasTo = w.g, true
+					e.pend = np
+					c.propose(np, now)
+					return
+				}
+			}
+		}
+		c.idle(e, now)
+		return
+	}
+	e.token = r.Token
+	e.end = now + int64(e.lease)*secondNs
+	c.link(e, uint16(e.lease))
+	if e.q != nil {
+		c.watchKey(e)
+	}
+	stale := c.cfg.MaxCommit > 0 && now-p.at > c.cfg.MaxCommit
+	if live := g.s.Live(); !live || now >= g.deadline || stale {
+		// Its session is gone, or its wait ended while the grant was in
+		// flight (T), or the commit was too slow to trust (B): it is
+		// answered (if it is still there), and the key is freed again at
+		// once rather than held by nobody for a lease.
+		if live {
+			if stale {
+				c.reply(Busy, g, SlowCommit)
+			} else {
+				c.reply(TimedOut, g, GrantTooLate)
+			}
+		}
+		why, kind := GrantTooLate, TimedOut
+		if stale {
+			why, kind = SlowCommit, Busy
+		}
+		for _, rw := range p.retries {
+			rw.done = true
+			c.reply(kind, &rw.g, why)
+		}
+		c.free(e, FreeExpire, nil, 0, e.owner, now)
+		return
+	}
+	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token,
+		Waited: WaitedMS(now, g.arrived), Wait: now - g.arrived})
+	for _, rw := range p.retries {
+		rw.done = true
+		c.emit(Effect{Kind: Granted, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: r.Token})
+	}
+}
+
+// WaitedMS is the waited_ms of a G: whole milliseconds from arrived to now,
+// saturated rather than wrapped.
+func WaitedMS(now, arrived int64) uint32 {
+	if now <= arrived {
+		return 0
+	}
+	return uint32(min((now-arrived)/msNs, math.MaxUint32))
+}
+
+// Resync sets key's projection to the machine's holding h (nil: free),
+// after a command that did not apply as projected.
+func (c *Core) Resync(now int64, key string, h *Holding) {
+	c.begin()
+	e := c.m[key]
+	if e == nil {
+		if h == nil {
+			return
+		}
+		e = &entry{key: key}
+		c.m[key] = e
+	}
+	if e.held != (h != nil) {
+		d := int64(1)
+		if h == nil {
+			d = -1
+		}
+		c.nheld += d
+		c.cfg.Capacity.Held.Add(d)
+	}
+	c.unlink(e)
+	c.unwatchKey(e)
+	e.held = h != nil
+	if h == nil {
+		e.token = 0
+		c.idle(e, now)
+		return
+	}
+	e.owner, e.token, e.lease, e.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly
+	e.end = now + int64(e.lease)*secondNs
+	c.link(e, uint16(e.lease))
+	if e.q != nil {
+		c.watchKey(e)
+	}
+}
+
+// Holding is one held key.
+type Holding struct {
+	Key       string
+	Owner     Owner
+	Token     uint64
+	LeaseS    uint8
+	OwnedOnly bool
+}
+
+// Promote makes c the scheduler of the holdings hs (a new leader's, from
+// the applied log), every lease restarted in full plus margin: a takeover
+// never shortens a lease. Whatever c held before is forgotten.
+func (c *Core) Promote(now int64, hs []Holding, margin int64) {
+	c.Demote()
+	hs = slices.Clone(hs)
+	// One instant for all: sorted by lease_s, their ends are in order.
+	slices.SortFunc(hs, func(a, b Holding) int {
+		if a.LeaseS != b.LeaseS {
+			return int(a.LeaseS) - int(b.LeaseS)
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	for _, h := range hs {
+		e := &entry{key: h.Key, held: true, owner: h.Owner, token: h.Token, lease: h.LeaseS, ownedOnly: h.OwnedOnly}
+		e.end = now + int64(h.LeaseS)*secondNs + margin
+		c.m[h.Key] = e
+		c.link(e, restoredList)
+	}
+	c.nheld = int64(len(hs))
+	c.cfg.Capacity.Held.Add(c.nheld)
+}
+
+// Demote forgets everything: holdings, waiters (marked done; their
+// sessions are closed by the driver), commands in flight (their outcomes
+// are no longer awaited). The Core is empty, as new.
+func (c *Core) Demote() {
+	c.begin()
+	for _, w := range c.waits {
+		w.done = true
+	}
+	c.cfg.Capacity.Held.Add(-c.nheld)
+	c.cfg.Capacity.Waiters.Add(-c.nwait)
+	c.m = make(map[string]*entry)
+	c.lists = [numLists]expList{}
+	c.nonempty = [len(c.nonempty)]uint64{}
+	c.waits, c.keys = nil, nil
+	c.nheld, c.nwait, c.pending, c.expiring = 0, 0, 0, 0
+	c.spare = nil
+	c.gen++
+}
+
+// Len is the number of held keys (projected).
+func (c *Core) Len() int { return int(c.nheld) }
+
+// Pending is the number of commands in flight.
+func (c *Core) Pending() int { return c.pending }
+
+// Holdings returns the held keys whose token is known, sorted by key, with
+// their lease ends.
+func (c *Core) Holdings() []Holding {
+	var hs []Holding
+	for k, e := range c.m {
+		if e.held && e.token != 0 {
+			hs = append(hs, Holding{Key: k, Owner: e.owner, Token: e.token, LeaseS: e.lease, OwnedOnly: e.ownedOnly})
+		}
+	}
+	slices.SortFunc(hs, func(a, b Holding) int { return strings.Compare(a.Key, b.Key) })
+	return hs
+}

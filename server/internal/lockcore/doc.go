@@ -1,0 +1,38 @@
+// Package lockcore is the lock table's one set of rules: the only place
+// where a lock decision is made, in every mode the server runs in.
+//
+// It has two halves.
+//
+// The Machine is the replicated state: the holdings (key -> owner, token,
+// lease_s, owned-only flag) and the highest token applied. It is
+// deterministic: the same commands in the same order give the same state on
+// every node. The rules it applies (rules.go: is the key free, may this
+// RELEASE free it, may this expiry) are the rules the scheduler projects.
+//
+// The Core is the scheduler in front of it: FIFO waiters, wait deadlines,
+// lease ends, capacity, owned release, cancel, and the lease restart of a
+// takeover (Promote; etcd's lessor.Promote(extend) and Demote are the
+// model). A Core reads no clock, starts no goroutine, does no I/O and has
+// no lock of its own: every event comes in with the caller's now
+// (nanoseconds on a monotonic clock), under whatever serialises that core
+// (a shard mutex standalone, the leader's scheduler lock in a cluster), and
+// its effects go out, the way go.etcd.io/raft's RawNode hands out Ready:
+//
+//   - replies to sessions (Effects, read after each event);
+//   - commands, handed to a Proposer (the replication seam): a Grant when a
+//     free key is acquired, a Free when a holding ends (a release, or an
+//     expiry, with the grant to the next waiter in the same command);
+//   - the next instant something is due (Next, NextExpiry), at which the
+//     driver calls Tick.
+//
+// A command changes the projection at once (the key is held, or free, as
+// it will be once the command applies) and its outcome comes back through
+// Applied. A Proposer that applies at once (standalone: the token store
+// gives the token) returns the outcome from Propose, so nothing is ever in
+// flight; one that replicates (Raft) returns it later, in log order, and
+// the Core keeps what a client must not see before the commit: a grant's
+// token is unknown until its command applies, a RELEASE is answered R only
+// once its Free applies (unless Config.EarlyRelease), and a RELEASE that
+// finds the lease ended is answered N only once the expiry applies, so a
+// deposed leader never says N for a lock its successor still holds.
+package lockcore

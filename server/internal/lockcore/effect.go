@@ -1,0 +1,243 @@
+package lockcore
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+)
+
+// Session is where a request came from and its reply goes. The Core keeps
+// sessions only to name them in effects, and asks Live before granting a
+// lock to one of its waiters: a session that is closing gets nothing more.
+type Session interface {
+	Live() bool
+}
+
+// Kind is what an Effect asks the driver to do.
+type Kind uint8
+
+const (
+	// Granted: reply G with Token and Waited.
+	Granted Kind = iota + 1
+	// TimedOut: reply T (Why: WaitEnded, Cancelled, Replaced, ...).
+	TimedOut
+	// Busy: reply B (Why says which bound; Err the token store's reason
+	// for NoToken).
+	Busy
+	// Released: reply R.
+	Released
+	// NotHeld: reply N.
+	NotHeld
+	// Failed: the token store failed: E(6) with Err, and the session
+	// closes.
+	Failed
+	// Queue: W waits in a key's queue: the driver records it under its
+	// req_id (CANCEL names it, a closing session drops it) and, if the
+	// session is already closing, calls Drop(W).
+	Queue
+	// Track: an ACQUIRE whose grant is proposed and not yet applied: its
+	// req_id is in flight (it may not be reused; CANCEL leaves it alone).
+	Track
+	// Defer: an ACQUIRE of a free key found no token available (the
+	// Proposer's Result.Retry) and is not decided: the driver waits for
+	// tokens off the session's reader and submits it again with
+	// Acquire.Late, which decides it for good.
+	Defer
+	// Expired: a lease ended and its Free applied (a count, no reply).
+	Expired
+	// Desync: a command did not apply as projected (not reached: the
+	// projection is the state the commands reach). The driver calls
+	// Resync with the machine's holding of Key.
+	Desync
+)
+
+// Why qualifies a TimedOut or a Busy.
+type Why uint8
+
+const (
+	_            Why = iota
+	WaitEnded        // T: wait_s passed (or it had passed when its turn came)
+	NoWait           // T: held by another owner and wait_s 0
+	Cancelled        // T: CANCEL
+	Replaced         // T: the same owner's later ACQUIRE of the key took its place
+	GrantTooLate     // T: the grant applied after the waiter's wait_s
+	Full             // B: MaxLocks, MaxWaiters or MaxKeyWaiters
+	Backlog          // B: Config.MaxPending commands await their apply
+	NoToken          // B: no token available (Err: why)
+	SlowCommit       // B: the grant applied later than Config.MaxCommit after its proposal
+)
+
+// Effect is one thing the driver must do after an event.
+type Effect struct {
+	Kind  Kind
+	Why   Why
+	S     Session
+	ReqID uint32
+	// Queued: the reply answers an ACQUIRE the driver recorded in flight
+	// (Queue, Track, or an Acquire.Late): it forgets that record.
+	Queued bool
+	Token  uint64 // Granted
+	Waited uint32 // Granted: ms since the ACQUIRE arrived, rounded down
+	Wait   int64  // Granted: ns since the ACQUIRE arrived
+	W      *Waiter
+	Err    error  // Busy (NoToken), Failed
+	Key    string // Desync
+}
+
+// Result is the outcome of a proposed command, as the Machine (or the
+// token store, standalone) gave it.
+type Result struct {
+	// Freed: a Free freed the key (false: not reached, the projection
+	// said the token held it).
+	Freed bool
+	// Token is the granted token of a Grant or of a Free's next waiter; 0:
+	// not granted.
+	Token uint64
+	// Retry: not granted for want of a token that may be available soon
+	// (standalone: the reservation is being written): a first try of an
+	// ACQUIRE is deferred.
+	Retry bool
+	// Fatal: not granted because the token store failed (E(6)).
+	Fatal bool
+	// Err says why no token was granted.
+	Err error
+	// Held: a Grant found the key held (not reached).
+	Held bool
+}
+
+// Proposer makes a command durable and ordered: the replication seam as
+// the Core sees it. Propose hands over p; a Proposer that applies at once
+// returns the result and true. One that does not returns false and later
+// gives the result to Core.Applied, in the order proposed, unless the
+// Core was demoted meanwhile.
+type Proposer interface {
+	Propose(p *Proposal) (Result, bool)
+}
+
+// Proposal is a command the Core has proposed and whose outcome it awaits:
+// a Grant (of a free key to an ACQUIRE) or a Free (the end of a holding, by
+// a RELEASE or an expiry, and the grant to the next waiter with it).
+type Proposal struct {
+	e    *entry
+	free bool
+	// The grant's recipient (a Grant's ACQUIRE, or a Free's next waiter).
+	to       grantee
+	hasTo    bool
+	retries  []*Waiter // the holder's ACQUIREs while the grant is in flight
+	tok      uint64    // Free: the token it ends
+	fkind    uint8     // Free: FreeRelease, FreeReleaseOwned, FreeExpire
+	owner    Owner     // Free: the releaser's owner (RELEASE_OWNED checks it)
+	rc       Session   // Free by RELEASE (or a RELEASE that found the lease ended): answered at apply
+	rid      uint32
+	late     []lateRelease // RELEASEs of tok after the Free was proposed: N once it applies
+	at       int64         // proposed
+	by       Session       // the session it is charged to
+	inFlight bool
+	expiry   bool // a Free no RELEASE asked for (a lease ended)
+	gen      uint64
+	next     *Proposal
+}
+
+type grantee struct {
+	s         Session
+	reqID     uint32
+	owner     Owner
+	lease     uint8
+	ownedOnly bool
+	arrived   int64
+	deadline  int64 // past it the grant is answered T
+	queued    bool  // recorded in flight by the driver
+	late      bool  // an Acquire.Late: no Defer again
+}
+
+type lateRelease struct {
+	s   Session
+	rid uint32
+}
+
+// Key is the command's key.
+func (p *Proposal) Key() string { return p.e.key }
+
+// Grants reports whether applying p takes a token: a Grant, or a Free with
+// the grant to the next waiter.
+func (p *Proposal) Grants() bool { return p.hasTo }
+
+// IsFree reports whether p is a Free (else a Grant).
+func (p *Proposal) IsFree() bool { return p.free }
+
+// By is the session p is charged to: an ACQUIRE's, a RELEASE's, or for an
+// expiry the session whose ACQUIRE made the holding (nil: restored by
+// Promote).
+func (p *Proposal) By() Session { return p.by }
+
+// Expiry reports whether p is a Free that no request asked for.
+func (p *Proposal) Expiry() bool { return p.expiry }
+
+// Command encoding (the command part of a replicated log entry; see
+// Machine.ApplyCommand):
+//
+//	Grant  type u8 (1), seq uvarint, key_len u8, key, owner [16], lease_s u8, flags u8
+//	Free   type u8 (2), seq uvarint, key_len u8, key, token u64, kind u8, owner [16],
+//	       next u8 (0 | 1), [owner [16], lease_s u8, flags u8]
+const (
+	CmdGrant = 1
+	CmdFree  = 2
+
+	flagOwned = 1
+)
+
+// AppendCommand appends p's command, numbered seq, to b.
+func (p *Proposal) AppendCommand(b []byte, seq uint64) []byte {
+	key := p.e.key
+	if !p.free {
+		b = append(b, CmdGrant)
+		b = binary.AppendUvarint(b, seq)
+		b = append(b, byte(len(key)))
+		b = append(b, key...)
+		b = append(b, p.to.owner[:]...)
+		return append(b, p.to.lease, flagsOf(p.to.ownedOnly))
+	}
+	b = append(b, CmdFree)
+	b = binary.AppendUvarint(b, seq)
+	b = append(b, byte(len(key)))
+	b = append(b, key...)
+	b = binary.BigEndian.AppendUint64(b, p.tok)
+	b = append(b, p.fkind)
+	b = append(b, p.owner[:]...)
+	if !p.hasTo {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = append(b, p.to.owner[:]...)
+	return append(b, p.to.lease, flagsOf(p.to.ownedOnly))
+}
+
+func flagsOf(ownedOnly bool) byte {
+	if ownedOnly {
+		return flagOwned
+	}
+	return 0
+}
+
+// Capacity is the lock table's bounds, shared by every Core of a server
+// (standalone has one per shard): held locks and waiters, counted
+// projected.
+type Capacity struct {
+	MaxLocks, MaxWaiters int64
+	Held, Waiters        atomic.Int64
+}
+
+func (c *Capacity) takeHeld() bool {
+	if c.Held.Add(1) > c.MaxLocks {
+		c.Held.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *Capacity) takeWaiter() bool {
+	if c.Waiters.Add(1) > c.MaxWaiters {
+		c.Waiters.Add(-1)
+		return false
+	}
+	return true
+}

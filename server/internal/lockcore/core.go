@@ -150,7 +150,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		// The holder's retry: its token, the lease not extended; or, while
 		// its grant is in flight, the grant's answer.
 		if e.token != 0 {
-			c.emit(Effect{Kind: Granted, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.Late})
+			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.Late})
 			return
 		}
 		w := &Waiter{g: g, e: e, retry: true, proposed: true}
@@ -559,7 +559,7 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		Waited: WaitedMS(now, g.arrived), Wait: now - g.arrived})
 	for _, rw := range p.retries {
 		rw.done = true
-		c.emit(Effect{Kind: Granted, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: r.Token})
+		c.emit(Effect{Kind: Granted, Why: Again, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: r.Token})
 	}
 }
 

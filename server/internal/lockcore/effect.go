@@ -55,6 +55,7 @@ type Why uint8
 
 const (
 	_            Why = iota
+	Again            // G: the holder's own ACQUIRE again (its token; the lease not extended)
 	WaitEnded        // T: wait_s passed (or it had passed when its turn came)
 	NoWait           // T: held by another owner and wait_s 0
 	Cancelled        // T: CANCEL

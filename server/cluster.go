@@ -21,6 +21,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/raftstore"
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 // Raft mode: the node and its leader's scheduler.
@@ -613,8 +614,8 @@ func (cl *cluster) takeOver() {
 		cl.armLease(ck, now)
 		cl.keys[h.Key] = ck
 	}
-	s.held.Store(int64(len(hs)))
-	s.waiters.Store(0)
+	s.capacity.Held.Store(int64(len(hs)))
+	s.capacity.Waiters.Store(0)
 	// The proposer takes the new stint before the first command can be
 	// queued.
 	cl.resetProposerLocked(stint)
@@ -645,8 +646,8 @@ func (cl *cluster) stopScheduler() {
 		}
 	}
 	cl.keys, cl.pending = nil, nil
-	cl.s.held.Store(0)
-	cl.s.waiters.Store(0)
+	cl.s.capacity.Held.Store(0)
+	cl.s.capacity.Waiters.Store(0)
 	cl.resetProposerLocked(0)
 	cl.mu.Unlock()
 	if was {
@@ -743,7 +744,7 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 		// No token left (MaxToken): the key stays free, and so would it
 		// for every waiter: they get B too, as in standalone.
 		ck.held = false
-		s.held.Add(-1)
+		s.capacity.Held.Add(-1)
 		if exhausted {
 			s.noToken(ErrTokensExhausted)
 		}
@@ -804,7 +805,7 @@ func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhaus
 		return
 	}
 	s.m.granted(now - w.arrived)
-	w.c.replyGrantedQueued(w.reqID, tok, waitedMS(now, w.arrived))
+	w.c.replyGrantedQueued(w.reqID, tok, lockcore.WaitedMS(now, w.arrived))
 	for _, rw := range retries {
 		rw.done = true
 		rw.c.replyGrantedQueued(rw.reqID, tok, 0)
@@ -843,9 +844,9 @@ func (cl *cluster) resync(ck *ckey, now int64) {
 	cl.fsm.mu.Unlock()
 	if held != ck.held {
 		if held {
-			cl.s.held.Add(1)
+			cl.s.capacity.Held.Add(1)
 		} else {
-			cl.s.held.Add(-1)
+			cl.s.capacity.Held.Add(-1)
 		}
 	}
 	ck.held = held
@@ -868,7 +869,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 		for q.head != nil {
 			w := q.head
 			q.remove(w)
-			s.waiters.Add(-1)
+			s.capacity.Waiters.Add(-1)
 			w.timer.Stop()
 			if w.c.dead.Load() {
 				w.done = true
@@ -906,7 +907,7 @@ func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner 
 		ck.owner, ck.lease, ck.ownedOnly, ck.token = next.owner, next.lease, next.ownedOnly, 0
 	} else {
 		ck.held, ck.token = false, 0
-		s.held.Add(-1)
+		s.capacity.Held.Add(-1)
 	}
 	return p
 }
@@ -934,8 +935,8 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 			c.replySimple(wire.TypeBusy, req.ReqID)
 			return
 		}
-		if s.held.Add(1) > int64(s.cfg.MaxLocks) {
-			s.held.Add(-1)
+		if s.capacity.Held.Add(1) > int64(s.cfg.MaxLocks) {
+			s.capacity.Held.Add(-1)
 			s.m.busy.Add(1)
 			c.replySimple(wire.TypeBusy, req.ReqID)
 			return
@@ -946,8 +947,8 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		}
 		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
 			deadline: noDeadline, ownedOnly: s.ownedOnly(c), ck: ck, proposed: true}
-		if !c.addInflight(w) {
-			s.held.Add(-1)
+		if !c.addInflight(w.reqID, flight{cw: w}) {
+			s.capacity.Held.Add(-1)
 			return
 		}
 		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
@@ -966,7 +967,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 			return
 		}
 		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, ck: ck, proposed: true}
-		if c.addInflight(w) {
+		if c.addInflight(w.reqID, flight{cw: w}) {
 			ck.retries = append(ck.retries, w)
 		}
 		return
@@ -983,8 +984,8 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	}
 	if old == nil {
 		full := q != nil && q.n >= s.cfg.MaxKeyWaiters
-		if !full && s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
-			s.waiters.Add(-1)
+		if !full && s.capacity.Waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+			s.capacity.Waiters.Add(-1)
 			full = true
 		}
 		if full {
@@ -995,9 +996,9 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	}
 	w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
 		deadline: arrived + int64(req.WaitS)*secondNs, ownedOnly: s.ownedOnly(c), ck: ck}
-	if !c.addInflight(w) {
+	if !c.addInflight(w.reqID, flight{cw: w}) {
 		if old == nil {
-			s.waiters.Add(-1)
+			s.capacity.Waiters.Add(-1)
 		}
 		return
 	}
@@ -1024,7 +1025,7 @@ func (cl *cluster) waitTimeout(w *waiter, stint uint64) {
 func (cl *cluster) dropQueuedLocked(w *waiter) {
 	ck := w.ck
 	ck.q.remove(w)
-	cl.s.waiters.Add(-1)
+	cl.s.capacity.Waiters.Add(-1)
 	w.done = true
 	w.timer.Stop()
 	if ck.q.head == nil {
@@ -1092,7 +1093,7 @@ func (cl *cluster) cancel(c *conn, reqID uint32) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	c.mu.Lock()
-	w := c.inflight[reqID]
+	w := c.inflight[reqID].cw
 	c.mu.Unlock()
 	if !cl.active || w == nil || w.ck == nil || w.done || w.proposed || cl.keys[w.ck.key] != w.ck {
 		return
@@ -1351,5 +1352,5 @@ func (s *Server) heldLocks() int {
 	if s.cl != nil {
 		return int(s.cl.fsm.nheld.Load())
 	}
-	return int(s.held.Load())
+	return int(s.capacity.Held.Load())
 }

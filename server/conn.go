@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 const (
@@ -65,7 +66,7 @@ type conn struct {
 	closing  bool               // no more replies; the writer flushes what is queued and finishes
 	killed   bool               // close at once, no flush
 	started  bool               // the writer goroutine runs (from HELLO_OK on)
-	inflight map[uint32]*waiter // made by the first queued ACQUIRE
+	inflight map[uint32]flight // made by the first queued ACQUIRE
 	qid      uint64             // its number for a cluster leader's proposer (under cluster.mu; 0: none yet)
 	gone     chan struct{}      // made by the first ACQUIRE waiting for a token; closed when the session ends
 
@@ -195,62 +196,102 @@ func (c *conn) dropInflightLocked(reqID uint32) {
 	}
 }
 
-// addInflight records w as awaiting its reply. An entry of the same
-// req_id can only be w's own placeholder (an ACQUIRE that waited for a
-// token and is now queued): w takes its place.
-func (c *conn) addInflight(w *waiter) bool {
+// flight is an ACQUIRE of the session awaiting its reply: queued in a
+// core (w), waiting for a token off the reader (tw), or with neither, its
+// grant in flight; cw is the Raft leader's own waiter (cluster.go).
+type flight struct {
+	sh *shard
+	w  *lockcore.Waiter
+	tw *tokenWaiter
+	cw *waiter
+}
+
+// addInflight records f as awaiting the reply to reqID. An entry of the
+// same req_id can only be its own earlier record (an ACQUIRE that waited
+// for a token and is now queued): f takes its place.
+func (c *conn) addInflight(reqID uint32, f flight) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.addInflightLocked(reqID, f)
+}
+
+func (c *conn) addInflightLocked(reqID uint32, f flight) bool {
 	if c.closing {
 		return false
 	}
 	if c.inflight == nil {
-		c.inflight = make(map[uint32]*waiter)
+		c.inflight = make(map[uint32]flight)
 	}
-	if _, ok := c.inflight[w.reqID]; !ok {
+	if _, ok := c.inflight[reqID]; !ok {
 		c.nInflight.Add(1)
 	}
-	c.inflight[w.reqID] = w
+	c.inflight[reqID] = f
 	return true
 }
 
-// addTokenWaiter records tw, an ACQUIRE about to wait for a token off the
+// addTokenWaiter records f, an ACQUIRE about to wait for a token off the
 // reader, as awaiting its reply, and returns the channel closed when the
 // session ends.
-func (c *conn) addTokenWaiter(tw *waiter) (<-chan struct{}, bool) {
+func (c *conn) addTokenWaiter(reqID uint32, f flight) (<-chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closing {
+	if !c.addInflightLocked(reqID, f) {
 		return nil, false
-	}
-	if c.inflight == nil {
-		c.inflight = make(map[uint32]*waiter)
 	}
 	if c.gone == nil {
 		c.gone = make(chan struct{})
 	}
-	c.inflight[tw.reqID] = tw
-	c.nInflight.Add(1)
 	return c.gone, true
 }
 
-// answer and answerGranted reply directly (from the reader) or, when
-// queued, as the answer to an ACQUIRE in the in-flight map (from any
-// goroutine).
-func (c *conn) answer(queued bool, typ byte, reqID uint32) {
-	if queued {
-		c.replySimpleQueued(typ, reqID)
-	} else {
-		c.replySimple(typ, reqID)
+// flightOf returns the record of reqID, if it is in flight.
+func (c *conn) flightOf(reqID uint32) (flight, bool) {
+	if c.nInflight.Load() == 0 {
+		return flight{}, false
 	}
+	c.mu.Lock()
+	f, ok := c.inflight[reqID]
+	c.mu.Unlock()
+	return f, ok
 }
 
-func (c *conn) answerGranted(queued bool, reqID uint32, tok uint64, waited uint32) {
-	if queued {
-		c.replyGrantedQueued(reqID, tok, waited)
-	} else {
-		c.replyGranted(reqID, tok, waited)
+// Live reports whether the session may still be answered (lockcore.Session).
+func (c *conn) Live() bool { return !c.dead.Load() }
+
+// send and sendGranted queue a reply from a lock core's effect: queued,
+// it answers an ACQUIRE recorded in flight (which is forgotten); wake, it
+// comes from another goroutine than the session's reader (which flushes
+// its own replies), and the writer is woken.
+func (c *conn) send(typ byte, reqID uint32, queued, wake bool) {
+	if c.debug {
+		c.debugReply(typ, reqID, 0, 0)
 	}
+	c.mu.Lock()
+	if queued {
+		c.dropInflightLocked(reqID)
+	}
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendSimple(c.out, typ, reqID)
+	c.afterAppendLocked(wake)
+}
+
+func (c *conn) sendGranted(reqID uint32, tok uint64, waited uint32, queued, wake bool) {
+	if c.debug {
+		c.debugReply(wire.TypeGranted, reqID, tok, waited)
+	}
+	c.mu.Lock()
+	if queued {
+		c.dropInflightLocked(reqID)
+	}
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.out = wire.AppendGranted(c.out, reqID, tok, waited)
+	c.afterAppendLocked(wake)
 }
 
 func (c *conn) isInflight(reqID uint32) bool {
@@ -442,9 +483,9 @@ func (c *conn) serve() {
 	// Drop the session's queued ACQUIREs, and end those waiting for a
 	// token; its grants stay.
 	c.mu.Lock()
-	ws := make([]*waiter, 0, len(c.inflight))
-	for _, w := range c.inflight {
-		ws = append(ws, w)
+	fs := make([]flight, 0, len(c.inflight))
+	for _, f := range c.inflight {
+		fs = append(fs, f)
 	}
 	clear(c.inflight)
 	c.nInflight.Store(0)
@@ -452,8 +493,8 @@ func (c *conn) serve() {
 		close(c.gone)
 	}
 	c.mu.Unlock()
-	for _, w := range ws {
-		s.dropWaiter(w)
+	for _, f := range fs {
+		s.dropFlight(f)
 	}
 	s.sessions.Add(-1)
 	s.peerSessions.remove(c.peer)

@@ -84,7 +84,7 @@ func (s *Server) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{
 		gauge("sessions", "Open sessions (HELLO completed).", func() float64 { return float64(s.sessions.Load()) }),
 		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.heldLocks()) }),
-		gauge("waiters", "ACQUIREs waiting in a queue.", func() float64 { return float64(s.waiters.Load()) }),
+		gauge("waiters", "ACQUIREs waiting in a queue.", func() float64 { return float64(s.capacity.Waiters.Load()) }),
 		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.lastToken()) }),
 		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.tokenCeiling()) }),
 		counter("grants_total", "Grants with a new token.", &m.grants),

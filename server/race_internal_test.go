@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 func newTestServer(t *testing.T) *Server {
@@ -92,7 +93,7 @@ func TestWaitedMSSaturates(t *testing.T) {
 		{50 * day, 0, math.MaxUint32},
 		{math.MaxInt64, 0, math.MaxUint32},
 	} {
-		if got := waitedMS(tc.now, tc.arrived); got != tc.want {
+		if got := lockcore.WaitedMS(tc.now, tc.arrived); got != tc.want {
 			t.Errorf("waitedMS(%d, %d) = %d, want %d", tc.now, tc.arrived, got, tc.want)
 		}
 	}

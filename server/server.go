@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
+
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
@@ -57,9 +59,8 @@ type Server struct {
 	epoch        time.Time
 	clk          clock // nil: the real monotonic clock (epoch)
 
-	shards       [numShards]shard
-	held         atomic.Int64
-	waiters      atomic.Int64
+	shards       [numShards]shard  // standalone: the lock table (locks.go)
+	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
 	sessions     atomic.Int64
 	pending      atomic.Int64 // connections before HELLO_OK
 	lastCapSweep atomic.Int64
@@ -131,9 +132,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.role.Store(rs)
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]*lockState)
-	}
 	if cfg.Cluster != nil {
 		return s.startCluster()
 	}
@@ -150,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.initShards()
 	s.bg.Add(2)
 	go s.sweeper()
 	go s.housekeeping()
@@ -374,6 +373,7 @@ func (s *Server) finish() {
 	s.teardown.Do(func() {
 		close(s.stopBg)
 		s.bg.Wait()
+		s.stopShardTimers()
 		s.logs.flush(s.log, logInterval)
 		if s.tokens != nil {
 			s.tokens.close()
@@ -394,7 +394,7 @@ func (s *Server) Stats() Stats {
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
 		HeldLocks:      s.heldLocks(),
-		Waiters:        int(s.waiters.Load()),
+		Waiters:        int(s.capacity.Waiters.Load()),
 		LastToken:      s.lastToken(),
 		TokenCeiling:   s.tokenCeiling(),
 		Standby:        !role.Serving(),

@@ -235,6 +235,9 @@ func (c *Capacity) takeHeld() bool {
 	return true
 }
 
+// TakeWaiter counts one more waiter, unless MaxWaiters are counted.
+func (c *Capacity) TakeWaiter() bool { return c.takeWaiter() }
+
 func (c *Capacity) takeWaiter() bool {
 	if c.Waiters.Add(1) > c.MaxWaiters {
 		c.Waiters.Add(-1)

@@ -502,10 +502,7 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		default:
 			c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
 		}
-		for _, rw := range p.retries {
-			rw.done = true
-			c.reply(Busy, &rw.g, NoToken)
-		}
+		c.answerRetries(p, Busy, NoToken, 0)
 		// The next waiter, if any, is tried in turn.
 		if e.q != nil {
 			if w := c.nextWaiter(e, now); w != nil {
@@ -548,18 +545,25 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		if stale {
 			why, kind = SlowCommit, Busy
 		}
-		for _, rw := range p.retries {
-			rw.done = true
-			c.reply(kind, &rw.g, why)
-		}
+		c.answerRetries(p, kind, why, 0)
 		c.free(e, FreeExpire, nil, 0, e.owner, now)
 		return
 	}
 	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token,
 		Waited: WaitedMS(now, g.arrived), Wait: now - g.arrived})
+	c.answerRetries(p, Granted, 0, r.Token)
+}
+
+// answerRetries answers the holder's retries that waited for p's grant:
+// G with token, or k for why. A retry whose session is closing gets
+// nothing, as the grant's own ACQUIRE would not (Drop leaves a retry alone:
+// it is not queued).
+func (c *Core) answerRetries(p *Proposal, k Kind, why Why, token uint64) {
 	for _, rw := range p.retries {
 		rw.done = true
-		c.emit(Effect{Kind: Granted, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: r.Token})
+		if rw.g.s.Live() {
+			c.emit(Effect{Kind: k, Why: why, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: token})
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,6 +27,7 @@ type harness struct {
 	// stale is how many of the commands in the log's flight were proposed
 	// before the last Demote (their outcomes are not awaited).
 	stale    int
+	demoted  bool // between Demote and Promote: the Core schedules nothing
 	maxToken uint64
 	issued   map[uint64]issue // every token a G carried
 	// errs are the broken invariants; out the formatted effects.
@@ -147,7 +149,7 @@ func (h *harness) release(s string, id uint32, key string, token uint64, owner O
 // cancel is a CANCEL of s's ACQUIRE id: the driver looks up its record.
 func (h *harness) cancel(s string, id uint32) {
 	r := h.reqs[reqKey{s, id}]
-	if r == nil || !r.acquire || r.w == nil || r.state != reqOpen {
+	if r == nil || !r.acquire || r.w == nil || r.state != reqOpen && r.state != reqAbandoned {
 		h.out = append(h.out, "(not waiting)")
 		return
 	}
@@ -236,7 +238,7 @@ func (h *harness) apply(n int) {
 
 func (h *harness) demote() {
 	h.core.Demote()
-	h.stale = len(h.log.flight)
+	h.stale, h.demoted = len(h.log.flight), true
 	for _, r := range h.reqs {
 		if r.state == reqOpen || r.state == reqDeferred {
 			r.state = reqAbandoned
@@ -251,7 +253,7 @@ func (h *harness) promote(hs []Holding, margin int64) {
 	} else {
 		h.log.restore(hs)
 	}
-	h.stale = len(h.log.flight)
+	h.stale, h.demoted = len(h.log.flight), false
 	for _, r := range h.reqs {
 		if r.state == reqOpen || r.state == reqDeferred {
 			r.state = reqAbandoned
@@ -470,7 +472,7 @@ func (h *harness) check() {
 	for _, x := range c.Holdings() {
 		mine[x.Key] = x
 	}
-	if h.stale == 0 {
+	if h.stale == 0 && !h.demoted {
 		for _, x := range h.log.holdings() {
 			if y, ok := mine[x.Key]; !h.log.inFlight(x.Key) && !h.log.diverged[x.Key] && (!ok || y != x) {
 				h.errorf("%s: the Machine holds %+v, the Core %+v", x.Key, x, y)
@@ -545,7 +547,7 @@ func fmtTime(t int64) string {
 	if t == NoDeadline {
 		return "none"
 	}
-	return time.Duration(t).String()
+	return strconv.FormatFloat(float64(t)/float64(time.Second), 'f', -1, 64) + "s"
 }
 
 func kindName(k Kind) string {

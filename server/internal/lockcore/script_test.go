@@ -34,6 +34,7 @@ import (
 //	promote t= [margin=] [holdings=key:owner:token:lease[:owned],...]
 //	demote
 //	forget key=                 the Machine loses key's holding (a divergence)
+//	machine-hold key= owner= [lease=]   the Machine holds key (a divergence)
 //	resync [t=] key=            Resync with the Machine's holding of key
 //	next                        Next and NextExpiry
 //	state                       the Core's keys and counters
@@ -384,6 +385,22 @@ func runCommand(hp **harness, line string) ([]string, error) {
 			return nil, err
 		}
 		delete(h.log.held, key)
+		h.log.diverged[key] = true
+	case "machine-hold":
+		key, err := a.str("key")
+		if err != nil {
+			return nil, err
+		}
+		owner, err := a.str("owner")
+		if err != nil {
+			return nil, err
+		}
+		lease, err := a.uint("lease", 10)
+		if err != nil {
+			return nil, err
+		}
+		h.log.last++
+		h.log.held[key] = memHolding{owner: ownerOfString(owner), token: h.log.last, lease: uint8(lease)}
 		h.log.diverged[key] = true
 	case "resync":
 		key, err := a.str("key")

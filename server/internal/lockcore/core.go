@@ -444,7 +444,15 @@ func (c *Core) apply(p *Proposal, r Result, now int64) {
 			c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
 		}
 		if p.hasTo {
+			// Nor is its grant made: answered (with its holder's retries),
+			// and the key projected free, as the Free meant it, until Resync.
+			if e.pend == p {
+				e.pend, e.held = nil, false
+				c.nheld--
+				c.cfg.Capacity.Held.Add(-1)
+			}
 			c.reply(TimedOut, &p.to, WaitEnded)
+			c.answerRetries(p, TimedOut, WaitEnded, 0)
 		}
 		c.answerLate(p)
 		c.emit(Effect{Kind: Desync, Key: e.key})

@@ -30,6 +30,9 @@ type harness struct {
 	demoted  bool // between Demote and Promote: the Core schedules nothing
 	maxToken uint64
 	issued   map[uint64]issue // every token a G carried
+	// leaseEnd is when each token's lease ends, as the Machine's holdings
+	// show it: from the event that made the holding (or Promote).
+	leaseEnd map[uint64]int64
 	// errs are the broken invariants; out the formatted effects.
 	errs []string
 	out  []string
@@ -65,11 +68,115 @@ type request struct {
 	owner    Owner
 	token    uint64 // RELEASE
 	arrived  int64
+	lease    uint8 // ACQUIRE: what a late try submits again
+	wait     uint8
+	owned    bool
 	late     bool // submitted again after Defer
-	recorded bool // the driver holds it in flight (Queue, Track, Late)
+	expect   expectation
+	expTok   uint64 // expectRetry: the holder's token
+	recorded bool   // the driver holds it in flight (Queue, Track, Late)
 	w        *Waiter
 	state    reqState
 	answer   string
+}
+
+// expectation is what the rules say a request's first answer must be,
+// worked out from the Machine's state when nothing is in flight on the key
+// (the oracle: the Core's projection is checked against it).
+type expectation uint8
+
+const (
+	expectAny    expectation = iota // commands on the key in flight: not worked out
+	expectFree                      // a free key (or a lease ended): G new, B, Defer or failed; never T or queued
+	expectRetry                     // the holder's own: G with its token
+	expectNoWait                    // held by another, wait_s 0: T (no-wait)
+	expectWait                      // held by another, wait_s > 0: queued, or B (full)
+	expectR                         // R
+	expectN                         // N
+)
+
+// live returns the Machine's holding of key if its lease has not ended.
+func (h *harness) live(key string) (memHolding, bool) {
+	x, ok := h.log.held[key]
+	if !ok {
+		return x, false
+	}
+	end, known := h.leaseEnd[x.token]
+	return x, !known || h.now < end
+}
+
+func (h *harness) worked(key string) bool {
+	return !h.demoted && !h.log.inFlight(key) && !h.log.diverged[key]
+}
+
+// waiting reports whether an ACQUIRE waits in key's queue.
+func (h *harness) waiting(key string) bool {
+	for _, r := range h.reqs {
+		if r.acquire && r.key == key && r.w != nil && !r.w.done && !r.w.proposed {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *harness) expectAcquire(key string, owner Owner, wait uint8) (expectation, uint64) {
+	if !h.worked(key) {
+		return expectAny, 0
+	}
+	x, live := h.live(key)
+	switch {
+	case !live && h.waiting(key):
+		return expectAny, 0 // the lease end hands it to a waiter first
+	case !live:
+		return expectFree, 0
+	case x.owner == owner:
+		return expectRetry, x.token
+	case wait == 0:
+		return expectNoWait, 0
+	}
+	return expectWait, 0
+}
+
+func (h *harness) expectRelease(key string, token uint64, owner Owner, owned bool) expectation {
+	if !h.worked(key) {
+		return expectAny
+	}
+	x, live := h.live(key)
+	if live && x.token == token && (owned && x.owner == owner || !owned && !x.owned) {
+		return expectR
+	}
+	return expectN
+}
+
+// oracle checks a request's first answer s (of kind k) against its
+// expectation.
+func (h *harness) oracle(key reqKey, r *request, f Effect) {
+	e := r.expect
+	if e == expectAny || h.log.diverged[r.key] {
+		return
+	}
+	r.expect = expectAny // only the first answer is worked out
+	ok := true
+	switch e {
+	case expectFree:
+		ok = f.Kind == Track || f.Kind == Defer || f.Kind == Failed || f.Kind == Busy ||
+			f.Kind == Granted && h.issued[f.Token] == issue{}
+	case expectRetry:
+		ok = f.Kind == Granted && f.Token == r.expTok
+	case expectNoWait:
+		ok = f.Kind == TimedOut && f.Why == NoWait
+	case expectWait:
+		ok = f.Kind == Queue || f.Kind == Busy && f.Why == Full
+	case expectR:
+		ok = f.Kind == Released
+	case expectN:
+		ok = f.Kind == NotHeld
+	}
+	if !ok {
+		h.errorf("%v: %s (%s), the rules say %s", key, kindName(f.Kind), whyName(f.Why),
+			[]string{"", "a free key's answer", fmt.Sprintf("G token=%d (the holder's retry)", r.expTok),
+				"T (no-wait)", "queued or B (full)", "R", "N"}[e])
+	}
 }
 
 type issue struct {
@@ -88,6 +195,7 @@ func newHarness(cfg Config, async bool) *harness {
 		sessions: make(map[string]*fakeSession),
 		reqs:     make(map[reqKey]*request),
 		issued:   make(map[uint64]issue),
+		leaseEnd: make(map[uint64]int64),
 	}
 	h.core = New(cfg, h.log)
 	return h
@@ -124,12 +232,16 @@ func (h *harness) acquire(s string, id uint32, key string, owner Owner, lease, w
 			r = &request{}
 			h.reqs[k] = r
 		}
-		*r = request{acquire: true, key: key, owner: owner, arrived: arrived, late: true, recorded: true}
+		*r = request{acquire: true, key: key, owner: owner, arrived: arrived, lease: lease, wait: wait, owned: ownedOnly,
+			late: true, recorded: true}
+		r.expect, r.expTok = h.expectAcquire(key, owner, wait)
 	} else {
 		if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
 			h.errorf("%v: req_id reused while it awaits its reply", k)
 		}
-		h.reqs[k] = &request{acquire: true, key: key, owner: owner, arrived: arrived}
+		r := &request{acquire: true, key: key, owner: owner, arrived: arrived, lease: lease, wait: wait, owned: ownedOnly}
+		r.expect, r.expTok = h.expectAcquire(key, owner, wait)
+		h.reqs[k] = r
 	}
 	h.core.Acquire(h.now, &Acquire{S: h.session(s), ReqID: id, Key: []byte(key), Owner: owner,
 		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Late: late})
@@ -141,7 +253,7 @@ func (h *harness) release(s string, id uint32, key string, token uint64, owner O
 	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
 		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
-	h.reqs[k] = &request{key: key, owner: owner, token: token}
+	h.reqs[k] = &request{key: key, owner: owner, token: token, expect: h.expectRelease(key, token, owner, owned)}
 	h.core.Release(h.now, &Release{S: h.session(s), ReqID: id, Key: []byte(key), Token: token, Owner: owner, Owned: owned})
 	h.effects()
 }
@@ -261,6 +373,9 @@ func (h *harness) promote(hs []Holding, margin int64) {
 	}
 	h.core.Promote(h.now, hs, margin)
 	for _, x := range hs {
+		h.leaseEnd[x.Token] = h.now + int64(x.LeaseS)*secondNs + margin
+	}
+	for _, x := range hs {
 		h.maxToken = max(h.maxToken, x.Token)
 		h.issued[x.Token] = issue{x.Key, x.Owner}
 	}
@@ -309,6 +424,9 @@ func (h *harness) effect(f Effect) string {
 	case r.state == reqDeferred:
 		h.errorf("%v: %s while deferred", k, kindName(f.Kind))
 	}
+	if f.Kind != Granted {
+		h.oracle(k, r, f)
+	}
 	final := func(s string) string {
 		if f.Queued != r.recorded {
 			h.errorf("%v: %s with Queued %v, recorded %v", k, s, f.Queued, r.recorded)
@@ -319,6 +437,10 @@ func (h *harness) effect(f Effect) string {
 		r.answer = s
 		r.recorded, r.w = false, nil
 		return k.String() + " " + s
+	}
+	if f.Kind == Granted {
+		// (before granted() records a new token as issued)
+		h.oracle(k, r, f)
 	}
 	switch f.Kind {
 	case Queue, Track:
@@ -406,6 +528,11 @@ func (h *harness) check() {
 		h.errorf("log: %s", v)
 	}
 	h.log.violations = nil
+	for _, x := range h.log.held {
+		if _, ok := h.leaseEnd[x.token]; !ok {
+			h.leaseEnd[x.token] = h.now + int64(x.lease)*secondNs
+		}
+	}
 	c := h.core
 	var held, waiters, queued int64
 	next, nextExp := int64(NoDeadline), int64(NoDeadline)

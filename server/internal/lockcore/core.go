@@ -512,22 +512,7 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		}
 		c.answerRetries(p, Busy, NoToken, 0)
 		// The next waiter, if any, is tried in turn.
-		if e.q != nil {
-			if w := c.nextWaiter(e, now); w != nil {
-				if !c.cfg.Capacity.takeHeld() {
-					c.reply(Busy, &w.g, Full)
-				} else {
-					c.nheld++
-					e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
-					np := c.proposal(e, w.g.s, now)
-					np.to, np.hasTo = w.g, true
-					e.pend = np
-					c.propose(np, now)
-					return
-				}
-			}
-		}
-		c.idle(e, now)
+		c.grantNext(e, now)
 		return
 	}
 	e.token = r.Token
@@ -575,6 +560,32 @@ func (c *Core) answerRetries(p *Proposal, k Kind, why Why, token uint64) {
 	}
 }
 
+// grantNext proposes the grant of e, free, to its next waiter, if any, or
+// makes e idle. A waiter that the capacity refuses (another core took the
+// lock, or a Promote restored more than MaxLocks) is B, and the next one is
+// tried: none may be left queued on a free key, where nothing would hand it
+// over.
+func (c *Core) grantNext(e *entry, now int64) {
+	for e.q != nil {
+		w := c.nextWaiter(e, now)
+		if w == nil {
+			break
+		}
+		if !c.cfg.Capacity.takeHeld() {
+			c.reply(Busy, &w.g, Full)
+			continue
+		}
+		c.nheld++
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
+		np := c.proposal(e, w.g.s, now)
+		np.to, np.hasTo = w.g, true
+		e.pend = np
+		c.propose(np, now)
+		return
+	}
+	c.idle(e, now)
+}
+
 // WaitedMS is the waited_ms of a G: whole milliseconds from arrived to now,
 // saturated rather than wrapped.
 func WaitedMS(now, arrived int64) uint32 {
@@ -609,7 +620,7 @@ func (c *Core) Resync(now int64, key string, h *Holding) {
 	e.held = h != nil
 	if h == nil {
 		e.token = 0
-		c.idle(e, now)
+		c.grantNext(e, now)
 		return
 	}
 	e.owner, e.token, e.lease, e.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly

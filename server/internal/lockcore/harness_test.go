@@ -26,8 +26,10 @@ type harness struct {
 	reqs     map[reqKey]*request
 	// stale is how many of the commands in the log's flight were proposed
 	// before the last Demote (their outcomes are not awaited).
-	stale    int
-	demoted  bool // between Demote and Promote: the Core schedules nothing
+	stale   int
+	demoted bool // between Demote and Promote: the Core schedules nothing
+	// desynced keys had a Desync and await their Resync.
+	desynced map[string]bool
 	maxToken uint64
 	issued   map[uint64]issue // every token a G carried
 	// leaseEnd is when each token's lease ends, as the Machine's holdings
@@ -196,6 +198,7 @@ func newHarness(cfg Config, async bool) *harness {
 		reqs:     make(map[reqKey]*request),
 		issued:   make(map[uint64]issue),
 		leaseEnd: make(map[uint64]int64),
+		desynced: make(map[string]bool),
 	}
 	h.core = New(cfg, h.log)
 	return h
@@ -387,6 +390,7 @@ func (h *harness) resync(key string) {
 	if x, ok := h.log.held[key]; ok {
 		hp = &Holding{Key: key, Owner: x.owner, Token: x.token, LeaseS: x.lease, OwnedOnly: x.owned}
 	}
+	delete(h.desynced, key)
 	h.core.Resync(h.now, key, hp)
 	h.effects()
 }
@@ -406,6 +410,7 @@ func (h *harness) effect(f Effect) string {
 	case Expired:
 		return "expired"
 	case Desync:
+		h.desynced[f.Key] = true
 		return "desync " + f.Key
 	}
 	k := reqKey{sessionName(f.S), f.ReqID}
@@ -559,6 +564,9 @@ func (h *harness) check() {
 		if e.q != nil {
 			if e.q.n == 0 || e.q.head == nil {
 				h.errorf("%s: an empty queue", k)
+			}
+			if !e.held && !h.desynced[k] {
+				h.errorf("%s: free, with waiters", k)
 			}
 			n := 0
 			for w := e.q.head; w != nil; w = w.next {

@@ -47,6 +47,8 @@ type fakeSession struct {
 
 func (s *fakeSession) Live() bool { return s.live }
 
+func (s *fakeSession) String() string { return s.name }
+
 type reqKey struct {
 	s  string
 	id uint32

@@ -101,13 +101,17 @@ func (l *memLog) Propose(p *Proposal) (Result, bool) {
 	if p.Expiry() && (!cmd.free || cmd.kind != FreeExpire) {
 		l.violate("propose #%d: an expiry that is not a Free of kind expire", l.seq)
 	}
+	by := "nobody"
+	if p.By() != nil {
+		by = fmt.Sprint(p.By())
+	}
 	if !l.async {
 		r := l.apply(cmd)
-		l.trace = append(l.trace, fmt.Sprintf("log#%d %s -> %s", cmd.seq, cmd, resultString(cmd, r)))
+		l.trace = append(l.trace, fmt.Sprintf("log#%d %s (by %s) -> %s", cmd.seq, cmd, by, resultString(cmd, r)))
 		return r, true
 	}
 	l.flight = append(l.flight, memEntry{p, cmd})
-	l.trace = append(l.trace, fmt.Sprintf("log#%d %s ...", cmd.seq, cmd))
+	l.trace = append(l.trace, fmt.Sprintf("log#%d %s (by %s) ...", cmd.seq, cmd, by))
 	return Result{}, false
 }
 

@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"flag"
 	"fmt"
 	"math/rand"
 	"sort"
@@ -17,8 +18,13 @@ import (
 // final answer per request and none after a Drop, no G to a closing
 // session. At the end every request of a live session must have had its
 // final answer. A failure prints the events as a script for testdata.
+var (
+	randomSeeds  = flag.Int("seeds", 300, "TestRandom: seeds per log flavour")
+	randomEvents = flag.Int("events", 400, "TestRandom: events per seed")
+)
+
 func TestRandom(t *testing.T) {
-	seeds, events := 300, 400
+	seeds, events := *randomSeeds, *randomEvents
 	if testing.Short() {
 		seeds = 30
 	}

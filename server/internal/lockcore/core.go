@@ -444,7 +444,15 @@ func (c *Core) apply(p *Proposal, r Result, now int64) {
 			c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
 		}
 		if p.hasTo {
+			// Nor is its grant made: answered (with its holder's retries),
+			// and the key projected free, as the Free meant it, until Resync.
+			if e.pend == p {
+				e.pend, e.held = nil, false
+				c.nheld--
+				c.cfg.Capacity.Held.Add(-1)
+			}
 			c.reply(TimedOut, &p.to, WaitEnded)
+			c.answerRetries(p, TimedOut, WaitEnded, 0)
 		}
 		c.answerLate(p)
 		c.emit(Effect{Kind: Desync, Key: e.key})
@@ -502,27 +510,9 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		default:
 			c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
 		}
-		for _, rw := range p.retries {
-			rw.done = true
-			c.reply(Busy, &rw.g, NoToken)
-		}
+		c.answerRetries(p, Busy, NoToken, 0)
 		// The next waiter, if any, is tried in turn.
-		if e.q != nil {
-			if w := c.nextWaiter(e, now); w != nil {
-				if !c.cfg.Capacity.takeHeld() {
-					c.reply(Busy, &w.g, Full)
-				} else {
-					c.nheld++
-					e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
-					np := c.proposal(e, w.g.s, now)
-					np.to, np.hasTo = w.g, true
-					e.pend = np
-					c.propose(np, now)
-					return
-				}
-			}
-		}
-		c.idle(e, now)
+		c.grantNext(e, now)
 		return
 	}
 	e.token = r.Token
@@ -548,19 +538,52 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		if stale {
 			why, kind = SlowCommit, Busy
 		}
-		for _, rw := range p.retries {
-			rw.done = true
-			c.reply(kind, &rw.g, why)
-		}
+		c.answerRetries(p, kind, why, 0)
 		c.free(e, FreeExpire, nil, 0, e.owner, now)
 		return
 	}
 	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token,
 		Waited: WaitedMS(now, g.arrived), Wait: now - g.arrived})
+	c.answerRetries(p, Granted, Again, r.Token)
+}
+
+// answerRetries answers the holder's retries that waited for p's grant:
+// G with token, or k for why. A retry whose session is closing gets
+// nothing, as the grant's own ACQUIRE would not (Drop leaves a retry alone:
+// it is not queued).
+func (c *Core) answerRetries(p *Proposal, k Kind, why Why, token uint64) {
 	for _, rw := range p.retries {
 		rw.done = true
-		c.emit(Effect{Kind: Granted, Why: Again, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: r.Token})
+		if rw.g.s.Live() {
+			c.emit(Effect{Kind: k, Why: why, S: rw.g.s, ReqID: rw.g.reqID, Queued: true, Token: token})
+		}
 	}
+}
+
+// grantNext proposes the grant of e, free, to its next waiter, if any, or
+// makes e idle. A waiter that the capacity refuses (another core took the
+// lock, or a Promote restored more than MaxLocks) is B, and the next one is
+// tried: none may be left queued on a free key, where nothing would hand it
+// over.
+func (c *Core) grantNext(e *entry, now int64) {
+	for e.q != nil {
+		w := c.nextWaiter(e, now)
+		if w == nil {
+			break
+		}
+		if !c.cfg.Capacity.takeHeld() {
+			c.reply(Busy, &w.g, Full)
+			continue
+		}
+		c.nheld++
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
+		np := c.proposal(e, w.g.s, now)
+		np.to, np.hasTo = w.g, true
+		e.pend = np
+		c.propose(np, now)
+		return
+	}
+	c.idle(e, now)
 }
 
 // WaitedMS is the waited_ms of a G: whole milliseconds from arrived to now,
@@ -597,7 +620,7 @@ func (c *Core) Resync(now int64, key string, h *Holding) {
 	e.held = h != nil
 	if h == nil {
 		e.token = 0
-		c.idle(e, now)
+		c.grantNext(e, now)
 		return
 	}
 	e.owner, e.token, e.lease, e.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly

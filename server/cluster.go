@@ -835,13 +835,10 @@ func (cl *cluster) slowCommit(took int64) {
 // resync sets ck from the machine (after a command that did not apply as
 // projected; not reached).
 func (cl *cluster) resync(ck *ckey, now int64) {
-	cl.fsm.mu.Lock()
-	ls := cl.fsm.sm.m[ck.key]
-	held := ls != nil && ls.token != 0
+	h, held := cl.fsm.holding(ck.key)
 	if held {
-		ck.owner, ck.token, ck.lease, ck.ownedOnly = ls.owner, ls.token, ls.lease, ls.ownedOnly
+		ck.owner, ck.token, ck.lease, ck.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly
 	}
-	cl.fsm.mu.Unlock()
 	if held != ck.held {
 		if held {
 			cl.s.capacity.Held.Add(1)
@@ -956,7 +953,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
 		key := ck.key
 		cl.proposeLocked(&proposal{ck: ck, w: w}, ck.by, func(b []byte, seq uint64) []byte {
-			return appendGrant(b, seq, []byte(key), &owner, lease, ownedOnly)
+			return appendGrant(b, seq, key, &owner, lease, ownedOnly)
 		})
 		return
 	}

@@ -13,21 +13,21 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 // The replicated state machine of a cluster node (Raft mode).
 //
-// Every node applies the committed log to one machine (machine.go) over
-// all keys, plus the map of node IDs to client addresses that followers
+// Every node applies the committed log to one lockcore.Machine over all
+// keys, plus the map of node IDs to client addresses that followers
 // give as the NOT_ACTIVE hint. Only the leader proposes. A log entry is a
 // batch of commands that the leader's proposer queued while the previous
 // entry was being appended (group commit):
 //
 //	entry   = version u8 (1), stint u64, count uvarint, count × command
 //	command = type u8, seq uvarint, fields
-//	  Grant     key_len u8, key, owner [16], lease_s u8, flags u8
-//	  Free      key_len u8, key, token u64, kind u8, owner [16],
-//	            next u8 (0 | 1), [owner [16], lease_s u8, flags u8]
+//	  Grant     (lockcore's command encoding)
+//	  Free      (lockcore's command encoding)
 //	  Floor     token u64
 //	  Advertise id_len u8, id, addr_len u8, addr
 //	  Stint     stint u64
@@ -40,12 +40,13 @@ import (
 // (and Floor and Advertise if needed): from its apply on, every node skips
 // the entries of any other stint, so that an entry a deposed leader's
 // proposer was still sending when it led again cannot change the state
-// behind the new stint's mirror. Grant takes
-// the machine's counter plus one (or fails, "exhausted", at MaxToken).
-// Free frees the key if the token still holds it — a release (by token, or
-// by token and owner) or an expiry — and, with next, grants it at once to
-// the next waiter, so that a contended hand-off costs one commit. Floor
-// raises the counter (a migration from a standalone node,
+// behind the new stint's mirror. Grant and Free are the machine's
+// (Machine.ApplyCommand): Grant takes the machine's counter plus one (or
+// fails, "exhausted", at MaxToken); Free frees the key if the token still
+// holds it — a release (by token, or by token and owner) or an expiry —
+// and, with next, grants it at once to the next waiter, so that a
+// contended hand-off costs one commit. Floor raises the counter
+// (Machine.Raise: a migration from a standalone node,
 // Config.InitialToken, or with TokenStartClock a new cluster's first
 // leader's ClockStart).
 // Advertise records a node's client address.
@@ -56,19 +57,24 @@ import (
 const (
 	entryVersion = 1
 
-	cmdGrant     = 1
-	cmdFree      = 2
+	cmdGrant     = lockcore.CmdGrant
+	cmdFree      = lockcore.CmdFree
 	cmdFloor     = 3
 	cmdAdvertise = 4
 	cmdStint     = 5
 	cmdClusterID = 6
 
-	freeRelease      = 1
-	freeReleaseOwned = 2
-	freeExpire       = 3
+	// The kinds of a Free, as cluster.go's scheduler names them.
+	freeRelease      = lockcore.FreeRelease
+	freeReleaseOwned = lockcore.FreeReleaseOwned
+	freeExpire       = lockcore.FreeExpire
 )
 
 var errEntry = errors.New("server: bad cluster log entry")
+
+// errSnapshot is a cluster snapshot's framing error (its machine part's is
+// lockcore.ErrSnapshot).
+var errSnapshot = errors.New("server: bad cluster snapshot")
 
 // cmdResult is the outcome of one command.
 type cmdResult struct {
@@ -81,8 +87,7 @@ type cmdResult struct {
 // clusterFSM is the raft.BatchingFSM of a node.
 type clusterFSM struct {
 	mu    sync.Mutex
-	sm    machine
-	held  int               // holdings in sm
+	sm    *lockcore.Machine
 	addrs map[string]string // node ID -> client address
 	stint uint64            // the current leader's stint (entries of others are skipped)
 	cid   string            // the cluster's identity (cmdClusterID; empty until applied)
@@ -93,7 +98,7 @@ type clusterFSM struct {
 	clockStart bool
 
 	applied atomic.Uint64
-	last    atomic.Uint64 // sm.last, readable without mu
+	last    atomic.Uint64 // sm.Last(), readable without mu
 	nheld   atomic.Int64
 
 	// done is called after an entry of the given stint is applied, with
@@ -112,7 +117,7 @@ type clusterFSM struct {
 }
 
 func newClusterFSM() *clusterFSM {
-	return &clusterFSM{sm: newMachine(), addrs: make(map[string]string)}
+	return &clusterFSM{sm: lockcore.NewMachine(), addrs: make(map[string]string)}
 }
 
 // Apply applies one log entry.
@@ -147,11 +152,11 @@ func (f *clusterFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	if n := len(logs); n > 0 {
 		f.applied.Store(logs[n-1].Index)
 	}
-	f.last.Store(f.sm.last)
-	f.nheld.Store(int64(f.held))
-	low := f.sawStint && f.floor > f.sm.last
+	last := f.sm.Last()
+	f.last.Store(last)
+	f.nheld.Store(int64(f.sm.Len()))
+	low := f.sawStint && f.floor > last
 	f.sawStint = false
-	last := f.sm.last
 	cid, sawCID := f.cid, f.sawCID
 	f.sawCID = false
 	f.mu.Unlock()
@@ -176,13 +181,13 @@ func (f *clusterFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // (not reached: only this code writes them) is applied up to the bad
 // command, identically on every node, and reported.
 func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advertised bool, err error) {
-	d := decoder{b: b}
-	if v := d.u8(); v != entryVersion {
+	d := lockcore.NewDecoder(b)
+	if v := d.U8(); v != entryVersion {
 		return 0, nil, false, fmt.Errorf("%w: version %d", errEntry, v)
 	}
-	stint = d.u64()
-	n := d.uvarint()
-	if d.err != nil || n > uint64(len(b)) {
+	stint = d.U64()
+	n := d.Uvarint()
+	if d.Err() != nil || n > uint64(len(b)) {
 		return 0, nil, false, fmt.Errorf("%w: header", errEntry)
 	}
 	if stint != 0 && stint != f.stint {
@@ -190,106 +195,56 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 	}
 	res = make([]cmdResult, 0, n)
 	for range n {
-		typ := d.u8()
-		seq := d.uvarint()
+		typ := d.U8()
+		seq := d.Uvarint()
 		r := cmdResult{seq: seq}
+		var bad error
 		switch typ {
-		case cmdGrant:
-			key := d.bytes8()
-			var owner [wire.OwnerLen]byte
-			d.copy(owner[:])
-			lease, flags := d.u8(), d.u8()
-			if d.err != nil {
-				break
-			}
-			r.token, r.ok, r.exhausted = f.grant(key, owner, lease, flags&flagOwned != 0)
-		case cmdFree:
-			key := d.bytes8()
-			tok := d.u64()
-			kind := d.u8()
-			var owner, nextOwner [wire.OwnerLen]byte
-			d.copy(owner[:])
-			hasNext := d.u8() == 1
-			var lease, flags uint8
-			if hasNext {
-				d.copy(nextOwner[:])
-				lease, flags = d.u8(), d.u8()
-			}
-			if d.err != nil {
-				break
-			}
-			ls := f.sm.m[string(key)]
-			switch kind {
-			case freeRelease:
-				r.ok = f.sm.mayRelease(ls, tok, &owner, false)
-			case freeReleaseOwned:
-				r.ok = f.sm.mayRelease(ls, tok, &owner, true)
-			case freeExpire:
-				r.ok = ls != nil && ls.token != 0 && ls.token == tok
-			}
-			if !r.ok {
-				break
-			}
-			f.sm.free(ls)
-			f.held--
-			f.sm.forget(ls)
-			if hasNext {
-				var granted bool
-				r.token, granted, r.exhausted = f.grant(key, nextOwner, lease, flags&flagOwned != 0)
-				if !granted {
-					r.token = 0
+		case cmdGrant, cmdFree:
+			var lr lockcore.Result
+			if lr, bad = f.sm.ApplyCommand(d, typ); bad == nil {
+				r.token = lr.Token
+				r.ok = lr.Token != 0
+				if typ == cmdFree {
+					r.ok = lr.Freed
 				}
+				r.exhausted = errors.Is(lr.Err, lockcore.ErrTokensExhausted)
 			}
 		case cmdFloor:
-			v := d.u64()
-			if d.err == nil && v > f.sm.last && v <= MaxToken {
-				f.sm.last = v
+			if v := d.U64(); d.Err() == nil {
+				f.sm.Raise(v)
 			}
 		case cmdStint:
-			if v := d.u64(); d.err == nil {
+			if v := d.U64(); d.Err() == nil {
 				f.stint = v
 				f.sawStint = true
 			}
 		case cmdAdvertise:
-			id, addr := d.bytes8(), d.bytes8()
-			if d.err == nil {
+			id, addr := d.Bytes8(), d.Bytes8()
+			if d.Err() == nil {
 				f.addrs[string(id)] = string(addr)
 				advertised = true
 			}
 		case cmdClusterID:
-			if id := d.bytes8(); d.err == nil && f.cid == "" && len(id) > 0 {
+			if id := d.Bytes8(); d.Err() == nil && f.cid == "" && len(id) > 0 {
 				f.cid = string(id)
 				f.sawCID = true
 			}
 		default:
-			d.fail()
+			bad = errors.New("unknown type")
 		}
-		if d.err != nil {
-			return stint, res, advertised, fmt.Errorf("%w: command %d of type %d", errEntry, len(res), typ)
+		if bad == nil {
+			bad = d.Err()
+		}
+		if bad != nil {
+			return stint, res, advertised, fmt.Errorf("%w: command %d of type %d: %w", errEntry, len(res), typ, bad)
 		}
 		res = append(res, r)
 	}
-	if len(d.b) != 0 {
+	if d.Len() != 0 {
 		return stint, res, advertised, fmt.Errorf("%w: trailing bytes", errEntry)
 	}
 	return stint, res, advertised, nil
-}
-
-// grant is the Grant command: token, granted, exhausted.
-func (f *clusterFSM) grant(key []byte, owner [wire.OwnerLen]byte, lease uint8, ownedOnly bool) (uint64, bool, bool) {
-	ls := f.sm.m[string(key)]
-	switch f.sm.decide(ls, &owner) {
-	case grantNew:
-		if f.sm.last >= MaxToken {
-			return 0, false, true
-		}
-		ls = f.sm.applyGrant(ls, string(key), owner, lease, ownedOnly, 0)
-		f.held++
-		return ls.token, true, false
-	case grantRetry:
-		return ls.token, true, false
-	}
-	return 0, false, false
 }
 
 // takeoverFloor is the counter a new leader's takeover entry raises the
@@ -311,10 +266,17 @@ func (f *clusterFSM) takeoverFloor() uint64 {
 }
 
 // holdingsNow returns a copy of the holdings and the last token.
-func (f *clusterFSM) holdingsNow() ([]holding, uint64) {
+func (f *clusterFSM) holdingsNow() ([]lockcore.Holding, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.sm.holdings(), f.sm.last
+	return f.sm.Holdings(), f.sm.Last()
+}
+
+// holding returns key's holding in the machine, if it is held.
+func (f *clusterFSM) holding(key string) (lockcore.Holding, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sm.Holding(key)
 }
 
 // addresses returns a copy of the nodes' client addresses.
@@ -339,7 +301,7 @@ func (f *clusterFSM) advertised(id string) string {
 }
 
 // Cluster snapshot, version 2: magic "TKCL", version u8 (2), stint u64,
-// machine snapshot length u32 and bytes (the "TKSM" encoding of machine.go),
+// machine snapshot length u32 and bytes (lockcore.Machine.Snapshot's "TKSM"),
 // address count uvarint, count × (id_len u8, id, addr_len u8, addr), sorted
 // by id, then the cluster ID: id_len u8 (0: none yet), id. Version 1 is
 // the same without the cluster ID; it is still read.
@@ -401,9 +363,8 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	// The state is the snapshot's alone: this node's floor is not part of
 	// it (a leader raises the counter to its floor through the log).
 	f.sm, f.addrs, f.stint, f.cid = sm, addrs, stint, cid
-	f.held = len(sm.m)
-	f.last.Store(f.sm.last)
-	f.nheld.Store(int64(f.held))
+	f.last.Store(sm.Last())
+	f.nheld.Store(int64(sm.Len()))
 	f.mu.Unlock()
 	if f.changed != nil {
 		f.changed()
@@ -414,143 +375,69 @@ func (f *clusterFSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func decodeClusterSnapshot(b []byte) (machine, map[string]string, uint64, string, error) {
-	bad := func(why string) (machine, map[string]string, uint64, string, error) {
-		return machine{}, nil, 0, "", fmt.Errorf("%w: cluster snapshot: %s", errSnapshot, why)
+func decodeClusterSnapshot(b []byte) (*lockcore.Machine, map[string]string, uint64, string, error) {
+	bad := func(why string) (*lockcore.Machine, map[string]string, uint64, string, error) {
+		return nil, nil, 0, "", fmt.Errorf("%w: %s", errSnapshot, why)
 	}
-	d := decoder{b: b}
+	d := lockcore.NewDecoder(b)
 	var magic [4]byte
-	d.copy(magic[:])
-	if d.err != nil || string(magic[:]) != clusterSnapMagic {
+	d.Copy(magic[:])
+	if d.Err() != nil || string(magic[:]) != clusterSnapMagic {
 		return bad("no header")
 	}
-	v := d.u8()
+	v := d.U8()
 	if v != 1 && v != clusterSnapVersion {
 		return bad(fmt.Sprintf("version %d", v))
 	}
-	stint := d.u64()
-	n := d.u32()
-	if d.err != nil || uint64(n) > uint64(len(d.b)) {
+	stint := d.U64()
+	n := d.U32()
+	if d.Err() != nil || uint64(n) > uint64(d.Len()) {
 		return bad("machine length")
 	}
-	sm, err := restoreMachine(d.b[:n])
+	sm, err := lockcore.RestoreMachine(d.Take(int(n)))
 	if err != nil {
-		return machine{}, nil, 0, "", err
+		return nil, nil, 0, "", err
 	}
-	d.b = d.b[n:]
-	cnt := d.uvarint()
-	if d.err != nil || cnt > uint64(len(d.b)) {
+	cnt := d.Uvarint()
+	if d.Err() != nil || cnt > uint64(d.Len()) {
 		return bad("address count")
 	}
 	addrs := make(map[string]string, cnt)
 	for range cnt {
-		id, addr := d.bytes8(), d.bytes8()
-		if d.err != nil {
+		id, addr := d.Bytes8(), d.Bytes8()
+		if d.Err() != nil {
 			return bad("truncated address")
 		}
 		addrs[string(id)] = string(addr)
 	}
 	var cid string
 	if v >= 2 {
-		id := d.bytes8()
-		if d.err != nil {
+		id := d.Bytes8()
+		if d.Err() != nil {
 			return bad("truncated cluster ID")
 		}
 		cid = string(id)
 	}
-	if len(d.b) != 0 {
+	if d.Len() != 0 {
 		return bad("trailing bytes")
 	}
 	return sm, addrs, stint, cid, nil
 }
 
-// decoder reads the big-endian encodings above; the first short read sets
-// err and makes every later read return zero.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail() {
-	if d.err == nil {
-		d.err = errEntry
-	}
-	d.b = nil
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil || len(d.b) < n {
-		d.fail()
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u8() uint8 {
-	if v := d.take(1); v != nil {
-		return v[0]
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if v := d.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if v := d.take(8); v != nil {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(d.b)
-	if k <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[k:]
-	return v
-}
-
-func (d *decoder) bytes8() []byte { return d.take(int(d.u8())) }
-
-func (d *decoder) copy(dst []byte) { copy(dst, d.take(len(dst))) }
-
 // Encoding of commands (the proposer's).
 
-func appendGrant(b []byte, seq uint64, key []byte, owner *[wire.OwnerLen]byte, lease uint8, ownedOnly bool) []byte {
-	b = append(b, cmdGrant)
-	b = binary.AppendUvarint(b, seq)
-	b = append(b, byte(len(key)))
-	b = append(b, key...)
-	b = append(b, owner[:]...)
-	return append(b, lease, flagsOf(ownedOnly))
+// appendGrant and appendFree are cluster.go's names for lockcore's
+// encoding (AppendGrant, AppendFree), in its scheduler's types.
+
+func appendGrant(b []byte, seq uint64, key string, owner *[wire.OwnerLen]byte, lease uint8, ownedOnly bool) []byte {
+	return lockcore.AppendGrant(b, seq, key, &lockcore.Recipient{Owner: *owner, LeaseS: lease, OwnedOnly: ownedOnly})
 }
 
 func appendFree(b []byte, seq uint64, key string, tok uint64, kind uint8, owner *[wire.OwnerLen]byte, next *waiter) []byte {
-	b = append(b, cmdFree)
-	b = binary.AppendUvarint(b, seq)
-	b = append(b, byte(len(key)))
-	b = append(b, key...)
-	b = binary.BigEndian.AppendUint64(b, tok)
-	b = append(b, kind)
-	b = append(b, owner[:]...)
 	if next == nil {
-		return append(b, 0)
+		return lockcore.AppendFree(b, seq, key, tok, kind, owner, nil)
 	}
-	b = append(b, 1)
-	b = append(b, next.owner[:]...)
-	return append(b, next.lease, flagsOf(next.ownedOnly))
+	return lockcore.AppendFree(b, seq, key, tok, kind, owner, &lockcore.Recipient{Owner: next.owner, LeaseS: next.lease, OwnedOnly: next.ownedOnly})
 }
 
 func appendFloor(b []byte, v uint64) []byte {
@@ -581,11 +468,4 @@ func entryHeader(stint uint64, n int) []byte {
 	b = append(b, entryVersion)
 	b = binary.BigEndian.AppendUint64(b, stint)
 	return binary.AppendUvarint(b, uint64(n))
-}
-
-func flagsOf(ownedOnly bool) byte {
-	if ownedOnly {
-		return flagOwned
-	}
-	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 // The cluster's state machine alone: entries in, results and state out.
@@ -48,7 +49,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	own := [wire.OwnerLen]byte{1}
 	other := [wire.OwnerLen]byte{2}
 	// Two grants of one entry: a new holding, then the holder's retry.
-	res := applyCmds(t, f, 7, 3, appendGrant(appendGrant(appendGrant(nil, 1, []byte("a"), &own, 10, false), 2, []byte("a"), &own, 10, false), 3, []byte("a"), &other, 10, false))
+	res := applyCmds(t, f, 7, 3, appendGrant(appendGrant(appendGrant(nil, 1, "a", &own, 10, false), 2, "a", &own, 10, false), 3, "a", &other, 10, false))
 	if len(res) != 3 || !res[0].ok || res[0].token != 1 || !res[1].ok || res[1].token != 1 || res[2].ok {
 		t.Fatalf("grants: %+v", res)
 	}
@@ -62,15 +63,15 @@ func TestClusterFSMCommands(t *testing.T) {
 	if res[0].ok || !res[1].ok || res[1].token != 2 || res[2].ok {
 		t.Fatalf("frees: %+v", res)
 	}
-	ls := f.sm.m["a"]
-	if ls == nil || ls.token != 2 || ls.owner != other || ls.lease != 20 || !ls.ownedOnly || f.held != 1 {
-		t.Fatalf("after the hand-off: %+v held %d", ls, f.held)
+	h, held := f.sm.Holding("a")
+	if !held || h.Token != 2 || h.Owner != other || h.LeaseS != 20 || !h.OwnedOnly || f.sm.Len() != 1 || f.nheld.Load() != 1 {
+		t.Fatalf("after the hand-off: %+v held %d", h, f.sm.Len())
 	}
 	// RELEASE_OWNED only: a plain release of the owned-only holding is
 	// refused; by owner and token it frees.
 	res = applyCmds(t, f, 7, 2, appendFree(appendFree(nil, 8, "a", 2, freeRelease, &other, nil), 9, "a", 2, freeReleaseOwned, &other, nil))
-	if res[0].ok || !res[1].ok || f.held != 0 || f.sm.m["a"] != nil {
-		t.Fatalf("owned release: %+v held %d entry %v", res, f.held, f.sm.m["a"])
+	if _, held := f.sm.Holding("a"); res[0].ok || !res[1].ok || f.sm.Len() != 0 || f.nheld.Load() != 0 || held {
+		t.Fatalf("owned release: %+v held %d", res, f.sm.Len())
 	}
 	// Floor raises the counter, never lowers it; Advertise records an
 	// address (entries of stint 0 answer nobody).
@@ -78,21 +79,21 @@ func TestClusterFSMCommands(t *testing.T) {
 	changed := 0
 	f.changed = func() { changed++ }
 	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 3), appendAdvertise(appendFloor(appendFloor(nil, 100), 50), "n1", "h:1")...)})
-	if f.sm.last != 100 || f.advertised("n1") != "h:1" || changed != 1 {
-		t.Fatalf("floor/advertise: last %d addr %q changed %d", f.sm.last, f.advertised("n1"), changed)
+	if f.sm.Last() != 100 || f.last.Load() != 100 || f.advertised("n1") != "h:1" || changed != 1 {
+		t.Fatalf("floor/advertise: last %d addr %q changed %d", f.sm.Last(), f.advertised("n1"), changed)
 	}
 	f.changed = nil
 	// The counter stops at MaxToken: exhausted, the key stays free.
 	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 1), appendFloor(nil, MaxToken)...)})
-	res = applyCmds(t, f, 8, 1, appendGrant(nil, 1, []byte("b"), &own, 10, false))
-	if res[0].ok || !res[0].exhausted || f.sm.m["b"] != nil {
+	res = applyCmds(t, f, 8, 1, appendGrant(nil, 1, "b", &own, 10, false))
+	if _, held := f.sm.Holding("b"); res[0].ok || !res[0].exhausted || held {
 		t.Fatalf("grant at MaxToken: %+v", res)
 	}
 }
 
 func TestClusterFSMBadEntries(t *testing.T) {
 	own := [wire.OwnerLen]byte{1}
-	good := appendGrant(nil, 1, []byte("a"), &own, 10, false)
+	good := appendGrant(nil, 1, "a", &own, 10, false)
 	for name, data := range map[string][]byte{
 		"empty":          nil,
 		"version":        append([]byte{9}, entryHeader(1, 1)[1:]...),
@@ -122,13 +123,15 @@ func TestClusterFSMBadEntries(t *testing.T) {
 func TestClusterFSMSkipsOtherStints(t *testing.T) {
 	f := newClusterFSM()
 	own := [wire.OwnerLen]byte{1}
-	applyCmds(t, f, 5, 1, appendGrant(nil, 1, []byte("a"), &own, 10, false))
+	applyCmds(t, f, 5, 1, appendGrant(nil, 1, "a", &own, 10, false))
 	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 1), appendStint(nil, 6)...)})
 	f.done = func(uint64, []cmdResult) { t.Fatal("an old stint's entry answered") }
 	out := f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(5, 2),
-		append(appendGrant(nil, 2, []byte("b"), &own, 10, false), appendFree(nil, 3, "a", 1, freeRelease, &own, nil)...)...)})
-	if out != nil || f.sm.m["b"] != nil || f.sm.m["a"] == nil || f.sm.last != 1 {
-		t.Fatalf("old stint's entry applied: out %v, b %v, a %v, last %d", out, f.sm.m["b"], f.sm.m["a"], f.sm.last)
+		append(appendGrant(nil, 2, "b", &own, 10, false), appendFree(nil, 3, "a", 1, freeRelease, &own, nil)...)...)})
+	_, b := f.sm.Holding("b")
+	_, a := f.sm.Holding("a")
+	if out != nil || b || !a || f.sm.Last() != 1 {
+		t.Fatalf("old stint's entry applied: out %v, b %v, a %v, last %d", out, b, a, f.sm.Last())
 	}
 }
 
@@ -136,7 +139,7 @@ func TestClusterFSMSnapshotRoundTrip(t *testing.T) {
 	f := newClusterFSM()
 	own := [wire.OwnerLen]byte{3}
 	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 3), appendAdvertise(appendAdvertise(appendFloor(nil, 41), "b", "hb:2"), "a", "ha:1")...)})
-	applyCmds(t, f, 5, 2, appendGrant(appendGrant(nil, 1, []byte("x"), &own, 7, true), 2, []byte("y"), &own, 9, false))
+	applyCmds(t, f, 5, 2, appendGrant(appendGrant(nil, 1, "x", &own, 7, true), 2, "y", &own, 9, false))
 	snap, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -150,10 +153,10 @@ func TestClusterFSMSnapshotRoundTrip(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
 		t.Fatal(err)
 	}
-	if g.sm.last != 43 || g.held != 2 || g.stint != 5 || g.advertised("a") != "ha:1" || g.advertised("b") != "hb:2" {
-		t.Fatalf("restored: last %d held %d addrs %v", g.sm.last, g.held, g.addrs)
+	if g.sm.Last() != 43 || g.last.Load() != 43 || g.sm.Len() != 2 || g.nheld.Load() != 2 || g.stint != 5 || g.advertised("a") != "ha:1" || g.advertised("b") != "hb:2" {
+		t.Fatalf("restored: last %d held %d addrs %v", g.sm.Last(), g.sm.Len(), g.addrs)
 	}
-	if x := g.sm.m["x"]; x == nil || x.token != 42 || !x.ownedOnly || x.lease != 7 {
+	if x, held := g.sm.Holding("x"); !held || x.Token != 42 || !x.OwnedOnly || x.LeaseS != 7 {
 		t.Fatalf("restored x: %+v", x)
 	}
 	// Equal states encode to equal bytes.
@@ -165,11 +168,11 @@ func TestClusterFSMSnapshotRoundTrip(t *testing.T) {
 	}
 	// Restore refuses what is not a snapshot, and every truncation.
 	for i := range len(b) {
-		if err := newClusterFSM().Restore(io.NopCloser(bytes.NewReader(b[:i]))); err == nil {
-			t.Fatalf("restore of %d of %d bytes succeeded", i, len(b))
+		if err := newClusterFSM().Restore(io.NopCloser(bytes.NewReader(b[:i]))); !errors.Is(err, errSnapshot) && !errors.Is(err, lockcore.ErrSnapshot) {
+			t.Fatalf("restore of %d of %d bytes: %v, want a snapshot error", i, len(b), err)
 		}
 	}
-	if err := newClusterFSM().Restore(io.NopCloser(bytes.NewReader(append(b, 0)))); err == nil {
-		t.Fatal("restore with a trailing byte succeeded")
+	if err := newClusterFSM().Restore(io.NopCloser(bytes.NewReader(append(b, 0)))); !errors.Is(err, errSnapshot) {
+		t.Fatalf("restore with a trailing byte: %v, want errSnapshot", err)
 	}
 }

@@ -121,20 +121,22 @@
 //
 // # The state machine and the scheduler
 //
-// The lock table is two things. The state machine (machine.go) is
+// The lock table is two things. The state machine (internal/lockcore's
+// Machine, whose rules are the only copy of the lock rules) is
 // deterministic: the holdings (key -> owner, token, lease_s, owned-only)
 // and the highest token applied, changed only by the commands Grant(key,
-// owner, lease_s, owned_only, token) -> token | held, Release(key, token,
-// owner, owned) -> R | N and Expire(key, token); Release and Expire change
-// nothing unless that token still holds the key. It reads no clock, does
-// no I/O and has no goroutine or lock; Snapshot and restore encode it
+// owner, lease_s, owned_only, token) -> token | held and Free(kind, key,
+// token, owner) -> R | N, kind a RELEASE, a RELEASE_OWNED or an expiry; a
+// Free changes nothing unless that token still holds the key. It reads no
+// clock, does no I/O and has no goroutine or lock; Snapshot and restore encode it
 // (versioned, sorted by key: equal states, equal bytes). The scheduler
 // (locks.go) is the serving node's: sessions, FIFO waiter queues, the wait
 // and lease timers on a monotonic clock (injectable for tests), capacity
-// counters; it decides when a lease has ended and then applies Expire, and
+// counters; it decides when a lease has ended and then applies the expiry, and
 // hands a freed key to the next waiter with a Grant. In standalone mode
-// each shard is a state machine over its keys, applied directly under the
-// shard mutex, with the token from the store's atomic counter: the same
+// each shard keeps the holdings of its keys, applied directly under the
+// shard mutex by the machine's rules, with the token from the store's
+// atomic counter: the same
 // path, allocations and figures as before the split. A replicated mode
 // applies the same commands from its log (tokens then come from the
 // machine's own counter).

@@ -1,9 +1,6 @@
 package lockcore
 
-import (
-	"encoding/binary"
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // Session is where a request came from and its reply goes. The Core keeps
 // sessions only to name them in effects, and asks Live before granting a
@@ -172,52 +169,6 @@ func (p *Proposal) By() Session { return p.by }
 
 // Expiry reports whether p is a Free that no request asked for.
 func (p *Proposal) Expiry() bool { return p.expiry }
-
-// Command encoding (the command part of a replicated log entry; see
-// Machine.ApplyCommand):
-//
-//	Grant  type u8 (1), seq uvarint, key_len u8, key, owner [16], lease_s u8, flags u8
-//	Free   type u8 (2), seq uvarint, key_len u8, key, token u64, kind u8, owner [16],
-//	       next u8 (0 | 1), [owner [16], lease_s u8, flags u8]
-const (
-	CmdGrant = 1
-	CmdFree  = 2
-
-	flagOwned = 1
-)
-
-// AppendCommand appends p's command, numbered seq, to b.
-func (p *Proposal) AppendCommand(b []byte, seq uint64) []byte {
-	key := p.e.key
-	if !p.free {
-		b = append(b, CmdGrant)
-		b = binary.AppendUvarint(b, seq)
-		b = append(b, byte(len(key)))
-		b = append(b, key...)
-		b = append(b, p.to.owner[:]...)
-		return append(b, p.to.lease, flagsOf(p.to.ownedOnly))
-	}
-	b = append(b, CmdFree)
-	b = binary.AppendUvarint(b, seq)
-	b = append(b, byte(len(key)))
-	b = append(b, key...)
-	b = binary.BigEndian.AppendUint64(b, p.tok)
-	b = append(b, p.fkind)
-	b = append(b, p.owner[:]...)
-	if !p.hasTo {
-		return append(b, 0)
-	}
-	b = append(b, 1)
-	b = append(b, p.to.owner[:]...)
-	return append(b, p.to.lease, flagsOf(p.to.ownedOnly))
-}
-
-func flagsOf(ownedOnly bool) byte {
-	if ownedOnly {
-		return flagOwned
-	}
-	return 0
-}
 
 // Capacity is the lock table's bounds, shared by every Core of a server
 // (standalone has one per shard): held locks and waiters, counted

@@ -85,11 +85,3 @@ func (s *Server) enqueue(q *waitQueue, w, old *waiter) {
 	old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
 }
 
-// lockState is a holding of the Raft state machine (machine.go).
-type lockState struct {
-	key       string
-	owner     [wire.OwnerLen]byte
-	token     uint64 // 0 = free
-	lease     uint8
-	ownedOnly bool
-}

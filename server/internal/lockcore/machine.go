@@ -216,15 +216,3 @@ func RestoreMachine(b []byte) (*Machine, error) {
 	}
 	return m, nil
 }
-
-// Decide is the Grant rule (decide) for a scheduler that keeps holdings of
-// its own: the server's standalone shards, until they run on a Core. held
-// reports whether the key is held, holder by whom (read only if held).
-func Decide(held bool, holder, owner *Owner) GrantResult { return decide(held, holder, owner) }
-
-// MayFree is the Free rule (mayFree) for a scheduler that keeps holdings
-// of its own (see Decide): may a Free of kind naming token and owner end a
-// holding (held, its token, holder and owned-only flag)?
-func MayFree(kind uint8, token uint64, owner *Owner, held bool, hToken uint64, holder *Owner, ownedOnly bool) bool {
-	return mayFree(kind, token, owner, held, hToken, holder, ownedOnly)
-}

@@ -86,7 +86,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	peerTLS, err := loadPeerTLS(o)
+	pt, err := loadPeerTLS(o)
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	)
 	cfg := serverConfig(o, tokens, tlsConf, log, reg)
 	if o.Cluster {
-		cfg.Cluster = clusterConfig(o, ln.Addr(), peerTLS)
+		cfg.Cluster = clusterConfig(o, ln.Addr(), pt)
 	}
 
 	srv, err := server.New(cfg)
@@ -199,7 +199,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		"version", readBuildInfo().Version, "revision", readBuildInfo().Revision}
 	if cc := cfg.Cluster; cc != nil {
 		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
-			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerTLS != nil)
+			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerCertificate != nil)
 		if len(cc.Peers) > 0 {
 			attrs = append(attrs, "peers", peersString(cc.Peers))
 		}

@@ -9,7 +9,8 @@
 //
 // # Endpoints
 //
-//   - GET /healthz: 200 "ok\n" (text/plain) while the server can serve;
+//   - GET /healthz: 200 "ok\n" (text/plain) while the server is healthy
+//     (on a cluster, a follower too: use /status's role to find the leader);
 //     503 "shutting down\n" once Options.ShuttingDown says so; 503
 //     "token store: ...\n" while server.Server.TokenStoreErr reports an
 //     error (a standalone token store that cannot reserve tokens, a cluster
@@ -26,7 +27,8 @@
 //     RemoveServer. 200 with a ClusterChangeResponse once the change is
 //     committed; 409 with a NotLeaderResponse on a node that is not the
 //     leader; 400 for a bad body or node (413 beyond MaxRequestBody); 404
-//     for the removal of a node that is not in the configuration; 504 when
+//     on the leader for the removal of a node that is not in the
+//     configuration; 504 when
 //     the change did not commit within Options.ClusterChangeTimeout; 500
 //     otherwise. The body must be declared Content-Type: application/json
 //     (415 otherwise), and without Options.Token the request's Host must be

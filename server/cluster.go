@@ -238,7 +238,7 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	if cc.EarlyRelease && cc.CommittedRelease {
 		return errors.New("server: ClusterConfig.EarlyRelease and the deprecated CommittedRelease contradict each other: leave CommittedRelease unset (the committed release is the default)")
 	}
-	return nil
+	return cc.checkPeerTLS()
 }
 
 // MaxNodeIDLen is the longest ClusterConfig.NodeID.
@@ -372,7 +372,7 @@ func newCluster(s *Server) (*cluster, error) {
 			}
 			return addrs
 		}
-		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.PeerTLS, Members: members, Logger: s.log})
+		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.peerTLS, Members: members, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}
@@ -446,7 +446,7 @@ func newCluster(s *Server) (*cluster, error) {
 	}
 	cl.r = r
 	running.Store(r)
-	// (Without PeerTLS, raftnet.New has logged its warning.)
+	// (Without PeerCertificate, raftnet.New has logged its warning.)
 	cl.wg.Add(3)
 	go cl.relay(trans.Consumer(), out)
 	go cl.leadership()

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -59,10 +61,23 @@ type ClusterConfig struct {
 	// cluster refuses to go on. Empty: any.
 	ClusterID string
 
-	// PeerTLS, if non-nil, secures the Raft transport with mutual TLS
-	// against the cluster CA (see package raftnet); nil means plain TCP,
-	// and New logs a warning.
-	PeerTLS *raftnet.PeerTLS
+	// PeerCertificate and PeerRoots, given together, secure the Raft
+	// transport with mutual TLS (TLS 1.3) against the cluster CA:
+	// PeerCertificate is this node's certificate with its private key
+	// (the certificates after the leaf are sent to peers as
+	// intermediates), PeerRoots the pool of cluster CAs whose node
+	// certificates this node accepts from its peers (during a CA rotation,
+	// the old and the new CA). A node certificate carries both extended
+	// key usages ServerAuth and ClientAuth, and the dialling node checks
+	// that its peer's certificate names the host of the peer's Raft
+	// address (as ticketingd init --cluster issues them). New checks
+	// PeerCertificate at once: it must have a private key, verify against
+	// PeerRoots now, and be a node certificate; otherwise, or with only
+	// one of the two set, New fails. New copies the certificate: later
+	// changes to it have no effect. Neither set means plain TCP, and New
+	// logs a warning.
+	PeerCertificate *tls.Certificate
+	PeerRoots       *x509.CertPool
 
 	// HeartbeatTimeout and ElectionTimeout are Raft's (defaults
 	// DefaultRaftHeartbeat and DefaultRaftElection). A new leader restarts
@@ -123,6 +138,30 @@ type ClusterConfig struct {
 	transport raft.Transport
 	stores    *raftStores
 	tune      func(*raft.Config)
+
+	// peerTLS is PeerCertificate and PeerRoots as the transport takes
+	// them, made by validate (checkPeerTLS); nil without them.
+	peerTLS *raftnet.PeerTLS
+}
+
+// checkPeerTLS checks PeerCertificate and PeerRoots (for validate) and
+// makes cc.peerTLS of them.
+func (cc *ClusterConfig) checkPeerTLS() error {
+	cc.peerTLS = nil
+	switch {
+	case cc.PeerCertificate == nil && cc.PeerRoots == nil:
+		return nil
+	case cc.PeerCertificate == nil:
+		return errors.New("server: ClusterConfig.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)")
+	case cc.PeerRoots == nil:
+		return errors.New("server: ClusterConfig.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)")
+	}
+	p, err := raftnet.NewPeerTLS(*cc.PeerCertificate, cc.PeerRoots)
+	if err != nil {
+		return fmt.Errorf("server: ClusterConfig.PeerCertificate: %w", err)
+	}
+	cc.peerTLS = p
+	return nil
 }
 
 // Peer is one node of a cluster's initial configuration.

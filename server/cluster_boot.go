@@ -34,7 +34,7 @@ import (
 //   - Peers of this node alone bootstraps at once (a one-node cluster,
 //     e.g. a standalone node's migration).
 //   - Otherwise the node first asks every peer of Peers, over the Raft
-//     transport (mutual TLS with the cluster CA when PeerTLS is set), who it
+//     transport (mutual TLS with the cluster CA, given PeerCertificate), who it
 //     is: an identity probe. It bootstraps only once every peer has
 //     answered that it is the node Peers names there and either has no
 //     state either, with the same Peers and ClusterID and not Join, or has

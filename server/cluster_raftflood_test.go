@@ -12,7 +12,6 @@ import (
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
-	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/server"
 )
 
@@ -142,16 +141,13 @@ func TestClusterElectsUnderRaftPortFlood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ptls, err := raftnet.NewPeerTLS(kp.TLSCertificate(), ca.Pool())
-		if err != nil {
-			t.Fatal(err)
-		}
+		cert := kp.TLSCertificate()
 		n := &diskNode{addr: freeAddr(t)}
 		lb := proctest.NewLogBuffer()
 		logs = append(logs, lb)
 		n.cfg = server.Config{DataDir: t.TempDir(), NodeName: id,
 			Logger: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelWarn})), Cluster: &server.ClusterConfig{
-				NodeID: id, RaftListen: raftAddr, Advertise: n.addr, PeerTLS: ptls,
+				NodeID: id, RaftListen: raftAddr, Advertise: n.addr, PeerCertificate: &cert, PeerRoots: ca.Pool(),
 				HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection,
 			}}
 		peers = append(peers, server.Peer{ID: id, Address: raftAddr})

@@ -272,7 +272,8 @@
 // snapshots in snapshots/. ClusterConfig.Peers
 // bootstraps a node with no Raft state; a node with state ignores it. The
 // peer transport (package internal/raftnet) uses mutual TLS against the
-// cluster CA with ClusterConfig.PeerTLS, and logs a warning without it.
+// cluster CA with ClusterConfig.PeerCertificate and PeerRoots, and logs a
+// warning without them.
 // Membership changes (AddVoter, RemoveServer) are made on the leader;
 // elsewhere they return a NotLeaderError naming the leader. ClusterStatus
 // reports the node's Raft state, leader, term, commit and applied index and
@@ -422,6 +423,16 @@
 // addresses, is logged in full; the rest are counted and summed up in one
 // Warn per 10 s (and at Close), "log lines about peers suppressed (rate
 // limit)", with the counts of the addresses with the most lines.
+//
+// # Admin endpoints
+//
+// Package server/admin is ticketingd's admin listener as an http.Handler:
+// GET /healthz (TokenStoreErr, and a shutting-down signal), /status
+// (Stats, the build and ClusterStatus, as JSON types of that package),
+// /metrics (the registry given to Config.Registerer) and, on a cluster
+// node, POST /cluster/add and /cluster/remove (AddVoter, RemoveServer),
+// with an optional Bearer token. A program that embeds a Server mounts
+// admin.New(srv, admin.Options{...}) on an http.Server of its own.
 //
 // # Shutdown
 //

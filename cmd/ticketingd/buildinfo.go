@@ -9,40 +9,25 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 // version, if set at build time (go build -ldflags "-X main.version=v1.2.3"),
 // replaces the module version that the go command stamps in the binary.
 var version = ""
 
-// develVersion is the version of a binary that carries no module version:
-// built with -buildvcs=false, or outside a git clone, or from a git
-// worktree (whose .git is a file, which the go command does not recognise).
-const develVersion = "(devel)"
+// develVersion is the version of a binary that carries no module version
+// (admin.DevelVersion): built with -buildvcs=false, or outside a git
+// clone, or from a git worktree (whose .git is a file, which the go
+// command does not recognise).
+const develVersion = admin.DevelVersion
 
 // buildInfo identifies the running binary: `ticketingd version` and
-// --version print it, /status has it as "build", and the
-// ticketing_build_info metric carries it as labels.
-type buildInfo struct {
-	// Version is the module version: vX.Y.Z for `go install
-	// MODULE@vX.Y.Z`, a pseudo-version such as
-	// v0.0.0-20261201193522-ef5cbb39c1f1 (+dirty when modified) for a
-	// build in a git clone, or "(devel)" when the go command stamped none;
-	// main.version overrides it.
-	Version string `json:"version"`
-	// Path is the main module's path.
-	Path string `json:"module"`
-	// Revision is the VCS commit the binary was built from (vcs.revision),
-	// empty when unknown.
-	Revision string `json:"revision"`
-	// RevisionTime is that commit's time (vcs.time), empty when unknown.
-	RevisionTime string `json:"revision_time,omitempty"`
-	// Modified tells whether the working tree had changes against
-	// Revision (vcs.modified); nil when unknown.
-	Modified *bool `json:"modified"`
-	// GoVersion is the Go toolchain that built the binary.
-	GoVersion string `json:"go_version"`
-}
+// --version print it, /status has it as "build" (admin.Options.Build), and
+// the ticketing_build_info metric carries it as labels. Its fields are
+// admin.BuildInfo's.
+type buildInfo admin.BuildInfo
 
 // readBuildInfo returns the running binary's build information.
 var readBuildInfo = sync.OnceValue(func() buildInfo {
@@ -51,28 +36,12 @@ var readBuildInfo = sync.OnceValue(func() buildInfo {
 })
 
 // newBuildInfo maps the go command's stamp (bi may be nil) and
-// main.version to a buildInfo.
+// main.version to a buildInfo: admin.NewBuildInfo, with this module's path
+// when the stamp names none, and main.version over the module version.
 func newBuildInfo(bi *debug.BuildInfo) buildInfo {
-	info := buildInfo{Version: develVersion, Path: "github.com/ticketing-dev/ticketing", GoVersion: runtime.Version()}
-	if bi != nil {
-		if bi.Main.Path != "" {
-			info.Path = bi.Main.Path
-		}
-		if v := bi.Main.Version; v != "" {
-			info.Version = v
-		}
-		for _, kv := range bi.Settings {
-			switch kv.Key {
-			case "vcs.revision":
-				info.Revision = kv.Value
-			case "vcs.time":
-				info.RevisionTime = kv.Value
-			case "vcs.modified":
-				if m, err := strconv.ParseBool(kv.Value); err == nil {
-					info.Modified = &m
-				}
-			}
-		}
+	info := buildInfo(admin.NewBuildInfo(bi))
+	if info.Path == "" {
+		info.Path = "github.com/ticketing-dev/ticketing"
 	}
 	if version != "" {
 		info.Version = version

@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 // TestVersionBinary builds the real binary as a user does, from this
@@ -81,14 +83,14 @@ func TestVersionBinary(t *testing.T) {
 
 	sp := startBinary(t, bin, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--log-format", "json")
-	admin := "http://" + sp.stderr.waitJSON(t, "admin listening", sp.done)["addr"].(string)
+	adminURL := "http://" + sp.stderr.waitJSON(t, "admin listening", sp.done)["addr"].(string)
 	listening := sp.stderr.waitJSON(t, "listening", sp.done)
-	code, body := httpGet(t, admin+"/status")
-	var st statusBody
+	code, body := httpGet(t, adminURL+"/status")
+	var st admin.Status
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
 		t.Fatalf("/status: %d %v %s", code, err, body)
 	}
-	b := st.Build
+	b := buildInfo(st.Build)
 	if !regexp.MustCompile(`^`+wantVersion+`$`).MatchString(b.Version) || b.GoVersion != runtime.Version() ||
 		(b.Revision == "" && wantRev != "unknown") || (b.Revision != "" && b.Revision != wantRev) || b.modifiedLabel() != wantModified {
 		t.Errorf("/status build: %+v (modified %s), want version %s, revision %s, modified %s", b, b.modifiedLabel(), wantVersion, wantRev, wantModified)
@@ -96,7 +98,7 @@ func TestVersionBinary(t *testing.T) {
 	if listening["version"] != b.Version {
 		t.Errorf("listening log line: version %v, /status %s", listening["version"], b.Version)
 	}
-	_, metrics := httpGet(t, admin+"/metrics")
+	_, metrics := httpGet(t, adminURL+"/metrics")
 	want := `ticketing_build_info{go_version="` + runtime.Version() + `",modified="` + wantModified +
 		`",revision="` + wantRev + `",version="` + b.Version + `"} 1`
 	if !strings.Contains(metrics, want) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strconv"
@@ -260,23 +262,35 @@ func nonEmpty(ss ...string) int {
 	return n
 }
 
-// loadPeerTLS reads --peer-tls-cert, --peer-tls-key and --peer-tls-ca;
-// nil without them.
-func loadPeerTLS(o *serveOptions) (*raftnet.PeerTLS, error) {
+// peerTLS is the node's certificate and the cluster CA pool of
+// --peer-tls-cert, --peer-tls-key and --peer-tls-ca, for
+// server.ClusterConfig's PeerCertificate and PeerRoots.
+type peerTLS struct {
+	cert  tls.Certificate
+	roots *x509.CertPool
+}
+
+// loadPeerTLS reads --peer-tls-cert, --peer-tls-key and --peer-tls-ca, and
+// checks the certificate as server.New does, so that the error names the
+// files; nil without them.
+func loadPeerTLS(o *serveOptions) (*peerTLS, error) {
 	if !o.Cluster || o.PeerTLSCert == "" {
 		return nil, nil
 	}
-	p, err := raftnet.LoadPeerTLS(o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA)
+	cert, roots, err := raftnet.LoadPeerFiles(o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA)
+	if err == nil {
+		_, err = raftnet.NewPeerTLS(cert, roots)
+	}
 	if err != nil {
 		return nil, runtimef("--peer-tls-cert %s / --peer-tls-key %s / --peer-tls-ca %s: %w", o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA, err)
 	}
-	return p, nil
+	return &peerTLS{cert: cert, roots: roots}, nil
 }
 
 // clusterConfig builds the server's ClusterConfig from validated options,
 // the lock port's bound address (--advertise's default when --listen has
-// port 0) and the peer TLS from loadPeerTLS.
-func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *server.ClusterConfig {
+// port 0) and the peer TLS from loadPeerTLS (nil: plain TCP).
+func clusterConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.ClusterConfig {
 	peers, _ := parsePeers("--peers", o.Peers) // validated
 	advertise := o.Advertise
 	if advertise == "" {
@@ -285,13 +299,12 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 			advertise = listen.String()
 		}
 	}
-	return &server.ClusterConfig{
+	cc := &server.ClusterConfig{
 		NodeID:           o.NodeID,
 		RaftListen:       o.RaftListen,
 		RaftAdvertise:    o.raftAdvertise(),
 		Advertise:        advertise,
 		Peers:            peers,
-		PeerTLS:          peerTLS,
 		HeartbeatTimeout: o.RaftHeartbeat,
 		ElectionTimeout:  o.RaftElection,
 		EarlyRelease:     o.EarlyRelease,
@@ -301,6 +314,11 @@ func clusterConfig(o *serveOptions, listen net.Addr, peerTLS *raftnet.PeerTLS) *
 		Join:                o.InitialState == initialStateExisting,
 		ClusterID:           o.ClusterID,
 	}
+	if pt != nil {
+		cert := pt.cert
+		cc.PeerCertificate, cc.PeerRoots = &cert, pt.roots
+	}
+	return cc
 }
 
 // peersString is for log lines: the peers as ID=ADDR,...

@@ -21,6 +21,7 @@ import (
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 // adminDo makes one admin request with an optional Authorization header
@@ -319,7 +320,7 @@ func TestClusterEndToEnd(t *testing.T) {
 
 	// /status has the cluster object; without the token, 401.
 	code, body := adminDo(t, "GET", "http://"+admins[lead]+"/status", "Bearer "+ex["TICKETING_ADMIN_TOKEN"], "")
-	var st statusBody
+	var st admin.Status
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Cluster == nil || st.Cluster.NodeID != leaderID || st.Role != "leader" {
 		t.Errorf("/status of the leader: %d %v %s", code, err, body)
 	}
@@ -331,7 +332,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	// where to repeat it.
 	raft4 := "127.0.0.1:" + strconv.Itoa(raftBase+3)
 	code, body = adminDo(t, "POST", "http://"+admins[follower]+"/cluster/add", "Bearer "+ex["TICKETING_ADMIN_TOKEN"], `{"id":"n4","address":"`+raft4+`"}`)
-	var nl notLeaderBody
+	var nl admin.NotLeaderResponse
 	if err := json.Unmarshal([]byte(body), &nl); code != 409 || err != nil || nl.Leader != leaderID || nl.LeaderAddress != views[lead].LeaderAddress || nl.Error == "" {
 		t.Errorf("add on a follower: %d %s", code, body)
 	}
@@ -447,7 +448,7 @@ func TestClusterEndToEnd(t *testing.T) {
 		}
 	}
 	code, out, stderr = runCapture(t, "cluster", "remove", deadID, "--admin", admins[lead], "--json")
-	var resp clusterChangeResponse
+	var resp admin.ClusterChangeResponse
 	if err := json.Unmarshal([]byte(out), &resp); code != 0 || err != nil || resp.ID != deadID || resp.Cluster == nil {
 		t.Fatalf("cluster remove %s: exit %d: %s%s", deadID, code, out, stderr)
 	}

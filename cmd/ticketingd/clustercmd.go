@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 // adminTokenEnv is the environment variable 'ticketingd cluster' reads the
@@ -94,7 +95,7 @@ leader's admin listener.`,
 			if err := o.check(); err != nil {
 				return err
 			}
-			return clusterChange(cmd.Context(), &o, stdout, "/cluster/add", clusterAddRequest{ID: peers[0].ID, Address: peers[0].Address})
+			return clusterChange(cmd.Context(), &o, stdout, "/cluster/add", admin.ClusterAddRequest{ID: peers[0].ID, Address: peers[0].Address})
 		},
 	}
 	remove := &cobra.Command{
@@ -112,7 +113,7 @@ against the leader's admin listener.`,
 			if err := o.check(); err != nil {
 				return err
 			}
-			return clusterChange(cmd.Context(), &o, stdout, "/cluster/remove", clusterRemoveRequest{ID: args[0]})
+			return clusterChange(cmd.Context(), &o, stdout, "/cluster/remove", admin.ClusterRemoveRequest{ID: args[0]})
 		},
 	}
 	cmd.AddCommand(status, add, remove)
@@ -182,7 +183,7 @@ func adminCall(ctx context.Context, o *clusterCmdOptions, method, path string, r
 // answerError turns a non-2xx admin answer into a runtime error that says
 // what to do: for 409, which node leads.
 func answerError(o *clusterCmdOptions, code int, body []byte) error {
-	var nl notLeaderBody
+	var nl admin.NotLeaderResponse
 	if err := json.Unmarshal(body, &nl); err != nil || nl.Error == "" {
 		return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), strings.TrimSpace(string(body)))
 	}
@@ -221,7 +222,7 @@ func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer
 	if code != http.StatusOK {
 		return answerError(o, code, body)
 	}
-	var st statusBody
+	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		return runtimef("admin listener %s: /status: %w", o.Admin, err)
 	}
@@ -392,7 +393,7 @@ func clusterChangeOn(ctx context.Context, o *clusterCmdOptions, stdout io.Writer
 }
 
 func clusterChangeAnswer(o *clusterCmdOptions, stdout io.Writer, path string, code int, body []byte) error {
-	var ae adminError
+	var ae admin.ErrorResponse
 	if (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) && json.Unmarshal(body, &ae) != nil {
 		// The mux's own answer, not the endpoint's.
 		return runtimef("the node at %s has no %s endpoint: it is not a cluster node", o.Admin, path)
@@ -400,7 +401,7 @@ func clusterChangeAnswer(o *clusterCmdOptions, stdout io.Writer, path string, co
 	if code != http.StatusOK {
 		return answerError(o, code, body)
 	}
-	var resp clusterChangeResponse
+	var resp admin.ClusterChangeResponse
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return runtimef("admin listener %s: %s: %w", o.Admin, path, err)
 	}

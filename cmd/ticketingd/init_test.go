@@ -435,7 +435,7 @@ func TestInitCluster(t *testing.T) {
 			t.Errorf("%s: client TLS: %v", id, err)
 		}
 		cc := clusterConfig(o, nil, peerTLS)
-		if !reflect.DeepEqual(cc.Peers, wantPeers) || cc.RaftAdvertise != port(17000) || cc.Advertise != port(16000) {
+		if !reflect.DeepEqual(cc.Peers, wantPeers) || cc.RaftAdvertise != port(17000) || cc.Advertise != port(16000) || cc.PeerCertificate == nil || cc.PeerRoots == nil {
 			t.Errorf("%s: ClusterConfig %+v", id, cc)
 		}
 

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 func newServeCmd(stderr io.Writer) *cobra.Command {
@@ -85,7 +86,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	peerTLS, err := loadPeerTLS(o)
+	pt, err := loadPeerTLS(o)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	)
 	cfg := serverConfig(o, tokens, tlsConf, log, reg)
 	if o.Cluster {
-		cfg.Cluster = clusterConfig(o, ln.Addr(), peerTLS)
+		cfg.Cluster = clusterConfig(o, ln.Addr(), pt)
 	}
 
 	srv, err := server.New(cfg)
@@ -167,11 +168,15 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		adminSrv     *http.Server
 	)
 	if aln != nil {
-		ac := adminConfig{token: o.AdminToken, log: log}
-		if o.Cluster {
-			ac.cluster = srv
-		}
-		adminSrv = newAdminServer(adminHandler(srv, reg, &shuttingDown, ac), log)
+		build := admin.BuildInfo(readBuildInfo())
+		adminSrv = newAdminServer(admin.New(srv, admin.Options{
+			Token:        o.AdminToken,
+			Gatherer:     reg,
+			Registerer:   reg,
+			ShuttingDown: shuttingDown.Load,
+			Build:        &build,
+			Logger:       log,
+		}), log)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -194,7 +199,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		"version", readBuildInfo().Version, "revision", readBuildInfo().Revision}
 	if cc := cfg.Cluster; cc != nil {
 		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
-			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerTLS != nil)
+			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerCertificate != nil)
 		if len(cc.Peers) > 0 {
 			attrs = append(attrs, "peers", peersString(cc.Peers))
 		}
@@ -322,7 +327,9 @@ func isLoopback(a net.Addr) bool {
 
 // Admin HTTP server limits: a client that sends nothing, trickles its
 // request or keeps an idle keep-alive connection is closed instead of
-// holding a file descriptor the lock port may need.
+// holding a file descriptor the lock port may need. adminWriteTimeout is
+// above admin.DefaultClusterChangeTimeout, so that the answer of a slow
+// membership change still gets out.
 const (
 	adminReadHeaderTimeout = 5 * time.Second
 	adminReadTimeout       = 10 * time.Second

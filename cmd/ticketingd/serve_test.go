@@ -4,20 +4,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -114,110 +109,6 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(logs, secret) {
 		t.Errorf("the client token was logged:\n%s", logs)
-	}
-}
-
-func TestAdminHealthzWhileShuttingDown(t *testing.T) {
-	srv, err := server.New(server.Config{DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	var down atomic.Bool
-	h := adminHandler(srv, prometheus.NewRegistry(), &down, adminConfig{})
-	get := func(path string) *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-		return rec
-	}
-	if rec := get("/healthz"); rec.Code != 200 || rec.Body.String() != "ok\n" {
-		t.Errorf("serving: %d %q", rec.Code, rec.Body)
-	}
-	down.Store(true)
-	if rec := get("/healthz"); rec.Code != 503 {
-		t.Errorf("shutting down: %d %q", rec.Code, rec.Body)
-	}
-	if rec := get("/nope"); rec.Code != 404 {
-		t.Errorf("/nope: %d", rec.Code)
-	}
-}
-
-// TestAdminTokenStoreHealth: /healthz answers 503 while the token store
-// cannot reserve (here: the ceiling's temporary file cannot be created), and
-// 200 again once it can; /status never shows last_token above token_ceiling,
-// even after grants failed for want of a token.
-func TestAdminTokenStoreHealth(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, TokenBlock: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
-	h := adminHandler(srv, prometheus.NewRegistry(), new(atomic.Bool), adminConfig{})
-	get := func(path string) *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-		return rec
-	}
-	dialOK := func() *client {
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		cl, r, err := dialRaw(conn, "")
-		if err != nil || r.Type != wire.TypeHelloOK {
-			t.Fatalf("HELLO: %q %v", r.Type, err)
-		}
-		return cl
-	}
-	if rec := get("/healthz"); rec.Code != 200 {
-		t.Fatalf("healthy store: %d %q", rec.Code, rec.Body)
-	}
-
-	tmp := filepath.Join(dir, "tokens.ceiling.tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil { // every reservation fails
-		t.Fatal(err)
-	}
-	cl := dialOK()
-	var last uint64
-	for i := range 4 { // the first block of four; the reservation of the next fails
-		r, err := cl.acquire(fmt.Sprintf("k%d", i), 0, 30)
-		if err != nil || r.Type != wire.TypeGranted {
-			t.Fatalf("acquire %d: %q %v", i, r.Type, err)
-		}
-		last = r.Token
-	}
-	for range 3 { // no token: these fail (E(6): the disk failed)
-		if r, err := dialOK().acquire("more", 0, 30); err == nil && r.Type == wire.TypeGranted {
-			t.Fatalf("granted token %d with a failing store", r.Token)
-		}
-	}
-	rec := get("/healthz")
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "token store") {
-		t.Errorf("failing store: /healthz %d %q, want 503 naming the token store", rec.Code, rec.Body)
-	}
-	var st server.Stats
-	if err := json.Unmarshal(get("/status").Body.Bytes(), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.LastToken > st.TokenCeiling || st.LastToken != last {
-		t.Errorf("/status last_token %d, token_ceiling %d: want last %d, never above the ceiling", st.LastToken, st.TokenCeiling, last)
-	}
-
-	if err := os.Remove(tmp); err != nil { // the disk recovers
-		t.Fatal(err)
-	}
-	if r, err := dialOK().acquire("after", 0, 30); err != nil || r.Type != wire.TypeGranted || r.Token <= last {
-		t.Fatalf("after recovery: %q token %d %v", r.Type, r.Token, err)
-	}
-	if rec := get("/healthz"); rec.Code != 200 {
-		t.Errorf("recovered store: /healthz %d %q", rec.Code, rec.Body)
 	}
 }
 

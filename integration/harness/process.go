@@ -15,13 +15,34 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 )
 
-// LogBuffer is a goroutine-safe buffer that lets a reader wait for a line
-// (internal/proctest). It is the io.Writer given to a subprocess's stderr
-// or stdout.
-type LogBuffer = proctest.LogBuffer
+// LogBuffer is a goroutine-safe buffer that lets a reader wait for a line.
+// It is the io.Writer given to a subprocess's stderr or stdout. (It wraps
+// the buffer of internal/proctest, which cmd/ticketingd's tests share, so
+// that no exported name of this package has an internal type.)
+type LogBuffer struct{ b *proctest.LogBuffer }
 
 // NewLogBuffer returns an empty LogBuffer.
-func NewLogBuffer() *LogBuffer { return proctest.NewLogBuffer() }
+func NewLogBuffer() *LogBuffer { return &LogBuffer{proctest.NewLogBuffer()} }
+
+// Write appends p and wakes the waiters.
+func (b *LogBuffer) Write(p []byte) (int, error) { return b.b.Write(p) }
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string { return b.b.String() }
+
+// WaitLine waits until a complete line (ended by '\n') at or after byte
+// offset from satisfies match, and returns it and the offset just past it.
+// It returns an error if done closes first (after one last look) or after
+// timeout.
+func (b *LogBuffer) WaitLine(from int, match func(line string) bool, done <-chan struct{}, timeout time.Duration) (string, int, error) {
+	return b.b.WaitLine(from, match, done, timeout)
+}
+
+// WaitJSON waits for a JSON log line whose "msg" is msg (at or after byte
+// offset from, as WaitLine) and returns it decoded.
+func (b *LogBuffer) WaitJSON(from int, msg string, done <-chan struct{}, timeout time.Duration) (map[string]any, error) {
+	return b.b.WaitJSON(from, msg, done, timeout)
+}
 
 // Process is a running subprocess whose stdout and stderr are captured.
 // Its methods are safe for concurrent use. StartProcess registers a

@@ -6,11 +6,13 @@
 //
 // New listens and returns a *raft.NetworkTransport for raft.NewRaft.
 // LoadPeerTLS reads the node's certificate, key and the cluster CA bundle
-// from PEM files (the future --peer-tls-cert, --peer-tls-key and
-// --peer-tls-ca); NewPeerTLS builds the same from memory. HCLogger adapts a
-// *slog.Logger to the hclog.Logger that raft wants. Config.Members tells
-// the transport who the cluster's members are, so that their connections
-// get handshake slots no stranger can take (see Denial of service).
+// from PEM files (--peer-tls-cert, --peer-tls-key and --peer-tls-ca);
+// NewPeerTLS builds the same from memory (server.ClusterConfig's
+// PeerCertificate and PeerRoots), and LoadPeerFiles only reads the files
+// for it. HCLogger adapts a *slog.Logger to the hclog.Logger that raft
+// wants. Config.Members tells the transport who the cluster's members
+// are, so that their connections get handshake slots no stranger can take
+// (see Denial of service).
 //
 // # Trust model
 //

@@ -44,25 +44,36 @@ func NewPeerTLS(cert tls.Certificate, roots *x509.CertPool) (*PeerTLS, error) {
 	return &PeerTLS{cert: cert, roots: roots}, nil
 }
 
-// LoadPeerTLS reads a PeerTLS from PEM files, the future flags
-// --peer-tls-cert, --peer-tls-key and --peer-tls-ca: certFile holds the node
-// certificate (optionally followed by intermediates), keyFile its private
-// key, and caFile one or more CA certificates. During a CA rotation caFile
-// holds both the old and the new CA. The checks of NewPeerTLS apply.
+// LoadPeerTLS reads a PeerTLS from PEM files, the flags --peer-tls-cert,
+// --peer-tls-key and --peer-tls-ca: LoadPeerFiles, then NewPeerTLS and its
+// checks.
 func LoadPeerTLS(certFile, keyFile, caFile string) (*PeerTLS, error) {
+	cert, roots, err := LoadPeerFiles(certFile, keyFile, caFile)
+	if err != nil {
+		return nil, err
+	}
+	return NewPeerTLS(cert, roots)
+}
+
+// LoadPeerFiles reads what NewPeerTLS takes from PEM files: certFile holds
+// the node certificate (optionally followed by intermediates), keyFile its
+// private key, and caFile one or more CA certificates. During a CA
+// rotation caFile holds both the old and the new CA. It checks only that
+// the files can be read and parsed; NewPeerTLS checks the certificate.
+func LoadPeerFiles(certFile, keyFile, caFile string) (tls.Certificate, *x509.CertPool, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("raftnet: peer TLS: load key pair: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("raftnet: peer TLS: load key pair: %w", err)
 	}
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("raftnet: peer TLS: read CA file: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("raftnet: peer TLS: read CA file: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("raftnet: peer TLS: no certificate in CA file %s", caFile)
+		return tls.Certificate{}, nil, fmt.Errorf("raftnet: peer TLS: no certificate in CA file %s", caFile)
 	}
-	return NewPeerTLS(cert, roots)
+	return cert, roots, nil
 }
 
 // Leaf returns the node's own certificate.

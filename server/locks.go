@@ -32,6 +32,7 @@ type shard struct {
 	core   *lockcore.Core
 	wake   timer // at wakeAt: the core's Next
 	wakeAt int64 // lockcore.NoDeadline: not armed
+	last   int64 // the latest now given to core: its events come in time order
 	_      [64]byte
 }
 
@@ -39,25 +40,28 @@ type shard struct {
 // once; a grant takes the next token of the store's reservation.
 type localLog struct{ tokens *tokenStore }
 
-func (l localLog) Propose(p *lockcore.Proposal) (lockcore.Result, bool) {
+func (l localLog) Propose(p *lockcore.Proposal) bool {
 	if !p.Grants() {
-		return lockcore.Result{Freed: true}, true
+		p.SetResult(lockcore.Result{Freed: true})
+		return true
 	}
 	if tok, ok := l.tokens.take(); ok {
-		return lockcore.Result{Freed: true, Token: tok}, true
+		p.SetResult(lockcore.Result{Freed: true, Token: tok})
+		return true
 	}
 	// No token below the durable ceiling right now: a reservation is being
 	// written (a first try is deferred until it ends), or the last one
 	// failed (E(6) for a waiter's turn), or there are none left.
 	err := l.tokens.failed()
-	if errors.Is(err, ErrTokensExhausted) {
-		return lockcore.Result{Freed: true, Err: err}, true
+	switch {
+	case errors.Is(err, ErrTokensExhausted):
+		p.SetResult(lockcore.Result{Freed: true, Err: err})
+	case err != nil:
+		p.SetResult(lockcore.Result{Freed: true, Retry: true, Fatal: true, Err: err})
+	default:
+		p.SetResult(lockcore.Result{Freed: true, Retry: true, Err: errTokenStall})
 	}
-	r := lockcore.Result{Freed: true, Retry: true, Fatal: err != nil, Err: err}
-	if err == nil {
-		r.Err = errTokenStall
-	}
-	return r, true
+	return true
 }
 
 func (s *Server) initShards() {
@@ -103,7 +107,12 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS, WaitS: req.WaitS,
 		OwnedOnly: s.ownedOnly(c), Arrived: arrived}
 	sh.mu.Lock()
-	sh.core.Acquire(s.now(), &a)
+	// The ACQUIRE is decided as of its arrival (no second clock read on
+	// the grant path), or of the shard's last event if that came later. A
+	// lease counted from arrival ends no earlier than its holder's own
+	// count, which starts when it sent the ACQUIRE.
+	sh.last = max(sh.last, arrived)
+	sh.core.Acquire(sh.last, &a)
 	deferred := s.carryOut(sh, c)
 	sh.mu.Unlock()
 	if deferred {
@@ -164,7 +173,7 @@ func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, sh *shar
 	if err == nil {
 		a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS, WaitS: req.WaitS,
 			OwnedOnly: s.ownedOnly(c), Arrived: arrived, Late: true}
-		sh.core.Acquire(s.now(), &a)
+		sh.core.Acquire(s.shardNow(sh), &a)
 		s.carryOut(sh, nil)
 		sh.mu.Unlock()
 		return
@@ -195,7 +204,7 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 	sh := s.shardFor(req.Key)
 	r := lockcore.Release{S: c, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
 	sh.mu.Lock()
-	sh.core.Release(s.now(), &r)
+	sh.core.Release(s.shardNow(sh), &r)
 	s.carryOut(sh, c)
 	sh.mu.Unlock()
 }
@@ -225,7 +234,7 @@ func (s *Server) cancel(c *conn, reqID uint32) {
 	}
 	switch {
 	case f.w != nil:
-		sh.core.Cancel(s.now(), f.w)
+		sh.core.Cancel(s.shardNow(sh), f.w)
 		s.carryOut(sh, c)
 	case f.tw != nil && !f.tw.done:
 		f.tw.done = true // acquireLate will not decide it
@@ -263,8 +272,9 @@ func (s *Server) dropFlight(f flight) {
 // in-flight records of queued ACQUIREs; then it sets the shard's timer. It
 // reports whether the core deferred the caller's ACQUIRE (Defer).
 func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
-	for i := range sh.core.Effects() {
-		e := &sh.core.Effects()[i]
+	fx := sh.core.Effects()
+	for i := range fx {
+		e := &fx[i]
 		c, _ := e.S.(*conn)
 		wake := c != caller
 		switch e.Kind {
@@ -272,7 +282,7 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 			if e.Why != lockcore.Again {
 				s.m.granted(e.Wait)
 			}
-			c.sendGranted(e.ReqID, e.Token, e.Waited, e.Queued, wake)
+			c.sendGranted(e.ReqID, e.Token, e.WaitedMS(), e.Queued, wake)
 		case lockcore.TimedOut:
 			s.m.timeouts.Add(1)
 			if e.Why == lockcore.Cancelled {
@@ -309,7 +319,7 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 		case lockcore.Expired:
 			s.m.expired.Add(1)
 		case lockcore.Desync:
-			s.log.Error("lock table: a command did not apply as projected (not reached)", "key", e.Key)
+			s.log.Error("lock table: a command did not apply as projected (not reached)", "err", e.Err)
 		}
 	}
 	s.rearm(sh)
@@ -332,11 +342,18 @@ func (s *Server) rearm(sh *shard) {
 	}
 }
 
+// shardNow is now for sh's core (under sh.mu): the server's clock, and
+// never before an instant the core was already given.
+func (s *Server) shardNow(sh *shard) int64 {
+	sh.last = max(sh.last, s.now())
+	return sh.last
+}
+
 // shardDue runs when sh's timer fires.
 func (s *Server) shardDue(sh *shard) {
 	sh.mu.Lock()
 	sh.wakeAt = lockcore.NoDeadline
-	sh.core.Tick(s.now())
+	sh.core.Tick(s.shardNow(sh))
 	s.carryOut(sh, nil)
 	sh.mu.Unlock()
 }
@@ -357,7 +374,7 @@ func (s *Server) sweepAll() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.core.Tick(s.now())
+		sh.core.Tick(s.shardNow(sh))
 		s.carryOut(sh, nil)
 		sh.mu.Unlock()
 	}

@@ -50,7 +50,6 @@ type Core struct {
 	keys     keyHeap
 	fx       []Effect
 	spare    *Proposal // recycled proposals
-	retired  []*Proposal
 	nheld    int64  // projected holdings (counted in Capacity.Held)
 	nwait    int64  // queued waiters (counted in Capacity.Waiters)
 	pending  int    // proposals in flight
@@ -92,17 +91,9 @@ type Release struct {
 // Effects returns the effects of the last event, valid until the next one.
 func (c *Core) Effects() []Effect { return c.fx }
 
-// begin starts an event: the last event's effects are done with, and so
-// are the proposals it retired.
+// begin starts an event: the last event's effects are done with.
 func (c *Core) begin() {
-	clear(c.fx)
-	c.fx = c.fx[:0]
-	for _, p := range c.retired {
-		*p = Proposal{next: c.spare, late: p.late[:0], retries: p.retries[:0]}
-		c.spare = p
-	}
-	clear(c.retired)
-	c.retired = c.retired[:0]
+	c.fx = c.fx[:0] // (the references left in it are overwritten by the next effects)
 }
 
 func (c *Core) emit(e Effect) { c.fx = append(c.fx, e) }
@@ -118,16 +109,14 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 	if e != nil && e.held && e.token != 0 && now >= e.end {
 		c.free(e, FreeExpire, nil, 0, e.owner, now)
 	}
-	g := grantee{s: a.S, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
-		arrived: a.Arrived, deadline: NoDeadline, late: a.Late}
-	switch decide(e != nil && e.held, ownerOf(e), &a.Owner) {
-	case GrantNew:
+	res := decide(e != nil && e.held, ownerOf(e), &a.Owner)
+	if res == GrantNew {
 		if c.cfg.MaxPending > 0 && c.pending-c.expiring >= c.cfg.MaxPending {
-			c.reply(Busy, &g, Backlog)
+			c.emit(Effect{Kind: Busy, Why: Backlog, S: a.S, ReqID: a.ReqID, Queued: a.Late})
 			return
 		}
 		if !c.cfg.Capacity.takeHeld() {
-			c.reply(Busy, &g, Full)
+			c.emit(Effect{Kind: Busy, Why: Full, S: a.S, ReqID: a.ReqID, Queued: a.Late})
 			return
 		}
 		c.nheld++
@@ -139,14 +128,16 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		}
 		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, a.Owner, a.LeaseS, a.OwnedOnly, 0, a.S
 		p := c.proposal(e, a.S, now)
-		p.to, p.hasTo = g, true
+		p.to, p.hasTo = a.grantee(), true
 		e.pend = p
 		if !c.propose(p, now) {
 			p.to.queued = true
 			c.emit(Effect{Kind: Track, S: a.S, ReqID: a.ReqID})
 		}
 		return
-	case GrantRetry:
+	}
+	g := a.grantee()
+	if res == GrantRetry {
 		// The holder's retry: its token, the lease not extended; or, while
 		// its grant is in flight, the grant's answer.
 		if e.token != 0 {
@@ -200,6 +191,11 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 	c.emit(Effect{Kind: Queue, S: a.S, ReqID: a.ReqID, W: w})
 }
 
+func (a *Acquire) grantee() grantee {
+	return grantee{s: a.S, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
+		arrived: a.Arrived, deadline: NoDeadline, late: a.Late}
+}
+
 func ownerOf(e *entry) *Owner {
 	if e == nil {
 		return nil
@@ -231,15 +227,7 @@ func (c *Core) Release(now int64, r *Release) {
 		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
 		return
 	}
-	p := c.free(e, kind, r.S, r.ReqID, r.Owner, now)
-	if c.cfg.EarlyRelease && p.inFlight {
-		// R now: the log's order has decided it (the Free is behind
-		// everything granted before, and any grant of the key goes behind
-		// it). If it never applies, the holding stays until its lease
-		// ends, as if its holder had died: no token or exclusion changes.
-		p.rc = nil
-		c.emit(Effect{Kind: Released, S: r.S, ReqID: r.ReqID})
-	}
+	c.free(e, kind, r.S, r.ReqID, r.Owner, now)
 }
 
 // Cancel removes w, if it still waits in a queue, and answers it T. A
@@ -335,14 +323,20 @@ func (c *Core) Tick(now int64) {
 	}
 }
 
-// proposal returns a cleared proposal of a command on e charged to by.
+// proposal returns a proposal of a command on e charged to by: a Grant,
+// with no recipient yet. (A recycled one is reset field by field, not
+// zeroed whole: it is on every grant's path.)
 func (c *Core) proposal(e *entry, by Session, now int64) *Proposal {
 	p := c.spare
-	if p != nil {
-		c.spare = p.next
-		p.next = nil
-	} else {
+	if p == nil {
 		p = new(Proposal)
+	} else {
+		c.spare, p.next = p.next, nil
+		p.free, p.hasTo, p.inFlight, p.expiry = false, false, false, false
+		p.tok, p.fkind, p.rid = 0, 0, 0
+		if p.rc != nil {
+			p.rc = nil
+		}
 	}
 	p.e, p.by, p.at, p.gen = e, by, now, c.gen
 	return p
@@ -350,8 +344,8 @@ func (c *Core) proposal(e *entry, by Session, now int64) *Proposal {
 
 // propose hands p to the log; it reports whether p applied at once.
 func (c *Core) propose(p *Proposal, now int64) bool {
-	if r, ok := c.log.Propose(p); ok {
-		c.apply(p, r, now)
+	if c.log.Propose(p) {
+		c.apply(p, &p.res, now)
 		return true
 	}
 	p.inFlight = true
@@ -364,8 +358,8 @@ func (c *Core) propose(p *Proposal, now int64) bool {
 
 // free ends e's holding (an expiry, or a RELEASE by rc), with the grant to
 // the oldest live waiter whose wait has not ended, if any, in the same
-// command. It returns the Free proposed.
-func (c *Core) free(e *entry, kind uint8, rc Session, rid uint32, owner Owner, now int64) *Proposal {
+// command.
+func (c *Core) free(e *entry, kind uint8, rc Session, rid uint32, owner Owner, now int64) {
 	c.unlink(e)
 	c.unwatchKey(e)
 	by := e.by
@@ -384,8 +378,14 @@ func (c *Core) free(e *entry, kind uint8, rc Session, rid uint32, owner Owner, n
 		c.cfg.Capacity.Held.Add(-1)
 	}
 	e.freeing = p
-	c.propose(p, now)
-	return p
+	if !c.propose(p, now) && c.cfg.EarlyRelease && rc != nil && kind != FreeExpire {
+		// R now: the log's order has decided it (the Free is behind
+		// everything granted before, and any grant of the key goes behind
+		// it). If it never applies, the holding stays until its lease
+		// ends, as if its holder had died: no token or exclusion changes.
+		p.rc = nil
+		c.emit(Effect{Kind: Released, S: rc, ReqID: rid})
+	}
 }
 
 // nextWaiter takes the oldest waiter of e that is live and whose wait has
@@ -425,11 +425,25 @@ func (c *Core) Applied(now int64, p *Proposal, r Result) {
 	if p.expiry {
 		c.expiring--
 	}
-	c.apply(p, r, now)
+	c.apply(p, &r, now)
 }
 
-func (c *Core) apply(p *Proposal, r Result, now int64) {
-	c.retired = append(c.retired, p)
+// apply carries out p's outcome, then recycles p: nothing refers to a
+// proposal once it has applied.
+func (c *Core) apply(p *Proposal, r *Result, now int64) {
+	c.outcome(p, r, now)
+	if len(p.late) > 0 {
+		clear(p.late)
+		p.late = p.late[:0]
+	}
+	if len(p.retries) > 0 {
+		clear(p.retries)
+		p.retries = p.retries[:0]
+	}
+	p.next, c.spare = c.spare, p
+}
+
+func (c *Core) outcome(p *Proposal, r *Result, now int64) {
 	e := p.e
 	if !p.free {
 		c.granted(e, p, r, now)
@@ -455,7 +469,7 @@ func (c *Core) apply(p *Proposal, r Result, now int64) {
 			c.answerRetries(p, TimedOut, WaitEnded, 0)
 		}
 		c.answerLate(p)
-		c.emit(Effect{Kind: Desync, Key: e.key})
+		c.emit(Effect{Kind: Desync, Err: &DesyncError{e.key}})
 		return
 	}
 	if p.fkind == FreeExpire {
@@ -482,14 +496,14 @@ func (c *Core) answerLate(p *Proposal) {
 
 // idle makes e, if nothing is left of it, an idle entry.
 func (c *Core) idle(e *entry, now int64) {
-	if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && !e.linked && c.m[e.key] == e {
+	if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && !e.linked {
 		e.end = now + IdleTTL
 		c.link(e, idleList)
 	}
 }
 
 // granted completes the grant of e that p carried.
-func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
+func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 	g := &p.to
 	if e.pend == p {
 		e.pend = nil
@@ -502,7 +516,7 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		switch {
 		case r.Held:
 			c.reply(Busy, g, NoToken)
-			c.emit(Effect{Kind: Desync, Key: e.key})
+			c.emit(Effect{Kind: Desync, Err: &DesyncError{e.key}})
 		case r.Retry && !g.late && !g.queued:
 			c.emit(Effect{Kind: Defer, S: g.s, ReqID: g.reqID})
 		case r.Fatal:
@@ -522,7 +536,9 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		c.watchKey(e)
 	}
 	stale := c.cfg.MaxCommit > 0 && now-p.at > c.cfg.MaxCommit
-	if live := g.s.Live(); !live || now >= g.deadline || stale {
+	// (A first try applied at once is its session reader's own request:
+	// that session is live.)
+	if live := !g.queued && !g.late || g.s.Live(); !live || now >= g.deadline || stale {
 		// Its session is gone, or its wait ended while the grant was in
 		// flight (T), or the commit was too slow to trust (B): it is
 		// answered (if it is still there), and the key is freed again at
@@ -542,8 +558,7 @@ func (c *Core) granted(e *entry, p *Proposal, r Result, now int64) {
 		c.free(e, FreeExpire, nil, 0, e.owner, now)
 		return
 	}
-	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token,
-		Waited: WaitedMS(now, g.arrived), Wait: now - g.arrived})
+	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token, Wait: now - g.arrived})
 	c.answerRetries(p, Granted, Again, r.Token)
 }
 

@@ -13,7 +13,7 @@ type Session interface {
 type Kind uint8
 
 const (
-	// Granted: reply G with Token and Waited.
+	// Granted: reply G with Token and WaitedMS.
 	Granted Kind = iota + 1
 	// TimedOut: reply T (Why: WaitEnded, Cancelled, Replaced, ...).
 	TimedOut
@@ -43,7 +43,7 @@ const (
 	Expired
 	// Desync: a command did not apply as projected (not reached: the
 	// projection is the state the commands reach). The driver calls
-	// Resync with the machine's holding of Key.
+	// Resync with the machine's holding of the key (Err, a *DesyncError).
 	Desync
 )
 
@@ -64,21 +64,31 @@ const (
 	SlowCommit       // B: the grant applied later than Config.MaxCommit after its proposal
 )
 
-// Effect is one thing the driver must do after an event.
+// Effect is one thing the driver must do after an event. (Its fields are
+// ordered to fit 64 bytes: every reply passes through one.)
 type Effect struct {
+	S     Session
+	W     *Waiter // Queue
+	Err   error   // Busy (NoToken), Failed; Desync: a *DesyncError
+	Token uint64  // Granted
+	Wait  int64   // Granted: ns since the ACQUIRE arrived
+	ReqID uint32
 	Kind  Kind
 	Why   Why
-	S     Session
-	ReqID uint32
 	// Queued: the reply answers an ACQUIRE the driver recorded in flight
 	// (Queue, Track, or an Acquire.Late): it forgets that record.
 	Queued bool
-	Token  uint64 // Granted
-	Waited uint32 // Granted: ms since the ACQUIRE arrived, rounded down
-	Wait   int64  // Granted: ns since the ACQUIRE arrived
-	W      *Waiter
-	Err    error  // Busy (NoToken), Failed
-	Key    string // Desync
+}
+
+// WaitedMS is a Granted's waited_ms: whole milliseconds since the ACQUIRE
+// arrived, saturated.
+func (e *Effect) WaitedMS() uint32 { return WaitedMS(e.Wait, 0) }
+
+// DesyncError names the key of a Desync effect.
+type DesyncError struct{ Key string }
+
+func (e *DesyncError) Error() string {
+	return "lockcore: a command on key " + e.Key + " did not apply as projected"
 }
 
 // Result is the outcome of a proposed command, as the Machine (or the
@@ -104,11 +114,11 @@ type Result struct {
 
 // Proposer makes a command durable and ordered: the replication seam as
 // the Core sees it. Propose hands over p; a Proposer that applies at once
-// returns the result and true. One that does not returns false and later
-// gives the result to Core.Applied, in the order proposed, unless the
-// Core was demoted meanwhile.
+// sets the outcome (p.SetResult) and returns true. One that does not
+// returns false and later gives the outcome to Core.Applied, in the order
+// proposed, unless the Core was demoted meanwhile.
 type Proposer interface {
-	Propose(p *Proposal) (Result, bool)
+	Propose(p *Proposal) bool
 }
 
 // Proposal is a command the Core has proposed and whose outcome it awaits:
@@ -132,6 +142,7 @@ type Proposal struct {
 	inFlight bool
 	expiry   bool // a Free no RELEASE asked for (a lease ended)
 	gen      uint64
+	res      Result // the outcome of a command applied at once (SetResult)
 	next     *Proposal
 }
 
@@ -151,6 +162,9 @@ type lateRelease struct {
 	s   Session
 	rid uint32
 }
+
+// SetResult is how a Proposer that applies p at once gives its outcome.
+func (p *Proposal) SetResult(r Result) { p.res = r }
 
 // Key is the command's key.
 func (p *Proposal) Key() string { return p.e.key }

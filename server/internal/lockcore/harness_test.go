@@ -395,8 +395,9 @@ func (h *harness) effect(f Effect) string {
 	case Expired:
 		return "expired"
 	case Desync:
-		h.desynced[f.Key] = true
-		return "desync " + f.Key
+		key := f.Err.(*DesyncError).Key
+		h.desynced[key] = true
+		return "desync " + key
 	}
 	k := reqKey{sessionName(f.S), f.ReqID}
 	r := h.reqs[k]
@@ -456,7 +457,7 @@ func (h *harness) effect(f Effect) string {
 		return s
 	case Granted:
 		h.granted(k, r, f)
-		return final(fmt.Sprintf("G token=%d waited=%dms", f.Token, f.Waited))
+		return final(fmt.Sprintf("G token=%d waited=%dms", f.Token, f.WaitedMS()))
 	case TimedOut:
 		return final("T (" + whyName(f.Why) + ")")
 	case Busy:
@@ -485,8 +486,8 @@ func (h *harness) granted(k reqKey, r *request, f Effect) {
 	if !f.S.Live() {
 		h.errorf("%v: G to a session that is not live", k)
 	}
-	if f.Waited != uint32(f.Wait/msNs) {
-		h.errorf("%v: waited_ms %d, Wait %s", k, f.Waited, time.Duration(f.Wait))
+	if f.WaitedMS() != uint32(f.Wait/msNs) {
+		h.errorf("%v: waited_ms %d, Wait %s", k, f.WaitedMS(), time.Duration(f.Wait))
 	}
 	x, ok := h.log.held[r.key]
 	if !h.log.diverged[r.key] && (!ok || x.token != f.Token || x.owner != r.owner) {
@@ -497,8 +498,8 @@ func (h *harness) granted(k reqKey, r *request, f Effect) {
 		if is.key != r.key || is.owner != r.owner {
 			h.errorf("%v: G token %d, issued before to %s for %s", k, f.Token, ownerString(is.owner), is.key)
 		}
-		if f.Waited != 0 {
-			h.errorf("%v: a retry's G with waited_ms %d", k, f.Waited)
+		if f.WaitedMS() != 0 {
+			h.errorf("%v: a retry's G with waited_ms %d", k, f.WaitedMS())
 		}
 		return
 	}

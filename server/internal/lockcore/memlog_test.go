@@ -87,7 +87,15 @@ func (l *memLog) violate(format string, args ...any) {
 }
 
 // Propose implements Proposer.
-func (l *memLog) Propose(p *Proposal) (Result, bool) {
+func (l *memLog) Propose(p *Proposal) bool {
+	r, ok := l.propose(p)
+	if ok {
+		p.SetResult(r)
+	}
+	return ok
+}
+
+func (l *memLog) propose(p *Proposal) (Result, bool) {
 	l.seq++
 	b := p.AppendCommand(nil, l.seq)
 	cmd, err := decodeCmd(b)

@@ -84,4 +84,3 @@ func (s *Server) enqueue(q *waitQueue, w, old *waiter) {
 	s.m.timeouts.Add(1)
 	old.c.replySimpleQueued(wire.TypeTimedOut, old.reqID)
 }
-

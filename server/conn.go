@@ -63,12 +63,12 @@ type conn struct {
 	mu       sync.Mutex
 	out      []byte
 	spare    []byte
-	closing  bool               // no more replies; the writer flushes what is queued and finishes
-	killed   bool               // close at once, no flush
-	started  bool               // the writer goroutine runs (from HELLO_OK on)
+	closing  bool              // no more replies; the writer flushes what is queued and finishes
+	killed   bool              // close at once, no flush
+	started  bool              // the writer goroutine runs (from HELLO_OK on)
 	inflight map[uint32]flight // made by the first queued ACQUIRE
-	qid      uint64             // its number for a cluster leader's proposer (under cluster.mu; 0: none yet)
-	gone     chan struct{}      // made by the first ACQUIRE waiting for a token; closed when the session ends
+	qid      uint64            // its number for a cluster leader's proposer (under cluster.mu; 0: none yet)
+	gone     chan struct{}     // made by the first ACQUIRE waiting for a token; closed when the session ends
 
 	// wmu is held for every write to nc, by the reader (inline flush) or
 	// the writer goroutine; whoever holds it takes all of out, so replies

@@ -50,11 +50,11 @@ type Core struct {
 	keys     keyHeap
 	fx       []Effect
 	spare    *Proposal // recycled proposals
-	nheld    int64  // projected holdings (counted in Capacity.Held)
-	nwait    int64  // queued waiters (counted in Capacity.Waiters)
-	pending  int    // proposals in flight
-	expiring int    // of pending, the expiries
-	gen      uint64 // Demote's count: a proposal of an earlier one is not awaited
+	nheld    int64     // projected holdings (counted in Capacity.Held)
+	nwait    int64     // queued waiters (counted in Capacity.Waiters)
+	pending  int       // proposals in flight
+	expiring int       // of pending, the expiries
+	gen      uint64    // Demote's count: a proposal of an earlier one is not awaited
 }
 
 // New returns a Core that proposes its commands to log.

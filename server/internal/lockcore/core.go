@@ -73,6 +73,10 @@ type Acquire struct {
 	WaitS     uint8
 	OwnedOnly bool  // a grant may be freed only by RELEASE_OWNED
 	Arrived   int64 // when the whole frame was read: wait_s counts from it
+	// By is the driver's number for S, to which the commands the ACQUIRE
+	// causes are charged (Proposal.By); 0: none. A number, not the
+	// session: a holding outlives its session.
+	By uint64
 	// Late: the second and last decision of an ACQUIRE that was deferred
 	// (Defer); its answers are Queued, and no token now is B.
 	Late bool
@@ -86,6 +90,7 @@ type Release struct {
 	Token uint64
 	Owner Owner
 	Owned bool
+	By    uint64 // as Acquire.By
 }
 
 // Effects returns the effects of the last event, valid until the next one.
@@ -107,7 +112,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 	c.begin()
 	e := c.m[string(a.Key)]
 	if e != nil && e.held && e.token != 0 && now >= e.end {
-		c.free(e, FreeExpire, nil, 0, e.owner, now)
+		c.free(e, FreeExpire, nil, 0, 0, e.owner, now)
 	}
 	res := decide(e != nil && e.held, ownerOf(e), &a.Owner)
 	if res == GrantNew {
@@ -126,8 +131,8 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		} else {
 			c.unlink(e) // idle
 		}
-		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, a.Owner, a.LeaseS, a.OwnedOnly, 0, a.S
-		p := c.proposal(e, a.S, now)
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, a.Owner, a.LeaseS, a.OwnedOnly, 0, a.By
+		p := c.proposal(e, a.By, now)
 		p.to, p.hasTo = a.grantee(), true
 		e.pend = p
 		if !c.propose(p, now) {
@@ -192,7 +197,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 }
 
 func (a *Acquire) grantee() grantee {
-	return grantee{s: a.S, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
+	return grantee{s: a.S, by: a.By, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
 		arrived: a.Arrived, deadline: NoDeadline, late: a.Late}
 }
 
@@ -211,7 +216,7 @@ func (c *Core) Release(now int64, r *Release) {
 		// The lease ended: N, once the expiry applies (a deposed leader
 		// cannot apply it, and so never says N for a lock its successor
 		// restarted).
-		c.free(e, FreeExpire, r.S, r.ReqID, e.owner, now)
+		c.free(e, FreeExpire, r.S, r.By, r.ReqID, e.owner, now)
 		return
 	}
 	kind := uint8(FreeRelease)
@@ -227,7 +232,7 @@ func (c *Core) Release(now int64, r *Release) {
 		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
 		return
 	}
-	c.free(e, kind, r.S, r.ReqID, r.Owner, now)
+	c.free(e, kind, r.S, r.By, r.ReqID, r.Owner, now)
 }
 
 // Cancel removes w, if it still waits in a queue, and answers it T. A
@@ -318,7 +323,7 @@ func (c *Core) Tick(now int64) {
 				}
 				continue
 			}
-			c.free(e, FreeExpire, nil, 0, e.owner, now)
+			c.free(e, FreeExpire, nil, 0, 0, e.owner, now)
 		}
 	}
 }
@@ -326,7 +331,7 @@ func (c *Core) Tick(now int64) {
 // proposal returns a proposal of a command on e charged to by: a Grant,
 // with no recipient yet. (A recycled one is reset field by field, not
 // zeroed whole: it is on every grant's path.)
-func (c *Core) proposal(e *entry, by Session, now int64) *Proposal {
+func (c *Core) proposal(e *entry, by uint64, now int64) *Proposal {
 	p := c.spare
 	if p == nil {
 		p = new(Proposal)
@@ -334,9 +339,6 @@ func (c *Core) proposal(e *entry, by Session, now int64) *Proposal {
 		c.spare, p.next = p.next, nil
 		p.free, p.hasTo, p.inFlight, p.expiry = false, false, false, false
 		p.tok, p.fkind, p.rid = 0, 0, 0
-		if p.rc != nil {
-			p.rc = nil
-		}
 	}
 	p.e, p.by, p.at, p.gen = e, by, now, c.gen
 	return p
@@ -359,18 +361,18 @@ func (c *Core) propose(p *Proposal, now int64) bool {
 // free ends e's holding (an expiry, or a RELEASE by rc), with the grant to
 // the oldest live waiter whose wait has not ended, if any, in the same
 // command.
-func (c *Core) free(e *entry, kind uint8, rc Session, rid uint32, owner Owner, now int64) {
+func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, owner Owner, now int64) {
 	c.unlink(e)
 	c.unwatchKey(e)
 	by := e.by
 	if rc != nil {
-		by = rc
+		by = rby
 	}
 	p := c.proposal(e, by, now)
 	p.free, p.tok, p.fkind, p.owner, p.rc, p.rid, p.expiry = true, e.token, kind, owner, rc, rid, rc == nil
 	if w := c.nextWaiter(e, now); w != nil {
 		p.to, p.hasTo = w.g, true
-		e.by, e.owner, e.lease, e.ownedOnly, e.token = w.g.s, w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.by, e.owner, e.lease, e.ownedOnly, e.token = w.g.by, w.g.owner, w.g.lease, w.g.ownedOnly, 0
 		e.pend = p
 	} else {
 		e.held, e.token = false, 0
@@ -440,6 +442,7 @@ func (c *Core) apply(p *Proposal, r *Result, now int64) {
 		clear(p.retries)
 		p.retries = p.retries[:0]
 	}
+	p.to.s, p.rc = nil, nil // no closed session kept alive by the pool
 	p.next, c.spare = c.spare, p
 }
 
@@ -555,7 +558,7 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 			why, kind = SlowCommit, Busy
 		}
 		c.answerRetries(p, kind, why, 0)
-		c.free(e, FreeExpire, nil, 0, e.owner, now)
+		c.free(e, FreeExpire, nil, 0, 0, e.owner, now)
 		return
 	}
 	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token, Wait: now - g.arrived})
@@ -591,8 +594,8 @@ func (c *Core) grantNext(e *entry, now int64) {
 			continue
 		}
 		c.nheld++
-		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.s
-		np := c.proposal(e, w.g.s, now)
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.by
+		np := c.proposal(e, w.g.by, now)
 		np.to, np.hasTo = w.g, true
 		e.pend = np
 		c.propose(np, now)

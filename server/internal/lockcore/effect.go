@@ -138,7 +138,7 @@ type Proposal struct {
 	rid      uint32
 	late     []lateRelease // RELEASEs of tok after the Free was proposed: N once it applies
 	at       int64         // proposed
-	by       Session       // the session it is charged to
+	by       uint64        // the session it is charged to (Acquire.By, Release.By)
 	inFlight bool
 	expiry   bool // a Free no RELEASE asked for (a lease ended)
 	gen      uint64
@@ -148,6 +148,7 @@ type Proposal struct {
 
 type grantee struct {
 	s         Session
+	by        uint64
 	reqID     uint32
 	owner     Owner
 	lease     uint8
@@ -176,10 +177,10 @@ func (p *Proposal) Grants() bool { return p.hasTo }
 // IsFree reports whether p is a Free (else a Grant).
 func (p *Proposal) IsFree() bool { return p.free }
 
-// By is the session p is charged to: an ACQUIRE's, a RELEASE's, or for an
-// expiry the session whose ACQUIRE made the holding (nil: restored by
-// Promote).
-func (p *Proposal) By() Session { return p.by }
+// By is the number of the session p is charged to (Acquire.By,
+// Release.By): an ACQUIRE's, a RELEASE's, or for an expiry the session's
+// whose ACQUIRE made the holding (0: restored by Promote, or none given).
+func (p *Proposal) By() uint64 { return p.by }
 
 // Expiry reports whether p is a Free that no request asked for.
 func (p *Proposal) Expiry() bool { return p.expiry }

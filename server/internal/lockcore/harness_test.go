@@ -46,6 +46,7 @@ type harness struct {
 type fakeSession struct {
 	name string
 	live bool
+	num  uint64 // Acquire.By
 }
 
 func (s *fakeSession) Live() bool { return s.live }
@@ -206,6 +207,14 @@ func newHarness(cfg Config, async bool) *harness {
 		desynced: make(map[string]bool),
 	}
 	h.core = New(cfg, h.log)
+	h.log.name = func(by uint64) string {
+		for name, s := range h.sessions {
+			if s.num == by {
+				return name
+			}
+		}
+		return fmt.Sprint(by)
+	}
 	return h
 }
 
@@ -216,7 +225,7 @@ func (h *harness) errorf(format string, args ...any) {
 func (h *harness) session(name string) *fakeSession {
 	s := h.sessions[name]
 	if s == nil {
-		s = &fakeSession{name: name, live: true}
+		s = &fakeSession{name: name, live: true, num: uint64(len(h.sessions) + 1)}
 		h.sessions[name] = s
 	}
 	return s
@@ -251,7 +260,7 @@ func (h *harness) acquire(s string, id uint32, key string, owner Owner, lease, w
 		r.expect, r.expTok = h.expectAcquire(key, owner, wait)
 		h.reqs[k] = r
 	}
-	h.core.Acquire(h.now, &Acquire{S: h.session(s), ReqID: id, Key: []byte(key), Owner: owner,
+	h.core.Acquire(h.now, &Acquire{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Owner: owner,
 		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Late: late})
 	h.effects()
 }
@@ -262,7 +271,7 @@ func (h *harness) release(s string, id uint32, key string, token uint64, owner O
 		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
 	h.reqs[k] = &request{key: key, owner: owner, token: token, expect: h.expectRelease(key, token, owner, owned)}
-	h.core.Release(h.now, &Release{S: h.session(s), ReqID: id, Key: []byte(key), Token: token, Owner: owner, Owned: owned})
+	h.core.Release(h.now, &Release{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Token: token, Owner: owner, Owned: owned})
 	h.effects()
 }
 

@@ -42,6 +42,8 @@ type memLog struct {
 	diverged   map[string]bool
 	violations []string
 	trace      []string
+	// name gives the session of a Proposal.By for the trace.
+	name func(by uint64) string
 }
 
 type memHolding struct {
@@ -110,8 +112,11 @@ func (l *memLog) propose(p *Proposal) (Result, bool) {
 		l.violate("propose #%d: an expiry that is not a Free of kind expire", l.seq)
 	}
 	by := "nobody"
-	if p.By() != nil {
+	if p.By() != 0 {
 		by = fmt.Sprint(p.By())
+		if l.name != nil {
+			by = l.name(p.By())
+		}
 	}
 	if !l.async {
 		r := l.apply(cmd)

@@ -20,7 +20,7 @@ type entry struct {
 	end       int64 // held, token known: the lease end; free: when the entry may be forgotten
 	prev, nx  *entry
 	q         *queue
-	by        Session   // the session whose ACQUIRE made the holding (nil: restored)
+	by        uint64    // Acquire.By of the ACQUIRE that made the holding (0: restored)
 	pend      *Proposal // the command in flight whose apply gives the holding its token
 	freeing   *Proposal // the Free in flight of the holding before (its token: freeing.tok)
 	hidx      int32     // 1-based position in Core.keys (held with a known lease end and waiters)

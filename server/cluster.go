@@ -61,20 +61,19 @@ type cluster struct {
 	lockFile *os.File
 	logErr   func() error // the Raft log store's write error (raftstore.Stores.LogErr); nil with injected stores
 
-	// The scheduler (leader only), under mu.
-	mu      sync.Mutex
+	// The scheduler (leader only): the lock core of the leader, fed by the
+	// applied log, under sh.mu, which also guards the fields below it.
+	sh      shard
 	active  bool
 	stint   uint64
 	seq     uint64
-	keys    map[string]*ckey
-	pending map[uint64]*proposal
-	leases  leaseSchedule // the held keys' lease ends (cluster_leases.go)
+	pending map[uint64]*proposal // the commands of this stint in flight, by seq
 
 	// The proposer (cluster_proposer.go): a queue per session, their
-	// counts under mu, their commands under pmu.
+	// counts under sh.mu, their commands under pmu.
 	queues        map[uint64]*pqueue // by conn.qid
 	lastQID       uint64
-	own           *pqueue // the leader's own commands (expiries of holdings restored at the takeover); set under mu and pmu
+	own           *pqueue // the leader's own commands (expiries of holdings restored at the takeover); set under sh.mu and pmu
 	pmu           sync.Mutex
 	pring         *pqueue             // the queues with commands, in turn
 	pqueues       int                 // queues in the ring
@@ -92,7 +91,6 @@ type cluster struct {
 	nwaiting      atomic.Int32                                       // sessions' readers waiting in admitLocked
 	pstint        uint64
 	pwake         chan struct{}
-	nexpiring     int64         // of pending, the ends of leases (Frees without a RELEASE); under mu
 	sessionWaits  atomic.Uint64 // times a session's reader waited at MaxSessionProposals
 	proposalLimit atomic.Uint64 // ACQUIREs answered B at MaxProposals
 	limitLog      logLimit      // its log lines
@@ -121,49 +119,26 @@ type cluster struct {
 	slowLog       logLimit      // its log lines
 }
 
-// ckey is the leader's view of one key.
-type ckey struct {
-	key       string
-	held      bool
-	owner     [wire.OwnerLen]byte
-	lease     uint8
-	ownedOnly bool
-	token     uint64 // 0 while the grant that made it held is not applied yet
-	leaseEnd  int64
-	hidx      int32      // position in cl.leases (1-based), while held with a known token; 0: not scheduled
-	q         *waitQueue // waiters (q.timer unused)
-	retries   []*waiter  // ACQUIREs of the owner while its grant is pending
-	// freeing is the proposed Free of the holding just ended (until it
-	// applies), freeingTok that holding's token: a RELEASE naming it waits
-	// for that commit and then gets N.
-	freeing    *proposal
-	freeingTok uint64
-	by         uint64 // the conn.qid of the session whose ACQUIRE made the holding (0: restored by the takeover)
-}
-
-// proposal is a command of the current stint awaiting its apply.
+// proposal is a command of the lock core in flight on the leader: what
+// the proposer counts it against (raftLog.Propose).
 type proposal struct {
-	ck   *ckey
-	w    *waiter // Grant: the ACQUIRE granted
-	next *waiter // Free: the waiter granted with it
-	rc   *conn   // Free by RELEASE: the releasing session (answered R, or N if its lease had ended)
-	rid  uint32
-	late []lateRelease // RELEASEs of the freed token that came after the Free was proposed: N once it applies
-	kind uint8         // Free: freeRelease, freeReleaseOwned, freeExpire
-	at   int64         // proposed (server clock)
-	q    *pqueue       // the queue (session) it counts against
-	// expiry: a Free no RELEASE asked for (a lease ended), charged to the
-	// holder's session and not counted against MaxProposals.
-	expiry bool
+	lp  *lockcore.Proposal
+	key string
+	at  int64   // proposed (server clock)
+	q   *pqueue // the queue (session) it counts against
 }
 
-type lateRelease struct {
-	c   *conn
-	rid uint32
-}
+// raftLog is the Raft mode's lockcore.Proposer: a command goes to the
+// proposer's queue of the session it is charged to, into the next log
+// entries; its outcome comes back when the entry applies (applied), in the
+// order proposed. It never applies at once.
+type raftLog struct{ cl *cluster }
 
-// waiter deadlines of ACQUIREs granted at once (no wait).
-const noDeadline = math.MaxInt64
+// Propose queues p's command (under sh.mu, as every core event).
+func (l raftLog) Propose(p *lockcore.Proposal) bool {
+	l.cl.proposeLocked(&proposal{lp: p, key: p.Key()}, p.By(), p.AppendCommand)
+	return false
+}
 
 func (cc *ClusterConfig) validate(c *Config) error {
 	if !validNodeID(cc.NodeID) {
@@ -287,6 +262,14 @@ func newCluster(s *Server) (*cluster, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
+	cl.sh = shard{exact: true, cl: cl, wakeAt: lockcore.NoDeadline}
+	cl.sh.core = lockcore.New(lockcore.Config{
+		Capacity:      &s.capacity,
+		MaxKeyWaiters: s.cfg.MaxKeyWaiters,
+		MaxPending:    cc.MaxProposals,
+		MaxCommit:     int64(cc.ElectionTimeout),
+		EarlyRelease:  cc.EarlyRelease,
+	}, raftLog{cl})
 	cl.fsm.done = cl.applied
 	cl.fsm.changed = cl.signalHint
 	cl.fsm.identified = cl.identified
@@ -600,27 +583,19 @@ func (cl *cluster) takeOver() {
 	hs, last := cl.fsm.holdingsNow()
 
 	s := cl.s
-	now := s.now()
 	margin := int64(cl.cfg.ElectionTimeout)
-	cl.mu.Lock()
+	cl.sh.mu.Lock()
 	cl.stint, cl.seq = stint, 0
-	cl.keys = make(map[string]*ckey, len(hs))
 	cl.pending = make(map[uint64]*proposal)
-	for _, h := range hs {
-		ck := &ckey{key: h.Key, held: true, owner: h.Owner, lease: h.LeaseS, ownedOnly: h.OwnedOnly, token: h.Token}
-		// Every lease restarts in full, plus one election timeout: a
-		// failover never shortens a lease.
-		ck.leaseEnd = now + int64(h.LeaseS)*secondNs + margin
-		cl.armLease(ck, now)
-		cl.keys[h.Key] = ck
-	}
-	s.capacity.Held.Store(int64(len(hs)))
-	s.capacity.Waiters.Store(0)
+	// Every lease restarts in full, plus one election timeout: a failover
+	// never shortens a lease.
+	cl.sh.core.Promote(s.shardNow(&cl.sh), hs, margin)
+	s.rearm(&cl.sh)
 	// The proposer takes the new stint before the first command can be
 	// queued.
 	cl.resetProposerLocked(stint)
 	cl.active = true
-	cl.mu.Unlock()
+	cl.sh.mu.Unlock()
 	cl.serving.Store(true)
 	if err := s.SetRole(RoleLeader, ""); err != nil {
 		s.log.Error("cluster: role change", "err", err)
@@ -633,47 +608,32 @@ func (cl *cluster) takeOver() {
 // waiters and proposals are forgotten; then the role becomes RoleStandby,
 // which closes every session with M.
 func (cl *cluster) stopScheduler() {
-	cl.mu.Lock()
+	cl.sh.mu.Lock()
 	was := cl.active
 	cl.active = false
-	cl.stopLeases()
-	for _, ck := range cl.keys {
-		if ck.q != nil {
-			for w := ck.q.head; w != nil; w = w.next {
-				w.done = true
-				w.timer.Stop()
-			}
-		}
-	}
-	cl.keys, cl.pending = nil, nil
-	cl.s.capacity.Held.Store(0)
-	cl.s.capacity.Waiters.Store(0)
+	cl.sh.core.Demote()
+	cl.pending = nil
 	cl.resetProposerLocked(0)
-	cl.mu.Unlock()
+	cl.sh.mu.Unlock()
 	if was {
 		cl.serving.Store(false)
 		cl.follow()
 	}
 }
 
-// applied answers the commands of an applied entry of the current stint
-// (the FSM calls it after applying the entry, off its lock).
+// applied gives the lock core the outcomes of an applied entry's commands
+// of the current stint (the FSM calls it after applying the entry, off its
+// lock).
 func (cl *cluster) applied(stint uint64, res []cmdResult) {
 	s := cl.s
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if !cl.active || stint != cl.stint {
 		return
 	}
-	now := s.now()
+	now := s.shardNow(sh)
 	first := int64(math.MaxInt64)
-	defer func() {
-		// The entry's earliest command: its wait is the entry's commit
-		// latency (with the wait for its turn in the proposer).
-		if first != math.MaxInt64 {
-			cl.commitLatency.Observe(float64(now-first) / 1e9)
-		}
-	}()
 	cl.entryApplied()
 	for _, r := range res {
 		p := cl.pending[r.seq]
@@ -683,132 +643,13 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 		delete(cl.pending, r.seq)
 		cl.appliedLocked(p)
 		first = min(first, p.at)
-		ck := p.ck
-		if p.w != nil { // a Grant
-			cl.grantApplied(ck, p.w, r.ok, r.token, r.exhausted, p.at, now)
-			continue
-		}
-		// A Free.
-		if ck.freeing == p {
-			ck.freeing, ck.freeingTok = nil, 0
-		}
-		if !r.ok {
-			// Not reached: the mirror said the token held the key.
-			s.log.Error("cluster: a release or expiry the scheduler proposed did not apply; resynchronising the key", "key", ck.key)
-			if p.rc != nil {
-				s.m.notHeld.Add(1)
-				p.rc.replySimpleQueued(wire.TypeNotHeld, p.rid)
-			}
-			if p.next != nil {
-				p.next.c.replySimpleQueued(wire.TypeTimedOut, p.next.reqID)
-			}
-			cl.answerLate(p)
-			cl.resync(ck, now)
-			continue
-		}
-		if p.kind == freeExpire {
-			s.m.expired.Add(1)
-			if p.rc != nil { // a RELEASE that found the lease ended
-				s.m.notHeld.Add(1)
-				p.rc.replySimpleQueued(wire.TypeNotHeld, p.rid)
-			}
-		} else if p.rc != nil { // (an early R was answered and counted at once)
-			s.m.released.Add(1)
-			p.rc.replySimpleQueued(wire.TypeReleased, p.rid)
-		}
-		if p.next != nil {
-			cl.grantApplied(ck, p.next, r.token != 0, r.token, r.exhausted, p.at, now)
-		} else if !ck.held && ck.q == nil && cl.keys[ck.key] == ck && len(ck.retries) == 0 && ck.freeing == nil {
-			delete(cl.keys, ck.key) // free and idle: forget it
-		}
-		cl.answerLate(p)
+		sh.core.Applied(now, p.lp, r.res)
+		s.carryOut(sh, nil)
 	}
-}
-
-// answerLate answers N to the RELEASEs that named the token a Free ended
-// (after the releaser's R, if any).
-func (cl *cluster) answerLate(p *proposal) {
-	for _, lr := range p.late {
-		cl.s.m.notHeld.Add(1)
-		lr.c.replySimpleQueued(wire.TypeNotHeld, lr.rid)
-	}
-}
-
-// grantApplied completes the grant of ck to w (its ACQUIRE's reply),
-// proposed at proposed.
-func (cl *cluster) grantApplied(ck *ckey, w *waiter, ok bool, tok uint64, exhausted bool, proposed, now int64) {
-	s := cl.s
-	retries := ck.retries
-	ck.retries = nil
-	if !ok {
-		// No token left (MaxToken): the key stays free, and so would it
-		// for every waiter: they get B too, as in standalone.
-		ck.held = false
-		s.capacity.Held.Add(-1)
-		if exhausted {
-			s.noToken(ErrTokensExhausted)
-		}
-		w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
-		for _, rw := range retries {
-			rw.c.replySimpleQueued(wire.TypeBusy, rw.reqID)
-		}
-		if q := ck.q; q != nil {
-			for q.head != nil {
-				qw := q.head
-				cl.dropQueuedLocked(qw)
-				s.m.busy.Add(1)
-				qw.c.replySimpleQueued(wire.TypeBusy, qw.reqID)
-			}
-		}
-		return
-	}
-	ck.token = tok
-	ck.leaseEnd = now + int64(ck.lease)*secondNs
-	cl.armLease(ck, now)
-	w.done = true
-	// A commit that took longer than an election timeout may have been
-	// applied by a leader that was stalled (a GC pause, SIGSTOP) while
-	// another was elected and restarted this lease from an earlier instant:
-	// a G now would let its holder count the lease from now, past the new
-	// leader's end of it. It is not granted: B, "not granted, try later",
-	// as standalone answers an ACQUIRE whose token a slow disk did not
-	// reserve in time (T would say that its wait ran out, which it did not).
-	stale := now-proposed > int64(cl.cfg.ElectionTimeout)
-	if w.c.dead.Load() || now >= w.deadline || stale {
-		// The holder is gone, or its wait ran out while the grant was
-		// being committed (T), or the commit was too slow to trust (B):
-		// it is answered (if it is still there), and the key is freed
-		// again at once rather than held by nobody for a lease.
-		if stale {
-			cl.slowCommit(now - proposed)
-		}
-		if !w.c.dead.Load() {
-			if now >= w.deadline {
-				s.m.timeouts.Add(1)
-				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
-			} else {
-				s.m.busy.Add(1)
-				w.c.replySimpleQueued(wire.TypeBusy, w.reqID)
-			}
-		}
-		// The holder's retries (no wait of their own): B after a slow
-		// commit, T as the grant they waited for otherwise.
-		typ := byte(wire.TypeTimedOut)
-		if stale {
-			typ = wire.TypeBusy
-		}
-		for _, rw := range retries {
-			rw.done = true
-			rw.c.replySimpleQueued(typ, rw.reqID)
-		}
-		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
-		return
-	}
-	s.m.granted(now - w.arrived)
-	w.c.replyGrantedQueued(w.reqID, tok, lockcore.WaitedMS(now, w.arrived))
-	for _, rw := range retries {
-		rw.done = true
-		rw.c.replyGrantedQueued(rw.reqID, tok, 0)
+	// The entry's earliest command: its wait is the entry's commit latency
+	// (with the wait for its turn in the proposer).
+	if first != math.MaxInt64 {
+		cl.commitLatency.Observe(float64(now-first) / 1e9)
 	}
 }
 
@@ -826,288 +667,50 @@ func (cl *cluster) proposalLimited() {
 // more than ElectionTimeout, and logs at most once per second with the
 // count since the last line.
 func (cl *cluster) slowCommit(took int64) {
+	cl.s.m.busy.Add(1)
 	if since, ok := cl.slowLog.due(cl.s.now(), cl.slowGrants.Add(1)); ok {
 		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
 			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", since)
 	}
 }
 
-// resync sets ck from the machine (after a command that did not apply as
-// projected; not reached).
-func (cl *cluster) resync(ck *ckey, now int64) {
-	h, held := cl.fsm.holding(ck.key)
-	if held {
-		ck.owner, ck.token, ck.lease, ck.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly
+// resync sets key's projection from the machine (after a command that did
+// not apply as projected; not reached); under sh.mu.
+func (cl *cluster) resync(key string) {
+	var hp *lockcore.Holding
+	if h, ok := cl.fsm.holding(key); ok {
+		hp = &h
 	}
-	if held != ck.held {
-		if held {
-			cl.s.capacity.Held.Add(1)
-		} else {
-			cl.s.capacity.Held.Add(-1)
-		}
-	}
-	ck.held = held
-	if held {
-		ck.leaseEnd = now + int64(ck.lease)*secondNs
-		cl.armLease(ck, now)
-	} else {
-		cl.unarmLease(ck)
-	}
-}
-
-// freeLocked proposes the end of ck's holding (a release by rc, or an
-// expiry), with the grant to the oldest live waiter whose wait has not run
-// out, if any, in the same command.
-func (cl *cluster) freeLocked(ck *ckey, kind uint8, rc *conn, rid uint32, owner [wire.OwnerLen]byte, now int64) *proposal {
-	s := cl.s
-	cl.unarmLease(ck)
-	var next *waiter
-	if q := ck.q; q != nil {
-		for q.head != nil {
-			w := q.head
-			q.remove(w)
-			s.capacity.Waiters.Add(-1)
-			w.timer.Stop()
-			if w.c.dead.Load() {
-				w.done = true
-				continue
-			}
-			if now >= w.deadline {
-				w.done = true
-				s.m.timeouts.Add(1)
-				w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
-				continue
-			}
-			next = w
-			next.proposed = true // its grant is being committed: a CANCEL or close leaves it alone
-			break
-		}
-		if q.head == nil {
-			ck.q = nil
-		}
-	}
-	tok := ck.token
-	p := &proposal{ck: ck, next: next, rc: rc, rid: rid, kind: kind, expiry: rc == nil}
-	ck.freeing, ck.freeingTok = p, tok
-	key := ck.key
-	// Charged to the releaser, or for an expiry to the session whose
-	// ACQUIRE made the holding.
-	by := ck.by
-	if rc != nil {
-		by = cl.sessionID(rc)
-	}
-	cl.proposeLocked(p, by, func(b []byte, seq uint64) []byte {
-		return appendFree(b, seq, key, tok, kind, &owner, next)
-	})
-	if next != nil {
-		ck.by = cl.sessionID(next.c)
-		ck.owner, ck.lease, ck.ownedOnly, ck.token = next.owner, next.lease, next.ownedOnly, 0
-	} else {
-		ck.held, ck.token = false, 0
-		s.capacity.Held.Add(-1)
-	}
-	return p
+	cl.s.log.Error("cluster: a command the scheduler proposed did not apply as projected; resynchronising the key", "key", key)
+	cl.sh.core.Resync(cl.s.shardNow(&cl.sh), key, hp)
+	cl.s.carryOut(&cl.sh, nil)
 }
 
 // acquire handles an ACQUIRE on the leader.
 func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
-	s := cl.s
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if !cl.active || !cl.admitLocked(c) {
 		return // stepping down: the session gets M and closes
 	}
-	now := s.now()
-	ck := cl.keys[string(req.Key)]
-	if ck != nil && ck.held && ck.token != 0 && now >= ck.leaseEnd {
-		cl.freeLocked(ck, freeExpire, nil, 0, ck.owner, now)
-	}
-	if ck == nil || !ck.held {
-		if int64(len(cl.pending))-cl.nexpiring >= int64(cl.cfg.MaxProposals) {
-			// The log does not keep up: refuse a new grant rather than
-			// let the queue (and the leader's memory) grow. (The ends
-			// of leases are not counted: they are bounded by the held
-			// locks, and charged to the sessions that got them.)
-			cl.proposalLimited()
-			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
-		}
-		if s.capacity.Held.Add(1) > int64(s.cfg.MaxLocks) {
-			s.capacity.Held.Add(-1)
-			s.m.busy.Add(1)
-			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
-		}
-		if ck == nil {
-			ck = &ckey{key: string(req.Key)}
-			cl.keys[ck.key] = ck
-		}
-		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
-			deadline: noDeadline, ownedOnly: s.ownedOnly(c), ck: ck, proposed: true}
-		if !c.addInflight(w.reqID, flight{cw: w}) {
-			s.capacity.Held.Add(-1)
-			return
-		}
-		ck.held, ck.owner, ck.lease, ck.ownedOnly, ck.token = true, req.Owner, req.LeaseS, w.ownedOnly, 0
-		ck.by = cl.sessionID(c)
-		owner, lease, ownedOnly := req.Owner, req.LeaseS, w.ownedOnly
-		key := ck.key
-		cl.proposeLocked(&proposal{ck: ck, w: w}, ck.by, func(b []byte, seq uint64) []byte {
-			return appendGrant(b, seq, key, &owner, lease, ownedOnly)
-		})
-		return
-	}
-	if ck.owner == req.Owner {
-		// The holder's retry: its token, lease not extended.
-		if ck.token != 0 {
-			c.replyGranted(req.ReqID, ck.token, 0)
-			return
-		}
-		w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, ck: ck, proposed: true}
-		if c.addInflight(w.reqID, flight{cw: w}) {
-			ck.retries = append(ck.retries, w)
-		}
-		return
-	}
-	if req.WaitS == 0 {
-		s.m.timeouts.Add(1)
-		c.replySimple(wire.TypeTimedOut, req.ReqID)
-		return
-	}
-	q := ck.q
-	var old *waiter
-	if q != nil {
-		old = q.byOwner[req.Owner]
-	}
-	if old == nil {
-		full := q != nil && q.n >= s.cfg.MaxKeyWaiters
-		if !full && s.capacity.Waiters.Add(1) > int64(s.cfg.MaxWaiters) {
-			s.capacity.Waiters.Add(-1)
-			full = true
-		}
-		if full {
-			s.m.busy.Add(1)
-			c.replySimple(wire.TypeBusy, req.ReqID)
-			return
-		}
-	}
-	w := &waiter{c: c, reqID: req.ReqID, owner: req.Owner, lease: req.LeaseS, arrived: arrived,
-		deadline: arrived + int64(req.WaitS)*secondNs, ownedOnly: s.ownedOnly(c), ck: ck}
-	if !c.addInflight(w.reqID, flight{cw: w}) {
-		if old == nil {
-			s.capacity.Waiters.Add(-1)
-		}
-		return
-	}
-	if q == nil {
-		q = &waitQueue{byOwner: make(map[[wire.OwnerLen]byte]*waiter, 1)}
-		ck.q = q
-	}
-	s.enqueue(q, w, old)
-	stint := cl.stint
-	w.timer = s.afterFunc(time.Duration(w.deadline-now), func() { cl.waitTimeout(w, stint) })
-}
-
-func (cl *cluster) waitTimeout(w *waiter, stint uint64) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if !cl.active || cl.stint != stint || w.done || w.proposed || w.ck.q == nil {
-		return
-	}
-	cl.dropQueuedLocked(w)
-	cl.s.m.timeouts.Add(1)
-	w.c.replySimpleQueued(wire.TypeTimedOut, w.reqID)
-}
-
-func (cl *cluster) dropQueuedLocked(w *waiter) {
-	ck := w.ck
-	ck.q.remove(w)
-	cl.s.capacity.Waiters.Add(-1)
-	w.done = true
-	w.timer.Stop()
-	if ck.q.head == nil {
-		ck.q = nil
-	}
+	a := lockcore.Acquire{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
+		WaitS: req.WaitS, OwnedOnly: cl.s.ownedOnly(c), Arrived: arrived}
+	sh.core.Acquire(cl.s.shardNow(sh), &a)
+	cl.s.carryOut(sh, c)
 }
 
 // release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
 func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
-	s := cl.s
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
-	now := s.now()
-	ck := cl.keys[string(req.Key)]
-	ok := ck != nil && ck.held && ck.token != 0 && ck.token == req.Token &&
-		(owned && ck.owner == req.Owner || !owned && !ck.ownedOnly)
-	if ok && now >= ck.leaseEnd {
-		// The lease ended on this leader's clock: N, but only once the
-		// expiry is committed (a deposed leader, whose successor restarted
-		// the lease, cannot commit it, and so never says N for a held lock).
-		cl.freeLocked(ck, freeExpire, c, req.ReqID, ck.owner, now)
-		return
-	}
-	if !ok && ck != nil && ck.freeing != nil && ck.freeingTok == req.Token {
-		// That holding's end (an expiry, or another RELEASE) is proposed
-		// but not committed: N once it is (a deposed leader never commits
-		// it, and so never says N for a lock its successor still holds).
-		ck.freeing.late = append(ck.freeing.late, lateRelease{c, req.ReqID})
-		return
-	}
-	if !ok {
-		s.m.notHeld.Add(1)
-		c.replySimple(wire.TypeNotHeld, req.ReqID)
-		return
-	}
-	kind := uint8(freeRelease)
-	if owned {
-		kind = freeReleaseOwned
-	}
-	// The owner in a Free command is the releaser's (RELEASE_OWNED checks
-	// it); for a plain RELEASE it is not looked at.
-	p := cl.freeLocked(ck, kind, c, req.ReqID, req.Owner, now)
-	if cl.cfg.EarlyRelease {
-		// R now: the leader's log order has decided it (the Free is
-		// proposed behind everything this leader granted, and any grant
-		// of the key goes behind the Free). If this leader fails before
-		// the Free commits, its successor still sees the holding and
-		// restarts its lease: the key stays taken until that lease ends,
-		// as if the holder had died, and no token or exclusion changes.
-		p.rc = nil
-		s.m.released.Add(1)
-		c.replySimple(wire.TypeReleased, req.ReqID)
-	}
-}
-
-// cancel handles a CANCEL on the leader: a queued ACQUIRE of c is removed
-// and answered T; one whose grant is being committed is left alone.
-func (cl *cluster) cancel(c *conn, reqID uint32) {
-	if c.nInflight.Load() == 0 {
-		return
-	}
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	c.mu.Lock()
-	w := c.inflight[reqID].cw
-	c.mu.Unlock()
-	if !cl.active || w == nil || w.ck == nil || w.done || w.proposed || cl.keys[w.ck.key] != w.ck {
-		return
-	}
-	cl.dropQueuedLocked(w)
-	cl.s.m.timeouts.Add(1)
-	cl.s.m.cancelled.Add(1)
-	c.replySimpleQueued(wire.TypeTimedOut, reqID)
-}
-
-// dropWaiter removes w, of a closing session, from its queue.
-func (cl *cluster) dropWaiter(w *waiter) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.active && !w.done && !w.proposed && w.ck.q != nil && cl.keys[w.ck.key] == w.ck {
-		cl.dropQueuedLocked(w)
-	}
+	r := lockcore.Release{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	sh.core.Release(cl.s.shardNow(sh), &r)
+	cl.s.carryOut(sh, c)
 }
 
 // ClusterStatus returns this node's view of the cluster.
@@ -1286,8 +889,8 @@ func (cl *cluster) collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
 		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 {
-			cl.mu.Lock()
-			defer cl.mu.Unlock()
+			cl.sh.mu.Lock()
+			defer cl.sh.mu.Unlock()
 			return float64(len(cl.pending))
 		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "session_waits_total",
@@ -1315,6 +918,7 @@ func (s *Server) startCluster() (*Server, error) {
 		return nil, err
 	}
 	s.cl = cl
+	s.table = cl
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {
 			cl.shutdown()

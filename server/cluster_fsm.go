@@ -79,6 +79,7 @@ var errSnapshot = errors.New("server: bad cluster snapshot")
 // cmdResult is the outcome of one command.
 type cmdResult struct {
 	seq       uint64
+	res       lockcore.Result // as the lock core takes it (Core.Applied)
 	ok        bool   // Grant: granted; Free: freed
 	token     uint64 // Grant: the new token; Free: the next waiter's token (0: none granted)
 	exhausted bool   // no token left (Grant, or Free's next)
@@ -203,6 +204,7 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 		case cmdGrant, cmdFree:
 			var lr lockcore.Result
 			if lr, bad = f.sm.ApplyCommand(d, typ); bad == nil {
+				r.res = lr
 				r.token = lr.Token
 				r.ok = lr.Token != 0
 				if typ == cmdFree {
@@ -426,18 +428,15 @@ func decodeClusterSnapshot(b []byte) (*lockcore.Machine, map[string]string, uint
 
 // Encoding of commands (the proposer's).
 
-// appendGrant and appendFree are cluster.go's names for lockcore's
-// encoding (AppendGrant, AppendFree), in its scheduler's types.
+// appendGrant and appendFree are lockcore's encoding (AppendGrant,
+// AppendFree) in the FSM tests' terms.
 
 func appendGrant(b []byte, seq uint64, key string, owner *[wire.OwnerLen]byte, lease uint8, ownedOnly bool) []byte {
 	return lockcore.AppendGrant(b, seq, key, &lockcore.Recipient{Owner: *owner, LeaseS: lease, OwnedOnly: ownedOnly})
 }
 
-func appendFree(b []byte, seq uint64, key string, tok uint64, kind uint8, owner *[wire.OwnerLen]byte, next *waiter) []byte {
-	if next == nil {
-		return lockcore.AppendFree(b, seq, key, tok, kind, owner, nil)
-	}
-	return lockcore.AppendFree(b, seq, key, tok, kind, owner, &lockcore.Recipient{Owner: next.owner, LeaseS: next.lease, OwnedOnly: next.ownedOnly})
+func appendFree(b []byte, seq uint64, key string, tok uint64, kind uint8, owner *[wire.OwnerLen]byte, next *lockcore.Recipient) []byte {
+	return lockcore.AppendFree(b, seq, key, tok, kind, owner, next)
 }
 
 func appendFloor(b []byte, v uint64) []byte {

@@ -55,7 +55,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	}
 	// A release by the wrong token, by the right one with a hand-off to
 	// the next waiter, then an expiry of the old token (stale: no-op).
-	next := &waiter{owner: other, lease: 20, ownedOnly: true}
+	next := &lockcore.Recipient{Owner: other, LeaseS: 20, OwnedOnly: true}
 	cmds := appendFree(nil, 4, "a", 9, freeRelease, &own, nil)
 	cmds = appendFree(cmds, 5, "a", 1, freeRelease, &own, next)
 	cmds = appendFree(cmds, 6, "a", 1, freeExpire, &own, nil)

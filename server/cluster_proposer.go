@@ -121,7 +121,7 @@ type keyRoute struct {
 
 // sessionID returns c's number for the proposer (conn.qid), giving it one
 // the first time; under mu. A holding keeps the number of the session that
-// got it (ckey.by), not the session itself, whose buffers it would keep
+// got it (lockcore.Acquire.By), not the session itself, whose buffers it would keep
 // after the session closed.
 func (cl *cluster) sessionID(c *conn) uint64 {
 	if c.qid == 0 {
@@ -171,14 +171,14 @@ func (cl *cluster) admitLocked(c *conn) bool {
 	t := time.NewTimer(admitRecheck)
 	defer t.Stop()
 	for {
-		cl.mu.Unlock()
+		cl.sh.mu.Unlock()
 		select {
 		case <-slot:
 		case <-cl.stop:
 		case <-t.C:
 			t.Reset(admitRecheck)
 		}
-		cl.mu.Lock()
+		cl.sh.mu.Lock()
 		if !cl.active || cl.stint != stint || c.dead.Load() {
 			return false
 		}
@@ -195,13 +195,10 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 	seq := cl.seq
 	p.at = cl.s.now()
 	cl.pending[seq] = p
-	if p.expiry {
-		cl.nexpiring++
-	}
 	q := cl.queueFor(by)
 	q.n++
 	p.q = q
-	key := p.ck.key
+	key := p.key
 	cl.pmu.Lock()
 	// Behind a command of the same key still queued, wherever it is.
 	r, ok := cl.pkeys[key]
@@ -227,9 +224,6 @@ func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq 
 // appliedLocked ends p's count against its session's bound (under mu),
 // waking the session's reader if it waits for that.
 func (cl *cluster) appliedLocked(p *proposal) {
-	if p.expiry {
-		cl.nexpiring--
-	}
 	q := p.q
 	if q == nil {
 		return
@@ -299,7 +293,6 @@ func (cl *cluster) resetProposerLocked(stint uint64) {
 		}
 	}
 	cl.queues = make(map[uint64]*pqueue)
-	cl.nexpiring = 0
 	cl.pmu.Lock()
 	cl.own = &pqueue{}
 	cl.pring, cl.pqueues, cl.pkeys, cl.pinflight, cl.pstint = nil, 0, make(map[string]keyRoute), 0, stint

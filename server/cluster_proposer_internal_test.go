@@ -16,7 +16,7 @@ func newTestProposer() *cluster {
 // testQueue queues n commands for session by, of keys of their own.
 func (cl *cluster) testQueue(by uint64, key string, n int) {
 	for i := range n {
-		p := &proposal{ck: &ckey{key: key + string(rune('a'+i))}}
+		p := &proposal{key: key + string(rune('a'+i))}
 		cl.proposeLocked(p, by, func(b []byte, _ uint64) []byte { return append(b, byte(by)) })
 	}
 }

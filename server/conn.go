@@ -196,14 +196,13 @@ func (c *conn) dropInflightLocked(reqID uint32) {
 	}
 }
 
-// flight is an ACQUIRE of the session awaiting its reply: queued in a
-// core (w), waiting for a token off the reader (tw), or with neither, its
-// grant in flight; cw is the Raft leader's own waiter (cluster.go).
+// flight is an ACQUIRE of the session awaiting its reply from sh's core:
+// queued (w), waiting for a token off the reader (tw, standalone), or with
+// neither, its grant in flight (a cluster leader's).
 type flight struct {
 	sh *shard
 	w  *lockcore.Waiter
 	tw *tokenWaiter
-	cw *waiter
 }
 
 // addInflight records f as awaiting the reply to reqID. An entry of the

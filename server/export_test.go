@@ -106,12 +106,17 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 // charged to a session).
 func ProposalsPending(s *Server) (requests, expiries, own int) {
 	cl := s.cl
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
+	cl.sh.mu.Lock()
+	defer cl.sh.mu.Unlock()
 	if cl.own == nil {
 		return 0, 0, 0
 	}
-	return len(cl.pending) - int(cl.nexpiring), int(cl.nexpiring), cl.own.n
+	for _, p := range cl.pending {
+		if p.lp.Expiry() {
+			expiries++
+		}
+	}
+	return len(cl.pending) - expiries, expiries, cl.own.n
 }
 
 // UseDropping wraps cc's transport (set by Use) so that each outgoing RPC

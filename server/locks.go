@@ -27,14 +27,37 @@ const (
 	msNs        = int64(time.Millisecond)
 )
 
+// shard is one lock core and what drives it: its mutex (every event of
+// the core is under it), its clock and its timer. Standalone has numShards
+// of them; a cluster leader one (cluster.sh).
 type shard struct {
 	mu     sync.Mutex
 	core   *lockcore.Core
-	wake   timer // at wakeAt: the core's Next
+	wake   timer // at wakeAt: the core's Next (with exact, NextExpiry too)
 	wakeAt int64 // lockcore.NoDeadline: not armed
 	last   int64 // the latest now given to core: its events come in time order
-	_      [64]byte
+	// exact: every lease ends on time (a replicated core: the followers'
+	// state, a takeover's restart); otherwise the leases of keys without
+	// waiters end when touched or swept.
+	exact bool
+	// cl is the cluster whose leader runs this core (nil standalone): the
+	// effects only a replicated core has (Backlog, SlowCommit, Desync)
+	// are its.
+	cl *cluster
+	_  [64]byte
 }
+
+// lockTable is how sessions hand their ACQUIREs and RELEASEs to the lock
+// cores: standalone's shards or a cluster leader's core, chosen once, at
+// New. (CANCEL and a closing session's drops go to the core their
+// in-flight record names.)
+type lockTable interface {
+	acquire(c *conn, req *wire.Request, arrived int64)
+	release(c *conn, req *wire.Request, owned bool)
+}
+
+// shards is standalone's lockTable.
+type shards struct{ s *Server }
 
 // localLog is standalone's lockcore.Proposer: every command applies at
 // once; a grant takes the next token of the store's reservation.
@@ -65,12 +88,12 @@ func (l localLog) Propose(p *lockcore.Proposal) bool {
 }
 
 func (s *Server) initShards() {
-	s.capacity.MaxLocks, s.capacity.MaxWaiters = int64(s.cfg.MaxLocks), int64(s.cfg.MaxWaiters)
 	cfg := lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}
 	for i := range s.shards {
 		s.shards[i].core = lockcore.New(cfg, localLog{s.tokens})
 		s.shards[i].wakeAt = lockcore.NoDeadline
 	}
+	s.table = shards{s}
 }
 
 func (s *Server) shardFor(key []byte) *shard {
@@ -95,11 +118,15 @@ type tokenWaiter struct {
 }
 
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
-func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
-	if s.cl != nil {
-		s.cl.acquire(c, req, arrived)
-		return
-	}
+func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.table.acquire(c, req, arrived) }
+
+// release handles a well-formed, in-range RELEASE from c's reader, or with
+// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
+// is also req.Owner.
+func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.table.release(c, req, owned) }
+
+func (t shards) acquire(c *conn, req *wire.Request, arrived int64) {
+	s := t.s
 	if s.capacity.Held.Load() >= int64(s.cfg.MaxLocks) {
 		s.sweepForCapacity()
 	}
@@ -194,13 +221,8 @@ func (s *Server) ownedOnly(c *conn) bool {
 	return s.cfg.OwnedReleaseOnly && c.ver >= wire.Version2
 }
 
-// release handles a well-formed, in-range RELEASE from c's reader, or with
-// owned a RELEASE_OWNED (version 2).
-func (s *Server) release(c *conn, req *wire.Request, owned bool) {
-	if s.cl != nil {
-		s.cl.release(c, req, owned)
-		return
-	}
+func (t shards) release(c *conn, req *wire.Request, owned bool) {
+	s := t.s
 	sh := s.shardFor(req.Key)
 	r := lockcore.Release{S: c, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
 	sh.mu.Lock()
@@ -216,10 +238,6 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) {
 // answered right now, and an unknown reqID, are left alone: no reply, no
 // error.
 func (s *Server) cancel(c *conn, reqID uint32) {
-	if s.cl != nil {
-		s.cl.cancel(c, reqID)
-		return
-	}
 	f, ok := c.flightOf(reqID)
 	if !ok || f.sh == nil {
 		return
@@ -250,10 +268,6 @@ func (s *Server) cancel(c *conn, reqID uint32) {
 // dropFlight removes f, an ACQUIRE of a closing session, from its queue,
 // or ends its wait for a token.
 func (s *Server) dropFlight(f flight) {
-	if f.cw != nil {
-		s.cl.dropWaiter(f.cw)
-		return
-	}
 	if f.sh == nil {
 		return
 	}
@@ -272,6 +286,7 @@ func (s *Server) dropFlight(f flight) {
 // in-flight records of queued ACQUIREs; then it sets the shard's timer. It
 // reports whether the core deferred the caller's ACQUIRE (Defer).
 func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
+	var desync []string
 	fx := sh.core.Effects()
 	for i := range fx {
 		e := &fx[i]
@@ -290,9 +305,18 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 			}
 			c.send(wire.TypeTimedOut, e.ReqID, e.Queued, wake)
 		case lockcore.Busy:
-			if e.Why == lockcore.NoToken {
+			switch e.Why {
+			case lockcore.NoToken:
 				s.noToken(e.Err)
-			} else {
+			case lockcore.Backlog:
+				sh.cl.proposalLimited()
+			case lockcore.SlowCommit:
+				if e.Wait > 0 {
+					sh.cl.slowCommit(e.Wait) // counted once per grant, not per retry
+				} else {
+					s.m.busy.Add(1)
+				}
+			default:
 				s.m.busy.Add(1)
 			}
 			c.send(wire.TypeBusy, e.ReqID, e.Queued, wake)
@@ -319,10 +343,13 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 		case lockcore.Expired:
 			s.m.expired.Add(1)
 		case lockcore.Desync:
-			s.log.Error("lock table: a command did not apply as projected (not reached)", "err", e.Err)
+			desync = append(desync, e.Err.(*lockcore.DesyncError).Key)
 		}
 	}
 	s.rearm(sh)
+	for _, key := range desync {
+		sh.cl.resync(key) // (only a replicated core's command can fail to apply as projected)
+	}
 	return deferred
 }
 
@@ -330,6 +357,9 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 // that fires early finds nothing due and is set again.
 func (s *Server) rearm(sh *shard) {
 	n := sh.core.Next()
+	if sh.exact {
+		n = min(n, sh.core.NextExpiry())
+	}
 	if n >= sh.wakeAt {
 		return
 	}

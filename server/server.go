@@ -61,6 +61,7 @@ type Server struct {
 
 	shards       [numShards]shard  // standalone: the lock table (locks.go)
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
+	table        lockTable         // the shards, or the cluster leader's core: chosen at New
 	sessions     atomic.Int64
 	pending      atomic.Int64 // connections before HELLO_OK
 	lastCapSweep atomic.Int64
@@ -132,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.role.Store(rs)
+	s.capacity.MaxLocks, s.capacity.MaxWaiters = int64(cfg.MaxLocks), int64(cfg.MaxWaiters)
 	if cfg.Cluster != nil {
 		return s.startCluster()
 	}

@@ -548,7 +548,8 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 		// once rather than held by nobody for a lease.
 		if live {
 			if stale {
-				c.reply(Busy, g, SlowCommit)
+				// Wait: how long the commit took (the retries' carry 0).
+				c.emit(Effect{Kind: Busy, Why: SlowCommit, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Wait: now - p.at})
 			} else {
 				c.reply(TimedOut, g, GrantTooLate)
 			}

@@ -61,7 +61,7 @@ const (
 	Full             // B: MaxLocks, MaxWaiters or MaxKeyWaiters
 	Backlog          // B: Config.MaxPending commands await their apply
 	NoToken          // B: no token available (Err: why)
-	SlowCommit       // B: the grant applied later than Config.MaxCommit after its proposal
+	SlowCommit       // B: the grant applied later than Config.MaxCommit after its proposal (Wait: how long; 0 for the holder's retries)
 )
 
 // Effect is one thing the driver must do after an event. (Its fields are
@@ -71,7 +71,7 @@ type Effect struct {
 	W     *Waiter // Queue
 	Err   error   // Busy (NoToken), Failed; Desync: a *DesyncError
 	Token uint64  // Granted
-	Wait  int64   // Granted: ns since the ACQUIRE arrived
+	Wait  int64   // Granted: ns since the ACQUIRE arrived; Busy (SlowCommit): ns the commit took
 	ReqID uint32
 	Kind  Kind
 	Why   Why

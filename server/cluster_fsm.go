@@ -80,9 +80,9 @@ var errSnapshot = errors.New("server: bad cluster snapshot")
 type cmdResult struct {
 	seq       uint64
 	res       lockcore.Result // as the lock core takes it (Core.Applied)
-	ok        bool   // Grant: granted; Free: freed
-	token     uint64 // Grant: the new token; Free: the next waiter's token (0: none granted)
-	exhausted bool   // no token left (Grant, or Free's next)
+	ok        bool            // Grant: granted; Free: freed
+	token     uint64          // Grant: the new token; Free: the next waiter's token (0: none granted)
+	exhausted bool            // no token left (Grant, or Free's next)
 }
 
 // clusterFSM is the raft.BatchingFSM of a node.

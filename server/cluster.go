@@ -778,8 +778,14 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 	return st, nil
 }
 
-// health is TokenStoreErr in Raft mode.
+// health is TokenStoreErr in Raft mode: tokens come from the replicated
+// counter, which this node can no longer reach once it refused to start
+// (cluster_boot.go), its raft has shut down, or it has been removed from
+// the cluster.
 func (cl *cluster) health() error {
+	if p := cl.fatal.Load(); p != nil {
+		return *p
+	}
 	if cl.r.State() == raft.Shutdown {
 		return errRaftShutdown
 	}
@@ -918,7 +924,7 @@ func (s *Server) startCluster() (*Server, error) {
 		return nil, err
 	}
 	s.cl = cl
-	s.table = cl
+	s.mode = cl
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {
 			cl.shutdown()
@@ -930,28 +936,12 @@ func (s *Server) startCluster() (*Server, error) {
 	return s, nil
 }
 
-// lastToken is the highest token handed out (standalone), or applied (Raft mode).
-func (s *Server) lastToken() uint64 {
-	if s.cl != nil {
-		return s.cl.fsm.last.Load()
-	}
-	return s.tokens.last.Load()
-}
+func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
+func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
+func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }
 
-// tokenCeiling is the durable ceiling (standalone); in Raft mode, the
-// committed counter.
-func (s *Server) tokenCeiling() uint64 {
-	if s.cl != nil {
-		return s.cl.fsm.last.Load()
-	}
-	return s.tokens.ceiling.Load()
-}
-
-// heldLocks is the number of held locks: in Raft mode, the holdings of the
-// applied log.
-func (s *Server) heldLocks() int {
-	if s.cl != nil {
-		return int(s.cl.fsm.nheld.Load())
-	}
-	return int(s.capacity.Held.Load())
+// close is shutdown, then the scheduler's timer stops.
+func (cl *cluster) close() {
+	cl.shutdown()
+	cl.sh.stopTimer()
 }

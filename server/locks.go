@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
@@ -47,17 +49,38 @@ type shard struct {
 	_  [64]byte
 }
 
-// lockTable is how sessions hand their ACQUIREs and RELEASEs to the lock
-// cores: standalone's shards or a cluster leader's core, chosen once, at
-// New. (CANCEL and a closing session's drops go to the core their
-// in-flight record names.)
-type lockTable interface {
+// mode is how the server keeps its lock table, chosen once, at New:
+// standalone's shards over the token store (shards), or a Raft node
+// (*cluster), whose leader runs one core fed by the applied log. Sessions
+// hand their ACQUIREs and RELEASEs to it (CANCEL and a closing session's
+// drops go to the core their in-flight record names); status, metrics and
+// health read it.
+type mode interface {
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
+	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
+	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
+	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
+	health() error                      // TokenStoreErr
+	collectors() []prometheus.Collector // the mode's own, beside the server's
+	close()                             // the end of Close and Shutdown
 }
 
-// shards is standalone's lockTable.
+// shards is standalone's mode.
 type shards struct{ s *Server }
+
+func (t shards) lastToken() uint64                  { return t.s.tokens.last.Load() }
+func (t shards) tokenCeiling() uint64               { return t.s.tokens.ceiling.Load() }
+func (t shards) heldLocks() int                     { return int(t.s.capacity.Held.Load()) }
+func (t shards) health() error                      { return t.s.tokens.health(tokenWait) }
+func (t shards) collectors() []prometheus.Collector { return nil }
+
+func (t shards) close() {
+	for i := range t.s.shards {
+		t.s.shards[i].stopTimer()
+	}
+	t.s.tokens.close()
+}
 
 // localLog is standalone's lockcore.Proposer: every command applies at
 // once; a grant takes the next token of the store's reservation.
@@ -93,7 +116,7 @@ func (s *Server) initShards() {
 		s.shards[i].core = lockcore.New(cfg, localLog{s.tokens})
 		s.shards[i].wakeAt = lockcore.NoDeadline
 	}
-	s.table = shards{s}
+	s.mode = shards{s}
 }
 
 func (s *Server) shardFor(key []byte) *shard {
@@ -118,12 +141,12 @@ type tokenWaiter struct {
 }
 
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
-func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.table.acquire(c, req, arrived) }
+func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.mode.acquire(c, req, arrived) }
 
 // release handles a well-formed, in-range RELEASE from c's reader, or with
 // owned a RELEASE_OWNED (version 2), which frees the key only if its holder
 // is also req.Owner.
-func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.table.release(c, req, owned) }
+func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.mode.release(c, req, owned) }
 
 func (t shards) acquire(c *conn, req *wire.Request, arrived int64) {
 	s := t.s
@@ -435,15 +458,12 @@ func (s *Server) sweeper() {
 	}
 }
 
-// stopShardTimers stops the shards' timers (Close).
-func (s *Server) stopShardTimers() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		if sh.wake != nil {
-			sh.wake.Stop()
-		}
-		sh.wakeAt = lockcore.NoDeadline
-		sh.mu.Unlock()
+// stopTimer stops sh's timer (Close).
+func (sh *shard) stopTimer() {
+	sh.mu.Lock()
+	if sh.wake != nil {
+		sh.wake.Stop()
 	}
+	sh.wakeAt = lockcore.NoDeadline
+	sh.mu.Unlock()
 }

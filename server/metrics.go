@@ -83,10 +83,10 @@ func (s *Server) collectors() []prometheus.Collector {
 	m := &s.m
 	cs := []prometheus.Collector{
 		gauge("sessions", "Open sessions (HELLO completed).", func() float64 { return float64(s.sessions.Load()) }),
-		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.heldLocks()) }),
+		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.mode.heldLocks()) }),
 		gauge("waiters", "ACQUIREs waiting in a queue.", func() float64 { return float64(s.capacity.Waiters.Load()) }),
-		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.lastToken()) }),
-		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.tokenCeiling()) }),
+		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.mode.lastToken()) }),
+		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.mode.tokenCeiling()) }),
 		counter("grants_total", "Grants with a new token.", &m.grants),
 		counter("timeouts_total", "ACQUIREs answered T.", &m.timeouts),
 		counter("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time).", &m.busy),
@@ -115,10 +115,7 @@ func (s *Server) collectors() []prometheus.Collector {
 			return 1
 		}),
 	}
-	if s.cl != nil {
-		cs = append(cs, s.cl.collectors()...)
-	}
-	return cs
+	return append(cs, s.mode.collectors()...)
 }
 
 // register registers the server's collectors on reg; on an error it
@@ -157,18 +154,7 @@ func (s *Server) unregister(reg prometheus.Registerer) {
 // keeps such a node running, behind its leader, until an append
 // succeeds), or once the cluster's configuration no longer lists the node
 // (removed); a node waiting to be added is healthy.
-func (s *Server) TokenStoreErr() error {
-	if s.cl != nil {
-		// Raft mode: tokens come from the replicated counter, which this
-		// node can no longer reach once its raft has shut down or it has
-		// been removed from the cluster.
-		if err := s.fatalErr(); err != nil {
-			return err
-		}
-		return s.cl.health()
-	}
-	return s.tokens.health(tokenWait)
-}
+func (s *Server) TokenStoreErr() error { return s.mode.health() }
 
 // logLimit lets a counted event be logged at most once per second, with
 // the count since the last line: Server.noToken and the cluster leader's

@@ -61,7 +61,7 @@ type Server struct {
 
 	shards       [numShards]shard  // standalone: the lock table (locks.go)
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
-	table        lockTable         // the shards, or the cluster leader's core: chosen at New
+	mode         mode              // standalone's shards or a Raft node: chosen at New
 	sessions     atomic.Int64
 	pending      atomic.Int64 // connections before HELLO_OK
 	lastCapSweep atomic.Int64
@@ -144,13 +144,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger.Warn("token store: no valid ceiling in a used data dir (tokens.ceiling, its temporary file and the copy in LOCK are all missing or corrupt); tokens continue above initial-token alone, which must be at least the highest token ever issued from this directory. Remove initial-token from the configuration once this start has succeeded: left in place, it would be trusted again if the ceiling were lost again",
 			"data_dir", cfg.DataDir, "initial_token", cfg.InitialToken)
 	}
+	s.initShards()
 	if cfg.Registerer != nil {
 		if err := s.register(cfg.Registerer); err != nil {
 			s.tokens.close()
 			return nil, err
 		}
 	}
-	s.initShards()
 	s.bg.Add(2)
 	go s.sweeper()
 	go s.housekeeping()
@@ -375,14 +375,8 @@ func (s *Server) finish() {
 	s.teardown.Do(func() {
 		close(s.stopBg)
 		s.bg.Wait()
-		s.stopShardTimers()
 		s.logs.flush(s.log, logInterval)
-		if s.tokens != nil {
-			s.tokens.close()
-		}
-		if s.cl != nil {
-			s.cl.shutdown()
-		}
+		s.mode.close()
 		if s.cfg.Registerer != nil {
 			s.unregister(s.cfg.Registerer)
 		}
@@ -395,10 +389,10 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Sessions:       int(s.sessions.Load()),
 		Pending:        int(s.pending.Load()),
-		HeldLocks:      s.heldLocks(),
+		HeldLocks:      s.mode.heldLocks(),
 		Waiters:        int(s.capacity.Waiters.Load()),
-		LastToken:      s.lastToken(),
-		TokenCeiling:   s.tokenCeiling(),
+		LastToken:      s.mode.lastToken(),
+		TokenCeiling:   s.mode.tokenCeiling(),
 		Standby:        !role.Serving(),
 		Role:           role.String(),
 		Grants:         s.m.grants.Load(),

@@ -119,27 +119,46 @@
 // right token, gets N and the lock stays held. Locks granted on version-1
 // sessions are freed by U as above.
 //
-// # The state machine and the scheduler
+// # The code: the lock core, the replication logs, the sessions
 //
-// The lock table is two things. The state machine (internal/lockcore's
-// Machine, whose rules are the only copy of the lock rules) is
-// deterministic: the holdings (key -> owner, token, lease_s, owned-only)
-// and the highest token applied, changed only by the commands Grant(key,
-// owner, lease_s, owned_only, token) -> token | held and Free(kind, key,
-// token, owner) -> R | N, kind a RELEASE, a RELEASE_OWNED or an expiry; a
-// Free changes nothing unless that token still holds the key. It reads no
-// clock, does no I/O and has no goroutine or lock; Snapshot and restore encode it
-// (versioned, sorted by key: equal states, equal bytes). The scheduler
-// (locks.go) is the serving node's: sessions, FIFO waiter queues, the wait
-// and lease timers on a monotonic clock (injectable for tests), capacity
-// counters; it decides when a lease has ended and then applies the expiry, and
-// hands a freed key to the next waiter with a Grant. In standalone mode
-// each shard keeps the holdings of its keys, applied directly under the
-// shard mutex by the machine's rules, with the token from the store's
-// atomic counter: the same
-// path, allocations and figures as before the split. A replicated mode
-// applies the same commands from its log (tokens then come from the
-// machine's own counter).
+// Every lock decision is made in one place, package internal/lockcore, in
+// two parts. The Machine is the replicated state: the holdings (key ->
+// owner, token, lease_s, owned-only) and the highest token applied,
+// changed only by the commands Grant(key, owner, lease_s, owned_only) ->
+// token | held | exhausted and Free(kind, key, token, owner [, the next
+// waiter's grant]) -> freed, kind a RELEASE, a RELEASE_OWNED or an expiry;
+// a Free changes nothing unless that token still holds the key. It is
+// deterministic; Snapshot and restore encode it (versioned, sorted by key:
+// equal states, equal bytes). The Core is the scheduler in front of it:
+// FIFO waiters, wait and lease deadlines, capacity, owned release, cancel,
+// and a takeover's lease restart (Promote). It reads no clock and does no
+// I/O: every event comes in with the caller's now, its replies come out as
+// effects, and its commands go to a lockcore.Proposer, the replication
+// seam; it projects each command at once (the key is held, or free, as it
+// will be) and learns its outcome when it applies. Both use the same
+// rules (lockcore's rules.go), and the command encoding of every
+// replicated mode is lockcore's.
+//
+// The replication logs implement the seam. Standalone's (localLog,
+// locks.go) applies at once: a grant's token comes from the token store's
+// reservation (store.go), so no command is ever in flight. The Raft mode's
+// (raftLog, cluster.go) queues each command for the leader's proposer
+// (cluster_proposer.go), which packs them into hashicorp/raft entries; every
+// node applies the committed entries to a Machine (cluster_fsm.go), and on
+// the leader the outcomes go back to the core (Core.Applied), which then
+// answers: nothing is answered before it is committed.
+//
+// The sessions (conn.go, peers.go) read requests and write replies. A
+// shard (locks.go) is one core with the mutex every event of it is under,
+// its clock and one timer at the core's next deadline; carryOut turns the
+// core's effects into replies and counters. Standalone has 256 shards,
+// chosen by a hash of the key, each a core over its keys applied directly
+// under the shard mutex; a cluster leader has one core over all keys, fed
+// by the applied log, promoted at takeover and demoted when it loses its
+// leadership. Which of the two the server is (its mode) is chosen once, at
+// New. An ACQUIRE is decided as of when its frame was read (or of the
+// core's last event, if later): a lease counted from then ends no earlier
+// than its holder's own count, which starts when it sent the ACQUIRE.
 //
 // The token source is outside the critical section's waiting: under a
 // shard mutex a grant only takes the next token below the durable ceiling
@@ -162,12 +181,12 @@
 // there when the node serves again, unless their lease ended meanwhile. In standalone mode a role change is for
 // a standby and for tests; replicated modes drive it.
 //
-// The lock table has 256 shards chosen by a hash of the key, each a mutex
-// and a map. Within a shard, entries sit on intrusive lists, one per lease
-// length, which the monotonic clock keeps sorted by expiry, so sweeping
-// looks only at list heads. Released keys stay in the map for 2 s so that
-// re-acquiring them allocates nothing. A held lock costs about 150 bytes of
-// heap (key included, for short keys).
+// Within a core, entries sit on intrusive lists, one per lease length,
+// which the monotonic clock keeps sorted by expiry, so sweeping looks only
+// at list heads; the waiters' deadlines and the lease ends of keys with
+// waiters are in heaps, whose earliest instant is the shard's timer.
+// Released keys stay in the map for 2 s so that re-acquiring them
+// allocates nothing.
 //
 // # Raft mode (a cluster)
 //

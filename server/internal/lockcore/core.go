@@ -131,11 +131,12 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		} else {
 			c.unlink(e) // idle
 		}
-		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, a.Owner, a.LeaseS, a.OwnedOnly, 0, a.By
+		e.held, e.owner, e.lease, e.ownedOnly, e.token = true, a.Owner, a.LeaseS, a.OwnedOnly, 0
+		e.setBy(a.By)
 		p := c.proposal(e, a.By, now)
 		p.to, p.hasTo = a.grantee(), true
-		e.pend = p
 		if !c.propose(p, now) {
+			e.ext().pend = p
 			p.to.queued = true
 			c.emit(Effect{Kind: Track, S: a.S, ReqID: a.ReqID})
 		}
@@ -151,7 +152,8 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		}
 		w := &Waiter{g: g, e: e, retry: true, proposed: true}
 		w.g.queued = true
-		e.pend.retries = append(e.pend.retries, w)
+		pend := e.x.pend // (token 0: its grant is in flight)
+		pend.retries = append(pend.retries, w)
 		c.emit(Effect{Kind: Queue, S: a.S, ReqID: a.ReqID, W: w})
 		return
 	}
@@ -224,9 +226,9 @@ func (c *Core) Release(now int64, r *Release) {
 		kind = FreeReleaseOwned
 	}
 	if e == nil || !mayFree(kind, r.Token, &r.Owner, e.held, e.token, &e.owner, e.ownedOnly) {
-		if e != nil && e.freeing != nil && e.freeing.tok == r.Token {
+		if f := e.freeingOf(); f != nil && f.tok == r.Token {
 			// That holding's end is in flight: N once it applies.
-			e.freeing.late = append(e.freeing.late, lateRelease{r.S, r.ReqID})
+			f.late = append(f.late, lateRelease{r.S, r.ReqID})
 			return
 		}
 		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
@@ -263,8 +265,8 @@ func (c *Core) dropQueued(w *Waiter) {
 	w.done = true
 	c.unwatchWaiter(w)
 	if e.q.head == nil {
-		e.q = nil
 		c.unwatchKey(e)
+		e.q = nil
 	}
 }
 
@@ -318,7 +320,7 @@ func (c *Core) Tick(now int64) {
 		for e := l.head; e != nil && e.end <= now; e = l.head {
 			if i == idleList {
 				c.unlink(e)
-				if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && c.m[e.key] == e {
+				if !e.held && e.q == nil && !e.inFlight() && c.m[e.key] == e {
 					delete(c.m, e.key)
 				}
 				continue
@@ -364,7 +366,7 @@ func (c *Core) propose(p *Proposal, now int64) bool {
 func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, owner Owner, now int64) {
 	c.unlink(e)
 	c.unwatchKey(e)
-	by := e.by
+	by := e.by()
 	if rc != nil {
 		by = rby
 	}
@@ -372,15 +374,22 @@ func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, ow
 	p.free, p.tok, p.fkind, p.owner, p.rc, p.rid, p.expiry = true, e.token, kind, owner, rc, rid, rc == nil
 	if w := c.nextWaiter(e, now); w != nil {
 		p.to, p.hasTo = w.g, true
-		e.by, e.owner, e.lease, e.ownedOnly, e.token = w.g.by, w.g.owner, w.g.lease, w.g.ownedOnly, 0
-		e.pend = p
+		e.owner, e.lease, e.ownedOnly, e.token = w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.setBy(w.g.by)
 	} else {
 		e.held, e.token = false, 0
 		c.nheld--
 		c.cfg.Capacity.Held.Add(-1)
 	}
-	e.freeing = p
-	if !c.propose(p, now) && c.cfg.EarlyRelease && rc != nil && kind != FreeExpire {
+	if c.propose(p, now) {
+		return
+	}
+	x := e.ext()
+	x.freeing = p
+	if p.hasTo {
+		x.pend = p
+	}
+	if c.cfg.EarlyRelease && rc != nil && kind != FreeExpire {
 		// R now: the log's order has decided it (the Free is behind
 		// everything granted before, and any grant of the key goes behind
 		// it). If it never applies, the holding stays until its lease
@@ -452,8 +461,8 @@ func (c *Core) outcome(p *Proposal, r *Result, now int64) {
 		c.granted(e, p, r, now)
 		return
 	}
-	if e.freeing == p {
-		e.freeing = nil
+	if e.x != nil && e.x.freeing == p {
+		e.x.freeing = nil
 	}
 	if !r.Freed {
 		// Not reached: the projection said the token held the key.
@@ -463,8 +472,8 @@ func (c *Core) outcome(p *Proposal, r *Result, now int64) {
 		if p.hasTo {
 			// Nor is its grant made: answered (with its holder's retries),
 			// and the key projected free, as the Free meant it, until Resync.
-			if e.pend == p {
-				e.pend, e.held = nil, false
+			if e.x != nil && e.x.pend == p {
+				e.x.pend, e.held = nil, false
 				c.nheld--
 				c.cfg.Capacity.Held.Add(-1)
 			}
@@ -499,7 +508,7 @@ func (c *Core) answerLate(p *Proposal) {
 
 // idle makes e, if nothing is left of it, an idle entry.
 func (c *Core) idle(e *entry, now int64) {
-	if !e.held && e.q == nil && e.pend == nil && e.freeing == nil && !e.linked {
+	if !e.held && e.q == nil && !e.inFlight() && !e.linked {
 		e.end = now + IdleTTL
 		c.link(e, idleList)
 	}
@@ -508,8 +517,8 @@ func (c *Core) idle(e *entry, now int64) {
 // granted completes the grant of e that p carried.
 func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 	g := &p.to
-	if e.pend == p {
-		e.pend = nil
+	if e.x != nil && e.x.pend == p {
+		e.x.pend = nil
 	}
 	if r.Token == 0 {
 		// Not granted: the key stays free.
@@ -595,11 +604,13 @@ func (c *Core) grantNext(e *entry, now int64) {
 			continue
 		}
 		c.nheld++
-		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.by = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.by
+		e.held, e.owner, e.lease, e.ownedOnly, e.token = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.setBy(w.g.by)
 		np := c.proposal(e, w.g.by, now)
 		np.to, np.hasTo = w.g, true
-		e.pend = np
-		c.propose(np, now)
+		if !c.propose(np, now) {
+			e.ext().pend = np
+		}
 		return
 	}
 	c.idle(e, now)

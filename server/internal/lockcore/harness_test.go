@@ -547,7 +547,7 @@ func (h *harness) check() {
 				if e.q != nil {
 					next = min(next, e.end)
 				}
-			} else if e.pend == nil {
+			} else if e.pending() == nil {
 				h.errorf("%s: held, no token, nothing in flight", k)
 			}
 		} else if e.linked {
@@ -656,8 +656,8 @@ func (h *harness) state() []string {
 		if e.held && e.ownedOnly {
 			sb.WriteString(" owned-only")
 		}
-		if e.freeing != nil {
-			fmt.Fprintf(&sb, " (free of token %d in flight)", e.freeing.tok)
+		if e.freeingOf() != nil {
+			fmt.Fprintf(&sb, " (free of token %d in flight)", e.freeingOf().tok)
 		}
 		if e.q != nil {
 			var ws []string

@@ -13,23 +13,71 @@ import (
 // 0 while the command that made it held is in flight), its waiters, and
 // its place in the lease lists. A free entry is kept idleTTL for reuse, so
 // that acquiring the same key again allocates nothing.
+//
+// It is kept to 96 bytes (a size class): a standalone server holds
+// millions. What only a replicated core needs (the session charged, the
+// commands in flight) is in x, made when first needed.
 type entry struct {
 	key       string
 	owner     Owner
 	token     uint64
 	end       int64 // held, token known: the lease end; free: when the entry may be forgotten
 	prev, nx  *entry
-	q         *queue
-	by        uint64    // Acquire.By of the ACQUIRE that made the holding (0: restored)
-	pend      *Proposal // the command in flight whose apply gives the holding its token
-	freeing   *Proposal // the Free in flight of the holding before (its token: freeing.tok)
-	hidx      int32     // 1-based position in Core.keys (held with a known lease end and waiters)
+	q         *queue // waiters (and the entry's place in Core.keys)
+	x         *entryExt
 	list      uint16
 	linked    bool
 	held      bool
 	lease     uint8
 	ownedOnly bool
 }
+
+// entryExt is the part of an entry that a core whose commands are in
+// flight, or charged to sessions, needs.
+type entryExt struct {
+	by      uint64    // Acquire.By of the ACQUIRE that made the holding (0: restored, or none)
+	pend    *Proposal // the command in flight whose apply gives the holding its token
+	freeing *Proposal // the Free in flight of the holding before (its token: freeing.tok)
+}
+
+func (e *entry) ext() *entryExt {
+	if e.x == nil {
+		e.x = new(entryExt)
+	}
+	return e.x
+}
+
+func (e *entry) by() uint64 {
+	if e.x == nil {
+		return 0
+	}
+	return e.x.by
+}
+
+// setBy records the session charged for the holding (no entryExt for 0).
+func (e *entry) setBy(by uint64) {
+	if by != 0 || e.x != nil {
+		e.ext().by = by
+	}
+}
+
+func (e *entry) pending() *Proposal {
+	if e.x == nil {
+		return nil
+	}
+	return e.x.pend
+}
+
+// freeingOf is e's Free in flight, if any (e may be nil).
+func (e *entry) freeingOf() *Proposal {
+	if e == nil || e.x == nil {
+		return nil
+	}
+	return e.x.freeing
+}
+
+// inFlight reports whether a command of e is in flight.
+func (e *entry) inFlight() bool { return e.x != nil && (e.x.pend != nil || e.x.freeing != nil) }
 
 // Lease lists: the entries of each lease_s, appended when their lease
 // starts, so each list is sorted by lease end and a sweep looks only at
@@ -100,6 +148,7 @@ type queue struct {
 	head, tail *Waiter
 	n          int
 	byOwner    map[Owner]*Waiter
+	hidx       int32 // the entry's 1-based position in Core.keys (held with a known lease end); 0: not in it
 }
 
 func (q *queue) push(w *Waiter) {
@@ -175,31 +224,31 @@ func (h keyHeap) Len() int           { return len(h) }
 func (h keyHeap) Less(i, j int) bool { return h[i].end < h[j].end }
 func (h keyHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = int32(i+1), int32(j+1)
+	h[i].q.hidx, h[j].q.hidx = int32(i+1), int32(j+1)
 }
-func (h *keyHeap) Push(x any) { e := x.(*entry); *h = append(*h, e); e.hidx = int32(len(*h)) }
+func (h *keyHeap) Push(x any) { e := x.(*entry); *h = append(*h, e); e.q.hidx = int32(len(*h)) }
 func (h *keyHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	e.hidx = 0
+	e.q.hidx = 0
 	return e
 }
 
 // watchKey puts e, held with a known lease end and with waiters, in the
 // key heap (or moves it there).
 func (c *Core) watchKey(e *entry) {
-	if e.hidx != 0 {
-		heap.Fix(&c.keys, int(e.hidx)-1)
+	if e.q.hidx != 0 {
+		heap.Fix(&c.keys, int(e.q.hidx)-1)
 		return
 	}
 	heap.Push(&c.keys, e)
 }
 
 func (c *Core) unwatchKey(e *entry) {
-	if e.hidx != 0 {
-		heap.Remove(&c.keys, int(e.hidx)-1)
+	if e.q != nil && e.q.hidx != 0 {
+		heap.Remove(&c.keys, int(e.q.hidx)-1)
 	}
 }
 

@@ -259,11 +259,31 @@ func (cl *cluster) relay(in <-chan raft.RPC, out chan<- raft.RPC) {
 			select {
 			case out <- rpc:
 			case <-cl.stop:
-				rpc.Respond(nil, raft.ErrRaftShutdown)
+				// A response of the request's type: raft's in-memory
+				// pipeline reads one even beside an error.
+				rpc.Respond(emptyResponse(rpc.Command), raft.ErrRaftShutdown)
 				return
 			}
 		}
 	}
+}
+
+// emptyResponse is a zero response of the type that answers cmd (nil for
+// a request raft does not pipeline).
+func emptyResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{}
+	}
+	return nil
 }
 
 // admit answers rpc itself (a probe; anything while the gate is closed; a

@@ -134,7 +134,8 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		e.held, e.owner, e.lease, e.ownedOnly, e.token = true, a.Owner, a.LeaseS, a.OwnedOnly, 0
 		e.setBy(a.By)
 		p := c.proposal(e, a.By, now)
-		p.to, p.hasTo = a.grantee(), true
+		p.to.from(a) // (field by field: this is every grant's path)
+		p.hasTo = true
 		if !c.propose(p, now) {
 			e.ext().pend = p
 			p.to.queued = true
@@ -196,6 +197,12 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 	}
 	heap.Push(&c.waits, w)
 	c.emit(Effect{Kind: Queue, S: a.S, ReqID: a.ReqID, W: w})
+}
+
+// from sets g from a, as a.grantee() would.
+func (g *grantee) from(a *Acquire) {
+	g.s, g.by, g.reqID, g.owner, g.lease, g.ownedOnly = a.S, a.By, a.ReqID, a.Owner, a.LeaseS, a.OwnedOnly
+	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.Late
 }
 
 func (a *Acquire) grantee() grantee {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,33 +23,32 @@ import (
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
-// Raft mode: the node and its leader's scheduler.
+// Raft mode: the node.
 //
 // Every node runs hashicorp/raft with the state machine of cluster_fsm.go.
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
-// the configured floor (in a new cluster with TokenStartClock, at least ClockStart) and records
-// its client address (one entry, waited for), restarts every lease at its
-// full lease_s plus one election timeout, and only then takes RoleLeader
-// and serves. When it loses leadership its
-// scheduler stops (waiters are dropped, proposals in flight are forgotten)
-// and every session gets M and closes: callers see Indeterminate for what
-// was in flight, and retry on the new leader.
+// the configured floor (in a new cluster with TokenStartClock, at least
+// ClockStart) and records its client address (one entry, waited for),
+// promotes its lock core with the applied holdings, every lease restarted
+// at its full lease_s plus one election timeout, and only then takes
+// RoleLeader and serves. When it loses leadership its core is demoted
+// (waiters are dropped, commands in flight are forgotten) and every
+// session gets M and closes: callers see Indeterminate for what was in
+// flight, and retry on the new leader.
 //
-// The leader's scheduler mirrors the machine's holdings and projects onto
-// them every command it has proposed and not yet seen applied: it is the
-// only proposer, the commands apply in the order proposed, and a command is
-// proposed only when the mirror says it will succeed (a Grant of a key
-// projected free, a Free of the token projected to hold it), so the mirror
-// is always the state the machine will reach. The one thing it does not
-// know in advance is a pending grant's token: until its entry applies, a
-// RELEASE cannot name it (N) and a retry by its owner waits for it.
-// Replies are sent only from the apply of the entry that decided them:
-// nothing is answered before it is committed (but R with
-// ClusterConfig.EarlyRelease). Lease and wait timers run on
-// the leader's clock (Config.clock); an ended lease is a proposed Free of
-// kind expire; followers expire nothing.
+// The leader's core (cluster_log.go) is the only proposer; it projects
+// every command it proposes (a Grant of a key it holds free, a Free of the
+// token it holds), the commands apply in the order proposed, so its
+// projection is the state the machine reaches. What it cannot know in
+// advance is a pending grant's token: until its entry applies, a RELEASE
+// cannot name it (N) and a retry by its owner waits for it. Replies come
+// from the apply of the entry that decided them: nothing is answered
+// before it is committed (but R with ClusterConfig.EarlyRelease). Lease and
+// wait deadlines run on the leader's clock (Config.clock), every lease end
+// on time (the shard's timer); an ended lease is a proposed Free of kind
+// expire; followers expire nothing.
 type cluster struct {
 	s        *Server
 	cfg      ClusterConfig
@@ -117,27 +115,6 @@ type cluster struct {
 	commitLatency prometheus.Histogram
 	slowGrants    atomic.Uint64 // grants answered B for a commit slower than ElectionTimeout
 	slowLog       logLimit      // its log lines
-}
-
-// proposal is a command of the lock core in flight on the leader: what
-// the proposer counts it against (raftLog.Propose).
-type proposal struct {
-	lp  *lockcore.Proposal
-	key string
-	at  int64   // proposed (server clock)
-	q   *pqueue // the queue (session) it counts against
-}
-
-// raftLog is the Raft mode's lockcore.Proposer: a command goes to the
-// proposer's queue of the session it is charged to, into the next log
-// entries; its outcome comes back when the entry applies (applied), in the
-// order proposed. It never applies at once.
-type raftLog struct{ cl *cluster }
-
-// Propose queues p's command (under sh.mu, as every core event).
-func (l raftLog) Propose(p *lockcore.Proposal) bool {
-	l.cl.proposeLocked(&proposal{lp: p, key: p.Key()}, p.By(), p.AppendCommand)
-	return false
 }
 
 func (cc *ClusterConfig) validate(c *Config) error {
@@ -621,98 +598,6 @@ func (cl *cluster) stopScheduler() {
 	}
 }
 
-// applied gives the lock core the outcomes of an applied entry's commands
-// of the current stint (the FSM calls it after applying the entry, off its
-// lock).
-func (cl *cluster) applied(stint uint64, res []cmdResult) {
-	s := cl.s
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || stint != cl.stint {
-		return
-	}
-	now := s.shardNow(sh)
-	first := int64(math.MaxInt64)
-	cl.entryApplied()
-	for _, r := range res {
-		p := cl.pending[r.seq]
-		if p == nil {
-			continue
-		}
-		delete(cl.pending, r.seq)
-		cl.appliedLocked(p)
-		first = min(first, p.at)
-		sh.core.Applied(now, p.lp, r.res)
-		s.carryOut(sh, nil)
-	}
-	// The entry's earliest command: its wait is the entry's commit latency
-	// (with the wait for its turn in the proposer).
-	if first != math.MaxInt64 {
-		cl.commitLatency.Observe(float64(now-first) / 1e9)
-	}
-}
-
-// proposalLimited counts an ACQUIRE answered B at MaxProposals, and logs
-// at most once per second with the count since the last line.
-func (cl *cluster) proposalLimited() {
-	cl.s.m.busy.Add(1)
-	if since, ok := cl.limitLog.due(cl.s.now(), cl.proposalLimit.Add(1)); ok {
-		cl.s.log.Warn("cluster: max-proposals commands await their commit: ACQUIREs of free keys answered B; the log does not keep up with the clients (check ticketing_raft_commit_seconds and which sessions send the most), or raise max-proposals if the leader has the memory",
-			"max_proposals", cl.cfg.MaxProposals, "count", since)
-	}
-}
-
-// slowCommit counts a grant answered B because its commit took took (ns),
-// more than ElectionTimeout, and logs at most once per second with the
-// count since the last line.
-func (cl *cluster) slowCommit(took int64) {
-	cl.s.m.busy.Add(1)
-	if since, ok := cl.slowLog.due(cl.s.now(), cl.slowGrants.Add(1)); ok {
-		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
-			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", since)
-	}
-}
-
-// resync sets key's projection from the machine (after a command that did
-// not apply as projected; not reached); under sh.mu.
-func (cl *cluster) resync(key string) {
-	var hp *lockcore.Holding
-	if h, ok := cl.fsm.holding(key); ok {
-		hp = &h
-	}
-	cl.s.log.Error("cluster: a command the scheduler proposed did not apply as projected; resynchronising the key", "key", key)
-	cl.sh.core.Resync(cl.s.shardNow(&cl.sh), key, hp)
-	cl.s.carryOut(&cl.sh, nil)
-}
-
-// acquire handles an ACQUIRE on the leader.
-func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || !cl.admitLocked(c) {
-		return // stepping down: the session gets M and closes
-	}
-	a := lockcore.Acquire{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
-		WaitS: req.WaitS, OwnedOnly: cl.s.ownedOnly(c), Arrived: arrived}
-	sh.core.Acquire(cl.s.shardNow(sh), &a)
-	cl.s.carryOut(sh, c)
-}
-
-// release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
-func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || !cl.admitLocked(c) {
-		return
-	}
-	r := lockcore.Release{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
-	sh.core.Release(cl.s.shardNow(sh), &r)
-	cl.s.carryOut(sh, c)
-}
-
 // ClusterStatus returns this node's view of the cluster.
 func (s *Server) ClusterStatus() (ClusterStatus, error) {
 	cl := s.cl
@@ -934,14 +819,4 @@ func (s *Server) startCluster() (*Server, error) {
 	s.bg.Add(1)
 	go s.housekeeping()
 	return s, nil
-}
-
-func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
-func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
-func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }
-
-// close is shutdown, then the scheduler's timer stops.
-func (cl *cluster) close() {
-	cl.shutdown()
-	cl.sh.stopTimer()
 }

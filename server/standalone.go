@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"hash/maphash"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,14 +12,15 @@ import (
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
-// Standalone mode: the lock table is numShards lockcore.Cores, one per
-// shard of the keys (by a hash of the key), each under its shard's mutex
-// and applied directly (localLog: a grant's token comes from the token
-// store at once, so no command is ever in flight). This file is only the
-// driver: it feeds each core its events with the server's clock, carries
-// out the effects (replies into sessions, counters), keeps one timer per
-// shard at the core's Next instant, and sweeps every shard now and then
-// for the leases nobody touches. Every decision is the core's.
+// Standalone mode: the lock table is numShards lock cores, one per shard
+// of the keys (by a hash of the key), each applied directly: its
+// replication log (localLog) is the token store (store.go), which gives a
+// grant its token at once, so no command is ever in flight. Leases of keys
+// nobody touches are ended by a sweep every sweepPeriod (and before a
+// capacity decision); those with waiters by the shard's timer. An ACQUIRE
+// of a free key that finds no token (the next block's fsync is late) is
+// deferred: it waits for the reservation off its session's reader, then
+// the core decides it once more.
 
 const (
 	numShards   = 256
@@ -28,43 +28,6 @@ const (
 	secondNs    = int64(time.Second)
 	msNs        = int64(time.Millisecond)
 )
-
-// shard is one lock core and what drives it: its mutex (every event of
-// the core is under it), its clock and its timer. Standalone has numShards
-// of them; a cluster leader one (cluster.sh).
-type shard struct {
-	mu     sync.Mutex
-	core   *lockcore.Core
-	wake   timer // at wakeAt: the core's Next (with exact, NextExpiry too)
-	wakeAt int64 // lockcore.NoDeadline: not armed
-	last   int64 // the latest now given to core: its events come in time order
-	// exact: every lease ends on time (a replicated core: the followers'
-	// state, a takeover's restart); otherwise the leases of keys without
-	// waiters end when touched or swept.
-	exact bool
-	// cl is the cluster whose leader runs this core (nil standalone): the
-	// effects only a replicated core has (Backlog, SlowCommit, Desync)
-	// are its.
-	cl *cluster
-	_  [64]byte
-}
-
-// mode is how the server keeps its lock table, chosen once, at New:
-// standalone's shards over the token store (shards), or a Raft node
-// (*cluster), whose leader runs one core fed by the applied log. Sessions
-// hand their ACQUIREs and RELEASEs to it (CANCEL and a closing session's
-// drops go to the core their in-flight record names); status, metrics and
-// health read it.
-type mode interface {
-	acquire(c *conn, req *wire.Request, arrived int64)
-	release(c *conn, req *wire.Request, owned bool)
-	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
-	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
-	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
-	health() error                      // TokenStoreErr
-	collectors() []prometheus.Collector // the mode's own, beside the server's
-	close()                             // the end of Close and Shutdown
-}
 
 // shards is standalone's mode.
 type shards struct{ s *Server }
@@ -139,14 +102,6 @@ type tokenWaiter struct {
 	// (acquireLate, or a CANCEL) uncounts it.
 	counted atomic.Bool
 }
-
-// acquire handles a well-formed, in-range ACQUIRE from c's reader.
-func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.mode.acquire(c, req, arrived) }
-
-// release handles a well-formed, in-range RELEASE from c's reader, or with
-// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
-// is also req.Owner.
-func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.mode.release(c, req, owned) }
 
 func (t shards) acquire(c *conn, req *wire.Request, arrived int64) {
 	s := t.s
@@ -254,163 +209,6 @@ func (t shards) release(c *conn, req *wire.Request, owned bool) {
 	sh.mu.Unlock()
 }
 
-// cancel handles a CANCEL (version 2) naming reqID: if that ACQUIRE of c
-// is still waiting in a queue, or for a token (acquireLate: not yet
-// decided), it is removed and answered T at once; the lock table is
-// otherwise untouched. An ACQUIRE already granted or answered, or one being
-// answered right now, and an unknown reqID, are left alone: no reply, no
-// error.
-func (s *Server) cancel(c *conn, reqID uint32) {
-	f, ok := c.flightOf(reqID)
-	if !ok || f.sh == nil {
-		return
-	}
-	sh := f.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	// Again under the shard mutex, which every change of a waiter's state
-	// holds: a token waiter may have been queued meanwhile, or answered.
-	if f, ok = c.flightOf(reqID); !ok || f.sh != sh {
-		return
-	}
-	switch {
-	case f.w != nil:
-		sh.core.Cancel(s.shardNow(sh), f.w)
-		s.carryOut(sh, c)
-	case f.tw != nil && !f.tw.done:
-		f.tw.done = true // acquireLate will not decide it
-		if f.tw.counted.Swap(false) {
-			s.capacity.Waiters.Add(-1)
-		}
-		s.m.timeouts.Add(1)
-		s.m.cancelled.Add(1)
-		c.replySimpleQueued(wire.TypeTimedOut, reqID)
-	}
-}
-
-// dropFlight removes f, an ACQUIRE of a closing session, from its queue,
-// or ends its wait for a token.
-func (s *Server) dropFlight(f flight) {
-	if f.sh == nil {
-		return
-	}
-	f.sh.mu.Lock()
-	if f.w != nil {
-		f.sh.core.Drop(f.w)
-	} else if f.tw != nil {
-		f.tw.done = true
-	}
-	f.sh.mu.Unlock()
-}
-
-// carryOut does what the last event of sh's core asks (under sh.mu):
-// replies (caller is the session whose reader sent the event, if any: it
-// flushes its own replies, the others' writers are woken), counters, the
-// in-flight records of queued ACQUIREs; then it sets the shard's timer. It
-// reports whether the core deferred the caller's ACQUIRE (Defer).
-func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
-	var desync []string
-	fx := sh.core.Effects()
-	for i := range fx {
-		e := &fx[i]
-		c, _ := e.S.(*conn)
-		wake := c != caller
-		switch e.Kind {
-		case lockcore.Granted:
-			if e.Why != lockcore.Again {
-				s.m.granted(e.Wait)
-			}
-			c.sendGranted(e.ReqID, e.Token, e.WaitedMS(), e.Queued, wake)
-		case lockcore.TimedOut:
-			s.m.timeouts.Add(1)
-			if e.Why == lockcore.Cancelled {
-				s.m.cancelled.Add(1)
-			}
-			c.send(wire.TypeTimedOut, e.ReqID, e.Queued, wake)
-		case lockcore.Busy:
-			switch e.Why {
-			case lockcore.NoToken:
-				s.noToken(e.Err)
-			case lockcore.Backlog:
-				sh.cl.proposalLimited()
-			case lockcore.SlowCommit:
-				if e.Wait > 0 {
-					sh.cl.slowCommit(e.Wait) // counted once per grant, not per retry
-				} else {
-					s.m.busy.Add(1)
-				}
-			default:
-				s.m.busy.Add(1)
-			}
-			c.send(wire.TypeBusy, e.ReqID, e.Queued, wake)
-		case lockcore.Released:
-			s.m.released.Add(1)
-			c.send(wire.TypeReleased, e.ReqID, false, wake)
-		case lockcore.NotHeld:
-			s.m.notHeld.Add(1)
-			c.send(wire.TypeNotHeld, e.ReqID, false, wake)
-		case lockcore.Failed:
-			if e.Queued {
-				s.internalErrorQueued(c, e.ReqID, e.Err)
-			} else {
-				s.internalError(c, e.ReqID, e.Err)
-			}
-		case lockcore.Queue:
-			if !c.addInflight(e.ReqID, flight{sh: sh, w: e.W}) {
-				sh.core.Drop(e.W) // the session is closing
-			}
-		case lockcore.Track:
-			c.addInflight(e.ReqID, flight{sh: sh})
-		case lockcore.Defer:
-			deferred = true
-		case lockcore.Expired:
-			s.m.expired.Add(1)
-		case lockcore.Desync:
-			desync = append(desync, e.Err.(*lockcore.DesyncError).Key)
-		}
-	}
-	s.rearm(sh)
-	for _, key := range desync {
-		sh.cl.resync(key) // (only a replicated core's command can fail to apply as projected)
-	}
-	return deferred
-}
-
-// rearm keeps sh's timer at its core's Next instant (under sh.mu). A timer
-// that fires early finds nothing due and is set again.
-func (s *Server) rearm(sh *shard) {
-	n := sh.core.Next()
-	if sh.exact {
-		n = min(n, sh.core.NextExpiry())
-	}
-	if n >= sh.wakeAt {
-		return
-	}
-	sh.wakeAt = n
-	d := time.Duration(max(n-s.now(), 0))
-	if sh.wake == nil {
-		sh.wake = s.afterFunc(d, func() { s.shardDue(sh) })
-	} else {
-		sh.wake.Reset(d)
-	}
-}
-
-// shardNow is now for sh's core (under sh.mu): the server's clock, and
-// never before an instant the core was already given.
-func (s *Server) shardNow(sh *shard) int64 {
-	sh.last = max(sh.last, s.now())
-	return sh.last
-}
-
-// shardDue runs when sh's timer fires.
-func (s *Server) shardDue(sh *shard) {
-	sh.mu.Lock()
-	sh.wakeAt = lockcore.NoDeadline
-	sh.core.Tick(s.shardNow(sh))
-	s.carryOut(sh, nil)
-	sh.mu.Unlock()
-}
-
 // noToken counts an ACQUIRE answered B because no token was available,
 // and logs at most once per second with the count since the last line.
 func (s *Server) noToken(reason error) {
@@ -456,14 +254,4 @@ func (s *Server) sweeper() {
 			s.sweepAll()
 		}
 	}
-}
-
-// stopTimer stops sh's timer (Close).
-func (sh *shard) stopTimer() {
-	sh.mu.Lock()
-	if sh.wake != nil {
-		sh.wake.Stop()
-	}
-	sh.wakeAt = lockcore.NoDeadline
-	sh.mu.Unlock()
 }

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"math"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
+)
+
+// The Raft mode's replication log, and the leader's lock core on it.
+//
+// A cluster node's mode (see shard.go) is the *cluster: while it leads,
+// one lock core (cluster.sh) over all keys takes the sessions' requests.
+// Its commands go through raftLog into the leader's proposer
+// (cluster_proposer.go), which packs them into hashicorp/raft entries;
+// every node applies the committed entries to a lockcore.Machine
+// (cluster_fsm.go), and on the leader applied hands each outcome back to
+// the core, which only then answers. At a takeover the core is promoted
+// with the applied holdings, every lease restarted (cluster.go, takeOver);
+// when the node loses its leadership it is demoted and the sessions close
+// with M.
+
+// proposal is a command of the lock core in flight on the leader: what
+// the proposer counts it against (raftLog.Propose).
+type proposal struct {
+	lp  *lockcore.Proposal
+	key string
+	at  int64   // proposed (server clock)
+	q   *pqueue // the queue (session) it counts against
+}
+
+// raftLog is the Raft mode's lockcore.Proposer: a command goes to the
+// proposer's queue of the session it is charged to, into the next log
+// entries; its outcome comes back when the entry applies (applied), in the
+// order proposed. It never applies at once.
+type raftLog struct{ cl *cluster }
+
+// Propose queues p's command (under sh.mu, as every core event).
+func (l raftLog) Propose(p *lockcore.Proposal) bool {
+	l.cl.proposeLocked(&proposal{lp: p, key: p.Key()}, p.By(), p.AppendCommand)
+	return false
+}
+
+// applied gives the lock core the outcomes of an applied entry's commands
+// of the current stint (the FSM calls it after applying the entry, off its
+// lock).
+func (cl *cluster) applied(stint uint64, res []cmdResult) {
+	s := cl.s
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !cl.active || stint != cl.stint {
+		return
+	}
+	now := s.shardNow(sh)
+	first := int64(math.MaxInt64)
+	cl.entryApplied()
+	for _, r := range res {
+		p := cl.pending[r.seq]
+		if p == nil {
+			continue
+		}
+		delete(cl.pending, r.seq)
+		cl.appliedLocked(p)
+		first = min(first, p.at)
+		sh.core.Applied(now, p.lp, r.res)
+		s.carryOut(sh, nil)
+	}
+	// The entry's earliest command: its wait is the entry's commit latency
+	// (with the wait for its turn in the proposer).
+	if first != math.MaxInt64 {
+		cl.commitLatency.Observe(float64(now-first) / 1e9)
+	}
+}
+
+// proposalLimited counts an ACQUIRE answered B at MaxProposals, and logs
+// at most once per second with the count since the last line.
+func (cl *cluster) proposalLimited() {
+	cl.s.m.busy.Add(1)
+	if since, ok := cl.limitLog.due(cl.s.now(), cl.proposalLimit.Add(1)); ok {
+		cl.s.log.Warn("cluster: max-proposals commands await their commit: ACQUIREs of free keys answered B; the log does not keep up with the clients (check ticketing_raft_commit_seconds and which sessions send the most), or raise max-proposals if the leader has the memory",
+			"max_proposals", cl.cfg.MaxProposals, "count", since)
+	}
+}
+
+// slowCommit counts a grant answered B because its commit took took (ns),
+// more than ElectionTimeout, and logs at most once per second with the
+// count since the last line.
+func (cl *cluster) slowCommit(took int64) {
+	cl.s.m.busy.Add(1)
+	if since, ok := cl.slowLog.due(cl.s.now(), cl.slowGrants.Add(1)); ok {
+		cl.s.log.Warn("cluster: a grant took longer than raft-election to commit: answered B (not granted) and freed again; check the disk and network latency of the nodes, or raise raft-election",
+			"commit", time.Duration(took).Round(time.Millisecond), "raft_election", cl.cfg.ElectionTimeout, "count", since)
+	}
+}
+
+// resync sets key's projection from the machine (after a command that did
+// not apply as projected; not reached); under sh.mu.
+func (cl *cluster) resync(key string) {
+	var hp *lockcore.Holding
+	if h, ok := cl.fsm.holding(key); ok {
+		hp = &h
+	}
+	cl.s.log.Error("cluster: a command the scheduler proposed did not apply as projected; resynchronising the key", "key", key)
+	cl.sh.core.Resync(cl.s.shardNow(&cl.sh), key, hp)
+	cl.s.carryOut(&cl.sh, nil)
+}
+
+// acquire handles an ACQUIRE on the leader.
+func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !cl.active || !cl.admitLocked(c) {
+		return // stepping down: the session gets M and closes
+	}
+	a := lockcore.Acquire{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
+		WaitS: req.WaitS, OwnedOnly: cl.s.ownedOnly(c), Arrived: arrived}
+	sh.core.Acquire(cl.s.shardNow(sh), &a)
+	cl.s.carryOut(sh, c)
+}
+
+// release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
+func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !cl.active || !cl.admitLocked(c) {
+		return
+	}
+	r := lockcore.Release{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	sh.core.Release(cl.s.shardNow(sh), &r)
+	cl.s.carryOut(sh, c)
+}
+
+func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
+func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
+func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }
+
+// close is shutdown, then the scheduler's timer stops.
+func (cl *cluster) close() {
+	cl.shutdown()
+	cl.sh.stopTimer()
+}

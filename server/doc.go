@@ -140,16 +140,16 @@
 // replicated mode is lockcore's.
 //
 // The replication logs implement the seam. Standalone's (localLog,
-// locks.go) applies at once: a grant's token comes from the token store's
+// standalone.go) applies at once: a grant's token comes from the token store's
 // reservation (store.go), so no command is ever in flight. The Raft mode's
-// (raftLog, cluster.go) queues each command for the leader's proposer
+// (raftLog, cluster_log.go) queues each command for the leader's proposer
 // (cluster_proposer.go), which packs them into hashicorp/raft entries; every
 // node applies the committed entries to a Machine (cluster_fsm.go), and on
 // the leader the outcomes go back to the core (Core.Applied), which then
 // answers: nothing is answered before it is committed.
 //
 // The sessions (conn.go, peers.go) read requests and write replies. A
-// shard (locks.go) is one core with the mutex every event of it is under,
+// shard (shard.go) is one core with the mutex every event of it is under,
 // its clock and one timer at the core's next deadline; carryOut turns the
 // core's effects into replies and counters. Standalone has 256 shards,
 // chosen by a hash of the key, each a core over its keys applied directly

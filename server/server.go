@@ -59,7 +59,7 @@ type Server struct {
 	epoch        time.Time
 	clk          clock // nil: the real monotonic clock (epoch)
 
-	shards       [numShards]shard  // standalone: the lock table (locks.go)
+	shards       [numShards]shard  // standalone: the lock table (standalone.go)
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
 	mode         mode              // standalone's shards or a Raft node: chosen at New
 	sessions     atomic.Int64

@@ -245,5 +245,3 @@ func listen(t testing.TB) net.Listener {
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
-
-func sleepPastLease() { time.Sleep(1100 * time.Millisecond) }

@@ -1,5 +1,12 @@
 package server_test
 
+// End-to-end tests of the lock semantics over TCP, one or a few per
+// behaviour class, and what lies beyond the lock core (timers firing,
+// sweeps, shards, counters). Every lock decision is lockcore's and is
+// tested there, with a fake now, by the scripts in
+// internal/lockcore/testdata (their README maps the tests that were here
+// to the scripts that replaced them).
+
 import (
 	"fmt"
 	"sync"
@@ -26,8 +33,11 @@ func TestTokensStartAtOneAndIncrease(t *testing.T) {
 	}
 }
 
+// TestFIFOOrder: end to end, each RELEASE hands the key to the oldest
+// waiter, whichever session it waits on, and to no other. (The order
+// itself is the core's: lockcore/testdata/handoff.txt.)
 func TestFIFOOrder(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
+	_, addr := startServer(t, server.Config{})
 	h := session(t, addr)
 	tok := h.acquireOK(1, owner(0), 0, 30, "k")
 	const n = 4
@@ -35,7 +45,8 @@ func TestFIFOOrder(t *testing.T) {
 	for i := range ws {
 		ws[i] = session(t, addr)
 		ws[i].send(acq(100, owner(i+1), 30, 30, "k"))
-		eventually(t, "queued", func() bool { return s.Stats().Waiters == i+1 })
+		ws[i].send(ping(101))
+		ws[i].expect(wire.TypePong, 101) // queued: its reader handled the ACQUIRE first
 	}
 	cur, relc := tok, h
 	for i := range ws {
@@ -52,81 +63,45 @@ func TestFIFOOrder(t *testing.T) {
 	}
 }
 
-func TestWaitZeroOnHeldKeyIsT(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	a.acquireOK(1, owner(1), 0, 30, "k")
-	b := session(t, addr)
-	b.send(acq(2, owner(2), 0, 30, "k"))
-	b.expect(wire.TypeTimedOut, 2)
-	if st := s.Stats(); st.Waiters != 0 || st.TimedOut != 1 {
-		t.Fatalf("stats %+v", st)
-	}
-}
-
+// TestWaitTimeoutIsT: the shard's timer, set at the waiter's deadline,
+// answers T when wait_s has passed (on the fake clock: not 1 ns before,
+// and by the time the clock has moved past it: before a PING sent then),
+// leaves no waiter behind and the key with its holder. (When a wait ends
+// is the core's: lockcore/testdata/handoff.txt.)
 func TestWaitTimeoutIsT(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
+	clk := server.NewFakeClock()
+	var cfg server.Config
+	server.SetClock(&cfg, clk)
+	s, addr := startServer(t, cfg)
 	a := session(t, addr)
-	a.acquireOK(1, owner(1), 0, 30, "k")
+	tok := a.acquireOK(1, owner(1), 0, 30, "k")
 	b := session(t, addr)
-	start := time.Now()
 	b.send(acq(2, owner(2), 1, 30, "k"))
-	b.expect(wire.TypeTimedOut, 2)
-	if el := time.Since(start); el < 900*time.Millisecond || el > 4*time.Second {
-		t.Fatalf("T after %v, want about 1s", el)
+	b.send(ping(3))
+	b.expect(wire.TypePong, 3) // queued
+
+	clk.Advance(time.Second - 1)
+	b.send(ping(4))
+	b.expect(wire.TypePong, 4) // no T before the PONG
+	clk.Advance(1)
+	b.send(ping(5))
+	b.expect(wire.TypeTimedOut, 2) // answered within Advance (the timer), not by a later sweep
+	b.expect(wire.TypePong, 5)
+	if st := s.Stats(); st.Waiters != 0 || st.TimedOut != 1 || st.HeldLocks != 1 {
+		t.Fatalf("after the wait ended: %+v", st)
 	}
-	if s.Stats().Waiters != 0 {
-		t.Fatal("waiter left behind")
-	}
-	// The key is still the holder's; a later release works.
+	a.send(rel(2, tok, "k")) // still the holder's
+	a.expect(wire.TypeReleased, 2)
 }
 
-// TestLeaseExpiryGrantsNextWaiter: the waiter is granted at the holder's
-// lease end, pushed by the server (no request from anyone).
-func TestLeaseExpiryGrantsNextWaiter(t *testing.T) {
-	_, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	start := time.Now()
-	tok := a.acquireOK(1, owner(1), 0, 1, "k")
-	b := session(t, addr)
-	b.send(acq(2, owner(2), 10, 30, "k"))
-	g := b.expect(wire.TypeGranted, 2)
-	el := time.Since(start)
-	if el < 900*time.Millisecond || el > 3*time.Second {
-		t.Fatalf("granted after %v, want about 1s", el)
-	}
-	if g.Token <= tok || g.WaitedMS > uint32(el.Milliseconds()) || g.WaitedMS < 800 {
-		t.Fatalf("grant %s after %v", show(g), el)
-	}
-	a.send(rel(3, tok, "k"))
-	a.expect(wire.TypeNotHeld, 3)
-}
-
-func TestReleaseAfterExpiryIsNotHeld(t *testing.T) {
-	_, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	tok := a.acquireOK(1, owner(1), 0, 1, "k")
-	time.Sleep(1100 * time.Millisecond)
-	a.send(rel(2, tok, "k"))
-	a.expect(wire.TypeNotHeld, 2)
-}
-
-func TestAcquireAfterExpirySeesFreeKey(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	a.acquireOK(1, owner(1), 0, 1, "k")
-	time.Sleep(1100 * time.Millisecond)
-	b := session(t, addr)
-	b.acquireOK(2, owner(2), 0, 30, "k")
-	if st := s.Stats(); st.HeldLocks != 1 || st.Expired != 1 {
-		t.Fatalf("stats %+v", st)
-	}
-}
-
-// TestExpiredLocksAreSwept: expired locks nobody touches stop counting as
-// held (the sweeper), so gauges and capacity stay right.
+// TestExpiredLocksAreSwept: expired locks nobody touches (no waiter, so no
+// timer; no request) stop counting as held (the sweeper), so gauges and
+// capacity stay right.
 func TestExpiredLocksAreSwept(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
+	clk := server.NewFakeClock()
+	var cfg server.Config
+	server.SetClock(&cfg, clk)
+	s, addr := startServer(t, cfg)
 	a := session(t, addr)
 	for i := uint32(0); i < 10; i++ {
 		a.acquireOK(i, owner(1), 0, 1, fmt.Sprint("k", i))
@@ -134,20 +109,12 @@ func TestExpiredLocksAreSwept(t *testing.T) {
 	if s.Stats().HeldLocks != 10 {
 		t.Fatal("not held")
 	}
+	clk.Advance(time.Second)
 	eventually(t, "swept", func() bool { return s.Stats().HeldLocks == 0 })
 }
 
-func TestReleaseByExactTokenFromAnotherSession(t *testing.T) {
-	_, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	tok := a.acquireOK(1, owner(1), 0, 30, "k")
-	b := session(t, addr)
-	b.send(rel(2, tok, "k"))
-	b.expect(wire.TypeReleased, 2)
-	a.send(rel(3, tok, "k"))
-	a.expect(wire.TypeNotHeld, 3)
-}
-
+// TestReleaseWrongTokenIsNotHeld: end to end, RELEASE is N for any token
+// or key but the holding's, and R for it (lockcore/testdata/release.txt).
 func TestReleaseWrongTokenIsNotHeld(t *testing.T) {
 	_, addr := startServer(t, server.Config{})
 	a := session(t, addr)
@@ -161,73 +128,6 @@ func TestReleaseWrongTokenIsNotHeld(t *testing.T) {
 	}
 	a.send(rel(20, tok, "k")) // still held by tok
 	a.expect(wire.TypeReleased, 20)
-}
-
-// TestOwnerRetryIsIdempotent: the holder's retry gets the same token and
-// waited_ms 0, and does not extend the lease.
-func TestOwnerRetryIsIdempotent(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	tok := a.acquireOK(1, owner(1), 0, 1, "k")
-	time.Sleep(500 * time.Millisecond)
-	b := session(t, addr) // a retry may come on another session
-	b.send(acq(2, owner(1), 5, 1, "k"))
-	g := b.expect(wire.TypeGranted, 2)
-	if g.Token != tok || g.WaitedMS != 0 {
-		t.Fatalf("retry got %s, want token %d waited 0", show(g), tok)
-	}
-	if s.Stats().Grants != 1 {
-		t.Fatal("a retry counted as a grant")
-	}
-	// The lease ends 1s after the first grant, not after the retry.
-	time.Sleep(600 * time.Millisecond)
-	c := session(t, addr)
-	if tok2 := c.acquireOK(3, owner(2), 0, 30, "k"); tok2 <= tok {
-		t.Fatalf("token %d", tok2)
-	}
-}
-
-// TestOwnerAlreadyWaitingTakesOverPlace: our documented choice for an
-// ACQUIRE by an owner that already waits for the key: the new request takes
-// the old one's place in the queue, and the old one is answered T.
-func TestOwnerAlreadyWaitingTakesOverPlace(t *testing.T) {
-	s, addr := startServer(t, server.Config{})
-	h := session(t, addr)
-	tok := h.acquireOK(1, owner(0), 0, 30, "k")
-	a := session(t, addr)
-	a.send(acq(2, owner(1), 30, 30, "k"))
-	eventually(t, "queued", func() bool { return s.Stats().Waiters == 1 })
-	c := session(t, addr)
-	c.send(acq(3, owner(2), 30, 30, "k"))
-	eventually(t, "queued", func() bool { return s.Stats().Waiters == 2 })
-
-	b := session(t, addr)
-	b.send(acq(4, owner(1), 30, 30, "k")) // owner 1 again
-	a.expect(wire.TypeTimedOut, 2)
-	if s.Stats().Waiters != 2 {
-		t.Fatalf("waiters %d", s.Stats().Waiters)
-	}
-	h.send(rel(5, tok, "k"))
-	h.expect(wire.TypeReleased, 5)
-	b.expect(wire.TypeGranted, 4) // first place kept
-	c.expectNothing(20 * time.Millisecond)
-}
-
-// TestWaitedMSRoundedDown: waited_ms is whole milliseconds since the ACQUIRE
-// was read, rounded down (never more than the client could have measured).
-func TestWaitedMSRoundedDown(t *testing.T) {
-	_, addr := startServer(t, server.Config{})
-	a := session(t, addr)
-	tok := a.acquireOK(1, owner(1), 0, 30, "k")
-	b := session(t, addr)
-	sent := time.Now()
-	b.send(acq(2, owner(2), 5, 30, "k"))
-	time.Sleep(300 * time.Millisecond)
-	a.send(rel(3, tok, "k"))
-	g := b.expect(wire.TypeGranted, 2)
-	if el := time.Since(sent); g.WaitedMS < 300 || g.WaitedMS > uint32(el.Milliseconds()) {
-		t.Fatalf("waited_ms %d, client measured %v", g.WaitedMS, el)
-	}
 }
 
 // TestConcurrentMutualExclusion: many sessions contend for a few keys; the

@@ -1,6 +1,10 @@
 package lockcore
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+)
 
 func TestRules(t *testing.T) {
 	o1, o2 := ownerOfString("o1"), ownerOfString("o2")
@@ -38,6 +42,25 @@ func TestRules(t *testing.T) {
 	} {
 		if got := mayFree(tc.kind, tc.token, &tc.owner, tc.held, tc.hToken, &o1, tc.ownedOnly); got != tc.want {
 			t.Errorf("%s: mayFree = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestWaitedMS: waited_ms is whole milliseconds, rounded down, and
+// saturates rather than wraps (a u32; a pathological wait past 49.7 days).
+func TestWaitedMS(t *testing.T) {
+	day := int64(24 * time.Hour)
+	for _, tc := range []struct {
+		now, arrived int64
+		want         uint32
+	}{
+		{0, 5, 0},
+		{int64(1999999 * time.Microsecond), 0, 1999}, // rounded down
+		{50 * day, 0, math.MaxUint32},
+		{math.MaxInt64, 0, math.MaxUint32},
+	} {
+		if got := WaitedMS(tc.now, tc.arrived); got != tc.want {
+			t.Errorf("WaitedMS(%d, %d) = %d, want %d", tc.now, tc.arrived, got, tc.want)
 		}
 	}
 }

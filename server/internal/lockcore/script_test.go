@@ -16,7 +16,9 @@ import (
 // command line, a "----" line, and the expected output up to a blank line:
 // the log's proposals and applies ("log#N ... -> result", "... ..." for one
 // in flight, "apply log#N -> result"), then the Core's effects, one a line.
-// Lines starting with # are comments.
+// Lines starting with # are comments. testdata/README.md maps the
+// server's lock-semantics tests (removed, or kept end to end) to the
+// scripts that test their decisions.
 //
 // Commands (times are Go durations from 0, or 0; a command without t=
 // happens at the last time given):

@@ -128,61 +128,15 @@ func (c *conn) afterAppendLocked(wake bool) {
 
 // replySimple and replyGranted are used by the reader for direct answers;
 // it wakes the writer itself once no further request is buffered.
-func (c *conn) replySimple(typ byte, reqID uint32) {
-	if c.debug {
-		c.debugReply(typ, reqID, 0, 0)
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.out = wire.AppendSimple(c.out, typ, reqID)
-	c.afterAppendLocked(false)
-}
+func (c *conn) replySimple(typ byte, reqID uint32) { c.send(typ, reqID, false, false) }
 
 func (c *conn) replyGranted(reqID uint32, tok uint64, waited uint32) {
-	if c.debug {
-		c.debugReply(wire.TypeGranted, reqID, tok, waited)
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.out = wire.AppendGranted(c.out, reqID, tok, waited)
-	c.afterAppendLocked(false)
+	c.sendGranted(reqID, tok, waited, false, false)
 }
 
-// replySimpleQueued and replyGrantedQueued answer a queued ACQUIRE, from
-// any goroutine.
-func (c *conn) replySimpleQueued(typ byte, reqID uint32) {
-	if c.debug {
-		c.debugReply(typ, reqID, 0, 0)
-	}
-	c.mu.Lock()
-	c.dropInflightLocked(reqID)
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.out = wire.AppendSimple(c.out, typ, reqID)
-	c.afterAppendLocked(true)
-}
-
-func (c *conn) replyGrantedQueued(reqID uint32, tok uint64, waited uint32) {
-	if c.debug {
-		c.debugReply(wire.TypeGranted, reqID, tok, waited)
-	}
-	c.mu.Lock()
-	c.dropInflightLocked(reqID)
-	if c.closing {
-		c.mu.Unlock()
-		return
-	}
-	c.out = wire.AppendGranted(c.out, reqID, tok, waited)
-	c.afterAppendLocked(true)
-}
+// replySimpleQueued answers an ACQUIRE recorded in flight, from any
+// goroutine.
+func (c *conn) replySimpleQueued(typ byte, reqID uint32) { c.send(typ, reqID, true, true) }
 
 // dropInflightLocked forgets a queued ACQUIRE whose reply is being
 // queued. When it was the last one the session awaits, the idle clock

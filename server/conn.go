@@ -126,13 +126,9 @@ func (c *conn) afterAppendLocked(wake bool) {
 	}
 }
 
-// replySimple and replyGranted are used by the reader for direct answers;
-// it wakes the writer itself once no further request is buffered.
+// replySimple is the reader's direct answer; it wakes the writer itself
+// once no further request is buffered.
 func (c *conn) replySimple(typ byte, reqID uint32) { c.send(typ, reqID, false, false) }
-
-func (c *conn) replyGranted(reqID uint32, tok uint64, waited uint32) {
-	c.sendGranted(reqID, tok, waited, false, false)
-}
 
 // replySimpleQueued answers an ACQUIRE recorded in flight, from any
 // goroutine.

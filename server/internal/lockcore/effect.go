@@ -115,8 +115,13 @@ type Result struct {
 // Proposer makes a command durable and ordered: the replication seam as
 // the Core sees it. Propose hands over p; a Proposer that applies at once
 // sets the outcome (p.SetResult) and returns true. One that does not
-// returns false and later gives the outcome to Core.Applied, in the order
-// proposed, unless the Core was demoted meanwhile.
+// returns false and later gives the outcome to Core.Applied, once, in the
+// order the commands apply, unless the Core was demoted meanwhile. The
+// commands of one key apply in the order proposed; those of different
+// keys may apply in another (the Raft leader's proposer takes its
+// sessions' queues in turns): the Core relies on the order per key only.
+// The whole contract, and its test against every Proposer, is in package
+// server (seam_contract_internal_test.go).
 type Proposer interface {
 	Propose(p *Proposal) bool
 }

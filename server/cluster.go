@@ -40,8 +40,9 @@ import (
 //
 // The leader's core (cluster_log.go) is the only proposer; it projects
 // every command it proposes (a Grant of a key it holds free, a Free of the
-// token it holds), the commands apply in the order proposed, so its
-// projection is the state the machine reaches. What it cannot know in
+// token it holds), the commands of a key apply in the order proposed
+// (those of different keys may not: the proposer takes its sessions'
+// queues in turns), so its projection is the state the machine reaches. What it cannot know in
 // advance is a pending grant's token: until its entry applies, a RELEASE
 // cannot name it (N) and a retry by its owner waits for it. Replies come
 // from the apply of the entry that decided them: nothing is answered

@@ -32,8 +32,9 @@ type proposal struct {
 
 // raftLog is the Raft mode's lockcore.Proposer: a command goes to the
 // proposer's queue of the session it is charged to, into the next log
-// entries; its outcome comes back when the entry applies (applied), in the
-// order proposed. It never applies at once.
+// entries; its outcome comes back when the entry applies (applied): a
+// key's commands in the order proposed, different keys' perhaps not. It
+// never applies at once.
 type raftLog struct{ cl *cluster }
 
 // Propose queues p's command (under sh.mu, as every core event).

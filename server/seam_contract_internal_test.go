@@ -279,11 +279,12 @@ func (l *memLog) apply() bool {
 	return true
 }
 
-// memTable is the lockTable of a Server whose every key goes to one shard,
+// memTable is the mode of a Server whose every key goes to one shard,
 // the in-memory log's (as a cluster leader's do to cluster.sh).
 type memTable struct {
-	s  *Server
-	sh *shard
+	shards // the standalone Server's, but for acquire and release
+	s      *Server
+	sh     *shard
 }
 
 func (mt memTable) acquire(c *conn, req *wire.Request, arrived int64) {
@@ -316,7 +317,7 @@ func seamMem(t *testing.T, clk *FakeClock, reorder bool) (*seamLog, *memLog) {
 	sh := &shard{wakeAt: lockcore.NoDeadline, exact: true}
 	ml := &memLog{t: t, s: s, sh: sh, m: lockcore.NewMachine(), reorder: reorder}
 	sh.core = lockcore.New(lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}, ml)
-	s.table = memTable{s, sh}
+	s.mode = memTable{shards{s}, s, sh}
 	t.Cleanup(func() {
 		s.Close()
 		sh.mu.Lock()

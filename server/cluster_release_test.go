@@ -67,8 +67,10 @@ func TestClusterEarlyRelease(t *testing.T) {
 	if t2 := c2.acquireOK(2, owner(2), 0, 60, "k"); t2 <= tok {
 		t.Fatalf("next grant token %d, want > %d", t2, tok)
 	}
-	if a := tc.applied(l); a < before+2 {
-		t.Fatalf("applied index %d after the next grant, want at least %d (the Free, then the Grant)", a, before+2)
+	if a := tc.applied(l); a < before+1 {
+		// (The Grant is queued behind the Free of the same key: in the
+		// same entry or the next one.)
+		t.Fatalf("applied index %d after the next grant, want at least %d (the Free, then the Grant)", a, before+1)
 	}
 }
 

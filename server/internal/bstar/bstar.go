@@ -7,18 +7,18 @@ import (
 	"time"
 )
 
-// State is a node's Binary Star state. The numbers are the seed's
-// (STATE_PRIMARY = 1 .. STATE_PASSIVE = 4, seed lines 45-48) and are what
-// a heartbeat carries (seed line 186 sends "%d" % fsm.state); the zero
+// State is a node's Binary Star state. The numbers are the Guide's
+// (STATE_PRIMARY = 1 .. STATE_PASSIVE = 4, the Ruby port) and are what
+// a heartbeat carries (the Ruby portsends "%d" % fsm.state); the zero
 // State is not a state.
 type State uint8
 
 const (
-	// Primary is the state a node started as the primary begins in (seed
+	// Primary is the state a node started as the primary begins in (Guide
 	// line 141): it serves clients until a heartbeat makes it Active or
 	// Passive.
 	Primary State = 1
-	// Backup is the state a node started as the backup begins in (seed
+	// Backup is the state a node started as the backup begins in (Guide
 	// line 148): it serves no client until it has become Passive and then
 	// Active.
 	Backup State = 2
@@ -28,7 +28,7 @@ const (
 	Passive State = 4
 )
 
-// String returns the seed's name of the state (PRIMARY, BACKUP, ACTIVE,
+// String returns the Guide's name of the state (PRIMARY, BACKUP, ACTIVE,
 // PASSIVE), or State(n) for a number that is no state.
 func (s State) String() string {
 	switch s {
@@ -48,8 +48,8 @@ func (s State) String() string {
 func (s State) Valid() bool { return s >= Primary && s <= Passive }
 
 // Event is what happens to a node: a heartbeat from its peer, carrying the
-// peer's state, or a client's request. The numbers are the seed's
-// (PEER_PRIMARY = 1 .. CLIENT_REQUEST = 5, seed lines 50-54); a peer
+// peer's state, or a client's request. The numbers are the Guide's
+// (PEER_PRIMARY = 1 .. CLIENT_REQUEST = 5, the Ruby port); a peer
 // event's number is the peer's State (PeerEvent).
 type Event uint8
 
@@ -67,7 +67,7 @@ const (
 	ClientRequest Event = 5
 )
 
-// String returns the seed's name of the event (PEER_PRIMARY, PEER_BACKUP,
+// String returns the Guide's name of the event (PEER_PRIMARY, PEER_BACKUP,
 // PEER_ACTIVE, PEER_PASSIVE, CLIENT_REQUEST), or Event(n) for a number
 // that is no event.
 func (e Event) String() string {
@@ -94,7 +94,7 @@ func (e Event) Valid() bool { return e >= PeerPrimary && e <= ClientRequest }
 func (e Event) Peer() bool { return e >= PeerPrimary && e <= PeerPassive }
 
 // PeerEvent returns the event a heartbeat carrying the peer's state raises
-// (seed line 175: fsm.event = msg.to_i of the peer's "%d" % fsm.state). It
+// (the Ruby port: fsm.event = msg.to_i of the peer's "%d" % fsm.state). It
 // returns an Event that is not Valid for a State that is not.
 func PeerEvent(peer State) Event {
 	if !peer.Valid() {
@@ -104,9 +104,9 @@ func PeerEvent(peer State) Event {
 }
 
 // ErrDualActives is Outcome.Err when an Active node hears that its peer is
-// Active too (seed line 84, "fatal error - dual masters, aborting"): a
+// Active too (the Ruby port"fatal error - dual masters, aborting"): a
 // split brain, both nodes having served clients, has just become visible,
-// usually because the peer link healed. The seed exits. ticketingd must
+// usually because the peer link healed. The Guide's example exits. ticketingd must
 // not: an exit of both would leave no node, and the clients of each side
 // hold locks. The state stays Active and the peer expiry is not refreshed
 // (Machine.Handle). The intended action, which comes with the rest of
@@ -118,27 +118,27 @@ func PeerEvent(peer State) Event {
 var ErrDualActives = errors.New("bstar: dual actives: the peer is active too")
 
 // ErrDualPassives is Outcome.Err when a Passive node hears that its peer
-// is Passive too (seed line 91, "fatal error - dual slaves, aborting"):
+// is Passive too (the Ruby port"fatal error - dual slaves, aborting"):
 // neither node serves, so the pair is down for its clients, though no
-// data is at risk. The seed exits. ticketingd keeps running: the intended
+// data is at risk. The Guide's example exits. ticketingd keeps running: the intended
 // action is to log the fault at error level and count it, and to leave
 // the state Passive and the peer expiry unrefreshed (Machine.Handle does),
 // so that while the fault lasts the peer's heartbeats stop counting and
 // the first client request after the expiry makes this node Active (the
-// failover rule of seed lines 92 and 108-114). The peer, hearing
+// failover rule of the Ruby port). The peer, hearing
 // PEER_ACTIVE while Passive, then stays Passive. Which of the two nodes
 // is to serve, if they disagree on the data, is the epoch rule's call
 // (the rest of issue 21).
 var ErrDualPassives = errors.New("bstar: dual passives: the peer is passive too")
 
-// ErrInvalid is Outcome.Err for an input the seed's state machine has no
+// ErrInvalid is Outcome.Err for an input the Guide's state machine has no
 // meaning for: a State or an Event out of range (a malformed heartbeat,
 // say), or a client request to a Passive node whose peer expiry was never
-// set (the seed asserts peer_expiry > 0 there, seed line 109; a Machine
+// set (the Guide's example asserts peer_expiry > 0 there, the Ruby port; a Machine
 // cannot get there, since it becomes Passive only on a heartbeat, which
 // sets the expiry). The state is unchanged, a client request is refused
 // and the peer expiry is not refreshed. The caller logs it at error level
-// and drops the event; the seed ignores an unknown event (and serves
+// and drops the event; the Guide's example ignores an unknown event (and serves
 // clients in an unknown state), ticketingd refuses to.
 var ErrInvalid = errors.New("bstar: invalid input")
 
@@ -156,7 +156,7 @@ type Outcome struct {
 	// Serve is never set for a peer event.
 	Serve bool
 	// Err is nil, or ErrDualActives or ErrDualPassives (the faults the
-	// seed aborts on), or wraps ErrInvalid. Test it with errors.Is; each
+	// Guide aborts on), or wraps ErrInvalid. Test it with errors.Is; each
 	// error's comment says what the caller does.
 	Err error
 	// Reason is the log line's message: what happened and why. It is set
@@ -165,7 +165,7 @@ type Outcome struct {
 }
 
 // DeadAfter is the number of heartbeat intervals after the peer's last
-// heartbeat at which the peer counts as dead (seed line 178: peer_expiry =
+// heartbeat at which the peer counts as dead (the Ruby port: peer_expiry =
 // now + 2 * HEARTBEAT).
 const DeadAfter = 2
 
@@ -187,30 +187,30 @@ func Expiry(last int64, heartbeat time.Duration) int64 {
 	return last + d
 }
 
-// action is what a row of the table does; the seed's table encodes the
-// same in its [message, state] pairs (seed lines 71-94, read by run_fsm,
-// seed lines 96-119).
+// action is what a row of the table does; the Guide's table encodes the
+// same in its [message, state] pairs (the Ruby portread by run_fsm,
+// the Ruby port).
 type action uint8
 
 const (
-	// ignore: no entry in the seed's table (run_fsm returns, seed lines
+	// ignore: no entry in the Guide's table (run_fsm returns, Guide lines
 	// 103-104): the state is unchanged; it is a heartbeat that needs no
 	// move.
 	ignore action = iota + 1
-	// move: [message, STATE]: log the message, change to STATE (seed lines
+	// move: [message, STATE]: log the message, change to STATE (Guide lines
 	// 115-117).
 	move
-	// serve: a client request with no entry in the seed's table: it is
-	// answered (seed line 168) and the state is unchanged.
+	// serve: a client request with no entry in the Guide's table: it is
+	// answered and the state is unchanged.
 	serve
 	// refuse: ["", false] for a client request: an exception, no answer
-	// (seed lines 106-107, 169-170).
+	//.
 	refuse
-	// fatal: ["E: ...", false] for a heartbeat: the seed aborts (seed
+	// fatal: ["E: ...", false] for a heartbeat: the Guide's example aborts (Guide
 	// lines 106-107, 179-180).
 	fatal
 	// failover: [CLIENT_REQUEST, true]: Active if the peer expired, else
-	// refuse (seed lines 108-114).
+	// refuse.
 	failover
 )
 
@@ -222,12 +222,12 @@ type rule struct {
 	reason string // the log line; failover has its own two
 }
 
-// table is the seed's $fsm_states (seed lines 71-94) with its implicit
+// table is the Guide's $fsm_states with its implicit
 // rows (the pairs it has no entry for) written out: every (state, event)
 // pair has a row. It is indexed [state][event].
 var table = [Passive + 1][ClientRequest + 1]rule{
 	Primary: {
-		// No entry for PEER_PRIMARY: two nodes started as primary. The seed
+		// No entry for PEER_PRIMARY: two nodes started as primary. The Guide's example
 		// does not detect it; both serve as primaries.
 		PeerPrimary: {act: ignore, reason: "peer is PRIMARY too: both nodes were started as primary, which the pair does not detect; staying PRIMARY"},
 		// Seed lines 73-74.
@@ -235,26 +235,26 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 		// Seed lines 75-76.
 		PeerActive: {act: move, next: Passive, reason: "connected to backup (active), ready passive"},
 		// No entry: the peer is passive while we restarted as primary; it
-		// goes active on our PRIMARY heartbeat (seed line 87), and we go
+		// goes active on our PRIMARY heartbeat, and we go
 		// passive on its PEER_ACTIVE.
 		PeerPassive: {act: ignore, reason: "peer is PASSIVE: waiting for it to go active on our PRIMARY heartbeat"},
-		// No entry: the client is served (seed line 168; bstarsrv.c:
+		// No entry: the client is served (the Ruby port; bstarsrv.c:
 		// "Accept client connections"). A primary serves before the backup
 		// appears, and stays PRIMARY while it does.
 		ClientRequest: {act: serve, reason: "client served: a primary serves until it hears its backup"},
 	},
 	Backup: {
 		// No entry: the primary is up but not active yet; it goes active on
-		// our BACKUP heartbeat (seed line 73), and we go passive on its
+		// our BACKUP heartbeat, and we go passive on its
 		// PEER_ACTIVE.
 		PeerPrimary: {act: ignore, reason: "peer is PRIMARY: waiting for it to go active on our BACKUP heartbeat"},
-		// No entry: two nodes started as backup. The seed does not detect
+		// No entry: two nodes started as backup. The Guide's example does not detect
 		// it; neither serves.
 		PeerBackup: {act: ignore, reason: "peer is BACKUP too: both nodes were started as backup, which the pair does not detect; staying BACKUP"},
 		// Seed lines 79-80.
 		PeerActive: {act: move, next: Passive, reason: "connected to primary (active), ready passive"},
 		// No entry: the peer is passive while we restarted as backup; it
-		// goes active on our BACKUP heartbeat (seed line 89), and we go
+		// goes active on our BACKUP heartbeat, and we go
 		// passive on its PEER_ACTIVE.
 		PeerPassive: {act: ignore, reason: "peer is PASSIVE: waiting for it to go active on our BACKUP heartbeat"},
 		// Seed line 81: refused whatever the peer's liveness: a backup
@@ -264,35 +264,35 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 	},
 	Active: {
 		// No entry: the peer restarted as primary; it goes passive on our
-		// ACTIVE heartbeat (seed line 75).
+		// ACTIVE heartbeat.
 		PeerPrimary: {act: ignore, reason: "peer is PRIMARY (restarting): it goes passive on our ACTIVE heartbeat"},
 		// No entry: the peer restarted as backup; it goes passive on our
-		// ACTIVE heartbeat (seed line 79).
+		// ACTIVE heartbeat.
 		PeerBackup: {act: ignore, reason: "peer is BACKUP (restarting): it goes passive on our ACTIVE heartbeat"},
-		// Seed line 84: dual actives, the seed aborts.
+		// Seed line 84: dual actives, the Guide's example aborts.
 		PeerActive: {act: fatal, err: ErrDualActives, reason: "fatal: dual actives, both nodes serve (split brain)"},
 		// No entry: the steady state of the active.
 		PeerPassive: {act: ignore, reason: "peer is PASSIVE: staying ACTIVE"},
-		// No entry: the client is served (seed line 168).
+		// No entry: the client is served.
 		ClientRequest: {act: serve, reason: "client served by the active"},
 	},
 	Passive: {
 		// Seed lines 87-88: the peer restarted; it goes passive on our
-		// ACTIVE heartbeat (seed line 75).
+		// ACTIVE heartbeat.
 		PeerPrimary: {act: move, next: Active, reason: "peer restarted as primary (it goes passive), ready active"},
 		// Seed lines 89-90: the peer restarted; it goes passive on our
-		// ACTIVE heartbeat (seed line 79).
+		// ACTIVE heartbeat.
 		PeerBackup: {act: move, next: Active, reason: "peer restarted as backup (it goes passive), ready active"},
 		// No entry: the steady state of the passive.
 		PeerActive: {act: ignore, reason: "peer is ACTIVE: staying PASSIVE"},
-		// Seed line 91: dual passives, the seed aborts.
+		// Seed line 91: dual passives, the Guide's example aborts.
 		PeerPassive: {act: fatal, err: ErrDualPassives, reason: "fatal: dual passives, neither node serves"},
 		// Seed lines 92 and 108-114: the client is the witness.
 		ClientRequest: {act: failover},
 	},
 }
 
-// Step is the seed's state machine (run_fsm, seed lines 96-119;
+// Step is the Guide's state machine (run_fsm, the Ruby port;
 // bstarsrv.c's s_state_machine) as a pure function: the node's state s,
 // the event e, the caller's now and the peer expiry (Expiry of the peer's
 // last heartbeat; 0 if none was received) in, the Outcome out. now and
@@ -329,7 +329,7 @@ func Step(s State, e Event, now, peerExpiry int64) Outcome {
 	panic("bstar: table row without an action: " + s.String() + " " + e.String())
 }
 
-// Machine is one node's Binary Star state: the seed's BStarState (seed
+// Machine is one node's Binary Star state: the Guide's BStarState (Guide
 // lines 58-66: state, peer_expiry) and the pair's heartbeat interval. It
 // is a value: Handle returns the next one.
 type Machine struct {
@@ -339,13 +339,13 @@ type Machine struct {
 	// clock) from which the peer counts as dead: Expiry of its last
 	// heartbeat. It is 0 until the first heartbeat.
 	PeerExpiry int64
-	// Heartbeat is the pair's heartbeat interval (the seed's HEARTBEAT,
-	// 1 s, seed line 56).
+	// Heartbeat is the pair's heartbeat interval (the Guide's HEARTBEAT,
+	// 1 s, the Ruby port).
 	Heartbeat time.Duration
 }
 
 // New returns the Machine of a node started as start, which must be
-// Primary or Backup (seed lines 136-149), with the pair's heartbeat
+// Primary or Backup, with the pair's heartbeat
 // interval, which must be positive. Otherwise the error wraps ErrInvalid.
 func New(start State, heartbeat time.Duration) (Machine, error) {
 	if start != Primary && start != Backup {
@@ -358,7 +358,7 @@ func New(start State, heartbeat time.Duration) (Machine, error) {
 }
 
 // Handle applies the event e, received at now, and returns the next
-// Machine with the Outcome (Step's). As in the seed's main loop (seed
+// Machine with the Outcome (Step's). As in the Guide's main loop (Guide
 // lines 176-181), a heartbeat whose Outcome has no Err refreshes the peer
 // expiry to Expiry(now, m.Heartbeat), whether or not it moved the state,
 // and one with an Err (a fault, or an invalid event) does not. A client

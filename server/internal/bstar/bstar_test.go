@@ -29,10 +29,10 @@ var (
 // TestStepTable steps every (state, event) pair, each under every timing
 // unless the row names its timings (only PASSIVE + CLIENT_REQUEST depends
 // on the peer's expiry), and checks that every pair and timing is covered
-// by exactly one row. The comments cite the seed's Ruby port of
-// bstarsrv.c (seed 004); "no entry" means the seed's $fsm_states has no
-// row for the pair, so run_fsm returns without a change (seed lines
-// 103-104) and a client request is answered (seed line 168).
+// by exactly one row. The comments cite the Guide's Ruby port of
+// bstarsrv.c (Guide 004); "no entry" means the Guide's $fsm_states has no
+// row for the pair, so run_fsm returns without a change (Guide lines
+// 103-104) and a client request is answered.
 func TestStepTable(t *testing.T) {
 	type want struct {
 		next       State
@@ -47,34 +47,34 @@ func TestStepTable(t *testing.T) {
 		want want
 	}{
 		// PRIMARY
-		{Primary, PeerPrimary, nil, want{next: Primary}},                  // no entry (two primaries: not detected by the seed)
-		{Primary, PeerBackup, nil, want{next: Active, transition: true}},  // seed lines 73-74
-		{Primary, PeerActive, nil, want{next: Passive, transition: true}}, // seed lines 75-76
-		{Primary, PeerPassive, nil, want{next: Primary}},                  // no entry: the peer goes active first (seed line 87)
-		{Primary, ClientRequest, nil, want{next: Primary, serve: true}},   // no entry: served (seed line 168), a primary serves before the backup appears
+		{Primary, PeerPrimary, nil, want{next: Primary}},                  // no entry (two primaries: not detected by the Guide's example)
+		{Primary, PeerBackup, nil, want{next: Active, transition: true}},  // the Ruby port
+		{Primary, PeerActive, nil, want{next: Passive, transition: true}}, // the Ruby port
+		{Primary, PeerPassive, nil, want{next: Primary}},                  // no entry: the peer goes active first
+		{Primary, ClientRequest, nil, want{next: Primary, serve: true}},   // no entry: served, a primary serves before the backup appears
 		// BACKUP
-		{Backup, PeerPrimary, nil, want{next: Backup}},                   // no entry: the primary goes active first (seed line 73)
-		{Backup, PeerBackup, nil, want{next: Backup}},                    // no entry (two backups: not detected by the seed)
-		{Backup, PeerActive, nil, want{next: Passive, transition: true}}, // seed lines 79-80
-		{Backup, PeerPassive, nil, want{next: Backup}},                   // no entry: the peer goes active first (seed line 89)
-		{Backup, ClientRequest, nil, want{next: Backup}},                 // seed line 81: refused even with the peer silent: a backup does not serve
+		{Backup, PeerPrimary, nil, want{next: Backup}},                   // no entry: the primary goes active first
+		{Backup, PeerBackup, nil, want{next: Backup}},                    // no entry (two backups: not detected by the Guide's example)
+		{Backup, PeerActive, nil, want{next: Passive, transition: true}}, // the Ruby port
+		{Backup, PeerPassive, nil, want{next: Backup}},                   // no entry: the peer goes active first
+		{Backup, ClientRequest, nil, want{next: Backup}},                 // the Ruby port: refused even with the peer silent: a backup does not serve
 		// ACTIVE
-		{Active, PeerPrimary, nil, want{next: Active}},                     // no entry: the peer restarts, goes passive (seed line 75)
-		{Active, PeerBackup, nil, want{next: Active}},                      // no entry: the peer restarts, goes passive (seed line 79)
-		{Active, PeerActive, nil, want{next: Active, err: ErrDualActives}}, // seed line 84: dual actives (the seed aborts)
+		{Active, PeerPrimary, nil, want{next: Active}},                     // no entry: the peer restarts, goes passive
+		{Active, PeerBackup, nil, want{next: Active}},                      // no entry: the peer restarts, goes passive
+		{Active, PeerActive, nil, want{next: Active, err: ErrDualActives}}, // the Ruby port: dual actives (the Guide's example aborts)
 		{Active, PeerPassive, nil, want{next: Active}},                     // no entry: steady state
-		{Active, ClientRequest, nil, want{next: Active, serve: true}},      // no entry: served (seed line 168)
+		{Active, ClientRequest, nil, want{next: Active, serve: true}},      // no entry: served
 		// PASSIVE
-		{Passive, PeerPrimary, nil, want{next: Active, transition: true}},      // seed lines 87-88: the peer restarted
-		{Passive, PeerBackup, nil, want{next: Active, transition: true}},       // seed lines 89-90: the peer restarted
+		{Passive, PeerPrimary, nil, want{next: Active, transition: true}},      // the Ruby port: the peer restarted
+		{Passive, PeerBackup, nil, want{next: Active, transition: true}},       // the Ruby port: the peer restarted
 		{Passive, PeerActive, nil, want{next: Passive}},                        // no entry: steady state
-		{Passive, PeerPassive, nil, want{next: Passive, err: ErrDualPassives}}, // seed line 91: dual passives (the seed aborts)
-		// seed lines 92, 108-114: a passive takes over on a client request
+		{Passive, PeerPassive, nil, want{next: Passive, err: ErrDualPassives}}, // the Ruby port: dual passives (the Guide's example aborts)
+		// the Ruby port: a passive takes over on a client request
 		// only once the peer went silent (bstarsrv.c: now >= peer_expiry);
 		// before, the request is refused.
 		{Passive, ClientRequest, []timing{peerAlive}, want{next: Passive}},
 		{Passive, ClientRequest, []timing{peerExpired, peerSilent}, want{next: Active, transition: true, serve: true}},
-		// seed line 109 asserts peer_expiry > 0: refused as invalid.
+		// the Ruby portasserts peer_expiry > 0: refused as invalid.
 		{Passive, ClientRequest, []timing{neverHeard}, want{next: Passive, err: ErrInvalid}},
 	}
 	type cell struct {
@@ -144,7 +144,7 @@ func TestStepInvalid(t *testing.T) {
 	}
 }
 
-// TestWireNumbers: the numbers are the seed's (lines 45-54), and a
+// TestWireNumbers: the numbers are the Guide's (lines 45-54), and a
 // heartbeat's state is the peer event's number (lines 175, 186).
 func TestWireNumbers(t *testing.T) {
 	for i, s := range states {
@@ -186,7 +186,7 @@ func TestWireNumbers(t *testing.T) {
 }
 
 // TestExpiry: the peer is dead DeadAfter (2) heartbeats after its last one
-// (seed line 178).
+// .
 func TestExpiry(t *testing.T) {
 	cases := []struct {
 		last      int64
@@ -232,7 +232,7 @@ func TestNew(t *testing.T) {
 }
 
 // TestHandleExpiry: a heartbeat refreshes the peer expiry unless its
-// outcome is an error (seed lines 176-181); a client request never does.
+// outcome is an error; a client request never does.
 func TestHandleExpiry(t *testing.T) {
 	const hb = time.Second
 	cases := []struct {
@@ -387,7 +387,7 @@ func TestPairPassiveRestarts(t *testing.T) {
 	x.b, _ = New(Backup, hb) // the passive restarts
 	x.beats(1)
 	x.want(Active, Passive)
-	// And the active restarting makes the passive active at once (seed
+	// And the active restarting makes the passive active at once (Guide
 	// lines 87-88), without a client.
 	x.p, _ = New(Primary, hb)
 	x.beats(1) // the backup hears PRIMARY and goes active

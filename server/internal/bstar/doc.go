@@ -1,7 +1,7 @@
 // Package bstar is the state machine of a Binary Star hot-standby pair
-// (seed 004: the ZeroMQ Guide's Binary Star pattern, bstarsrv.c's
-// s_state_machine, of which the seed is a Ruby port; docs/ha.md
-// "Hot-standby pair" and the design's HA.md "Mode 2" say how the pair
+// (the ZeroMQ Guide's Binary Star pattern, bstarsrv.c's
+// s_state_machine, of which the Guide also gives a Ruby port; docs/ha.md
+// "Hot-standby pair" say how the pair
 // behaves). It decides states and nothing else: it does no I/O, reads no
 // clock and starts no goroutine.
 //
@@ -27,7 +27,7 @@
 // reaches it. It takes over only when a client asks it to serve
 // (CLIENT_REQUEST; in ticketingd, a HELLO) after its peer went silent. A
 // client contacts the other node of the pair only after it has lost the
-// active one for a settle delay (the seed's client waits 2 s), so a client
+// active one for a settle delay (the Guide's client waits 2 s), so a client
 // request reaching the passive is the evidence that the active is gone
 // for the clients too. The pair is therefore only as safe as its clients
 // are disciplined: a client that probes the passive while the active
@@ -39,11 +39,11 @@
 // now, nanoseconds on a monotonic clock whose readings are positive:
 //
 //   - a heartbeat received: m, out = m.Handle(PeerEvent(peerState), now);
-//     Handle refreshes the peer expiry, as the seed's main loop does,
+//     Handle refreshes the peer expiry, as the Guide's main loop does,
 //     unless out.Err is set;
 //   - a client HELLO: m, out = m.Handle(ClientRequest, now); the session
 //     is served only if out.Serve, and otherwise answered NOT_ACTIVE (M)
-//     with the peer's client address as its hint (the seed drops the
+//     with the peer's client address as its hint (the Guide's example drops the
 //     request without a reply and lets the client time out);
 //   - every out.Transition is logged with out.Reason and moves the role
 //     reported in /status and in the role metric (State.String and the
@@ -54,32 +54,32 @@
 // Step is the same decision without the Machine: the state, the event,
 // now and the peer expiry in, the Outcome out.
 //
-// # Where the seed is unclear, and what this package chose
+// # Where the Guide's example is unclear, and what this package chose
 //
-//   - The takeover instant: the seed's Ruby port takes over when now >
+//   - The takeover instant: the Guide's Ruby port takes over when now >
 //     peer_expiry, bstarsrv.c when now >= peer_expiry; Step uses >=.
-//   - A client request to a PRIMARY: the seed (and bstarsrv.c) has no row
+//   - A client request to a PRIMARY: the Guide's example (and bstarsrv.c) has no row
 //     for it, so it is served at once and the node stays PRIMARY; Step
 //     does the same. The Guide's later reactor, bstar.c, serves it only
 //     once the peer expiry has passed (set 2 heartbeats after the start,
 //     refreshed by every heartbeat) and then becomes ACTIVE, so that a
 //     primary restarting while the backup is active does not serve before
-//     it hears the backup (a failback split brain). The seed's rule leaves
+//     it hears the backup (a failback split brain). The Guide's rule leaves
 //     that window, one heartbeat interval after a restart, to the clients'
 //     discipline; a caller that wants bstar.c's guard refuses a client
 //     while the state is PRIMARY and now < max(Expiry(start, heartbeat),
 //     m.PeerExpiry).
-//   - The faults: the Ruby port's break (seed line 180) leaves only the
+//   - The faults: the Ruby port's break leaves only the
 //     loop over the readable sockets, so the process keeps running;
 //     bstarsrv.c exits. Here they are
 //     Outcome.Err values; the process does not exit (ErrDualActives and
 //     ErrDualPassives say what the caller does instead).
 //   - The takeover log line: bstarsrv.c prints "failover successful", the
 //     Ruby port nothing; every transition has a Reason here.
-//   - The seed's unknown states and events are no-ops (a client is even
+//   - The Guide's unknown states and events are no-ops (a client is even
 //     served in state 0), and a passive with no peer expiry asserts: here
 //     they are ErrInvalid, and a client request is refused.
-//   - Two nodes started with the same role: neither the seed nor this
+//   - Two nodes started with the same role: neither the Guide's example nor this
 //     package detects it (two primaries both serve, two backups never
 //     serve; the Reason says so). The peer link's handshake, which knows
 //     the configured roles, must reject it.

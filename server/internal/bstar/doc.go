@@ -1,7 +1,7 @@
 // Package bstar is the state machine of a Binary Star hot-standby pair
 // (the ZeroMQ Guide's Binary Star pattern, bstarsrv.c's
 // s_state_machine, of which the Guide also gives a Ruby port; docs/ha.md
-// "Hot-standby pair" say how the pair
+// "Hot-standby pair" says how the pair
 // behaves). It decides states and nothing else: it does no I/O, reads no
 // clock and starts no goroutine.
 //

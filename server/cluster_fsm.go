@@ -78,11 +78,8 @@ var errSnapshot = errors.New("server: bad cluster snapshot")
 
 // cmdResult is the outcome of one command.
 type cmdResult struct {
-	seq       uint64
-	res       lockcore.Result // as the lock core takes it (Core.Applied)
-	ok        bool            // Grant: granted; Free: freed
-	token     uint64          // Grant: the new token; Free: the next waiter's token (0: none granted)
-	exhausted bool            // no token left (Grant, or Free's next)
+	seq uint64
+	res lockcore.Result // Grant: its token (0: held, or exhausted); Free: freed, and the next waiter's token
 }
 
 // clusterFSM is the raft.BatchingFSM of a node.
@@ -202,16 +199,7 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 		var bad error
 		switch typ {
 		case cmdGrant, cmdFree:
-			var lr lockcore.Result
-			if lr, bad = f.sm.ApplyCommand(d, typ); bad == nil {
-				r.res = lr
-				r.token = lr.Token
-				r.ok = lr.Token != 0
-				if typ == cmdFree {
-					r.ok = lr.Freed
-				}
-				r.exhausted = errors.Is(lr.Err, lockcore.ErrTokensExhausted)
-			}
+			r.res, bad = f.sm.ApplyCommand(d, typ)
 		case cmdFloor:
 			if v := d.U64(); d.Err() == nil {
 				f.sm.Raise(v)

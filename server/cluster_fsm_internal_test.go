@@ -50,7 +50,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	other := [wire.OwnerLen]byte{2}
 	// Two grants of one entry: a new holding, then the holder's retry.
 	res := applyCmds(t, f, 7, 3, appendGrant(appendGrant(appendGrant(nil, 1, "a", &own, 10, false), 2, "a", &own, 10, false), 3, "a", &other, 10, false))
-	if len(res) != 3 || !res[0].ok || res[0].token != 1 || !res[1].ok || res[1].token != 1 || res[2].ok {
+	if len(res) != 3 || res[0].res.Token != 1 || res[1].res.Token != 1 || res[2].res.Token != 0 || !res[2].res.Held {
 		t.Fatalf("grants: %+v", res)
 	}
 	// A release by the wrong token, by the right one with a hand-off to
@@ -60,7 +60,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	cmds = appendFree(cmds, 5, "a", 1, freeRelease, &own, next)
 	cmds = appendFree(cmds, 6, "a", 1, freeExpire, &own, nil)
 	res = applyCmds(t, f, 7, 3, cmds)
-	if res[0].ok || !res[1].ok || res[1].token != 2 || res[2].ok {
+	if res[0].res.Freed || !res[1].res.Freed || res[1].res.Token != 2 || res[2].res.Freed {
 		t.Fatalf("frees: %+v", res)
 	}
 	h, held := f.sm.Holding("a")
@@ -70,7 +70,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	// RELEASE_OWNED only: a plain release of the owned-only holding is
 	// refused; by owner and token it frees.
 	res = applyCmds(t, f, 7, 2, appendFree(appendFree(nil, 8, "a", 2, freeRelease, &other, nil), 9, "a", 2, freeReleaseOwned, &other, nil))
-	if _, held := f.sm.Holding("a"); res[0].ok || !res[1].ok || f.sm.Len() != 0 || f.nheld.Load() != 0 || held {
+	if _, held := f.sm.Holding("a"); res[0].res.Freed || !res[1].res.Freed || f.sm.Len() != 0 || f.nheld.Load() != 0 || held {
 		t.Fatalf("owned release: %+v held %d", res, f.sm.Len())
 	}
 	// Floor raises the counter, never lowers it; Advertise records an
@@ -86,7 +86,7 @@ func TestClusterFSMCommands(t *testing.T) {
 	// The counter stops at MaxToken: exhausted, the key stays free.
 	f.Apply(&raft.Log{Type: raft.LogCommand, Data: append(entryHeader(0, 1), appendFloor(nil, MaxToken)...)})
 	res = applyCmds(t, f, 8, 1, appendGrant(nil, 1, "b", &own, 10, false))
-	if _, held := f.sm.Holding("b"); res[0].ok || !res[0].exhausted || held {
+	if _, held := f.sm.Holding("b"); res[0].res.Token != 0 || !errors.Is(res[0].res.Err, lockcore.ErrTokensExhausted) || held {
 		t.Fatalf("grant at MaxToken: %+v", res)
 	}
 }

@@ -76,7 +76,7 @@ func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.mode.releas
 // error.
 func (s *Server) cancel(c *conn, reqID uint32) {
 	f, ok := c.flightOf(reqID)
-	if !ok || f.sh == nil {
+	if !ok {
 		return
 	}
 	sh := f.sh
@@ -105,8 +105,8 @@ func (s *Server) cancel(c *conn, reqID uint32) {
 // dropFlight removes f, an ACQUIRE of a closing session, from its queue,
 // or ends its wait for a token.
 func (s *Server) dropFlight(f flight) {
-	if f.sh == nil {
-		return
+	if f.w == nil && f.tw == nil {
+		return // its grant is in flight: nothing to drop
 	}
 	f.sh.mu.Lock()
 	if f.w != nil {
@@ -216,7 +216,8 @@ func (s *Server) shardNow(sh *shard) int64 {
 	return sh.last
 }
 
-// shardDue runs when sh's timer fires.
+// shardDue does what is due in sh: when its timer fires, and at a sweep
+// (standalone). The timer is set again for what comes next.
 func (s *Server) shardDue(sh *shard) {
 	sh.mu.Lock()
 	sh.wakeAt = lockcore.NoDeadline

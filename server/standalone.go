@@ -223,11 +223,7 @@ func (s *Server) noToken(reason error) {
 // shard.
 func (s *Server) sweepAll() {
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.core.Tick(s.shardNow(sh))
-		s.carryOut(sh, nil)
-		sh.mu.Unlock()
+		s.shardDue(&s.shards[i])
 	}
 }
 

@@ -151,7 +151,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.Late})
 			return
 		}
-		w := &Waiter{g: g, e: e, retry: true, proposed: true}
+		w := &Waiter{g: g, e: e, proposed: true}
 		w.g.queued = true
 		pend := e.x.pend // (token 0: its grant is in flight)
 		pend.retries = append(pend.retries, w)
@@ -168,7 +168,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		old = q.byOwner[a.Owner]
 	}
 	if old == nil {
-		if q != nil && q.n >= c.cfg.MaxKeyWaiters || !c.cfg.Capacity.takeWaiter() {
+		if q != nil && q.n >= c.cfg.MaxKeyWaiters || !c.cfg.Capacity.TakeWaiter() {
 			c.reply(Busy, &g, Full)
 			return
 		}
@@ -205,9 +205,9 @@ func (g *grantee) from(a *Acquire) {
 	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.Late
 }
 
-func (a *Acquire) grantee() grantee {
-	return grantee{s: a.S, by: a.By, reqID: a.ReqID, owner: a.Owner, lease: a.LeaseS, ownedOnly: a.OwnedOnly,
-		arrived: a.Arrived, deadline: NoDeadline, late: a.Late}
+func (a *Acquire) grantee() (g grantee) {
+	g.from(a)
+	return g
 }
 
 func ownerOf(e *entry) *Owner {

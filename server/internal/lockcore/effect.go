@@ -207,9 +207,7 @@ func (c *Capacity) takeHeld() bool {
 }
 
 // TakeWaiter counts one more waiter, unless MaxWaiters are counted.
-func (c *Capacity) TakeWaiter() bool { return c.takeWaiter() }
-
-func (c *Capacity) takeWaiter() bool {
+func (c *Capacity) TakeWaiter() bool {
 	if c.Waiters.Add(1) > c.MaxWaiters {
 		c.Waiters.Add(-1)
 		return false

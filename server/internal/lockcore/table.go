@@ -134,8 +134,7 @@ type Waiter struct {
 	prev, next *Waiter
 	hidx       int32 // 1-based position in Core.waits (0: none)
 	done       bool  // answered, dropped, or in a proposed grant
-	proposed   bool  // its grant is in flight: CANCEL leaves it alone
-	retry      bool  // a retry of the holder while its grant is in flight
+	proposed   bool  // its grant is in flight (or it is the holder's retry awaiting it): CANCEL leaves it alone
 }
 
 // ReqID is the waiting ACQUIRE's req_id.

@@ -230,9 +230,9 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 		// No entry for PEER_PRIMARY: two nodes started as primary. The Guide's example
 		// does not detect it; both serve as primaries.
 		PeerPrimary: {act: ignore, reason: "peer is PRIMARY too: both nodes were started as primary, which the pair does not detect; staying PRIMARY"},
-		// Seed lines 73-74.
+		// A rule of the Guide's example.
 		PeerBackup: {act: move, next: Active, reason: "connected to backup (passive), ready active"},
-		// Seed lines 75-76.
+		// A rule of the Guide's example.
 		PeerActive: {act: move, next: Passive, reason: "connected to backup (active), ready passive"},
 		// No entry: the peer is passive while we restarted as primary; it
 		// goes active on our PRIMARY heartbeat, and we go
@@ -251,13 +251,13 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 		// No entry: two nodes started as backup. The Guide's example does not detect
 		// it; neither serves.
 		PeerBackup: {act: ignore, reason: "peer is BACKUP too: both nodes were started as backup, which the pair does not detect; staying BACKUP"},
-		// Seed lines 79-80.
+		// A rule of the Guide's example.
 		PeerActive: {act: move, next: Passive, reason: "connected to primary (active), ready passive"},
 		// No entry: the peer is passive while we restarted as backup; it
 		// goes active on our BACKUP heartbeat, and we go
 		// passive on its PEER_ACTIVE.
 		PeerPassive: {act: ignore, reason: "peer is PASSIVE: waiting for it to go active on our BACKUP heartbeat"},
-		// Seed line 81: refused whatever the peer's liveness: a backup
+		// The Guide's rule: refused whatever the peer's liveness: a backup
 		// serves no client until it has become passive (on the primary's
 		// PEER_ACTIVE) and its peer then went silent.
 		ClientRequest: {act: refuse, reason: "client refused: a backup serves only after it has been passive and its peer went silent"},
@@ -269,7 +269,7 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 		// No entry: the peer restarted as backup; it goes passive on our
 		// ACTIVE heartbeat.
 		PeerBackup: {act: ignore, reason: "peer is BACKUP (restarting): it goes passive on our ACTIVE heartbeat"},
-		// Seed line 84: dual actives, the Guide's example aborts.
+		// The Guide's rule: dual actives, the Guide's example aborts.
 		PeerActive: {act: fatal, err: ErrDualActives, reason: "fatal: dual actives, both nodes serve (split brain)"},
 		// No entry: the steady state of the active.
 		PeerPassive: {act: ignore, reason: "peer is PASSIVE: staying ACTIVE"},
@@ -277,17 +277,17 @@ var table = [Passive + 1][ClientRequest + 1]rule{
 		ClientRequest: {act: serve, reason: "client served by the active"},
 	},
 	Passive: {
-		// Seed lines 87-88: the peer restarted; it goes passive on our
+		// The Guide's rule: the peer restarted; it goes passive on our
 		// ACTIVE heartbeat.
 		PeerPrimary: {act: move, next: Active, reason: "peer restarted as primary (it goes passive), ready active"},
-		// Seed lines 89-90: the peer restarted; it goes passive on our
+		// The Guide's rule: the peer restarted; it goes passive on our
 		// ACTIVE heartbeat.
 		PeerBackup: {act: move, next: Active, reason: "peer restarted as backup (it goes passive), ready active"},
 		// No entry: the steady state of the passive.
 		PeerActive: {act: ignore, reason: "peer is ACTIVE: staying PASSIVE"},
-		// Seed line 91: dual passives, the Guide's example aborts.
+		// The Guide's rule: dual passives, the Guide's example aborts.
 		PeerPassive: {act: fatal, err: ErrDualPassives, reason: "fatal: dual passives, neither node serves"},
-		// Seed lines 92 and 108-114: the client is the witness.
+		// The Guide's rule: the client is the witness.
 		ClientRequest: {act: failover},
 	},
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/admin"
@@ -118,37 +118,14 @@ func TestAdminToken(t *testing.T) {
 }
 
 // freePortRun returns a port p such that p, p+1, ..., p+n-1 are free on
-// 127.0.0.1 right now, none of them in avoid.
-func freePortRun(t *testing.T, n int, avoid map[int]bool) int {
+// 127.0.0.1 right now, below the ephemeral range (proctest.FreePortRun).
+func freePortRun(t *testing.T, n int) int {
 	t.Helper()
-	for range 100 {
-		base := freePort(t, "127.0.0.1")
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		var held []net.Listener
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil || avoid[p] {
-				ok = false
-			}
-			if err == nil {
-				held = append(held, l)
-			}
-		}
-		for _, l := range held {
-			l.Close()
-		}
-		if ok {
-			for p := base; p < base+n; p++ {
-				avoid[p] = true
-			}
-			return base
-		}
+	p, err := proctest.FreePortRun("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no run of free ports found")
-	return 0
+	return p
 }
 
 // clusterView is one node's answer to 'ticketingd cluster status --json'.
@@ -220,8 +197,7 @@ func agreedLeader(views []server.ClusterStatus, n int) int {
 // bundle's directory, its printed exports and the three base ports.
 func initClusterBundle(t *testing.T, runs int) (string, map[string]string, [3]int) {
 	t.Helper()
-	used := map[int]bool{}
-	ports := [3]int{freePortRun(t, runs, used), freePortRun(t, runs, used), freePortRun(t, runs, used)}
+	ports := [3]int{freePortRun(t, runs), freePortRun(t, runs), freePortRun(t, runs)}
 	dir := t.TempDir()
 	code, out, stderr := runCapture(t, "init", "--cluster", "--dir", dir, "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1",
 		"--port", strconv.Itoa(ports[0]), "--raft-port", strconv.Itoa(ports[1]), "--admin-port", strconv.Itoa(ports[2]))

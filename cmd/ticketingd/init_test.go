@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -27,12 +28,11 @@ import (
 // the test cannot let the kernel pick one at listen time.
 func freePort(t *testing.T, host string) int {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	p, err := proctest.FreePort(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // nonLoopbackIP returns an IPv4 address of this machine that is not

@@ -3,9 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,58 +11,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 )
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (it
-// listens on it and closes). Another process may take it before you do;
-// Server.Restart retries for that reason. The port is below the kernel's
-// ephemeral range (net.ipv4.ip_local_port_range), so no listener on port 0
-// and no outgoing connection, in this process or another, can be given it
-// meanwhile (it happened: a fault proxy on port 0 got a port just handed
-// to a node's admin listener); and FreePort never returns a port twice in
-// one process.
-func FreePort() (int, error) {
-	freePorts.Lock()
-	defer freePorts.Unlock()
-	lo, hi := freePortMin, ephemeralLow()
-	for range 1000 {
-		p := lo + rand.IntN(hi-lo)
-		if freePorts.given[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue // in use
-		}
-		ln.Close()
-		freePorts.given[p] = true
-		return p, nil
-	}
-	return 0, fmt.Errorf("harness: no free port in %d..%d in 1000 tries", lo, hi-1)
-}
-
-// freePortMin is the lowest port FreePort hands out.
-const freePortMin = 15000
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768 if
-// it cannot be read, or if it leaves too little room below), read once.
-var ephemeralLow = sync.OnceValue(func() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > freePortMin+1000 {
-				return v
-			}
-		}
-	}
-	return 32768
-})
-
-// freePorts are the ports FreePort has returned.
-var freePorts = struct {
-	sync.Mutex
-	given map[int]bool
-}{given: map[int]bool{}}
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Another process may take it before you do; Server.Restart retries for
+// that reason. The port is below the kernel's ephemeral range, so no
+// listener on port 0 and no outgoing connection can be given it meanwhile,
+// and it is never returned twice in one process (proctest.FreePort).
+func FreePort() (int, error) { return proctest.FreePort("127.0.0.1") }
 
 // ServerOptions configures StartServer. Every field is optional.
 type ServerOptions struct {

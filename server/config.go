@@ -176,6 +176,12 @@ type Config struct {
 	// ClusterConfig): only the leader serves, tokens come from the
 	// replicated counter, and the Raft state is kept in DataDir/raft.
 	Cluster *ClusterConfig
+	// Pair, if non-nil, makes the server one node of a hot-standby pair
+	// (see PairConfig): only the active node serves; every command it
+	// applies is replicated to the passive node while the two are
+	// connected; tokens carry an epoch in their high bits. Exclusive with
+	// Cluster.
+	Pair *PairConfig
 
 	// OutputBuffer bounds the bytes of replies queued for one session that
 	// its peer has not read yet; a session that exceeds it is dropped.

@@ -123,6 +123,12 @@ func New(cfg Config) (*Server, error) {
 		s.tokenDigests = append(s.tokenDigests, sha256.Sum256([]byte(t)))
 	}
 	initial, hint := RoleStandalone, ""
+	if cfg.Pair != nil {
+		if err := cfg.Pair.validate(&cfg); err != nil {
+			return nil, err
+		}
+		initial = RoleStandby // until the pair's state machine lets it serve
+	}
 	if cfg.Cluster != nil {
 		initial = RoleStandby // until this node leads
 	} else if cfg.Standby {
@@ -136,6 +142,9 @@ func New(cfg Config) (*Server, error) {
 	s.capacity.MaxLocks, s.capacity.MaxWaiters = int64(cfg.MaxLocks), int64(cfg.MaxWaiters)
 	if cfg.Cluster != nil {
 		return s.startCluster()
+	}
+	if cfg.Pair != nil {
+		return s.startPair()
 	}
 	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, cfg.TokenStart, s.now); err != nil {
 		return nil, err

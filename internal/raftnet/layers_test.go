@@ -18,7 +18,7 @@ import (
 
 func TestClientAuthAloneRejectsStrangers(t *testing.T) {
 	p, ca, other := layerPeer(t)
-	cfg := p.serverConfig()
+	cfg := p.ServerConfig()
 	if cfg.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Errorf("ClientAuth %v, want RequireAndVerifyClientCert", cfg.ClientAuth)
 	}
@@ -52,7 +52,7 @@ func TestVerifyConnectionAloneRejectsStrangers(t *testing.T) {
 		{"verify if given, client kind", tls.VerifyClientCertIfGiven, &client, ErrNotNodeCertificate},
 		{"required, client kind", tls.RequireAndVerifyClientCert, &client, ErrNotNodeCertificate},
 	} {
-		cfg := p.serverConfig()
+		cfg := p.ServerConfig()
 		cfg.ClientAuth = c.auth
 		if err := serverHandshake(t, cfg, c.cert); !errors.Is(err, c.want) {
 			t.Errorf("%s: handshake error %v, want %v", c.name, err, c.want)

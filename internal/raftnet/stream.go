@@ -60,7 +60,7 @@ type streamConfig struct {
 func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConfig, log *slog.Logger) *tlsStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &tlsStream{
-		ln: ln, advertise: advertise, tls: p, server: p.serverConfig(),
+		ln: ln, advertise: advertise, tls: p, server: p.ServerConfig(),
 		handshakeTimeout: sc.handshakeTimeout,
 		gate:             newGate(sc.maxShared, sc.perSource, sc.perMember),
 		accepted:         make(chan net.Conn),
@@ -228,7 +228,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: s.local}, Config: s.tls.clientConfig(host)}
+	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: s.local}, Config: s.tls.ClientConfig(host)}
 	return s.conns.dialled(d.DialContext(ctx, "tcp", string(address)))
 }
 

@@ -79,10 +79,11 @@ func LoadPeerFiles(certFile, keyFile, caFile string) (tls.Certificate, *x509.Cer
 // Leaf returns the node's own certificate.
 func (p *PeerTLS) Leaf() *x509.Certificate { return p.cert.Leaf }
 
-// serverConfig is the TLS configuration of the accepting side: TLS 1.3
+// ServerConfig is the TLS configuration of the accepting side (the Raft
+// transport's, and the pair link's): TLS 1.3
 // only, the peer must present a certificate that verifies against the CA
 // pool (RequireAndVerifyClientCert) and is a node certificate.
-func (p *PeerTLS) serverConfig() *tls.Config {
+func (p *PeerTLS) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:       tls.VersionTLS13,
 		Certificates:     []tls.Certificate{p.cert},
@@ -92,13 +93,13 @@ func (p *PeerTLS) serverConfig() *tls.Config {
 	}
 }
 
-// clientConfig is the TLS configuration of the dialling side for a peer at
+// ClientConfig is the TLS configuration of the dialling side for a peer at
 // host: TLS 1.3 only, the peer's certificate must verify against the CA pool
 // for host (an IP or DNS SAN) and be a node certificate. The node's own
 // certificate is always sent, whatever CA names the server asks for, so
 // that during a rotation a peer that does not trust the new CA yet says so
 // in its log instead of seeing no certificate at all.
-func (p *PeerTLS) clientConfig(host string) *tls.Config {
+func (p *PeerTLS) ClientConfig(host string) *tls.Config {
 	cert := p.cert
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/raftnet"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+)
+
+// PairRole is the role a node of a hot-standby pair is started with: the
+// Binary Star pattern's PRIMARY or BACKUP. It is fixed by configuration;
+// which node is active changes at runtime (Server.Status().Role).
+type PairRole string
+
+// The two starting roles of a pair.
+const (
+	// PairPrimary serves clients as soon as it starts (after one
+	// heartbeat's check that the backup is not already active), and
+	// becomes active when it hears its backup.
+	PairPrimary PairRole = "primary"
+	// PairBackup serves no client until it has been passive behind an
+	// active primary and a client then comes to it after the primary went
+	// silent.
+	PairBackup PairRole = "backup"
+)
+
+// DefaultPairHeartbeat is PairConfig.Heartbeat's default: the Guide's
+// HEARTBEAT. The peer counts as dead two heartbeats after its last one.
+const DefaultPairHeartbeat = time.Second
+
+// PairConfig makes a server one node of a hot-standby pair (the Binary
+// Star pattern; docs/ha.md "Hot-standby pair"). Exactly one of Config.Pair
+// and Config.Cluster may be set.
+type PairConfig struct {
+	// Role is the node's starting role, PairPrimary or PairBackup; the
+	// two nodes of a pair must have different ones. Required.
+	Role PairRole
+
+	// Peer is the other node's peer address (its Listen, or the address
+	// it is reached at): host:port. Required.
+	Peer string
+
+	// Listen is the host:port the node accepts its peer's link on.
+	// Required unless listener is set (tests).
+	Listen string
+
+	// Advertise is the client address (host:port) the peer gives as the
+	// NOT_ACTIVE hint while this node is active. Required; at most 255
+	// bytes.
+	Advertise string
+
+	// Heartbeat is the interval of the nodes' heartbeats; the peer counts
+	// as dead after two intervals without one. Default
+	// DefaultPairHeartbeat; both nodes should use the same.
+	Heartbeat time.Duration
+
+	// PeerCertificate and PeerRoots, given together, secure the peer link
+	// with mutual TLS (TLS 1.3) against the pair's CA, exactly as
+	// ClusterConfig's fields of the same names do for the Raft transport
+	// (the dialling node checks that its peer's certificate names the host
+	// of Peer). Neither set means plain TCP, and New logs a warning.
+	PeerCertificate *tls.Certificate
+	PeerRoots       *x509.CertPool
+
+	// listener, if set, is used instead of listening on Listen (tests).
+	listener net.Listener
+	// peerTLS is made of PeerCertificate and PeerRoots by validate.
+	peerTLS *raftnet.PeerTLS
+}
+
+// validate checks pc and fills its defaults (for New).
+func (pc *PairConfig) validate(c *Config) error {
+	switch pc.Role {
+	case PairPrimary, PairBackup:
+	default:
+		return fmt.Errorf("server: PairConfig.Role %q: want %q or %q", pc.Role, PairPrimary, PairBackup)
+	}
+	if pc.Peer == "" {
+		return errors.New("server: PairConfig.Peer (the other node's peer address) is required")
+	}
+	if err := concreteHostPort(pc.Peer); err != nil {
+		return fmt.Errorf("server: PairConfig.Peer: %w", err)
+	}
+	if pc.listener == nil {
+		if pc.Listen == "" {
+			return errors.New("server: PairConfig.Listen (this node's peer address) is required")
+		}
+		if _, _, err := net.SplitHostPort(pc.Listen); err != nil {
+			return fmt.Errorf("server: PairConfig.Listen: %w", err)
+		}
+	}
+	if pc.Advertise == "" {
+		return errors.New("server: PairConfig.Advertise (the client address the peer gives as hint) is required")
+	}
+	if len(pc.Advertise) > wire.MaxNameLen {
+		return fmt.Errorf("server: PairConfig.Advertise longer than %d bytes", wire.MaxNameLen)
+	}
+	if pc.Heartbeat < 0 {
+		return fmt.Errorf("server: PairConfig.Heartbeat is negative (%v)", pc.Heartbeat)
+	}
+	if pc.Heartbeat == 0 {
+		pc.Heartbeat = DefaultPairHeartbeat
+	}
+	if c.Cluster != nil {
+		return errors.New("server: Config.Pair and Config.Cluster are exclusive")
+	}
+	if c.Standby {
+		return errors.New("server: Config.Standby and Config.Pair are exclusive (a pair node's role follows the pair's state machine)")
+	}
+	pc.peerTLS = nil
+	switch {
+	case pc.PeerCertificate == nil && pc.PeerRoots == nil:
+		return nil
+	case pc.PeerCertificate == nil:
+		return errors.New("server: PairConfig.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)")
+	case pc.PeerRoots == nil:
+		return errors.New("server: PairConfig.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)")
+	}
+	p, err := raftnet.NewPeerTLS(*pc.PeerCertificate, pc.PeerRoots)
+	if err != nil {
+		return fmt.Errorf("server: PairConfig.PeerCertificate: %w", err)
+	}
+	pc.peerTLS = p
+	return nil
+}
+
+// startPair starts the pair node of s (called by New).
+func (s *Server) startPair() (*Server, error) {
+	return nil, errors.New("server: Config.Pair: the hot-standby pair is being built (issue 21)")
+}

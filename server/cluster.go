@@ -240,7 +240,7 @@ func newCluster(s *Server) (*cluster, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
-	cl.sh = shard{exact: true, cl: cl, wakeAt: lockcore.NoDeadline}
+	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline}
 	cl.sh.core = lockcore.New(lockcore.Config{
 		Capacity:      &s.capacity,
 		MaxKeyWaiters: s.cfg.MaxKeyWaiters,

@@ -129,7 +129,3 @@ func (pc *PairConfig) validate(c *Config) error {
 	return nil
 }
 
-// startPair starts the pair node of s (called by New).
-func (s *Server) startPair() (*Server, error) {
-	return nil, errors.New("server: Config.Pair: the hot-standby pair is being built (issue 21)")
-}

@@ -43,6 +43,8 @@ type Stats struct {
 	TokenUnavailable uint64 `json:"token_unavailable"`           // B replies because no token could be reserved in time (included in Busy)
 	Cancelled        uint64 `json:"cancelled"`                   // waiting ACQUIREs removed by a CANCEL and answered T (included in TimedOut)
 	TokenStoreError  string `json:"token_store_error,omitempty"` // why the token store cannot reserve (TokenStoreErr); empty while it can
+
+	Pair *PairStatus `json:"pair,omitempty"` // a pair node's view of its pair (Server.PairStatus)
 }
 
 // Server is a single-node Ticketing lock server. Its methods are safe for
@@ -52,6 +54,7 @@ type Server struct {
 	log          *slog.Logger
 	tokens       *tokenStore // standalone only
 	cl           *cluster    // Raft mode only
+	pr           *pair       // pair mode only
 	tokenDigests [][sha256.Size]byte
 	role         atomic.Pointer[roleState] // current role; its HELLO_OK or hint
 	roleSw       roleSwitch
@@ -416,6 +419,9 @@ func (s *Server) Stats() Stats {
 	st.Cancelled = s.m.cancelled.Load()
 	if err := s.TokenStoreErr(); err != nil {
 		st.TokenStoreError = err.Error()
+	}
+	if ps, ok := s.PairStatus(); ok {
+		st.Pair = &ps
 	}
 	return st
 }

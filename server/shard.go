@@ -36,11 +36,19 @@ type shard struct {
 	// state, a takeover's restart); otherwise the leases of keys without
 	// waiters end when touched or swept.
 	exact bool
-	// cl is the cluster whose leader runs this core (nil standalone): the
-	// effects only a replicated core has (Backlog, SlowCommit, Desync)
-	// are its.
-	cl *cluster
+	// rep is the replicated mode whose serving node runs this core (a
+	// cluster's leader, a pair's active; nil standalone): the effects only
+	// a replicated core has (Backlog, SlowCommit, Desync) are its.
+	rep replicated
 	_  [64]byte
+}
+
+// replicated is what a replicated mode does with the effects only its
+// core has.
+type replicated interface {
+	proposalLimited()      // an ACQUIRE answered B: Config.MaxPending commands await their apply
+	slowCommit(took int64) // a grant answered B: it applied took ns after its proposal
+	resync(key string)     // a command did not apply as projected: key's projection from the machine
 }
 
 // mode is how the server keeps its lock table, chosen once, at New:
@@ -146,10 +154,10 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 			case lockcore.NoToken:
 				s.noToken(e.Err)
 			case lockcore.Backlog:
-				sh.cl.proposalLimited()
+				sh.rep.proposalLimited()
 			case lockcore.SlowCommit:
 				if e.Wait > 0 {
-					sh.cl.slowCommit(e.Wait) // counted once per grant, not per retry
+					sh.rep.slowCommit(e.Wait) // counted once per grant, not per retry
 				} else {
 					s.m.busy.Add(1)
 				}
@@ -185,7 +193,7 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 	}
 	s.rearm(sh)
 	for _, key := range desync {
-		sh.cl.resync(key) // (only a replicated core's command can fail to apply as projected)
+		sh.rep.resync(key) // (only a replicated core's command can fail to apply as projected)
 	}
 	return deferred
 }

@@ -35,6 +35,10 @@ import (
 type Machine struct {
 	h    map[string]holding
 	last uint64
+	// ceil: Grant with tok 0 takes no token above it (0: MaxToken). A
+	// hot-standby pair's node sets it to the end of its epoch's range; it
+	// is not in the snapshot (the pair's stream carries it).
+	ceil uint64
 }
 
 // holding is a held key's record (the map's key is the key).
@@ -50,7 +54,7 @@ type holding struct {
 const GrantExhausted = GrantHeld + 1
 
 // ErrTokensExhausted is a Grant command's Result.Err when the counter is
-// at MaxToken.
+// at MaxToken (or at the ceiling, SetCeiling).
 var ErrTokensExhausted = errors.New("lockcore: no token left: the counter is at the maximum token")
 
 // NewMachine returns an empty Machine: nothing held, counter 0.
@@ -67,7 +71,7 @@ func (m *Machine) Grant(key string, owner Owner, lease uint8, ownedOnly bool, to
 		return 0, r
 	}
 	if tok == 0 {
-		if m.last >= MaxToken {
+		if m.last >= m.Ceiling() {
 			return 0, GrantExhausted
 		}
 		tok = m.last + 1
@@ -97,6 +101,23 @@ func (m *Machine) Raise(v uint64) bool {
 	}
 	m.last = v
 	return true
+}
+
+// SetCeiling makes Grant with tok 0 take no token above c (0 or above
+// MaxToken: MaxToken): past it a Grant of a free key is GrantExhausted.
+func (m *Machine) SetCeiling(c uint64) {
+	if c > MaxToken {
+		c = 0
+	}
+	m.ceil = c
+}
+
+// Ceiling is the highest token Grant with tok 0 takes (SetCeiling).
+func (m *Machine) Ceiling() uint64 {
+	if m.ceil == 0 {
+		return MaxToken
+	}
+	return m.ceil
 }
 
 // Last is the highest token applied (the counter).

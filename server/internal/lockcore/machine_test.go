@@ -141,6 +141,42 @@ func TestMachineRaise(t *testing.T) {
 	}
 }
 
+// TestMachineCeiling: a pair node's epoch range ends at the ceiling: a
+// Grant of a free key past it takes no token (GrantExhausted, and the
+// command's ErrTokensExhausted), the holder's retry still gets its token,
+// and a Free still frees.
+func TestMachineCeiling(t *testing.T) {
+	sm := lockcore.NewMachine()
+	sm.Raise(10)
+	sm.SetCeiling(11)
+	if sm.Ceiling() != 11 {
+		t.Fatalf("Ceiling %d", sm.Ceiling())
+	}
+	if tok, r := sm.Grant("a", ownA, 5, false, 0); tok != 11 || r != lockcore.GrantNew {
+		t.Fatalf("last token of the range: %d, %v", tok, r)
+	}
+	if tok, r := sm.Grant("b", ownB, 5, false, 0); tok != 0 || r != lockcore.GrantExhausted {
+		t.Fatalf("past the ceiling: %d, %v", tok, r)
+	}
+	if tok, r := sm.Grant("a", ownA, 5, false, 0); tok != 11 || r != lockcore.GrantRetry {
+		t.Fatalf("holder's retry at the ceiling: %d, %v", tok, r)
+	}
+	res, err := sm.ApplyCommand(lockcore.NewDecoder(lockcore.AppendGrant(nil, 1, "c", &lockcore.Recipient{Owner: ownA, LeaseS: 5})[2:]), lockcore.CmdGrant)
+	if err != nil || !errors.Is(res.Err, lockcore.ErrTokensExhausted) {
+		t.Fatalf("Grant command past the ceiling: %+v, %v", res, err)
+	}
+	if !sm.Free(lockcore.FreeRelease, "a", 11, lockcore.Owner{}) {
+		t.Fatal("Free at the ceiling")
+	}
+	sm.SetCeiling(lockcore.MaxToken + 1)
+	if sm.Ceiling() != lockcore.MaxToken {
+		t.Fatalf("a ceiling above MaxToken is MaxToken: %d", sm.Ceiling())
+	}
+	if tok, _ := sm.Grant("b", ownB, 5, false, 0); tok != 12 {
+		t.Fatalf("after the ceiling is lifted: %d", tok)
+	}
+}
+
 func TestMachineSnapshotRoundTrip(t *testing.T) {
 	sm := lockcore.NewMachine()
 	sm.Grant("a", ownA, 1, false, 0)

@@ -1,0 +1,157 @@
+package server_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ticketing-dev/ticketing/internal/proctest"
+	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// pairHB is the tests' heartbeat interval: the peer is dead after 2.
+const pairHB = 100 * time.Millisecond
+
+// pairNode is one node of a pair started in this process.
+type pairNode struct {
+	t      *testing.T
+	s      *server.Server
+	addr   string // client address
+	peer   string // its peer address
+	cfg    server.Config
+	done   chan error
+	closed bool
+}
+
+// pairAddrs returns two free peer addresses on 127.0.0.1.
+func pairAddrs(t *testing.T) (primary, backup string) {
+	t.Helper()
+	p, err := proctest.FreePortRun("127.0.0.1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(p), "127.0.0.1:" + strconv.Itoa(p+1)
+}
+
+// startPairNode starts a pair node of role whose peer link listens on
+// self and dials peer; dataDir "" is a new one.
+func startPairNode(t *testing.T, role server.PairRole, self, peer, dataDir string) *pairNode {
+	t.Helper()
+	ln := listen(t)
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	cfg := server.Config{DataDir: dataDir, Pair: &server.PairConfig{Role: role, Peer: peer, Listen: self,
+		Advertise: ln.Addr().String(), Heartbeat: pairHB}}
+	s, err := server.New(cfg)
+	if err != nil {
+		ln.Close()
+		t.Fatalf("New(%s): %v", role, err)
+	}
+	n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, done: make(chan error, 1)}
+	go func() { n.done <- s.Serve(ln) }()
+	t.Cleanup(n.close)
+	return n
+}
+
+// close stops the node (as a crash would, for its peer: the link drops).
+func (n *pairNode) close() {
+	if n.closed {
+		return
+	}
+	n.closed = true
+	n.s.Close()
+	if err := <-n.done; !errors.Is(err, server.ErrServerClosed) {
+		n.t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+}
+
+func (n *pairNode) status() server.PairStatus {
+	st, ok := n.s.PairStatus()
+	if !ok {
+		n.t.Fatal("PairStatus: not a pair node")
+	}
+	return st
+}
+
+// hello dials n and sends HELLO; it returns the reply (HELLO_OK or M).
+func (n *pairNode) hello() (*client, wire.Response) {
+	n.t.Helper()
+	c := dial(n.t, n.addr)
+	c.send(helloReq(1, ""))
+	return c, c.recv()
+}
+
+// serving waits until a HELLO to n is answered HELLO_OK with role 2 (a
+// client asking again and again, as one that lost the other node would).
+func (n *pairNode) serving() *client {
+	n.t.Helper()
+	var c *client
+	eventually(n.t, n.peer+" serving", func() bool {
+		var r wire.Response
+		c, r = n.hello()
+		if r.Type == wire.TypeHelloOK {
+			if r.Role != wire.RoleActive {
+				n.t.Fatalf("HELLO_OK role %d, want %d (active of a pair)", r.Role, wire.RoleActive)
+			}
+			return true
+		}
+		c.nc.Close()
+		return false
+	})
+	return c
+}
+
+// TestPairFailover: a primary serves (role 2) and replicates to its
+// passive backup, which refuses clients with M naming the primary; when
+// the primary dies, the first client after two heartbeats makes the
+// backup active with the held locks (holder, token) and tokens above
+// every token the primary issued.
+func TestPairFailover(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, ba, "")
+	b := startPairNode(t, server.PairBackup, ba, pa, "")
+
+	cp := p.serving()
+	t1 := cp.acquireOK(2, owner(1), 0, 60, "a")
+	if t1 != 1 {
+		t.Fatalf("a new pair's first token %d, want 1", t1)
+	}
+	eventually(t, "the backup in sync", func() bool {
+		st := b.status()
+		return st.State == "PASSIVE" && st.HasState && p.status().Replicating
+	})
+	t2 := cp.acquireOK(3, owner(2), 0, 60, "b")
+	if ps := p.status(); ps.State != "ACTIVE" || ps.Epoch != 0 || !ps.Replicating {
+		t.Fatalf("primary %+v: want ACTIVE, epoch 0, replicating", ps)
+	}
+	// The passive refuses clients and names the active.
+	c, r := b.hello()
+	if r.Type != wire.TypeNotActive || string(r.Hint) != p.addr {
+		t.Fatalf("HELLO to the passive: %s, want M with hint %s", show(r), p.addr)
+	}
+	c.expectClosed()
+	if st := b.status(); st.LastToken != t2 || st.HeldLocks != 2 {
+		t.Fatalf("passive %+v: want last token %d and 2 held locks (the replicated grant)", st, t2)
+	}
+
+	p.close()
+	cb := b.serving()
+	// The held locks survived, with their tokens.
+	cb.send(acq(2, owner(3), 0, 60, "a"))
+	cb.expect(wire.TypeTimedOut, 2)
+	if tok := cb.acquireOK(3, owner(1), 0, 60, "a"); tok != t1 {
+		t.Fatalf("the holder's retry on the new active: token %d, want %d", tok, t1)
+	}
+	t3 := cb.acquireOK(4, owner(4), 0, 60, "c")
+	if t3 <= t2 || t3>>40 != 1 {
+		t.Fatalf("the backup's first token %d (epoch %d), want above %d in epoch 1", t3, t3>>40, t2)
+	}
+	cb.send(rel(5, t2, "b"))
+	cb.expect(wire.TypeReleased, 5)
+	if st := b.status(); st.Epoch != 1 || st.State != "ACTIVE" {
+		t.Fatalf("backup after the failover %+v", st)
+	}
+}

@@ -639,26 +639,26 @@ func (p *pair) close() {
 
 // PairStatus is a pair node's view of the pair (Stats.Pair).
 type PairStatus struct {
-	Role          string `json:"role"`            // the configured role: primary or backup
-	State         string `json:"state"`           // the Binary Star state: PRIMARY, BACKUP, ACTIVE or PASSIVE
-	Serving       bool   `json:"serving"`         // this node serves clients
-	Epoch         int64  `json:"epoch"`           // the token epoch it serves under; -1: not serving
-	PeerState     string `json:"peer_state"`      // the state in the peer's last heartbeat ("" if none)
-	PeerAlive     bool   `json:"peer_alive"`      // a heartbeat came within two intervals
-	PeerAdvertise string `json:"peer_advertise"`  // the peer's client address
-	Replicating   bool   `json:"replicating"`     // the active streams its commands to the passive and waits for its acknowledgements
-	HasState      bool   `json:"has_state"`       // the node holds the pair's lock state (a passive: a snapshot came)
-	Unreplicated  uint64 `json:"unreplicated"`    // commands the active applied while no passive was attached
-	DualActives   uint64 `json:"dual_actives"`    // heartbeats that showed both nodes serving (split brain)
-	DualPassives  uint64 `json:"dual_passives"`   // heartbeats that showed neither serving
-	Transitions   uint64 `json:"transitions"`     // state machine transitions
-	EpochMark     uint64 `json:"epoch_mark"`      // 1 + the highest epoch used or seen (durable)
-	LastToken     uint64 `json:"last_token"`      // the highest token applied
-	TokenCeiling  uint64 `json:"token_ceiling"`   // the last token of the epoch served (or last applied)
-	HeldLocks     int    `json:"held_locks"`      // holdings in this node's machine
-	Heartbeat     string `json:"heartbeat"`       // the heartbeat interval
-	PeerListen    string `json:"peer_listen"`     // the peer link's listen address
-	Peer          string `json:"peer"`            // the peer's address
+	Role          string `json:"role"`           // the configured role: primary or backup
+	State         string `json:"state"`          // the Binary Star state: PRIMARY, BACKUP, ACTIVE or PASSIVE
+	Serving       bool   `json:"serving"`        // this node serves clients
+	Epoch         int64  `json:"epoch"`          // the token epoch it serves under; -1: not serving
+	PeerState     string `json:"peer_state"`     // the state in the peer's last heartbeat ("" if none)
+	PeerAlive     bool   `json:"peer_alive"`     // a heartbeat came within two intervals
+	PeerAdvertise string `json:"peer_advertise"` // the peer's client address
+	Replicating   bool   `json:"replicating"`    // the active streams its commands to the passive and waits for its acknowledgements
+	HasState      bool   `json:"has_state"`      // the node holds the pair's lock state (a passive: a snapshot came)
+	Unreplicated  uint64 `json:"unreplicated"`   // commands the active applied while no passive was attached
+	DualActives   uint64 `json:"dual_actives"`   // heartbeats that showed both nodes serving (split brain)
+	DualPassives  uint64 `json:"dual_passives"`  // heartbeats that showed neither serving
+	Transitions   uint64 `json:"transitions"`    // state machine transitions
+	EpochMark     uint64 `json:"epoch_mark"`     // 1 + the highest epoch used or seen (durable)
+	LastToken     uint64 `json:"last_token"`     // the highest token applied
+	TokenCeiling  uint64 `json:"token_ceiling"`  // the last token of the epoch served (or last applied)
+	HeldLocks     int    `json:"held_locks"`     // holdings in this node's machine
+	Heartbeat     string `json:"heartbeat"`      // the heartbeat interval
+	PeerListen    string `json:"peer_listen"`    // the peer link's listen address
+	Peer          string `json:"peer"`           // the peer's address
 }
 
 // PairStatus returns this node's view of its pair; ok is false if the

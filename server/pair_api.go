@@ -128,4 +128,3 @@ func (pc *PairConfig) validate(c *Config) error {
 	pc.peerTLS = p
 	return nil
 }
-

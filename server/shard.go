@@ -40,7 +40,7 @@ type shard struct {
 	// cluster's leader, a pair's active; nil standalone): the effects only
 	// a replicated core has (Backlog, SlowCommit, Desync) are its.
 	rep replicated
-	_  [64]byte
+	_   [64]byte
 }
 
 // replicated is what a replicated mode does with the effects only its

@@ -422,11 +422,12 @@ func (p *pair) dialLoop() {
 	}
 }
 
-// retryDelay is the wait before the next dial: a heartbeat interval after
-// a failure, a short one after a link that was up.
+// retryDelay is the wait before the next dial: after a failure a
+// heartbeat interval (at most 250 ms: a peer that starts is found soon),
+// after a link that was up a short one.
 func (p *pair) retryDelay(err error) time.Duration {
 	if err != nil {
-		return p.cfg.Heartbeat
+		return min(p.cfg.Heartbeat, 250*time.Millisecond)
 	}
 	return min(p.cfg.Heartbeat, 50*time.Millisecond)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/integration/faultproxy"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -154,4 +155,99 @@ func TestPairFailover(t *testing.T) {
 	if st := b.status(); st.Epoch != 1 || st.State != "ACTIVE" {
 		t.Fatalf("backup after the failover %+v", st)
 	}
+}
+
+// linkProxies puts a fault proxy on each direction of a pair's peer link:
+// the primary dials toB, the backup toP.
+func linkProxies(t *testing.T, pa, ba string) (toP, toB *faultproxy.Proxy) {
+	t.Helper()
+	var err error
+	if toP, err = faultproxy.New(pa); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toP.Close() })
+	if toB, err = faultproxy.New(ba); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toB.Close() })
+	return toP, toB
+}
+
+// cutLink blackholes (on) or restores (off) every connection of the
+// proxies, present and future.
+func cutLink(on bool, ps ...*faultproxy.Proxy) {
+	for _, p := range ps {
+		p.SetDefault(faultproxy.Faults{Blackhole: on})
+		for _, c := range p.Conns() {
+			c.Blackhole(on)
+		}
+	}
+}
+
+// TestPairSplitBrain: the peer link is cut while a client still reaches
+// the primary. The backup does not serve until a client comes to it after
+// the primary went silent for it; then both serve (a split brain), and
+// every token the backup issues is above every token the primary can
+// issue (disjoint epochs, the newer above), so no token is issued twice
+// and a fence that has seen the backup's token rejects the primary's.
+// When the link heals, the primary (lower epoch) steps down: its session
+// gets M naming the backup, and it resyncs from the backup.
+func TestPairSplitBrain(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	toP, toB := linkProxies(t, pa, ba)
+	p := startPairNode(t, server.PairPrimary, pa, toB.Addr(), "")
+	b := startPairNode(t, server.PairBackup, ba, toP.Addr(), "")
+	cp := p.serving()
+	cp.acquireOK(2, owner(1), 0, 60, "held")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+
+	cutLink(true, toP, toB)
+	// The primary keeps serving its client, alone, once the backup is
+	// silent for it.
+	eventually(t, "the primary unreplicated", func() bool { return !p.status().Replicating })
+	before := cp.acquireOK(3, owner(2), 0, 60, "k1")
+	// No client came to the backup: it stays passive, however long the
+	// link is cut.
+	time.Sleep(5 * pairHB)
+	if st := b.status(); st.State != "PASSIVE" || st.Serving {
+		t.Fatalf("backup with a cut link and no client: %+v, want PASSIVE", st)
+	}
+
+	// A client that lost the primary comes to the backup: split brain.
+	cb := b.serving()
+	onB := cb.acquireOK(2, owner(3), 0, 60, "k2")
+	onP := cp.acquireOK(4, owner(4), 0, 60, "k3")
+	if onB <= onP || onB <= before {
+		t.Fatalf("split brain: the backup's token %d is not above the primary's %d and %d", onB, onP, before)
+	}
+	if onP>>40 != 0 || onB>>40 != 1 {
+		t.Fatalf("epochs: primary's token %d in epoch %d, backup's %d in epoch %d; want 0 and 1", onP, onP>>40, onB, onB>>40)
+	}
+	// The same key on both sides: each grants it (the split brain), with
+	// tokens that the fence orders.
+	kp := cp.acquireOK(5, owner(5), 0, 60, "same")
+	kb := cb.acquireOK(3, owner(6), 0, 60, "same")
+	if kb <= kp {
+		t.Fatalf("same key: backup's token %d not above the primary's %d", kb, kp)
+	}
+
+	cutLink(false, toP, toB)
+	// The primary, with the lower epoch, steps down: its session gets M
+	// with the backup's address.
+	r := cp.recv()
+	if r.Type != wire.TypeNotActive || string(r.Hint) != b.addr {
+		t.Fatalf("primary's session after the heal: %s, want M with hint %s", show(r), b.addr)
+	}
+	eventually(t, "the primary resynced from the backup", func() bool {
+		ps, bs := p.status(), b.status()
+		return ps.State == "PASSIVE" && ps.HasState && bs.State == "ACTIVE" && bs.Replicating
+	})
+	if ps, bs := p.status(), b.status(); ps.DualActives == 0 || ps.HeldLocks != bs.HeldLocks || ps.LastToken != bs.LastToken {
+		t.Fatalf("after the heal: primary %+v, backup %+v", ps, bs)
+	}
+	// The backup's state wins: its grant of "same" holds, the primary's is gone.
+	cb.send(rel(4, kp, "same"))
+	cb.expect(wire.TypeNotHeld, 4)
+	cb.send(rel(5, kb, "same"))
+	cb.expect(wire.TypeReleased, 5)
 }

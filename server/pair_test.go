@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -40,7 +41,28 @@ func pairAddrs(t *testing.T) (primary, backup string) {
 // self and dials peer; dataDir "" is a new one.
 func startPairNode(t *testing.T, role server.PairRole, self, peer, dataDir string) *pairNode {
 	t.Helper()
-	ln := listen(t)
+	return startPairNodeOn(t, role, self, peer, dataDir, listen(t))
+}
+
+// restart starts n again on its data dir and addresses (after close).
+func (n *pairNode) restart() *pairNode {
+	n.t.Helper()
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", n.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return startPairNodeOn(n.t, n.cfg.Pair.Role, n.peer, n.cfg.Pair.Peer, n.cfg.DataDir, ln)
+}
+
+// startPairNodeOn is startPairNode serving clients on ln.
+func startPairNodeOn(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener) *pairNode {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
@@ -250,4 +272,74 @@ func TestPairSplitBrain(t *testing.T) {
 	cb.expect(wire.TypeNotHeld, 4)
 	cb.send(rel(5, kb, "same"))
 	cb.expect(wire.TypeReleased, 5)
+}
+
+// refusesFor checks that every HELLO to n for d is answered M (the node
+// does not serve), with hint if hint is not "".
+func (n *pairNode) refusesFor(d time.Duration, hint string) {
+	n.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(pairHB / 4) {
+		c, r := n.hello()
+		if r.Type != wire.TypeNotActive || hint != "" && string(r.Hint) != hint {
+			n.t.Fatalf("HELLO to %s (%+v): %s, want M (hint %q)", n.peer, n.status(), show(r), hint)
+		}
+		c.nc.Close()
+	}
+}
+
+// TestPairRestarts: restarts in every order. The old primary comes back
+// passive behind the backup that took over, never serving meanwhile (the
+// start guard), and resyncs; both at once, and the backup first, then
+// the primary: the pair serves again with tokens above every earlier
+// one (the epochs are durable); a backup alone never serves.
+func TestPairRestarts(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, ba, "")
+	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	cp := p.serving()
+	t1 := cp.acquireOK(2, owner(1), 0, 200, "a")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState })
+
+	// The primary dies; the backup takes over.
+	p.close()
+	cb := b.serving()
+	t2 := cb.acquireOK(2, owner(2), 0, 200, "b")
+
+	// The old primary comes back: passive, never serving, in sync.
+	p = p.restart()
+	p.refusesFor(4*pairHB, "")
+	eventually(t, "the old primary passive and in sync", func() bool {
+		ps := p.status()
+		return ps.State == "PASSIVE" && ps.HasState && ps.HeldLocks == 2 && b.status().Replicating
+	})
+	p.refusesFor(2*pairHB, b.addr)
+	if tok := cb.acquireOK(3, owner(1), 0, 200, "a"); tok != t1 {
+		t.Fatalf("the first holder's retry on the backup: %d, want %d", tok, t1)
+	}
+
+	// Both at once.
+	p.close()
+	b.close()
+	p, b = p.restart(), b.restart()
+	cp = p.serving()
+	t3 := cp.acquireOK(2, owner(3), 0, 200, "c")
+	if t3 <= t2 {
+		t.Fatalf("after restarting both: token %d, want above %d", t3, t2)
+	}
+	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" })
+
+	// The backup first: alone, it never serves; then the primary.
+	p.close()
+	b.close()
+	b = b.restart()
+	b.refusesFor(5*pairHB, "")
+	if st := b.status(); st.State != "BACKUP" {
+		t.Fatalf("a backup alone: %+v, want BACKUP", st)
+	}
+	p = p.restart()
+	cp = p.serving()
+	if t4 := cp.acquireOK(2, owner(4), 0, 200, "d"); t4 <= t3 {
+		t.Fatalf("after the backup first, then the primary: token %d, want above %d", t4, t3)
+	}
+	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" && b.status().HasState })
 }

@@ -57,6 +57,9 @@ type pair struct {
 	peerAdv  string    // the peer's client address (its hello)
 	serving  uint64    // 1 + the epoch this node serves under; 0: not serving
 	refusals logLimit
+	// misconfigured: the peer was started with this node's role; no
+	// client is served until a restart.
+	misconfigured bool
 
 	// sh is the serving node's lock core; the fields below it are under
 	// sh.mu.
@@ -173,6 +176,9 @@ func (p *pair) clientRequest() {
 	now := p.s.now()
 	st := p.fsm.State
 	switch {
+	case p.misconfigured:
+		p.refused("client refused: the peer was started with the same role as this node (see the error above)")
+		return
 	case st == bstar.Primary && p.serving == 0 && now < max(bstar.Expiry(p.started, p.cfg.Heartbeat), p.fsm.PeerExpiry):
 		// bstar.c's guard: a primary that (re)starts serves no client
 		// until it has had DeadAfter heartbeats to hear an active backup.
@@ -198,6 +204,23 @@ func (p *pair) clientRequest() {
 		}
 	}
 	p.setState(next, out)
+}
+
+// sameRole is a peer that says it was started with this node's role: two
+// primaries would both serve, with tokens of the same epochs. The node
+// stops serving, if it does, and refuses every client until it is
+// restarted with the right role; so does its peer, which sees the same.
+func (p *pair) sameRole(peer string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.misconfigured {
+		p.s.log.Error("pair: the peer was started with the same role as this node; a pair needs one primary and one backup. This node serves no client until it is restarted with the right role",
+			"role", string(p.cfg.Role), "peer", peer)
+	}
+	p.misconfigured = true
+	if p.serving != 0 {
+		p.stepDown()
+	}
 }
 
 // refused logs a refused client (at most once a second).
@@ -392,8 +415,8 @@ func (p *pair) dialLoop() {
 	for {
 		nc, r, h, err := dialPeer(p.cfg.Peer, p.clientTL, p.cfg.Heartbeat, p.hello)
 		if err == nil && h.role == pairRoleByte(p.cfg.Role) {
-			p.s.log.Error("pair: the peer was started with the same role as this node; a pair needs one primary and one backup", "role", string(p.cfg.Role), "peer", p.cfg.Peer)
 			nc.Close()
+			p.sameRole(p.cfg.Peer)
 			err = errPairLink
 		}
 		if err == nil {
@@ -520,11 +543,13 @@ func (p *pair) serveIn(nc net.Conn) {
 		p.s.log.Warn("pair: refused a peer link", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	if h.role == pairRoleByte(p.cfg.Role) {
-		p.s.log.Error("pair: the peer was started with the same role as this node; a pair needs one primary and one backup", "role", string(p.cfg.Role), "remote", nc.RemoteAddr().String())
+	// The hello first, even to a peer of the same role: it learns of the
+	// fault too.
+	if _, err := nc.Write(p.hello); err != nil {
 		return
 	}
-	if _, err := nc.Write(p.hello); err != nil {
+	if h.role == pairRoleByte(p.cfg.Role) {
+		p.sameRole(nc.RemoteAddr().String())
 		return
 	}
 	nc.SetDeadline(time.Time{})

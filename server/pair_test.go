@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/integration/faultproxy"
+	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -342,4 +344,101 @@ func TestPairRestarts(t *testing.T) {
 		t.Fatalf("after the backup first, then the primary: token %d, want above %d", t4, t3)
 	}
 	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" && b.status().HasState })
+}
+
+// TestPairSameRole: two nodes started as primary find out on the peer
+// link and neither serves (they would issue tokens of the same epochs),
+// the one that served included.
+func TestPairSameRole(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, "127.0.0.1:1", "") // its peer is not there yet
+	p.serving()
+	q := startPairNode(t, server.PairPrimary, ba, pa, "")
+	eventually(t, "the first primary stops serving", func() bool { return !p.status().Serving })
+	p.refusesFor(3*pairHB, "")
+	q.refusesFor(3*pairHB, "")
+}
+
+// TestPairPeerTLS: with PeerCertificate and PeerRoots the peer link is
+// mutual TLS against the pair's CA: the pair settles and replicates; a
+// dialler with another CA's node certificate, or with none, or speaking
+// plain TCP, gets no hello and changes nothing.
+func TestPairPeerTLS(t *testing.T) {
+	ca, err := pki.NewCA("pair CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ca *pki.CA) tls.Certificate {
+		kp, err := ca.Issue(pki.Node, []string{"127.0.0.1"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp.TLSCertificate()
+	}
+	pa, ba := pairAddrs(t)
+	start := func(role server.PairRole, self, peer string) *pairNode {
+		cert := issue(ca)
+		ln := listen(t)
+		cfg := server.Config{DataDir: t.TempDir(), Pair: &server.PairConfig{Role: role, Peer: peer, Listen: self,
+			Advertise: ln.Addr().String(), Heartbeat: pairHB, PeerCertificate: &cert, PeerRoots: ca.Pool()}}
+		s, err := server.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, done: make(chan error, 1)}
+		go func() { n.done <- s.Serve(ln) }()
+		t.Cleanup(n.close)
+		return n
+	}
+	p := start(server.PairPrimary, pa, ba)
+	b := start(server.PairBackup, ba, pa)
+	cp := p.serving()
+	cp.acquireOK(2, owner(1), 0, 60, "a")
+	eventually(t, "the backup in sync over mutual TLS", func() bool { return b.status().HasState && p.status().Replicating })
+
+	// Strangers: a heartbeat saying ACTIVE with a huge epoch would make
+	// the primary step down, if it got through.
+	forged := []byte{0, 0, 0, 8, 'H', 'T', 'K', 'P', 'R', 1, 2, 0}
+	stranger := issue(other)
+	for _, tc := range []struct {
+		name string
+		cfg  *tls.Config
+	}{
+		{"another CA's node certificate", &tls.Config{Certificates: []tls.Certificate{stranger}, RootCAs: ca.Pool(), ServerName: "127.0.0.1"}},
+		{"no certificate", &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}},
+		{"plain TCP", nil},
+	} {
+		nc, err := net.Dial("tcp", pa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.cfg != nil {
+			tlc := tls.Client(nc, tc.cfg)
+			tlc.SetDeadline(time.Now().Add(2 * time.Second))
+			if err := tlc.Handshake(); err == nil {
+				// TLS 1.3: the client learns of a refused certificate on
+				// its first read.
+				tlc.Write(forged)
+				if _, err := tlc.Read(make([]byte, 1)); err == nil {
+					t.Errorf("%s: the primary answered", tc.name)
+				}
+			}
+			tlc.Close()
+		} else {
+			nc.SetDeadline(time.Now().Add(2 * time.Second))
+			nc.Write(forged)
+			if _, err := nc.Read(make([]byte, 1)); err == nil {
+				t.Errorf("%s: the primary answered", tc.name)
+			}
+			nc.Close()
+		}
+	}
+	if ps := p.status(); ps.State != "ACTIVE" || !ps.Serving || ps.DualActives != 0 {
+		t.Fatalf("primary after the strangers: %+v", ps)
+	}
+	cp.acquireOK(3, owner(2), 0, 60, "b")
 }

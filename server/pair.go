@@ -73,10 +73,9 @@ type pair struct {
 	buf       []byte
 	failedLog logLimit
 
-	out    atomic.Pointer[outLink] // the current out link (nil: down)
-	inMu   sync.Mutex
-	in     net.Conn // the current in link
-	outGen uint64
+	out  atomic.Pointer[outLink] // the current out link (nil: down)
+	inMu sync.Mutex
+	in   net.Conn // the current in link
 
 	last, ceil   atomic.Uint64
 	nheld        atomic.Int64
@@ -396,6 +395,12 @@ func (p *pair) tickLoop() {
 		now := p.s.now()
 		expired := p.fsm.PeerExpiry > 0 && now >= p.fsm.PeerExpiry
 		p.mu.Unlock()
+		if o := p.out.Load(); o != nil && expired && now-o.since >= bstar.DeadAfter*int64(p.cfg.Heartbeat) {
+			// The peer is silent on a link that still looks up (a host
+			// that vanished sends no FIN): dial again, so that a peer that
+			// comes back hears this node's heartbeats.
+			o.close()
+		}
 		sh := &p.sh
 		sh.mu.Lock()
 		switch {
@@ -420,8 +425,7 @@ func (p *pair) dialLoop() {
 			err = errPairLink
 		}
 		if err == nil {
-			p.outGen++
-			o := newOutLink(nc, p.outGen)
+			o := newOutLink(nc, p.s.now())
 			p.setPeerAdvertise(h.advertise)
 			p.out.Store(o)
 			p.wg.Add(1)
@@ -559,9 +563,14 @@ func (p *pair) serveIn(nc net.Conn) {
 	}
 	p.in = nc
 	p.inMu.Unlock()
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		<-p.stop
-		nc.Close()
+		select {
+		case <-p.stop:
+			nc.Close()
+		case <-done:
+		}
 	}()
 	p.setPeerAdvertise(h.advertise)
 	p.readIn(nc, r)

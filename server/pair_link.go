@@ -159,18 +159,18 @@ func u64s(vs ...uint64) []byte {
 // outLink is a node's out link: the connection it dialled to its peer and
 // the writer that drains its queue.
 type outLink struct {
-	nc   net.Conn
-	gen  uint64 // which connection this is (pair.outGen)
-	mu   sync.Mutex
-	buf  []byte
-	wake chan struct{}
-	dead bool
-	once sync.Once
-	done chan struct{} // closed when the link is closed
+	nc    net.Conn
+	since int64 // server clock when it was established
+	mu    sync.Mutex
+	buf   []byte
+	wake  chan struct{}
+	dead  bool
+	once  sync.Once
+	done  chan struct{} // closed when the link is closed
 }
 
-func newOutLink(nc net.Conn, gen uint64) *outLink {
-	return &outLink{nc: nc, gen: gen, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newOutLink(nc net.Conn, since int64) *outLink {
+	return &outLink{nc: nc, since: since, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // queue appends a frame to the link's queue; false once the link is dead or

@@ -146,7 +146,12 @@
 // (cluster_proposer.go), which packs them into hashicorp/raft entries; every
 // node applies the committed entries to a Machine (cluster_fsm.go), and on
 // the leader the outcomes go back to the core (Core.Applied), which then
-// answers: nothing is answered before it is committed.
+// answers: nothing is answered before it is committed. The hot-standby
+// pair's (pairLog, pair_log.go) applies each command to the active node's
+// Machine at once and, while the passive node is attached, streams it over
+// the peer link (pair_link.go) and gives the core its outcome when the
+// passive has acknowledged it; alone it gives it at once (pair.go drives
+// the Binary Star state machine, pair_epoch.go the token epochs).
 //
 // The sessions (conn.go, peers.go) read requests and write replies. A
 // shard (shard.go) is one core with the mutex every event of it is under,
@@ -155,8 +160,9 @@
 // chosen by a hash of the key, each a core over its keys applied directly
 // under the shard mutex; a cluster leader has one core over all keys, fed
 // by the applied log, promoted at takeover and demoted when it loses its
-// leadership. Which of the two the server is (its mode) is chosen once, at
-// New. An ACQUIRE is decided as of when its frame was read (or of the
+// leadership; a pair's active node likewise has one core, promoted when
+// it starts serving and demoted when it steps down. Which of the three the
+// server is (its mode) is chosen once, at New. An ACQUIRE is decided as of when its frame was read (or of the
 // core's last event, if later): a lease counted from then ends no earlier
 // than its holder's own count, which starts when it sent the ACQUIRE.
 //
@@ -299,6 +305,21 @@
 // the configuration. Shutdown (not Close) of a leader first transfers its
 // leadership, so that the others need not wait for an election timeout.
 //
+// # Pair mode (a hot-standby pair)
+//
+// With Config.Pair the server is one node of a Binary Star pair
+// (PairConfig; docs/ha.md "Hot-standby pair"). Only the active node serves
+// (role RoleActive, HELLO_OK role 2); the other answers M with the
+// active's PairConfig.Advertise. A HELLO is the state machine's client
+// request: it makes a passive node active once its peer has been silent
+// for two heartbeats, and only then (the client is the witness). A node
+// that starts serving takes a token epoch above every one it has used or
+// seen, fsync'd in DataDir/pair.epoch; tokens of epoch e are
+// e<<40 .. (e+1)<<40 - 1, even epochs the primary's, odd the backup's, so
+// the two never issue the same token and the newer active's tokens are
+// above the older one's. Server.PairStatus and Stats.Pair show the
+// node's view of the pair.
+//
 // # Tokens and durability
 //
 // Fencing tokens come from one atomic counter for the whole server: they
@@ -431,6 +452,20 @@
 //
 // (In Raft mode ticketing_token_last and ticketing_token_ceiling are both
 // the applied counter, and ticketing_token_store_ok is 1.)
+//
+// In pair mode also:
+//
+//	ticketing_pair_state                        gauge: 1 PRIMARY, 2 BACKUP, 3 ACTIVE, 4 PASSIVE
+//	ticketing_pair_serving                      gauge: 1 while this node serves
+//	ticketing_pair_replicating                  gauge: 1 while the active waits for the passive's acknowledgements
+//	ticketing_pair_epoch_mark                   gauge: 1 + the highest token epoch used or seen
+//	ticketing_pair_unreplicated_commands_total  counter: commands applied with no passive attached
+//	ticketing_pair_dual_actives_total           counter: heartbeats showing both nodes serving
+//	ticketing_pair_dual_passives_total          counter: heartbeats showing neither serving
+//	ticketing_pair_transitions_total            counter: Binary Star state transitions
+//
+// (In pair mode ticketing_token_last is the machine's highest token and
+// ticketing_token_ceiling the last token of the epoch served.)
 //
 // The protocol_errors_total series for codes 1 to 7 (but 5) exist from the
 // start; a code above 7 gets a series of its own once sent. The hot path

@@ -30,7 +30,9 @@ type pairNode struct {
 }
 
 // pairAddrs returns two free peer addresses on 127.0.0.1.
-func pairAddrs(t *testing.T) (primary, backup string) {
+func pairAddrs(t *testing.T) (primary, backup string) { return pairAddrsTB(t) }
+
+func pairAddrsTB(t testing.TB) (primary, backup string) {
 	t.Helper()
 	p, err := proctest.FreePortRun("127.0.0.1", 2)
 	if err != nil {

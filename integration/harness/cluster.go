@@ -114,7 +114,7 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 		c.Nodes = append(c.Nodes, n)
 		peers = append(peers, n.ID+"="+p.Addr())
 	}
-	var tlsArgs func(n *ClusterNode) []string
+	var tlsArgs func(id string) []string
 	if opts.PeerTLS {
 		tlsArgs = writePeerTLS(tb, filepath.Join(dir, "pki"))
 	}
@@ -131,7 +131,7 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 			args = append(args, "--raft-election", opts.Election.String())
 		}
 		if tlsArgs != nil {
-			args = append(args, tlsArgs(n)...)
+			args = append(args, tlsArgs(n.ID)...)
 		}
 		args = append(args, opts.Args...)
 		n.Server = StartServer(tb, bin, ServerOptions{
@@ -144,9 +144,10 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 	return c
 }
 
-// writePeerTLS writes a cluster CA and one node certificate per node under
-// dir and returns the flags of a node.
-func writePeerTLS(tb testing.TB, dir string) func(n *ClusterNode) []string {
+// writePeerTLS writes a CA under dir and returns the function that issues
+// the node certificate of node id (written under dir) and returns its
+// flags.
+func writePeerTLS(tb testing.TB, dir string) func(id string) []string {
 	tb.Helper()
 	ca, err := pki.NewCA("ticketing test cluster CA", 24*time.Hour)
 	if err != nil {
@@ -159,7 +160,7 @@ func writePeerTLS(tb testing.TB, dir string) func(n *ClusterNode) []string {
 	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	return func(n *ClusterNode) []string {
+	return func(id string) []string {
 		kp, err := ca.Issue(pki.Node, []string{"127.0.0.1"}, 24*time.Hour)
 		if err != nil {
 			tb.Fatalf("harness: node certificate: %v", err)
@@ -168,7 +169,7 @@ func writePeerTLS(tb testing.TB, dir string) func(n *ClusterNode) []string {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		cert, keyFile := filepath.Join(dir, n.ID+".pem"), filepath.Join(dir, n.ID+"-key.pem")
+		cert, keyFile := filepath.Join(dir, id+".pem"), filepath.Join(dir, id+"-key.pem")
 		if err := os.WriteFile(cert, kp.CertPEM(), 0o600); err != nil {
 			tb.Fatal(err)
 		}

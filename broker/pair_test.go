@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -27,11 +28,19 @@ type pairNode struct {
 	// serveAt > 0: the node serves from its serveAt-th HELLO on (a
 	// passive that takes over once its peer is silent long enough).
 	serveAt atomic.Int64
+	gate    <-chan struct{} // see newPairNodeGated
 }
 
 func newPairNode(t testing.TB, addr string, role uint8, serving bool, hint string) *pairNode {
 	t.Helper()
-	n := &pairNode{}
+	return newPairNodeGated(t, addr, role, serving, hint, nil)
+}
+
+// newPairNodeGated is newPairNode answering each HELLO only once gate is
+// closed (nil: at once).
+func newPairNodeGated(t testing.TB, addr string, role uint8, serving bool, hint string, gate <-chan struct{}) *pairNode {
+	t.Helper()
+	n := &pairNode{gate: gate}
 	n.role.Store(uint32(role))
 	n.serving.Store(serving)
 	n.hint.Store(&hint)
@@ -40,6 +49,9 @@ func newPairNode(t testing.TB, addr string, role uint8, serving bool, hint strin
 }
 
 func (n *pairNode) hello(fc *fakeConn, req *wire.Request) {
+	if n.gate != nil {
+		<-n.gate
+	}
 	if at := n.serveAt.Load(); at > 0 && n.hellos.Load() >= at {
 		n.serving.Store(true)
 	}
@@ -289,6 +301,77 @@ func TestPair_ActiveBackDuringSettle(t *testing.T) {
 				t.Fatalf("the other node accepted %d connections (%d dials), want 0", n, dials)
 			}
 		})
+	}
+}
+
+// TestPair_NoSwitchWhileAttemptInFlight: the active restarts at once but
+// answers the broker's HELLO only after the settle delay has passed. The
+// settle delay alone does not move the broker: while an attempt to the
+// lost active is in flight (it may still answer), the other node is not
+// dialled; the active answers, and the other node is never contacted.
+func TestPair_NoSwitchWhileAttemptInFlight(t *testing.T) {
+	const settle = 200 * time.Millisecond
+	addr := freeAddr(t)
+	a := newPairNode(t, addr, wire.RoleActive, true, "")
+	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
+	d := &dialLog{}
+	cfg := pairConfig(d, settle, a.Addr, other.Addr)
+	cfg.DialTimeout = 30 * s
+	b := newBroker(t, cfg)
+	cycle(t, b, 10)
+
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open()
+	a.Close()
+	slow := newPairNodeGated(t, addr, wire.RoleActive, true, "", release)
+	eventually(t, "a HELLO to the restarted active pending", func() bool { return slow.hellos.Load() >= 1 })
+	// The broker lost the active before it redialled it: the settle delay
+	// has passed once it has passed since now.
+	time.Sleep(settle + 50*time.Millisecond)
+	open()
+	if err := b.WaitReady(within(t, 10*s)); err != nil {
+		t.Fatal(err)
+	}
+	cycle(t, b, 10)
+	if got := slow.acquires(); got != 10 {
+		t.Fatalf("the restarted active got %d ACQUIREs, want 10", got)
+	}
+	if n, dials := other.TCPAccepted(), len(d.times(other.Addr)); n != 0 || dials != 0 {
+		t.Fatalf("the other node accepted %d connections (%d dials) while an attempt to the active was in flight, want 0", n, dials)
+	}
+}
+
+// TestPair_SecondActiveNotUsed: the first address is slow to answer at
+// start, so the broker tries the second after the settle delay, which
+// answers as the active. Then the first answers as an active too (a split
+// brain): the broker does not use it, and sends every request to the
+// active it found first.
+func TestPair_SecondActiveNotUsed(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	slow := newPairNodeGated(t, "127.0.0.1:0", wire.RoleActive, true, "", gate)
+	active := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
+	h := &captureHandler{}
+	cfg := pairConfig(&dialLog{}, 100*time.Millisecond, slow.Addr, active.Addr)
+	cfg.DialTimeout = 30 * s
+	cfg.Logger = slog.New(h)
+	b := newBroker(t, cfg) // ready on the second address
+	if slow.hellos.Load() != 1 {
+		t.Fatalf("%d HELLOs to the first address, want 1 (pending)", slow.hellos.Load())
+	}
+	open()
+	const msg = "broker: pair: a node other than the active answered HELLO; not used"
+	eventually(t, "the second active refused", func() bool { return h.count(0, msg) == 1 })
+	if n := b.ReadySessions(); n != 1 {
+		t.Fatalf("%d ready sessions, want 1", n)
+	}
+	cycle(t, b, 50)
+	if got, other := active.acquires(), slow.acquires(); got != 50 || other != 0 {
+		t.Fatalf("ACQUIREs: %d to the active, %d to the second active; want 50 and 0", got, other)
 	}
 }
 

@@ -375,6 +375,28 @@ func TestPair_SecondActiveNotUsed(t *testing.T) {
 	}
 }
 
+// TestPair_ActiveFoundClosesOthers: a node that answers as a standalone
+// server is in use when another listed node answers as the active of a
+// pair (a deployment being moved to a pair, or a misconfiguration). From
+// then on the broker uses the active only: the other session is closed.
+func TestPair_ActiveFoundClosesOthers(t *testing.T) {
+	standalone := newPairNode(t, "127.0.0.1:0", wire.RoleStandalone, true, "")
+	active := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
+	h := &captureHandler{}
+	cfg := pairConfig(&dialLog{}, time.Hour, standalone.Addr, active.Addr)
+	cfg.Logger = slog.New(h)
+	b := newBroker(t, cfg)
+	const msg = "broker: pair: active found; the other addresses are dialled only after losing it for the settle delay"
+	eventually(t, "the active found and the other session closed", func() bool {
+		return h.count(0, msg) == 1 && b.ReadySessions() == 1
+	})
+	before := standalone.acquires()
+	cycle(t, b, 50)
+	if got, other := active.acquires(), standalone.acquires()-before; got != 50 || other != 0 {
+		t.Fatalf("ACQUIREs: %d to the active, %d to the standalone node; want 50 and 0", got, other)
+	}
+}
+
 // TestPair_HintFollowedAtOnce: the active steps down, sending M naming the
 // other node to its sessions. The broker follows the hint at once (the
 // settle delay, an hour here, does not apply: the node that says so has

@@ -115,7 +115,14 @@ type Config struct {
 	// ACQUIRE's and RELEASE's reply ("broker: ACQUIRE reply", "broker:
 	// RELEASE reply": addr, session, node, req_id, key, reply, token),
 	// and each M hint followed; they cost one level check per request
-	// when Debug is off.
+	// when Debug is off. With a hot-standby pair (see PairSettle): at Info
+	// once, the active found ("broker: pair: active found; ..."); at Warn
+	// the first move to the other node after the settle delay in an
+	// outage ("broker: pair: active lost for the settle delay; trying the
+	// other node": lost, lost_for, settle, next), later moves of the same
+	// outage at Debug; at Warn a node other than the active that answered
+	// HELLO, not used ("broker: pair: a node other than the active
+	// answered HELLO; not used"); at Debug each M hint the pair follows.
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO
@@ -142,15 +149,14 @@ type Config struct {
 	// while that node serves, and after losing it (a dropped session, a
 	// keepalive timeout, an M without a hint to follow) keeps retrying
 	// that address alone until it has not served for PairSettle; only
-	// then does it try the other node. An M naming the other node as the
-	// active is followed at once. At start, the addresses after the first
-	// are dialled only once the first has answered or failed, or after
-	// PairSettle. See "Hot-standby pairs" in the package documentation.
-	// Set it to at least the time the pair's passive node takes to decide
-	// that its peer is dead (two heartbeats: 2 s with the servers'
-	// default --heartbeat 1s), or failovers take a settle delay longer.
-	// It changes nothing for a standalone node or a Raft cluster, except
-	// the start order.
+	// then does it try the other node. An M naming the other node is
+	// followed at once. At start, the addresses after the first are
+	// dialled once the first has answered or failed, or after PairSettle.
+	// See "Hot-standby pairs" in the package documentation. Set it to at
+	// least the time the pair's passive takes to declare its peer dead
+	// (two heartbeats: 2 s with the servers' default heartbeat of 1 s),
+	// or a failover takes one settle delay more. It changes nothing for a
+	// standalone node or a Raft cluster, except the start order.
 	PairSettle time.Duration
 	// ReleaseWindow shortens the absolute release window (Release in
 	// docs/semantics.md), for tests only (default and maximum: 5 s; above 5 s is an

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -54,6 +55,11 @@ type pair struct {
 	// deserted: the node left after the settle delay, until a target
 	// serves.
 	deserted *node
+	// moves: targets moved to after a settle delay since a target last
+	// served (for the log level).
+	moves int
+	// pending: log lines to write once p.mu is released (see later).
+	pending []func()
 }
 
 // Fields of node guarded by pair.mu.
@@ -68,6 +74,20 @@ func newPair(b *Broker, nodes []*node, settle time.Duration) *pair {
 		b: b, settle: settle, nodes: nodes, first: nodes[0],
 		changed: make(chan struct{}),
 		startBy: time.Now().Add(settle),
+	}
+}
+
+// later runs f (a log line) after p.mu is released: the Logger's
+// handler, user code, never runs under the lock. Called under p.mu.
+func (p *pair) later(f func()) { p.pending = append(p.pending, f) }
+
+// unlock releases p.mu and runs what later left.
+func (p *pair) unlock() {
+	pending := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	for _, f := range pending {
+		f()
 	}
 }
 
@@ -88,22 +108,24 @@ func (p *pair) wait(s *session) bool {
 			p.settledLocked(now)
 			if s.node == p.target {
 				s.node.p.attempts++
-				p.mu.Unlock()
+				p.unlock()
 				return true
 			}
-			if !p.lostAt.IsZero() {
-				wake = p.lostAt.Add(p.settle)
+			// Wake when the settle delay ends; once it has ended, only a
+			// change can help (an attempt to the target ending).
+			if end := p.lostAt.Add(p.settle); !p.lostAt.IsZero() && now.Before(end) {
+				wake = end
 			}
 		} else {
 			if s.node == p.first || p.startDone || !now.Before(p.startBy) {
 				s.node.p.attempts++
-				p.mu.Unlock()
+				p.unlock()
 				return true
 			}
 			wake = p.startBy
 		}
 		ch := p.changed
-		p.mu.Unlock()
+		p.unlock()
 		var t *time.Timer
 		var tc <-chan time.Time
 		if !wake.IsZero() {
@@ -144,8 +166,19 @@ func (p *pair) settledLocked(now time.Time) {
 	lostFor := now.Sub(p.lostAt)
 	p.moveLocked(next, now, false)
 	p.deserted = t
-	p.b.log.Warn("broker: pair: active lost for the settle delay; trying the other node",
-		"lost", t.p.addr, "lost_for", lostFor.Round(time.Millisecond), "settle", p.settle, "next", next.p.addr)
+	// The first move of an outage at Warn, the others (one per settle
+	// delay while no node serves) at Debug: a long outage of both nodes
+	// logs a bounded number of lines.
+	lvl := slog.LevelDebug
+	if p.moves == 0 {
+		lvl = slog.LevelWarn
+	}
+	p.moves++
+	moves := p.moves
+	p.later(func() {
+		p.b.log.Log(p.b.ctx, lvl, "broker: pair: active lost for the settle delay; trying the other node",
+			"lost", t.p.addr, "lost_for", lostFor.Round(time.Millisecond), "settle", p.settle, "next", next.p.addr, "moves", moves)
+	})
 }
 
 // moveLocked makes n the target, not serving yet: the settle delay counts
@@ -192,7 +225,7 @@ func (p *pair) followLocked(from *node, err error, now time.Time) bool {
 		return false
 	}
 	p.moveLocked(n, now, true)
-	p.b.log.Debug("broker: pair: following M hint", "addr", from.p.addr, "hint", n.p.addr)
+	p.later(func() { p.b.log.Debug("broker: pair: following M hint", "addr", from.p.addr, "hint", n.p.addr) })
 	return true
 }
 
@@ -203,7 +236,7 @@ func (p *pair) followLocked(from *node, err error, now time.Time) bool {
 // hints.
 func (p *pair) failed(s *session, err error, fallback bool) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	now := time.Now()
 	s.node.p.attempts--
 	if fallback {
@@ -249,20 +282,24 @@ func (p *pair) opened(s *session, c *conn) bool {
 				}
 			}
 		}
-		p.b.log.Info("broker: pair: active found; the other addresses are dialled only after losing it for the settle delay",
-			"addr", s.addr, "node", c.nodeName, "settle", p.settle)
+		if len(p.nodes) > 1 {
+			p.later(func() {
+				p.b.log.Info("broker: pair: active found; the other addresses are dialled only after losing it for the settle delay",
+					"addr", s.addr, "node", c.nodeName, "settle", p.settle)
+			})
+		}
 	}
 	admit := !p.on || s.node == p.target
 	if admit {
 		if p.on {
-			p.lostAt, p.byHint, p.deserted = time.Time{}, false, nil
+			p.lostAt, p.byHint, p.deserted, p.moves = time.Time{}, false, nil, 0
 		}
 		s.node.p.ready++
 		s.cur.Store(c)
 	}
 	p.broadcastLocked()
 	target := p.target
-	p.mu.Unlock()
+	p.unlock()
 	for _, oc := range others {
 		oc.fail(oc.s.errorf(nil, "closed: %s is the active of a pair, this node is not used while it serves", s.addr))
 	}
@@ -280,7 +317,7 @@ func (p *pair) opened(s *session, c *conn) bool {
 // delay counts from now, unless an M hint moves the target at once.
 func (p *pair) dropped(s *session, err error) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	now := time.Now()
 	s.node.p.ready--
 	if !p.on {

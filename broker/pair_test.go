@@ -212,7 +212,7 @@ func TestPair_NoProbeWhileActiveServes(t *testing.T) {
 // earlier than the settle delay after the loss (a lower bound only); it
 // then works against that node, which answers as the new active.
 func TestPair_SettleBeforeOtherNode(t *testing.T) {
-	const settle = 300 * time.Millisecond
+	const settle = time.Second // also the longest the first address is tried alone at start
 	active := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
 	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
 	d := &dialLog{}
@@ -310,7 +310,7 @@ func TestPair_ActiveBackDuringSettle(t *testing.T) {
 // lost active is in flight (it may still answer), the other node is not
 // dialled; the active answers, and the other node is never contacted.
 func TestPair_NoSwitchWhileAttemptInFlight(t *testing.T) {
-	const settle = 200 * time.Millisecond
+	const settle = 500 * time.Millisecond
 	addr := freeAddr(t)
 	a := newPairNode(t, addr, wire.RoleActive, true, "")
 	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
@@ -461,7 +461,7 @@ func TestPair_HintNotPassedOn(t *testing.T) {
 // back to the node it lost (it knows better than the hint), and retries
 // the other node until it takes over.
 func TestPair_DesertedNodeHintNotFollowed(t *testing.T) {
-	const settle = 200 * time.Millisecond
+	const settle = 500 * time.Millisecond
 	a := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
 	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, false, a.Addr)
 	other.serveAt.Store(3) // the third HELLO finds the peer dead: it takes over

@@ -76,6 +76,7 @@ type Broker struct {
 	set      *settings
 	log      *slog.Logger
 	sessions []*session
+	pair     *pair // which addresses may be dialled (the pair rule)
 	rr       atomic.Uint32
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -133,14 +134,17 @@ func New(cfg Config) (*Broker, error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.reqs.New = newRequest
 	nodes := map[string]*node{}
+	var distinct []*node
 	for i, a := range set.addrs {
 		n := nodes[a]
 		if n == nil {
-			n = &node{}
+			n = &node{p: nodePair{addr: a}}
 			nodes[a] = n
+			distinct = append(distinct, n)
 		}
 		b.sessions = append(b.sessions, &session{b: b, idx: i, addr: a, node: n, tls: set.tls[i], poke: make(chan struct{}, 1)})
 	}
+	b.pair = newPair(b, distinct, set.PairSettle)
 	b.wg.Add(len(b.sessions))
 	for _, s := range b.sessions {
 		go s.run()

@@ -24,6 +24,10 @@ const (
 	DefaultKeepAlive        = 10 * time.Second
 	DefaultKeepAliveTimeout = 5 * time.Second
 	DefaultReplyGrace       = 5 * time.Second
+	// DefaultPairSettle is the default of Config.PairSettle: the
+	// SETTLE_DELAY of the ZeroMQ Guide's Binary Star client, two of the
+	// pair's default 1 s heartbeats.
+	DefaultPairSettle = 2 * time.Second
 	// ReleaseWindow is the absolute window within which a RELEASE is
 	// retried (Release in docs/semantics.md).
 	ReleaseWindow = 5 * time.Second
@@ -111,7 +115,14 @@ type Config struct {
 	// ACQUIRE's and RELEASE's reply ("broker: ACQUIRE reply", "broker:
 	// RELEASE reply": addr, session, node, req_id, key, reply, token),
 	// and each M hint followed; they cost one level check per request
-	// when Debug is off.
+	// when Debug is off. With a hot-standby pair (see PairSettle): at Info
+	// once, the active found ("broker: pair: active found; ..."); at Warn
+	// the first move to the other node after the settle delay in an
+	// outage ("broker: pair: active lost for the settle delay; trying the
+	// other node": lost, lost_for, settle, next), later moves of the same
+	// outage at Debug; at Warn a node other than the active that answered
+	// HELLO, not used ("broker: pair: a node other than the active
+	// answered HELLO; not used"); at Debug each M hint the pair follows.
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO
@@ -132,6 +143,21 @@ type Config struct {
 	// ReplyGrace: an ACQUIRE whose reply has not come within its wait plus
 	// ReplyGrace closes its session and is Indeterminate (default 5 s).
 	ReplyGrace time.Duration
+	// PairSettle is the settle delay of a hot-standby pair (default 2 s;
+	// negative is an error from New). Once a node has answered HELLO as
+	// the active of a pair (role 2), the broker dials no other address
+	// while that node serves, and after losing it (a dropped session, a
+	// keepalive timeout, an M without a hint to follow) keeps retrying
+	// that address alone until it has not served for PairSettle; only
+	// then does it try the other node. An M naming the other node is
+	// followed at once. At start, the addresses after the first are
+	// dialled once the first has answered or failed, or after PairSettle.
+	// See "Hot-standby pairs" in the package documentation. Set it to at
+	// least the time the pair's passive takes to declare its peer dead
+	// (two heartbeats: 2 s with the servers' default heartbeat of 1 s),
+	// or a failover takes one settle delay more. It changes nothing for a
+	// standalone node or a Raft cluster, except the start order.
+	PairSettle time.Duration
 	// ReleaseWindow shortens the absolute release window (Release in
 	// docs/semantics.md), for tests only (default and maximum: 5 s; above 5 s is an
 	// error).
@@ -179,6 +205,7 @@ func (cfg Config) normalize() (*settings, error) {
 		{&s.KeepAlive, DefaultKeepAlive, "KeepAlive"},
 		{&s.KeepAliveTimeout, DefaultKeepAliveTimeout, "KeepAliveTimeout"},
 		{&s.ReplyGrace, DefaultReplyGrace, "ReplyGrace"},
+		{&s.PairSettle, DefaultPairSettle, "PairSettle"},
 		{&s.Config.ReleaseWindow, ReleaseWindow, "ReleaseWindow"},
 	} {
 		if err := def(f.d, f.v, f.name); err != nil {
@@ -298,13 +325,15 @@ func (t TLSConfig) build() (*tls.Config, error) {
 
 // ParseURL parses the URL form of a configuration:
 //
-//	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI]
+//	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI&pair_settle=DURATION]
 //
 // MODE is off (default), system, ca (requires ca=PATH) or
 // insecure-skip-verify. As for Config.TLS.CAFile, ca=PATH alone implies
-// tls=ca, and ca=PATH with any other tls= is an error. The token may be
-// percent-encoded. Only the fields in the URL are set; the returned Config
-// can be adjusted before New.
+// tls=ca, and ca=PATH with any other tls= is an error. pair_settle sets
+// Config.PairSettle (a Go duration such as 3s; not negative): the one
+// timing of the URL, because it belongs with the servers' --heartbeat of
+// a hot-standby pair. The token may be percent-encoded. Only the fields
+// in the URL are set; the returned Config can be adjusted before New.
 //
 // The URL carries everything a client needs, the client token included:
 // it is the one way to configure a client from its environment (the
@@ -348,7 +377,7 @@ func ParseURL(s string) (Config, error) {
 	}
 	for k := range q {
 		switch k {
-		case "name", "tls", "ca", "server_name":
+		case "name", "tls", "ca", "server_name", "pair_settle":
 		default:
 			return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("unknown URL parameter %q", k), nil)
 		}
@@ -356,6 +385,13 @@ func ParseURL(s string) (Config, error) {
 	cfg.Name = q.Get("name")
 	cfg.TLS.CAFile = q.Get("ca")
 	cfg.TLS.ServerName = q.Get("server_name")
+	if v := q.Get("pair_settle"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("pair_settle=%q: want a duration such as 2s, not negative", v), nil)
+		}
+		cfg.PairSettle = d
+	}
 	switch mode := q.Get("tls"); mode {
 	case "":
 	case "off":

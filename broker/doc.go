@@ -51,6 +51,14 @@
 // no node can send its clients elsewhere. ACQUIREs in flight on a node that
 // stops serving are Indeterminate (ErrIndeterminate), never retried.
 //
+// At start the broker dials the first address of Addrs first, and the
+// others once that attempt has ended (a HELLO_OK, an M, a failure) or
+// after Config.PairSettle (2 s by default), whichever comes first: a
+// hot-standby pair whose first address is the active is then never
+// contacted on its passive (see Hot-standby pairs). For a cluster this
+// costs one round trip to the first node at start, or PairSettle if that
+// node does not answer at all.
+//
 // Each session has a reader and a writer goroutine and an in-flight map by
 // req_id; requests are pipelined, replies may come in any order, so a
 // waiting ACQUIRE never blocks the requests behind it. The reader hands out
@@ -82,6 +90,60 @@
 // is picked up by the next redial. When ctx ends first, WaitReady's error
 // matches ErrNotReady and ctx's error, and its message carries the last
 // session error.
+//
+// # Hot-standby pairs
+//
+// A hot-standby pair (Binary Star, docs/ha.md) is two nodes: an active
+// that serves and a passive that answers M naming it. The passive takes
+// over only when a client comes to it after its peer has been silent for
+// two heartbeats: the clients are the witness that the active is gone.
+// That is safe only if a client contacts the other node only after it
+// has lost the active, never while the active answers it: with the link
+// between the nodes cut and both reachable, a client's probe of the
+// passive would make it active too, and the pair would have two actives
+// (a split brain, in which only the fencing tokens keep the data right).
+//
+// So the broker is a disciplined witness. It learns that it talks to a
+// pair from a HELLO_OK with role 2 (active of a pair), and from then on,
+// for the life of the Broker:
+//
+//   - While the active serves, the broker dials no other address: no
+//     background attempt, no race between addresses, nothing at the
+//     keepalives.
+//   - When it loses the active (its session dropped, a keepalive timeout,
+//     an M with no hint it follows), it redials that address alone, with
+//     the usual backoff, until the address has not served for
+//     Config.PairSettle (default 2 s, the ZeroMQ Guide's SETTLE_DELAY)
+//     with no attempt to it in flight (an attempt that may still be
+//     answered); only then does it dial the other node, and after
+//     another PairSettle without an answer the first one again (with more
+//     than two addresses, the next in Addrs order). If the active comes
+//     back within the settle delay, the broker uses it again and never
+//     contacts the other node.
+//   - An M whose hint names the other listed node is followed at once,
+//     without the settle delay: the node that sends it says that it does
+//     not serve (an active stepping down, a passive naming the active), so
+//     contacting the node it names is not probing a passive behind an
+//     active's back. Two exceptions keep this from looping: a node reached
+//     by a hint does not pass its own hint on until it has served, and a
+//     hint naming the node the broker left after the settle delay is not
+//     followed (a passive that has not yet noticed that its peer is gone
+//     names it; the broker keeps retrying the passive, which takes over
+//     once it notices).
+//   - A node other than the active that answers HELLO_OK (a second
+//     active: a split brain) is not used, and when the active is found,
+//     sessions ready on other nodes are closed: requests go to one node
+//     only.
+//
+// ACQUIREs in flight on a lost active are ErrIndeterminate, as in every
+// mode; while no node serves (the settle delay included), Acquire fails
+// at once with ErrUnsent and WaitReady waits. List the primary first in
+// Addrs, and set PairSettle (the URL's pair_settle) to at least the time
+// the passive needs to declare its peer dead (two heartbeats): with less,
+// the other node still answers M when the broker first comes to it, and
+// the failover takes one more settle delay. Against a standalone node
+// (role 1) or a cluster (role 3) none of this applies: the broker keeps a
+// session per node as described under Connections.
 //
 // # Protocol versions
 //

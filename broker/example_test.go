@@ -135,3 +135,18 @@ func ExampleParseURL() {
 	fmt.Println(cfg.Addrs, cfg.TLS.Mode, cfg.TLS.CAFile, cfg.Token != "")
 	// Output: [10.0.0.1:5225 10.0.0.2] ca-file /etc/ticketing/ca.pem true
 }
+
+// A hot-standby pair: the primary listed first (the broker tries it
+// first at start), and a settle delay matching the pair's heartbeat (two
+// heartbeats of 1.5 s here). While the active serves, the broker never
+// dials the other node; see "Hot-standby pairs" in the package
+// documentation.
+func ExampleParseURL_pair() {
+	cfg, err := broker.ParseURL("ticketing://s3cret@primary.example:5225,backup.example:5225?ca=/etc/ticketing/ca.pem&pair_settle=3s")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(cfg.Addrs, cfg.PairSettle)
+	// Output: [primary.example:5225 backup.example:5225] 3s
+}

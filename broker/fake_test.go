@@ -95,6 +95,14 @@ func newFakeOn(t testing.TB, addr string, tlsCfg *tls.Config) *fakeServer {
 // connection on.
 func newFakeVersion(t testing.TB, addr string, tlsCfg *tls.Config, v uint8) *fakeServer {
 	t.Helper()
+	return newFakeSetup(t, addr, tlsCfg, v, nil)
+}
+
+// newFakeSetup is newFakeVersion calling setup, if not nil, before the
+// fake accepts its first connection (to set Hello on an address the
+// broker is already redialling).
+func newFakeSetup(t testing.TB, addr string, tlsCfg *tls.Config, v uint8, setup func(*fakeServer)) *fakeServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +112,9 @@ func newFakeVersion(t testing.TB, addr string, tlsCfg *tls.Config, v uint8) *fak
 	}
 	f := &fakeServer{t: t, ln: ln, Addr: ln.Addr().String(), released: map[uint64]int{}}
 	f.version.Store(uint32(v))
+	if setup != nil {
+		setup(f)
+	}
 	f.wg.Add(1)
 	go f.acceptLoop()
 	t.Cleanup(f.Close)
@@ -444,6 +455,14 @@ func (f *fakeServer) Released(token uint64) int {
 }
 
 func (f *fakeServer) Count(typ byte) int64 { return f.counts[typ].Load() }
+
+// TCPAccepted returns how many TCP connections the fake's listener has
+// accepted, sessions or not.
+func (f *fakeServer) TCPAccepted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.all)
+}
 
 // eventually polls cond for up to 10 s.
 func eventually(t testing.TB, what string, cond func() bool) {

@@ -111,6 +111,9 @@ type node struct {
 	// v1Logged: a fallback was logged at Info, and no version-2 session
 	// has opened since; later fallbacks are no news (Debug).
 	v1Logged atomic.Bool
+	// p is the node's address and its counts for the pair (see pair),
+	// guarded by pair.mu.
+	p nodePair
 }
 
 // version returns the version the next session to the node asks for.
@@ -141,10 +144,13 @@ type conn struct {
 	version uint8
 	// nodeName is the node name of the HELLO_OK, for logs.
 	nodeName string
-	done     chan struct{}
-	wake     chan struct{}
-	isDead   atomic.Bool
-	qlen     atomic.Int32 // len(queue), for the writer's batching heuristic
+	// role is the HELLO_OK's role (wire.RoleStandalone, RoleActive,
+	// RoleLeader): role 2 turns the broker's pair mode on (see pair).
+	role   uint8
+	done   chan struct{}
+	wake   chan struct{}
+	isDead atomic.Bool
+	qlen   atomic.Int32 // len(queue), for the writer's batching heuristic
 
 	mu       sync.Mutex
 	closed   bool
@@ -189,6 +195,12 @@ func (s *session) run() {
 	hinted := false
 	out := outage{since: time.Now()}
 	for b.ctx.Err() == nil {
+		// Only the addresses the pair rule allows are dialled (see pair):
+		// every one as before, until a node answers as the active of a
+		// pair.
+		if !b.pair.wait(s) {
+			return
+		}
 		select { // a poke during the attempt below is for a later backoff
 		case <-s.poke:
 		default:
@@ -196,10 +208,12 @@ func (s *session) run() {
 		ver := s.node.version()
 		c, err := s.open(ver)
 		if err != nil {
+			fallback := ver == wire.Version2 && versionRefused(err)
+			inPair := b.pair.failed(s, err, fallback)
 			if b.ctx.Err() != nil {
 				return
 			}
-			if ver == wire.Version2 && versionRefused(err) {
+			if fallback {
 				// A version-1 node: not a failure, and no refusal for
 				// good. Its sessions ask for version 1 until one of them
 				// drops (see node), this one at once.
@@ -222,10 +236,11 @@ func (s *session) run() {
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
 			out.failed(s, err, refused)
-			if !hinted {
+			if !hinted && !inPair {
 				// A session sent here by another's hint does not pass its
 				// own M hint on: two standbys naming each other cannot
 				// make their sessions redial each other without backoff.
+				// (In pair mode the pair follows hints.)
 				s.followHint(err)
 			}
 			d := s.backoff(attempt)
@@ -249,12 +264,18 @@ func (s *session) run() {
 			}
 			continue
 		}
+		if !b.pair.opened(s, c) { // sets s.cur if it is used
+			// In pair mode, a node that is not the active: not used.
+			// It waits in pair.wait until its node becomes the target.
+			c.raw.Close()
+			b.setLastErr(s.errorf(nil, "not used: another node is the active of the pair"))
+			continue
+		}
 		opened := time.Now()
 		if c.version >= wire.Version2 {
 			s.node.v1Logged.Store(false)
 		}
 		hinted = false
-		s.cur.Store(c)
 		b.signalReady(s)
 		attrs := []any{"addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version}
 		if out.dropped || out.failures > 0 {
@@ -268,6 +289,7 @@ func (s *session) run() {
 		c.scanLoop()
 		s.cur.CompareAndSwap(c, nil)
 		wg.Wait()
+		inPair := b.pair.dropped(s, c.err)
 		if b.ctx.Err() != nil {
 			return
 		}
@@ -293,7 +315,9 @@ func (s *session) run() {
 		// or an M naming no node) makes every other node's session try
 		// again at once: one of them may be the new leader, and their
 		// backoff grew while they answered M.
-		if !s.followHint(c.err) {
+		// In pair mode the pair decides instead: the lost active is
+		// retried alone for the settle delay (see pair).
+		if !inPair && !s.followHint(c.err) {
 			s.probeOthers()
 		}
 		ok, poked := s.pause(s.backoff(attempt))
@@ -538,6 +562,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 	}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	var nodeName string
+	var role uint8
 	body, err := wire.NewReader(br).Next()
 	if err != nil {
 		if s.tls == nil && closedUnanswered(err) && s.tlsRequired(ctx) {
@@ -559,7 +584,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 			// A server answers with the version asked for, or E(2).
 			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
 		}
-		nodeName = string(resp.Node)
+		nodeName, role = string(resp.Node), resp.Role
 	case wire.TypeError:
 		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "%s", helloRefused(resp.Code, b.set.Token != ""))
 	case wire.TypeNotActive:
@@ -572,6 +597,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		b: b, s: s, nc: nc, raw: raw, br: br,
 		version:   ver,
 		nodeName:  nodeName,
+		role:      role,
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		nextID:    1,

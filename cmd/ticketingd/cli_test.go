@@ -56,6 +56,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("serve --help lacks %s", flag)
 		}
 	}
+	_, out, _ = runCapture(t, "init", "--help")
+	for _, flag := range []string{"--cluster", "--node", "--raft-port", "--admin-port", "--pair", "--peer-port", "--node primary=HOST --node backup=HOST"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("init --help lacks %s", flag)
+		}
+	}
 }
 
 func writeTemp(t *testing.T, name, content string, perm os.FileMode) string {
@@ -161,7 +167,7 @@ func TestUsageErrors(t *testing.T) {
 
 		// ticketingd init --cluster.
 		{"init cluster without nodes", []string{"init", "--cluster", "--dir", "/nonexistent/d"}, 2, []string{"--cluster needs its nodes"}},
-		{"init node without cluster", []string{"init", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1"}, 2, []string{"--node needs --cluster"}},
+		{"init node without cluster", []string{"init", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1"}, 2, []string{"--node needs --cluster or --pair"}},
 		{"init cluster and host", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--host", "x"}, 2, []string{"--host and --cluster exclude each other"}},
 		{"init cluster bad node", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1"}, 2, []string{`invalid --node "n1": want ID=HOST`}},
 		{"init cluster node with port", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1:5225"}, 2, []string{`invalid --node "n1=127.0.0.1:5225"`}},

@@ -26,7 +26,8 @@ const (
 // Names of the files 'ticketingd init --cluster' writes: in DIR, the two
 // CAs; in DIR/ID, a node's files (initConfigFile, initTokensFile,
 // initDataDir, initServerCert and initServerKey as for a single node, and
-// these).
+// these). 'init --pair' writes the admin token and the node certificate
+// files under the same names.
 const (
 	initClusterCACert  = "cluster-ca.pem"
 	initClusterCAKey   = "cluster-ca-key.pem"
@@ -69,7 +70,9 @@ func initClusterCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error 
 	return initCluster(o, plan, b, stdout, cmd.ErrOrStderr())
 }
 
-// bundle is what --add reads from an existing 'init --cluster' bundle.
+// bundle is the CAs, tokens and nodes of a bundle: of a new one
+// (newBundle, without nodes), or what --add reads from an existing 'init
+// --cluster' bundle. A pair's has no clusterCA and no clusterID.
 type bundle struct {
 	clientCA, clusterCA     *pki.CA
 	clientToken, adminToken string

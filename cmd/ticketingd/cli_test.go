@@ -50,9 +50,16 @@ func TestHelp(t *testing.T) {
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--token-start", "--owned-release-only",
 		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
-		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals"} {
+		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals",
+		"--pair primary|backup", "--peer address", "--peer-listen address", "--heartbeat duration", "at least 100ms"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
+		}
+	}
+	_, out, _ = runCapture(t, "init", "--help")
+	for _, flag := range []string{"--cluster", "--node", "--raft-port", "--admin-port", "--pair", "--peer-port", "--node primary=HOST --node backup=HOST"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("init --help lacks %s", flag)
 		}
 	}
 }
@@ -75,12 +82,7 @@ func TestUsageErrors(t *testing.T) {
 	emptyTokens := writeTemp(t, "tokens", "# nothing here\n\n", 0o600)
 	zeroWrite := writeTemp(t, "zerowrite.yaml", "write-timeout: 0s\n", 0o644)
 	clusterNoFlag := writeTemp(t, "nocluster.yaml", "raft-listen: 127.0.0.1:7001\n", 0o644)
-	tests := []struct {
-		name string
-		args []string
-		code int
-		want []string // substrings of stderr
-	}{
+	runUsageCases(t, []usageCase{
 		{"no command", nil, 2, []string{"missing command"}},
 		{"unknown command", []string{"serv"}, 2, []string{"unknown command"}},
 		{"unknown flag", []string{"serve", "--listne", "x"}, 2, []string{"--listne"}},
@@ -147,7 +149,7 @@ func TestUsageErrors(t *testing.T) {
 		{"max proposals without cluster", []string{"serve", "--max-proposals", "10"}, 2, []string{"--max-proposals needs --cluster"}},
 		{"max session proposals negative", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--max-session-proposals", "-1"}, 2, []string{"invalid --max-session-proposals -1"}},
 		{"early and committed release", []string{"serve", "--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--early-release", "--committed-release"}, 2, []string{"--early-release and --committed-release exclude each other"}},
-		{"peer tls without cluster", []string{"serve", "--peer-tls-ca", "ca.pem"}, 2, []string{"--peer-tls-ca needs --cluster"}},
+		{"peer tls without cluster", []string{"serve", "--peer-tls-ca", "ca.pem"}, 2, []string{"--peer-tls-ca needs --cluster or --pair"}},
 		{"config cluster key without cluster", []string{"serve", "--config", clusterNoFlag}, 2, []string{"raft-listen in config file " + clusterNoFlag + " needs --cluster"}},
 		{"admin token with blank", []string{"serve", "--admin-token", "a b"}, 2, []string{"invalid --admin-token"}},
 		{"admin token too long", []string{"serve", "--admin-token", strings.Repeat("t", 257)}, 2, []string{"--admin-token is longer than 256 bytes"}},
@@ -165,7 +167,7 @@ func TestUsageErrors(t *testing.T) {
 
 		// ticketingd init --cluster.
 		{"init cluster without nodes", []string{"init", "--cluster", "--dir", "/nonexistent/d"}, 2, []string{"--cluster needs its nodes"}},
-		{"init node without cluster", []string{"init", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1"}, 2, []string{"--node needs --cluster"}},
+		{"init node without cluster", []string{"init", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1"}, 2, []string{"--node needs --cluster or --pair"}},
 		{"init cluster and host", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1", "--host", "x"}, 2, []string{"--host and --cluster exclude each other"}},
 		{"init cluster bad node", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1"}, 2, []string{`invalid --node "n1": want ID=HOST`}},
 		{"init cluster node with port", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=127.0.0.1:5225"}, 2, []string{`invalid --node "n1=127.0.0.1:5225"`}},
@@ -175,8 +177,22 @@ func TestUsageErrors(t *testing.T) {
 		{"init add without cluster", []string{"init", "--add", "--dir", "/nonexistent/d"}, 2, []string{"--add needs --cluster"}},
 		{"init cluster same ports", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--port", "7000", "--raft-port", "7000"}, 2, []string{"--port, --raft-port and --admin-port must differ"}},
 		{"init cluster port overflow", []string{"init", "--cluster", "--dir", "/nonexistent/d", "--node", "n1=h", "--node", "n2=h", "--port", "65535"}, 2, []string{"too many nodes on h"}},
-	}
-	for _, tc := range tests {
+	})
+}
+
+// usageCase is a command line that fails: its exit code and substrings of
+// its stderr.
+type usageCase struct {
+	name string
+	args []string
+	code int
+	want []string // substrings of stderr
+}
+
+// runUsageCases runs each case as a subtest.
+func runUsageCases(t *testing.T, cases []usageCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCapture(t, tc.args...)
 			if code != tc.code {
@@ -276,6 +292,7 @@ admin-token: s3cret
 		RaftHeartbeat:    server.DefaultRaftHeartbeat,
 		RaftElection:     server.DefaultRaftElection,
 		InitialState:     initialStateNew,
+		Heartbeat:        server.DefaultPairHeartbeat,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

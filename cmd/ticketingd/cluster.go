@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -40,23 +38,20 @@ func validAdminToken(t string) bool {
 	return true
 }
 
-// clusterOnly are the settings that mean something only with --cluster.
-func (o *serveOptions) clusterOnly() []struct {
+// modeSetting is a setting that means something only in some mode, and
+// whether it is set (not its default).
+type modeSetting struct {
 	name string
 	set  bool
-} {
-	return []struct {
-		name string
-		set  bool
-	}{
+}
+
+// clusterOnly are the settings that mean something only with --cluster.
+func (o *serveOptions) clusterOnly() []modeSetting {
+	return []modeSetting{
 		{"node-id", o.NodeID != ""},
 		{"raft-listen", o.RaftListen != ""},
 		{"raft-advertise", o.RaftAdvertise != ""},
-		{"advertise", o.Advertise != ""},
 		{"peers", len(o.Peers) > 0},
-		{"peer-tls-cert", o.PeerTLSCert != ""},
-		{"peer-tls-key", o.PeerTLSKey != ""},
-		{"peer-tls-ca", o.PeerTLSCA != ""},
 		{"raft-heartbeat", o.RaftHeartbeat != server.DefaultRaftHeartbeat},
 		{"raft-election", o.RaftElection != server.DefaultRaftElection},
 		{"max-session-proposals", o.MaxSessionProposals != 0},
@@ -66,6 +61,80 @@ func (o *serveOptions) clusterOnly() []struct {
 		{"cluster-id", o.ClusterID != ""},
 		{"initial-cluster-state", o.InitialState != initialStateNew},
 	}
+}
+
+// replicatedOnly are the settings of a node of either replicated mode,
+// --cluster or --pair: its client address for the other nodes' hints and
+// its peer links' TLS.
+func (o *serveOptions) replicatedOnly() []modeSetting {
+	return []modeSetting{
+		{"advertise", o.Advertise != ""},
+		{"peer-tls-cert", o.PeerTLSCert != ""},
+		{"peer-tls-key", o.PeerTLSKey != ""},
+		{"peer-tls-ca", o.PeerTLSCA != ""},
+	}
+}
+
+// checkModes validates the settings of the replicated modes (after the
+// others): --cluster and --pair exclude each other, a mode's settings
+// need their mode, and each mode checks its own.
+func (o *serveOptions) checkModes(src func(string) string) error {
+	if o.Cluster && o.Pair != "" {
+		return usagef("%s and %s exclude each other: a node is of a Raft cluster or of a hot-standby pair", src("pair"), src("cluster"))
+	}
+	if !o.Cluster && o.Pair == "" {
+		for _, c := range o.replicatedOnly() {
+			if c.set {
+				return usagef("%s needs --cluster or --pair (it is a setting of a cluster or pair node)", src(c.name))
+			}
+		}
+	}
+	if !o.Cluster {
+		for _, c := range o.clusterOnly() {
+			if c.set {
+				return usagef("%s needs --cluster (it is a cluster node's setting)", src(c.name))
+			}
+		}
+	}
+	if o.Pair == "" {
+		for _, c := range o.pairOnly() {
+			if c.set {
+				return usagef("%s needs --pair (it is a pair node's setting)", src(c.name))
+			}
+		}
+	}
+	switch {
+	case o.Cluster:
+		return o.checkCluster(src)
+	case o.Pair != "":
+		return o.checkPair(src)
+	}
+	return nil
+}
+
+// checkAdvertise validates --advertise of a node of mode (--cluster or
+// --pair): a specific address the hint's one-byte length holds, required
+// when --listen is not a specific address (its default).
+func (o *serveOptions) checkAdvertise(mode string, src func(string) string) error {
+	if o.Advertise != "" {
+		if err := checkHostPort(src("advertise"), o.Advertise, hostPortRule{}); err != nil {
+			return err
+		}
+		if len(o.Advertise) > wire.MaxNameLen { // NOT_ACTIVE's hint has a one-byte length
+			return usagef("%s is longer than %d bytes", src("advertise"), wire.MaxNameLen)
+		}
+	} else if host, _, err := net.SplitHostPort(o.Listen); err != nil || isWildcardHost(host) {
+		return usagef("%s needs --advertise, the address clients reach this node at: %s %q is not a specific address", mode, src("listen"), o.Listen)
+	}
+	return nil
+}
+
+// checkPeerTLSFiles: the peer TLS files come together or not at all.
+func (o *serveOptions) checkPeerTLSFiles() error {
+	if n := nonEmpty(o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA); n != 0 && n != 3 {
+		return usagef("--peer-tls-cert, --peer-tls-key and --peer-tls-ca must be given together")
+	}
+	return nil
 }
 
 // Values of --initial-cluster-state (etcd's names).
@@ -150,18 +219,10 @@ func (o *serveOptions) raftAdvertise() string {
 	return o.RaftListen
 }
 
-// checkCluster validates the cluster settings (after the others): without
-// --cluster none may be set; with it --node-id and --raft-listen are
-// required, and the rest must be consistent.
-func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) error {
-	if !o.Cluster {
-		for _, c := range o.clusterOnly() {
-			if c.set {
-				return usagef("%s needs --cluster (it is a cluster node's setting)", src(c.name))
-			}
-		}
-		return nil
-	}
+// checkCluster validates the settings of a cluster node (checkModes
+// calls it with --cluster): --node-id and --raft-listen are required, and
+// the rest must be consistent.
+func (o *serveOptions) checkCluster(src func(string) string) error {
 	if o.Standby {
 		return usagef("%s and --cluster exclude each other: a cluster node's role follows the Raft leadership", src("standby"))
 	}
@@ -189,15 +250,8 @@ func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) 
 	} else if host, _, _ := net.SplitHostPort(o.RaftListen); isWildcardHost(host) {
 		return usagef("%s %q is a wildcard address: give --raft-advertise, the address the other nodes dial", src("raft-listen"), o.RaftListen)
 	}
-	if o.Advertise != "" {
-		if err := checkHostPort(src("advertise"), o.Advertise, hostPortRule{}); err != nil {
-			return err
-		}
-		if len(o.Advertise) > wire.MaxNameLen { // NOT_ACTIVE's hint has a one-byte length
-			return usagef("%s is longer than %d bytes", src("advertise"), wire.MaxNameLen)
-		}
-	} else if host, _, err := net.SplitHostPort(o.Listen); err != nil || isWildcardHost(host) {
-		return usagef("--cluster needs --advertise, the address clients reach this node at: %s %q is not a specific address", src("listen"), o.Listen)
+	if err := o.checkAdvertise("--cluster", src); err != nil {
+		return err
 	}
 	peers, err := parsePeers(src("peers"), o.Peers)
 	if err != nil {
@@ -229,8 +283,8 @@ func (o *serveOptions) checkCluster(fs *pflag.FlagSet, src func(string) string) 
 			return usagef("%s gives this node (%s) the address %s, but its Raft address (--raft-advertise, default --raft-listen) is %s", src("peers"), o.NodeID, a, o.raftAdvertise())
 		}
 	}
-	if n := nonEmpty(o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA); n != 0 && n != 3 {
-		return usagef("--peer-tls-cert, --peer-tls-key and --peer-tls-ca must be given together")
+	if err := o.checkPeerTLSFiles(); err != nil {
+		return err
 	}
 	if o.RaftHeartbeat < minRaftTimeout {
 		return usagef("invalid %s %v: must be at least %v", src("raft-heartbeat"), o.RaftHeartbeat, minRaftTimeout)
@@ -262,9 +316,9 @@ func nonEmpty(ss ...string) int {
 	return n
 }
 
-// peerTLS is the node's certificate and the cluster CA pool of
-// --peer-tls-cert, --peer-tls-key and --peer-tls-ca, for
-// server.ClusterConfig's PeerCertificate and PeerRoots.
+// peerTLS is the node's certificate and the CA pool of --peer-tls-cert,
+// --peer-tls-key and --peer-tls-ca, for the PeerCertificate and PeerRoots
+// of server.ClusterConfig or server.PairConfig.
 type peerTLS struct {
 	cert  tls.Certificate
 	roots *x509.CertPool
@@ -272,9 +326,9 @@ type peerTLS struct {
 
 // loadPeerTLS reads --peer-tls-cert, --peer-tls-key and --peer-tls-ca, and
 // checks the certificate as server.New does, so that the error names the
-// files; nil without them.
+// files; nil without them (or without --cluster and --pair).
 func loadPeerTLS(o *serveOptions) (*peerTLS, error) {
-	if !o.Cluster || o.PeerTLSCert == "" {
+	if !o.Cluster && o.Pair == "" || o.PeerTLSCert == "" {
 		return nil, nil
 	}
 	cert, roots, err := raftnet.LoadPeerFiles(o.PeerTLSCert, o.PeerTLSKey, o.PeerTLSCA)
@@ -292,13 +346,7 @@ func loadPeerTLS(o *serveOptions) (*peerTLS, error) {
 // port 0) and the peer TLS from loadPeerTLS (nil: plain TCP).
 func clusterConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.ClusterConfig {
 	peers, _ := parsePeers("--peers", o.Peers) // validated
-	advertise := o.Advertise
-	if advertise == "" {
-		advertise = o.Listen
-		if _, port, _ := net.SplitHostPort(o.Listen); port == "0" {
-			advertise = listen.String()
-		}
-	}
+	advertise := o.clientAdvertise(listen)
 	cc := &server.ClusterConfig{
 		NodeID:           o.NodeID,
 		RaftListen:       o.RaftListen,
@@ -319,6 +367,19 @@ func clusterConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.Cluste
 		cc.PeerCertificate, cc.PeerRoots = &cert, pt.roots
 	}
 	return cc
+}
+
+// clientAdvertise is the node's client address for the other nodes'
+// hints: --advertise, or --listen (validated: a specific address), or with
+// --listen's port 0 the lock port's bound address listen.
+func (o *serveOptions) clientAdvertise(listen net.Addr) string {
+	if o.Advertise != "" {
+		return o.Advertise
+	}
+	if _, port, _ := net.SplitHostPort(o.Listen); port == "0" {
+		return listen.String()
+	}
+	return o.Listen
 }
 
 // peersString is for log lines: the peers as ID=ADDR,...

@@ -53,7 +53,8 @@ type serveOptions struct {
 	OwnedRelease     bool
 	AdminToken       string
 
-	// Cluster mode (see clusterOptions in cluster.go).
+	// Cluster mode (see checkCluster in cluster.go). Advertise and the
+	// PeerTLS files are a pair node's settings too.
 	Cluster       bool
 	NodeID        string
 	RaftListen    string
@@ -75,6 +76,13 @@ type serveOptions struct {
 	// Bounds of the leader's proposals (server.ClusterConfig).
 	MaxSessionProposals int
 	MaxProposals        int
+
+	// Pair mode (see checkPair in pair.go): Pair is the starting role,
+	// primary or backup ("" is no pair).
+	Pair       string
+	Peer       string
+	PeerListen string
+	Heartbeat  time.Duration
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -122,19 +130,23 @@ func (o *serveOptions) options() []option {
 		opt(&o.NodeID, "node-id", "", "cluster: this node's `ID` in the Raft configuration (1 to 64 letters, digits, '.', '_', '-')"),
 		opt(&o.RaftListen, "raft-listen", "", "cluster: TCP `address` (host:port) of the Raft peer transport"),
 		opt(&o.RaftAdvertise, "raft-advertise", "", "cluster: `address` the other nodes dial to reach this node's Raft transport (default --raft-listen, which must then be a specific address)"),
-		opt(&o.Advertise, "advertise", "", "cluster: client `address` (host:port) the other nodes send to clients while this node leads (default --listen when that is a specific address)"),
+		opt(&o.Advertise, "advertise", "", "cluster, pair: client `address` (host:port) the other node(s) send to clients while this node leads or is active (default --listen when that is a specific address)"),
 		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet, which bootstraps once every peer has answered that it starts the same new cluster (repeatable; a YAML list in the file)"),
 		opt(&o.InitialState, "initial-cluster-state", initialStateNew, "cluster: `new` (a node without Raft state may bootstrap a new cluster from --peers) or existing (it waits to be added to a running cluster and never bootstraps; --peers must be empty)"),
 		opt(&o.ClusterID, "cluster-id", "", "cluster: the cluster's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --cluster writes a random one per bundle): the nodes of a new cluster must have the same, and a node whose Raft state is of another cluster refuses to start"),
-		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca)"),
-		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster: PEM private key `file` of --peer-tls-cert"),
-		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster: PEM `file` of the cluster CA(s) whose node certificates peers must present"),
+		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster, pair: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca); without the three the peer links are plain TCP and the server warns"),
+		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster, pair: PEM private key `file` of --peer-tls-cert"),
+		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster, pair: PEM `file` of the CA(s) whose node certificates peers must present"),
 		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),
 		opt(&o.RaftElection, "raft-election", server.DefaultRaftElection, "cluster: Raft election timeout (at least --raft-heartbeat); a new leader restarts every lease at its full lease_s plus this"),
 		opt(&o.MaxSessionProposals, "max-session-proposals", 0, fmt.Sprintf("cluster: commands one session may have awaiting their commit (its requests, and the expiries of its locks); beyond it the leader reads no more of its requests until some commit (TCP holds the client back); 0 means the default (%d)", server.DefaultMaxSessionProposals)),
 		opt(&o.MaxProposals, "max-proposals", 0, fmt.Sprintf("cluster: commands of requests the leader may have awaiting their commit over all sessions (expiries not counted); an ACQUIRE of a free key beyond it gets B; 0 means the default (%d)", server.DefaultMaxProposals)),
 		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
 		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
+		opt(&o.Pair, "pair", "", "run as a node of a hot-standby pair (Binary Star) with the starting role `primary|backup` (needs --peer and --peer-listen; the other node has the other role): the active node serves, the passive one answers NOT_ACTIVE with the active's --advertise address"),
+		opt(&o.Peer, "peer", "", "pair: the other node's peer `address` (host:port, its --peer-listen as this node dials it)"),
+		opt(&o.PeerListen, "peer-listen", "", "pair: TCP `address` (host:port) this node takes its peer's link on"),
+		opt(&o.Heartbeat, "heartbeat", server.DefaultPairHeartbeat, fmt.Sprintf("pair: interval of the heartbeats on the peer link, at least %v; the peer counts as dead after two intervals without one; give both nodes the same", minPairHeartbeat)),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts where --token-start says)"),
 		opt(&o.TokenStart, "token-start", "one", "where a NEW data dir or cluster starts issuing fencing tokens: one (at 1, as the protocol says) or clock (above the wall clock in microseconds, so that a reinstalled or wiped server never issues tokens below an earlier installation's; 'ticketingd init' writes clock). Read only at creation: a restart continues from the stored state. In a cluster the first leader's setting decides; give every node the same. --initial-token is a floor in both"),
@@ -362,7 +374,7 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	if !validAdminToken(o.AdminToken) {
 		return usagef("invalid %s: want printable ASCII without blanks", src("admin-token"))
 	}
-	return o.checkCluster(fs, src)
+	return o.checkModes(src)
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -44,13 +42,18 @@ type initOptions struct {
 	Nodes     []string // ID=HOST
 	RaftPort  int
 	AdminPort int
+
+	// --pair: a bundle for a hot-standby pair (initpair.go), of the
+	// Nodes primary and backup, on AdminPort too.
+	Pair     bool
+	PeerPort int
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
 	var o initOptions
 	cmd := &cobra.Command{
-		Use:   "init --dir DIR [--host NAME ...] [--tls] [--port N | --listen ADDR] | init --cluster --dir DIR --node ID=HOST ...",
-		Short: "Write a ready deployment: config file, client token, and optionally a TLS CA and server certificate; or a cluster bundle",
+		Use:   "init --dir DIR [--host NAME ...] [--tls] [--port N | --listen ADDR] | init --cluster --dir DIR --node ID=HOST ... | init --pair --dir DIR --node primary=HOST --node backup=HOST",
+		Short: "Write a ready deployment: config file, client token, and optionally a TLS CA and server certificate; or a cluster or pair bundle",
 		Long: `Write a ready deployment into DIR:
 
   ticketingd.yaml    config file for 'ticketingd serve --config'
@@ -80,18 +83,37 @@ Raft transport on HOST:--raft-port and its admin listener on
 127.0.0.1:--admin-port; nodes that share a host get the next ports (port+1,
 port+2, ...), so that a bundle of nodes all on 127.0.0.1 runs on one
 machine. init then prints how to start each node and the TICKETING_URL
-listing every node, with the client token.`,
+listing every node, with the client token.
+
+With --pair, init writes a bundle for a hot-standby pair instead, of the
+nodes --node primary=HOST and --node backup=HOST: one CA (ca.pem), and per
+node a directory DIR/primary and DIR/backup with its config (pair, peer,
+peer-listen, advertise), a node certificate for its host that serves both
+its client listener and the peer link, the client token and a data
+directory. Each node listens on HOST:--port, its peer link on
+HOST:--peer-port and its admin listener on 127.0.0.1:--admin-port; when the
+two share a host the backup gets the next ports. The output is as for
+--cluster.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {
 				return usagef("--dir is required")
 			}
+			if o.Cluster && o.Pair {
+				return usagef("--cluster and --pair exclude each other")
+			}
 			if o.Cluster {
 				return initClusterCmd(cmd, &o, stdout)
 			}
-			for _, name := range []string{"node", "raft-port", "admin-port", "add"} {
-				if cmd.Flags().Changed(name) {
-					return usagef("--%s needs --cluster", name)
+			if o.Pair {
+				return initPairCmd(cmd, &o, stdout)
+			}
+			for _, f := range []struct{ name, needs string }{
+				{"node", "--cluster or --pair"}, {"raft-port", "--cluster"}, {"peer-port", "--pair"},
+				{"admin-port", "--cluster or --pair"}, {"add", "--cluster"},
+			} {
+				if cmd.Flags().Changed(f.name) {
+					return usagef("--%s needs %s", f.name, f.needs)
 				}
 			}
 			for i, h := range o.Hosts {
@@ -126,9 +148,11 @@ listing every node, with the client token.`,
 	f.StringVar(&o.Listen, "listen", "", "listen `address` to put into the config file (default: 127.0.0.1:PORT when every --host is loopback, else :PORT, all interfaces)")
 	f.BoolVar(&o.Cluster, "cluster", false, "write a bundle for a Raft cluster of the --node nodes (always with TLS)")
 	f.BoolVar(&o.Add, "add", false, "with --cluster: add the --node nodes to the bundle in --dir (its CAs and tokens), for 'ticketingd cluster add'")
-	f.StringArrayVar(&o.Nodes, "node", nil, "with --cluster: a node as `ID=HOST`, its --node-id and the host name or IP that clients and the other nodes reach it at (repeatable, 3 or 5 times)")
+	f.StringArrayVar(&o.Nodes, "node", nil, "with --cluster: a node as `ID=HOST`, its --node-id and the host name or IP that clients and the other nodes reach it at (repeatable, 3 or 5 times); with --pair: primary=HOST and backup=HOST, once each")
 	f.IntVar(&o.RaftPort, "raft-port", defaultRaftPort, "with --cluster: TCP `port` of each node's Raft transport (nodes sharing a host: the next ones)")
-	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
+	f.BoolVar(&o.Pair, "pair", false, "write a bundle for a hot-standby pair of the --node nodes primary and backup (always with TLS)")
+	f.IntVar(&o.PeerPort, "peer-port", defaultPeerPort, "with --pair: TCP `port` of each node's peer link (nodes sharing a host: the next one)")
+	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster or --pair: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
 	return cmd
 }
 
@@ -253,19 +277,16 @@ func initDeployment(o *initOptions, stdout, stderr io.Writer) error {
 		files = append(files, initCACert, initCAKey, initServerCert, initServerKey)
 	}
 	if !o.Force {
-		for _, name := range []string{initConfigFile, initTokensFile, initCACert, initCAKey, initServerCert, initServerKey} {
-			p := filepath.Join(dir, name)
-			if _, err := os.Lstat(p); err == nil {
-				return runtimef("%s already exists: %s holds a deployment; use --force to overwrite it", p, dir)
-			}
+		top := []string{initConfigFile, initTokensFile, initCACert, initCAKey, initServerCert, initServerKey}
+		if err := refuseOverwrite(dir, bundleFiles(dir, top, nil, nil)); err != nil {
+			return err
 		}
 	}
 
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return runtimef("random token: %w", err)
+	token, err := randomToken()
+	if err != nil {
+		return err
 	}
-	token := base64.RawURLEncoding.EncodeToString(raw[:])
 
 	if err := os.MkdirAll(filepath.Join(dir, initDataDir), 0o700); err != nil {
 		return runtimef("data dir: %w", err)

@@ -4,7 +4,8 @@
 //
 //	ticketingd serve   run the server (flags or --config FILE)
 //	ticketingd init    write a ready deployment: config, client token, TLS CA and certificate
-//	                   (with --cluster: a bundle for every node of a Raft cluster)
+//	                   (with --cluster: a bundle for every node of a Raft cluster;
+//	                   with --pair: for the two nodes of a hot-standby pair)
 //	ticketingd cluster show or change a cluster's membership through a node's admin listener
 //	ticketingd version print the module version, VCS revision and Go version (also --version)
 //

@@ -42,6 +42,13 @@ With --cluster the server is a node of a Raft cluster (--node-id,
 config per node): only the leader serves, the others answer NOT_ACTIVE with
 the leader's --advertise address. See docs/operations.md, "Cluster".
 
+With --pair primary|backup the server is a node of a hot-standby pair (the
+Binary Star pattern: --peer, --peer-listen, --heartbeat, --advertise,
+--peer-tls-*; 'ticketingd init --pair' writes a config per node): the active
+node serves, the passive one answers NOT_ACTIVE with the active's --advertise
+address, and takes over when the active has missed two heartbeats and a
+client comes to it. See docs/operations.md, "Hot-standby pair".
+
 The server logs "listening" with addr=HOST:PORT once it accepts connections.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -129,8 +136,11 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		newBuildInfoGauge(readBuildInfo()),
 	)
 	cfg := serverConfig(o, tokens, tlsConf, log, reg)
-	if o.Cluster {
+	switch {
+	case o.Cluster:
 		cfg.Cluster = clusterConfig(o, ln.Addr(), pt)
+	case o.Pair != "":
+		cfg.Pair = pairConfig(o, ln.Addr(), pt)
 	}
 
 	srv, err := server.New(cfg)
@@ -197,14 +207,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		"tls", tlsConf != nil, "client_cert_required", o.TLSClientCA != "",
 		"client_tokens", len(tokens), "standby", o.Standby,
 		"version", readBuildInfo().Version, "revision", readBuildInfo().Revision}
-	if cc := cfg.Cluster; cc != nil {
-		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
-			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerCertificate != nil)
-		if len(cc.Peers) > 0 {
-			attrs = append(attrs, "peers", peersString(cc.Peers))
-		}
-	}
-	log.Info("listening", attrs...)
+	log.Info("listening", append(attrs, modeAttrs(&cfg)...)...)
 
 	var result error
 	select {
@@ -243,6 +246,25 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	st := srv.Stats()
 	log.Info("stopped", "last_token", st.LastToken, "token_ceiling", st.TokenCeiling)
 	return result
+}
+
+// modeAttrs are the attributes of the "listening" log line that name the
+// settings of cfg's replicated mode, if any: no secrets (the peer TLS is
+// only whether it is on).
+func modeAttrs(cfg *server.Config) []any {
+	var attrs []any
+	if cc := cfg.Cluster; cc != nil {
+		attrs = append(attrs, "cluster", true, "node_id", cc.NodeID, "raft_listen", cc.RaftListen,
+			"raft_advertise", cc.RaftAdvertise, "advertise", cc.Advertise, "peer_tls", cc.PeerCertificate != nil)
+		if len(cc.Peers) > 0 {
+			attrs = append(attrs, "peers", peersString(cc.Peers))
+		}
+	}
+	if pc := cfg.Pair; pc != nil {
+		attrs = append(attrs, "pair", string(pc.Role), "peer", pc.Peer, "peer_listen", pc.Listen,
+			"advertise", pc.Advertise, "heartbeat", pc.Heartbeat.String(), "peer_tls", pc.PeerCertificate != nil)
+	}
+	return attrs
 }
 
 // serverConfig maps validated options (and the client tokens, TLS config,

@@ -417,8 +417,17 @@ func (p *pair) tickLoop() {
 // dialLoop keeps the out link up.
 func (p *pair) dialLoop() {
 	defer p.wg.Done()
+	failing := false // the last dial failed (logged once until one succeeds)
 	for {
 		nc, r, h, err := dialPeer(p.cfg.Peer, p.clientTL, p.cfg.Heartbeat, p.hello)
+		switch {
+		case err != nil && !failing:
+			failing = true
+			p.s.log.Warn("pair: cannot reach the peer; trying again every heartbeat (logged again once it answers)", "peer", p.cfg.Peer, "err", err)
+		case err == nil && failing:
+			failing = false
+			p.s.log.Info("pair: the peer answers again", "peer", p.cfg.Peer)
+		}
 		if err == nil && h.role == pairRoleByte(p.cfg.Role) {
 			nc.Close()
 			p.sameRole(p.cfg.Peer)

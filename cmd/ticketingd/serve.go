@@ -163,6 +163,9 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		// yet: only its own takeover as leader raises it.
 		log.Info("initial-token: when this node leads, it raises the token counter to it if the counter is below (tokens never go back); give it to every node",
 			"initial_token", o.InitialToken)
+	case o.InitialToken != 0 && o.Pair != "":
+		log.Info("initial-token: when this node starts serving, its tokens continue above it (and above every token epoch it has used or seen); give it to both nodes",
+			"initial_token", o.InitialToken)
 	case o.InitialToken != 0:
 		if st := srv.Stats(); st.LastToken > o.InitialToken {
 			log.Warn("initial-token is below the stored token ceiling and is ignored: tokens never go back",

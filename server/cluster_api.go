@@ -146,22 +146,28 @@ type ClusterConfig struct {
 
 // checkPeerTLS checks PeerCertificate and PeerRoots (for validate) and
 // makes cc.peerTLS of them.
-func (cc *ClusterConfig) checkPeerTLS() error {
-	cc.peerTLS = nil
+func (cc *ClusterConfig) checkPeerTLS() (err error) {
+	cc.peerTLS, err = peerTLSOf("ClusterConfig", cc.PeerCertificate, cc.PeerRoots)
+	return err
+}
+
+// peerTLSOf checks a config's PeerCertificate and PeerRoots (its type
+// named in the errors) and makes a raftnet.PeerTLS of them; nil without
+// them.
+func peerTLSOf(config string, cert *tls.Certificate, roots *x509.CertPool) (*raftnet.PeerTLS, error) {
 	switch {
-	case cc.PeerCertificate == nil && cc.PeerRoots == nil:
-		return nil
-	case cc.PeerCertificate == nil:
-		return errors.New("server: ClusterConfig.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)")
-	case cc.PeerRoots == nil:
-		return errors.New("server: ClusterConfig.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)")
+	case cert == nil && roots == nil:
+		return nil, nil
+	case cert == nil:
+		return nil, fmt.Errorf("server: %s.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)", config)
+	case roots == nil:
+		return nil, fmt.Errorf("server: %s.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)", config)
 	}
-	p, err := raftnet.NewPeerTLS(*cc.PeerCertificate, cc.PeerRoots)
+	p, err := raftnet.NewPeerTLS(*cert, roots)
 	if err != nil {
-		return fmt.Errorf("server: ClusterConfig.PeerCertificate: %w", err)
+		return nil, fmt.Errorf("server: %s.PeerCertificate: %w", config, err)
 	}
-	cc.peerTLS = p
-	return nil
+	return p, nil
 }
 
 // Peer is one node of a cluster's initial configuration.

@@ -99,13 +99,8 @@ func (cl *cluster) slowCommit(took int64) {
 // resync sets key's projection from the machine (after a command that did
 // not apply as projected; not reached); under sh.mu.
 func (cl *cluster) resync(key string) {
-	var hp *lockcore.Holding
-	if h, ok := cl.fsm.holding(key); ok {
-		hp = &h
-	}
-	cl.s.log.Error("cluster: a command the scheduler proposed did not apply as projected; resynchronising the key", "key", key)
-	cl.sh.core.Resync(cl.s.shardNow(&cl.sh), key, hp)
-	cl.s.carryOut(&cl.sh, nil)
+	h, ok := cl.fsm.holding(key)
+	cl.s.resyncKey(&cl.sh, "cluster", key, h, ok)
 }
 
 // acquire handles an ACQUIRE on the leader.
@@ -116,8 +111,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	if !cl.active || !cl.admitLocked(c) {
 		return // stepping down: the session gets M and closes
 	}
-	a := lockcore.Acquire{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
-		WaitS: req.WaitS, OwnedOnly: cl.s.ownedOnly(c), Arrived: arrived}
+	a := cl.s.acquireEvent(c, req, arrived, cl.sessionID(c))
 	sh.core.Acquire(cl.s.shardNow(sh), &a)
 	cl.s.carryOut(sh, c)
 }
@@ -130,7 +124,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
-	r := lockcore.Release{S: c, By: cl.sessionID(c), ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	r := releaseEvent(c, req, owned, cl.sessionID(c))
 	sh.core.Release(cl.s.shardNow(sh), &r)
 	cl.s.carryOut(sh, c)
 }

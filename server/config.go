@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -277,12 +278,22 @@ func (c *Config) normalize() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Pair != nil && c.Cluster != nil {
+		return errors.New("server: Config.Pair and Config.Cluster are exclusive")
+	}
 	if c.Cluster != nil {
 		cc := *c.Cluster // the caller's struct is not modified
 		if err := cc.validate(c); err != nil {
 			return err
 		}
 		c.Cluster = &cc
+	}
+	if c.Pair != nil {
+		pc := *c.Pair // the caller's struct is not modified
+		if err := pc.validate(c); err != nil {
+			return err
+		}
+		c.Pair = &pc
 	}
 	return nil
 }

@@ -632,8 +632,7 @@ func (p *pair) acquire(c *conn, req *wire.Request, arrived int64) {
 	if !p.active {
 		return // stepping down: the session gets M and closes
 	}
-	a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
-		WaitS: req.WaitS, OwnedOnly: p.s.ownedOnly(c), Arrived: arrived}
+	a := p.s.acquireEvent(c, req, arrived, 0)
 	sh.core.Acquire(p.s.shardNow(sh), &a)
 	p.s.carryOut(sh, c)
 }
@@ -645,7 +644,7 @@ func (p *pair) release(c *conn, req *wire.Request, owned bool) {
 	if !p.active {
 		return
 	}
-	r := lockcore.Release{S: c, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	r := releaseEvent(c, req, owned, 0)
 	sh.core.Release(p.s.shardNow(sh), &r)
 	p.s.carryOut(sh, c)
 }

@@ -106,25 +106,10 @@ func (pc *PairConfig) validate(c *Config) error {
 	if pc.Heartbeat == 0 {
 		pc.Heartbeat = DefaultPairHeartbeat
 	}
-	if c.Cluster != nil {
-		return errors.New("server: Config.Pair and Config.Cluster are exclusive")
-	}
 	if c.Standby {
 		return errors.New("server: Config.Standby and Config.Pair are exclusive (a pair node's role follows the pair's state machine)")
 	}
-	pc.peerTLS = nil
-	switch {
-	case pc.PeerCertificate == nil && pc.PeerRoots == nil:
-		return nil
-	case pc.PeerCertificate == nil:
-		return errors.New("server: PairConfig.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)")
-	case pc.PeerRoots == nil:
-		return errors.New("server: PairConfig.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)")
-	}
-	p, err := raftnet.NewPeerTLS(*pc.PeerCertificate, pc.PeerRoots)
-	if err != nil {
-		return fmt.Errorf("server: PairConfig.PeerCertificate: %w", err)
-	}
-	pc.peerTLS = p
-	return nil
+	var err error
+	pc.peerTLS, err = peerTLSOf("PairConfig", pc.PeerCertificate, pc.PeerRoots)
+	return err
 }

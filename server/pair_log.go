@@ -213,13 +213,8 @@ func (p *pair) applyStream(st *inStream, typ byte, body []byte) (uint64, error) 
 // (Not reached: the active's machine applies each command as it is
 // proposed, in the order the core proposed it.)
 func (p *pair) resyncLocked(key string) {
-	var hp *lockcore.Holding
-	if h, ok := p.m.Holding(key); ok {
-		hp = &h
-	}
-	p.s.log.Error("pair: a command did not apply as projected; resynchronising the key", "key", key)
-	p.sh.core.Resync(p.s.shardNow(&p.sh), key, hp)
-	p.s.carryOut(&p.sh, nil)
+	h, ok := p.m.Holding(key)
+	p.s.resyncKey(&p.sh, "pair", key, h, ok)
 }
 
 func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -443,4 +444,52 @@ func TestPairPeerTLS(t *testing.T) {
 		t.Fatalf("primary after the strangers: %+v", ps)
 	}
 	cp.acquireOK(3, owner(2), 0, 60, "b")
+}
+
+// TestPairConfigErrors: New refuses a PairConfig it could not run, before
+// anything listens, with an error naming the field.
+func TestPairConfigErrors(t *testing.T) {
+	ca, err := pki.NewCA("pair CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.Issue(pki.Server, []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverOnly := kp.TLSCertificate()
+	ok := func() *server.PairConfig {
+		return &server.PairConfig{Role: server.PairPrimary, Peer: "127.0.0.1:7001", Listen: "127.0.0.1:7000", Advertise: "127.0.0.1:5225"}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(c *server.Config)
+		want string
+	}{
+		{"role", func(c *server.Config) { c.Pair.Role = "leader" }, `server: PairConfig.Role "leader": want "primary" or "backup"`},
+		{"no peer", func(c *server.Config) { c.Pair.Peer = "" }, "server: PairConfig.Peer (the other node's peer address) is required"},
+		{"wildcard peer", func(c *server.Config) { c.Pair.Peer = "0.0.0.0:7001" }, "server: PairConfig.Peer: "},
+		{"no listen", func(c *server.Config) { c.Pair.Listen = "" }, "server: PairConfig.Listen (this node's peer address) is required"},
+		{"bad listen", func(c *server.Config) { c.Pair.Listen = "7000" }, "server: PairConfig.Listen: "},
+		{"no advertise", func(c *server.Config) { c.Pair.Advertise = "" }, "server: PairConfig.Advertise (the client address the peer gives as hint) is required"},
+		{"long advertise", func(c *server.Config) { c.Pair.Advertise = strings.Repeat("a", 256) }, "server: PairConfig.Advertise longer than 255 bytes"},
+		{"negative heartbeat", func(c *server.Config) { c.Pair.Heartbeat = -time.Second }, "server: PairConfig.Heartbeat is negative (-1s)"},
+		{"with a cluster", func(c *server.Config) { c.Cluster = &server.ClusterConfig{NodeID: "n1"} }, "server: Config.Pair and Config.Cluster are exclusive"},
+		{"with standby", func(c *server.Config) { c.Standby = true }, "server: Config.Standby and Config.Pair are exclusive"},
+		{"certificate without roots", func(c *server.Config) { c.Pair.PeerCertificate = &serverOnly }, "server: PairConfig.PeerCertificate without PeerRoots"},
+		{"roots without certificate", func(c *server.Config) { c.Pair.PeerRoots = ca.Pool() }, "server: PairConfig.PeerRoots without PeerCertificate"},
+		{"not a node certificate", func(c *server.Config) { c.Pair.PeerCertificate, c.Pair.PeerRoots = &serverOnly, ca.Pool() }, "server: PairConfig.PeerCertificate: raftnet: peer TLS: own certificate: "},
+	} {
+		cfg := server.Config{DataDir: t.TempDir(), Pair: ok()}
+		tc.edit(&cfg)
+		s, err := server.New(cfg)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: New succeeded", tc.name)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q...", tc.name, err, tc.want)
+		}
+	}
 }

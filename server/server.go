@@ -127,9 +127,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	initial, hint := RoleStandalone, ""
 	if cfg.Pair != nil {
-		if err := cfg.Pair.validate(&cfg); err != nil {
-			return nil, err
-		}
 		initial = RoleStandby // until the pair's state machine lets it serve
 	}
 	if cfg.Cluster != nil {

@@ -68,6 +68,32 @@ type mode interface {
 	close()                             // the end of Close and Shutdown
 }
 
+// acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a
+// core's event, charged to session by (0: none).
+func (s *Server) acquireEvent(c *conn, req *wire.Request, arrived int64, by uint64) lockcore.Acquire {
+	return lockcore.Acquire{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
+		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived}
+}
+
+// releaseEvent is a RELEASE of c (owned: RELEASE_OWNED) as a core's
+// event, charged to session by (0: none).
+func releaseEvent(c *conn, req *wire.Request, owned bool, by uint64) lockcore.Release {
+	return lockcore.Release{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+}
+
+// resyncKey sets key's projection in sh's core to the holding (h, held)
+// its mode's machine has, after a command that did not apply as projected
+// (under sh.mu; what names the mode in the log line).
+func (s *Server) resyncKey(sh *shard, what, key string, h lockcore.Holding, held bool) {
+	var hp *lockcore.Holding
+	if held {
+		hp = &h
+	}
+	s.log.Error(what+": a command the scheduler proposed did not apply as projected; resynchronising the key", "key", key)
+	sh.core.Resync(s.shardNow(sh), key, hp)
+	s.carryOut(sh, nil)
+}
+
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
 func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.mode.acquire(c, req, arrived) }
 

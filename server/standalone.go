@@ -109,8 +109,7 @@ func (t shards) acquire(c *conn, req *wire.Request, arrived int64) {
 		s.sweepForCapacity()
 	}
 	sh := s.shardFor(req.Key)
-	a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS, WaitS: req.WaitS,
-		OwnedOnly: s.ownedOnly(c), Arrived: arrived}
+	a := s.acquireEvent(c, req, arrived, 0)
 	sh.mu.Lock()
 	// The ACQUIRE is decided as of its arrival (no second clock read on
 	// the grant path), or of the shard's last event if that came later. A
@@ -176,8 +175,8 @@ func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, sh *shar
 	}
 	tw.done = true
 	if err == nil {
-		a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS, WaitS: req.WaitS,
-			OwnedOnly: s.ownedOnly(c), Arrived: arrived, Late: true}
+		a := s.acquireEvent(c, req, arrived, 0)
+		a.Late = true
 		sh.core.Acquire(s.shardNow(sh), &a)
 		s.carryOut(sh, nil)
 		sh.mu.Unlock()
@@ -202,7 +201,7 @@ func (s *Server) ownedOnly(c *conn) bool {
 func (t shards) release(c *conn, req *wire.Request, owned bool) {
 	s := t.s
 	sh := s.shardFor(req.Key)
-	r := lockcore.Release{S: c, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	r := releaseEvent(c, req, owned, 0)
 	sh.mu.Lock()
 	sh.core.Release(s.shardNow(sh), &r)
 	s.carryOut(sh, c)

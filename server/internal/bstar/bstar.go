@@ -109,9 +109,9 @@ func PeerEvent(peer State) Event {
 // usually because the peer link healed. The Guide's example exits. ticketingd must
 // not: an exit of both would leave no node, and the clients of each side
 // hold locks. The state stays Active and the peer expiry is not refreshed
-// (Machine.Handle). The intended action, which comes with the rest of
-// issue 21: log the fault at error level, count it, and apply the pair's
-// split-brain rule, under which the node with the lower epoch steps down
+// (Machine.Handle). What ticketingd does (server/pair.go): log the fault
+// at error level, count it, and apply the pair's split-brain rule, under
+// which the node with the lower epoch steps down
 // (closes its sessions with M, becomes Passive with its peer expiry set
 // from this heartbeat, since the peer is evidently alive, and resyncs from
 // the peer) while the other keeps serving.
@@ -126,9 +126,8 @@ var ErrDualActives = errors.New("bstar: dual actives: the peer is active too")
 // so that while the fault lasts the peer's heartbeats stop counting and
 // the first client request after the expiry makes this node Active (the
 // failover rule of the Ruby port). The peer, hearing
-// PEER_ACTIVE while Passive, then stays Passive. Which of the two nodes
-// is to serve, if they disagree on the data, is the epoch rule's call
-// (the rest of issue 21).
+// PEER_ACTIVE while Passive, then stays Passive. (A node that never got
+// its peer's state does not take over at all: server/pair.go.)
 var ErrDualPassives = errors.New("bstar: dual passives: the peer is passive too")
 
 // ErrInvalid is Outcome.Err for an input the Guide's state machine has no

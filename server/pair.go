@@ -19,7 +19,7 @@ import (
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
-// The hot-standby pair's mode (Binary Star, seed 004; docs/ha.md).
+// The hot-standby pair's mode (the ZeroMQ Guide's Binary Star pattern; docs/ha.md).
 //
 // A pair node's mode is the *pair. Its state is the Binary Star state
 // machine's (package internal/bstar): heartbeats from the peer and client

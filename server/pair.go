@@ -375,7 +375,7 @@ func (p *pair) sendHeartbeat() {
 		return
 	}
 	h := heartbeat{state: p.fsm.State, mark: p.epochs.mark, serving: p.serving, hasState: p.hasStateNow()}
-	o.queue(func(b []byte) []byte { return appendHeartbeat(b, h) })
+	o.queue(frameHeartbeat, h.body())
 }
 
 // tickLoop sends the heartbeats and ends the replication to a passive
@@ -490,8 +490,9 @@ func (p *pair) ackLoop(o *outLink, r *bufio.Reader) {
 			o.close()
 		}
 	}()
+	var buf []byte
 	for {
-		typ, body, err := readFrame(r, pairSmallFrame)
+		typ, body, err := readFrame(r, pairSmallFrame, &buf)
 		if err != nil || typ != frameAck || len(body) != 8 {
 			if err == nil {
 				p.s.log.Error("pair: the peer sent an unexpected frame on the link it accepted; closing it", "type", string(rune(typ)))
@@ -547,7 +548,8 @@ func (p *pair) serveIn(nc net.Conn) {
 	}
 	nc.SetDeadline(time.Now().Add(timeout))
 	r := bufio.NewReaderSize(nc, 64<<10)
-	typ, body, err := readFrame(r, pairSmallFrame)
+	var buf []byte
+	typ, body, err := readFrame(r, pairSmallFrame, &buf)
 	if err != nil {
 		return
 	}
@@ -588,10 +590,10 @@ func (p *pair) serveIn(nc net.Conn) {
 // readIn reads the peer's frames until the link fails.
 func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 	st := inStream{}
-	var ack []byte
+	var ack, buf []byte
 	for {
 		nc.SetReadDeadline(time.Now().Add(4 * bstar.DeadAfter * p.cfg.Heartbeat))
-		typ, body, err := readFrame(r, pairMaxFrame)
+		typ, body, err := readFrame(r, pairMaxFrame, &buf)
 		if err != nil {
 			return
 		}
@@ -610,7 +612,7 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 				return
 			}
 			if seq != 0 && r.Buffered() == 0 {
-				ack = appendFrame(ack[:0], frameAck, u64s(seq))
+				ack = appendFrame(ack[:0], frameAck, nil, seq)
 				nc.SetWriteDeadline(time.Now().Add(bstar.DeadAfter * p.cfg.Heartbeat))
 				if _, err := nc.Write(ack); err != nil {
 					return

@@ -66,22 +66,21 @@ func pairRoleByte(r PairRole) byte {
 	return 2
 }
 
-// appendFrame appends a frame of type typ whose body is body.
-func appendFrame(b []byte, typ byte, body ...[]byte) []byte {
-	n := 1
-	for _, p := range body {
-		n += len(p)
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(n))
+// appendFrame appends a frame of type typ whose body is the big-endian
+// u64s head followed by tail.
+func appendFrame(b []byte, typ byte, tail []byte, head ...uint64) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(1+8*len(head)+len(tail)))
 	b = append(b, typ)
-	for _, p := range body {
-		b = append(b, p...)
+	for _, v := range head {
+		b = binary.BigEndian.AppendUint64(b, v)
 	}
-	return b
+	return append(b, tail...)
 }
 
-// readFrame reads one frame of at most limit bytes (type included).
-func readFrame(r *bufio.Reader, limit int) (byte, []byte, error) {
+// readFrame reads one frame of at most limit bytes (type included) into
+// *buf (grown as needed and kept for the next frame: the body is valid
+// until then).
+func readFrame(r *bufio.Reader, limit int, buf *[]byte) (byte, []byte, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
@@ -90,9 +89,15 @@ func readFrame(r *bufio.Reader, limit int) (byte, []byte, error) {
 	if n < 1 || n > limit {
 		return 0, nil, fmt.Errorf("%w: frame of %d bytes", errPairLink, n)
 	}
-	b := make([]byte, n)
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
 	if _, err := io.ReadFull(r, b); err != nil {
 		return 0, nil, err
+	}
+	if cap(b) > pairSmallFrame && n <= pairSmallFrame {
+		*buf = nil // a snapshot's buffer is not kept for the small frames after it
 	}
 	return b[0], b[1:], nil
 }
@@ -105,7 +110,7 @@ type pairHello struct {
 
 func appendHello(b []byte, role byte, advertise string) []byte {
 	body := append([]byte(pairMagic), pairVersion, role, byte(len(advertise)))
-	return appendFrame(b, frameHello, body, []byte(advertise))
+	return appendFrame(b, frameHello, append(body, advertise...))
 }
 
 func parseHello(typ byte, b []byte) (pairHello, error) {
@@ -129,15 +134,16 @@ type heartbeat struct {
 	hasState bool
 }
 
-func appendHeartbeat(b []byte, h heartbeat) []byte {
-	var body [18]byte
+// body is the heartbeat frame's body.
+func (h heartbeat) body() []byte {
+	body := make([]byte, 18)
 	body[0] = byte(h.state)
 	binary.BigEndian.PutUint64(body[1:], h.mark)
 	binary.BigEndian.PutUint64(body[9:], h.serving)
 	if h.hasState {
 		body[17] = 1
 	}
-	return appendFrame(b, frameHeartbeat, body[:])
+	return body
 }
 
 func parseHeartbeat(b []byte) (heartbeat, error) {
@@ -173,15 +179,15 @@ func newOutLink(nc net.Conn, since int64) *outLink {
 	return &outLink{nc: nc, since: since, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// queue appends a frame to the link's queue; false once the link is dead or
-// its queue is over pairMaxBuffered.
-func (o *outLink) queue(f func([]byte) []byte) bool {
+// queue appends a frame (appendFrame's) to the link's queue; false once
+// the link is dead or its queue is over pairMaxBuffered.
+func (o *outLink) queue(typ byte, tail []byte, head ...uint64) bool {
 	o.mu.Lock()
 	if o.dead || len(o.buf) > pairMaxBuffered {
 		o.mu.Unlock()
 		return false
 	}
-	o.buf = f(o.buf)
+	o.buf = appendFrame(o.buf, typ, tail, head...)
 	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
@@ -252,7 +258,8 @@ func dialPeer(addr string, tlsCfg *tls.Config, timeout time.Duration, hello []by
 		return nil, nil, pairHello{}, err
 	}
 	r := bufio.NewReaderSize(nc, 64<<10)
-	typ, body, err := readFrame(r, pairSmallFrame)
+	var buf []byte
+	typ, body, err := readFrame(r, pairSmallFrame, &buf)
 	if err != nil {
 		nc.Close()
 		return nil, nil, pairHello{}, err

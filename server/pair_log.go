@@ -43,8 +43,7 @@ func (l pairLog) Propose(lp *lockcore.Proposal) bool {
 	}
 	if o := p.attached; o != nil {
 		seq := p.seq
-		body := p.buf
-		if !o.queue(func(b []byte) []byte { return appendFrame(b, frameCommand, u64s(seq), body) }) {
+		if !o.queue(frameCommand, p.buf, seq) {
 			// The link is lost or its queue is full: closing it ends its
 			// reader, whose linkDown detaches (outside this core event)
 			// and gives this command its outcome after those before it.
@@ -146,7 +145,7 @@ func (p *pair) maybeAttach(now int64) {
 	}
 	snap := p.m.Snapshot()
 	seq, ceil := p.seq, p.m.Ceiling()
-	if !o.queue(func(b []byte) []byte { return appendFrame(b, frameSnapshot, u64s(seq, ceil), snap) }) {
+	if !o.queue(frameSnapshot, snap, seq, ceil) {
 		return
 	}
 	p.attached = o

@@ -268,7 +268,7 @@ func TestPairRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("primary alone: %d HELLO(s) answered M, then HELLO_OK %v after the start", refused, samples[len(samples)-1].at.Sub(t0))
-	if refused == 0 {
+	if refused == 0 && !t.Failed() {
 		t.Logf("primary alone: the first HELLO came after the start guard (a slow start): the guard was not observed this time")
 	}
 	lockOnce(t, h, p.Addrs(), "primary-alone", "restarts")
@@ -365,15 +365,18 @@ func TestPairRestarts(t *testing.T) {
 		}
 		return time.Since(inSync) > 3*defaultHB // and three heartbeats more
 	})
+	refused = 0
 	for _, s := range samples {
 		if s.err != nil || s.r.Type != wire.TypeNotActive {
 			t.Errorf("primary restarting behind the active backup: HELLO %v after the start answered %+v (%v), want M", s.at.Sub(t0), s.r, s.err)
+			continue
 		}
+		refused++
 	}
 	if last := samples[len(samples)-1]; last.r.Hint != p.Backup.Addr() {
 		t.Errorf("the passive primary's M names %q, want the backup %s", last.r.Hint, p.Backup.Addr())
 	}
-	t.Logf("primary restarting behind the backup: %d HELLOs, all answered M", len(samples))
+	t.Logf("primary restarting behind the backup: %d of %d HELLOs answered M", refused, len(samples))
 	if a := p.WaitSettled(t, hangGuard); a != p.Backup {
 		t.Fatalf("after the primary's restart behind the backup: the %s is active, want the backup", a.Role)
 	}

@@ -101,7 +101,7 @@ func waitBackPassive(t *testing.T, p *harness.Pair, n *harness.PairNode) {
 // p50, max and min are logged and written to failover.json in the test's
 // artifact directory, with the time to the new active's "pair: serving"
 // line, not asserted. Each round pins two keys on the active before the
-// kill: one (lease 2 s) is re-acquired after it, which CheckLeaseExclusion
+// kill: one (lease 1 s) is re-acquired after it, which CheckLeaseExclusion
 // judges (the new active restarts the lease in full); the other (lease
 // 30 s) must still be held: an immediate acquire times out and its
 // holder's Release is confirmed. The killed node comes back passive (it
@@ -123,7 +123,7 @@ func TestPairKill9Active(t *testing.T) {
 			t.Errorf("round %d: the passive %s names %q (%v) as the active, want %s", round, passive.Role, st.PeerAdvertise, err, a.Addr())
 		}
 		r.waitGrants(r.h.Now(), 20, fmt.Sprintf("round %d before the kill", round))
-		pins := r.pin(fmt.Sprintf("kill-pin-%d", round), 1, loadLease)
+		pins := r.pin(fmt.Sprintf("kill-pin-%d", round), 1, time.Second)
 		kept := r.pin(fmt.Sprintf("kill-keep-%d", round), 1, 30*time.Second)
 		sent := r.h.Event("test", "kill9", fmt.Sprintf("round %d: the %s (active)", round, a.Role))
 		a.Kill9()
@@ -840,6 +840,9 @@ func TestPairSplitBrain(t *testing.T) {
 		rows = append(rows, rs...)
 	}
 	t.Logf("split brain: %d rows; %d writes of the primary's side refused as stale after the backup's side wrote; outcomes %v", len(rows), staleA, h.Counts())
+	if staleA < len(splitResources) {
+		t.Errorf("only %d writes of the primary's side came after the backup's side wrote, want one per resource at least", staleA)
+	}
 
 	// The history, scoped as the doc comment says.
 	deposed := func(op harness.Op) bool { return sideA(op) && op.Kind == harness.KindAcquire && op.Complete > cutAt }

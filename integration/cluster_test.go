@@ -2,15 +2,9 @@ package integration_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +21,7 @@ import (
 // call is recorded in a harness.History, and after each test the history
 // must pass the checkers (their ability to fail is shown by
 // harness.TestCheckersFail and harness.TestRealTimeCheckersFail, and on a
-// real cluster history by checkersCatch below):
+// real cluster history by checkersCatch, load_test.go):
 //
 //   - CheckTokensUnique: no token granted twice;
 //   - CheckNoTicketAfterIndeterminate: no ticket beside an error, no
@@ -50,321 +44,21 @@ import (
 // No assertion is timed; the waits are hang guards. The failover figures of
 // TestClusterKill9Leader are logged and written to its artifact directory
 // (harness.ArtifactDir) as failover.json.
+//
+// The load, the broker and the checks are the load run's (load_test.go),
+// shared with the pair tests.
 
-const (
-	clusterLease = 2 * time.Second // lease_s of the load and of most pins
-	clusterWait  = time.Second     // wait of the load's ACQUIREs
-	hangGuard    = 30 * time.Second
-)
-
-// clusterRun is a cluster, a broker on it, a history and a load.
+// clusterRun is a load run on a cluster.
 type clusterRun struct {
-	t    *testing.T
-	c    *harness.Cluster
-	b    *broker.Broker
-	h    *harness.History
-	keys []string // every key used, for the final acquirability check
-
-	mu      sync.Mutex
-	watches []*grantWatch
-
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	stopped bool
-}
-
-// grantWatch waits for n grants invoked at or after after.
-type grantWatch struct {
-	after time.Duration
-	n     int
-	got   int
-	first time.Duration // completion of the first
-	done  chan struct{}
+	*loadRun
+	c *harness.Cluster
 }
 
 func startClusterRun(t *testing.T, opts harness.ClusterOptions) *clusterRun {
 	t.Helper()
 	c := harness.StartCluster(t, harness.Ticketingd(t), opts)
 	c.WaitLeader(t, hangGuard)
-	b, err := broker.New(broker.Config{
-		Addrs:            c.Addrs(),
-		Name:             "cluster-test",
-		DialTimeout:      time.Second,
-		BackoffMin:       10 * time.Millisecond,
-		BackoffMax:       200 * time.Millisecond,
-		KeepAlive:        500 * time.Millisecond,
-		KeepAliveTimeout: time.Second,
-		ReplyGrace:       2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &clusterRun{t: t, c: c, b: b, h: harness.NewHistory(), stop: make(chan struct{})}
-	t.Cleanup(func() {
-		r.stopLoad()
-		b.Close()
-	})
-	r.h.WriteArtifactOnFailure(t, "history")
-	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
-	defer cancel()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatalf("WaitReady: %v", err)
-	}
-	return r
-}
-
-// acquire is harness.Acquire that also feeds the grant watches.
-func (r *clusterRun) acquire(ctx context.Context, proc, key string, wait, lease time.Duration) (*broker.Ticket, error) {
-	inv := r.h.Now()
-	tk, err := harness.Acquire(ctx, r.h, proc, r.b, key, wait, lease, 0)
-	if err == nil {
-		done := r.h.Now()
-		r.mu.Lock()
-		kept := r.watches[:0]
-		for _, w := range r.watches {
-			if inv >= w.after {
-				w.got++
-				if w.got == 1 {
-					w.first = done
-				}
-				if w.got >= w.n {
-					close(w.done)
-					continue
-				}
-			}
-			kept = append(kept, w)
-		}
-		r.watches = kept
-		r.mu.Unlock()
-	}
-	return tk, err
-}
-
-// acquireRetry is acquire, repeated (after 20 ms) while the outcome says
-// nothing about the lock: no ready session (ErrUnsent), the node stopped
-// serving (ErrNotActive), or the reply was lost (ErrIndeterminate, also
-// when a leader change interrupts it) and indeterminate is in retry. It
-// returns the last outcome, or the first that is none of those.
-func (r *clusterRun) acquireRetry(ctx context.Context, proc, key string, wait, lease time.Duration, indeterminate bool) (*broker.Ticket, error) {
-	for {
-		tk, err := r.acquire(ctx, proc, key, wait, lease)
-		again := errors.Is(err, broker.ErrUnsent) || errors.Is(err, broker.ErrNotActive) ||
-			indeterminate && errors.Is(err, broker.ErrIndeterminate)
-		if !again || ctx.Err() != nil {
-			return tk, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// watch returns a watch of the next n grants invoked at or after after.
-func (r *clusterRun) watch(after time.Duration, n int) *grantWatch {
-	w := &grantWatch{after: after, n: n, done: make(chan struct{})}
-	r.mu.Lock()
-	r.watches = append(r.watches, w)
-	r.mu.Unlock()
-	return w
-}
-
-// waitGrants waits (hang guard) for n grants invoked at or after after.
-func (r *clusterRun) waitGrants(after time.Duration, n int, what string) time.Duration {
-	r.t.Helper()
-	w := r.watch(after, n)
-	select {
-	case <-w.done:
-		return w.first
-	case <-time.After(hangGuard):
-		r.t.Fatalf("%s: fewer than %d grants invoked after %v within %v; outcomes %v", what, n, after, hangGuard, r.h.Counts())
-		return 0
-	}
-}
-
-// startLoad starts workers that acquire one of nkeys keys (wait 1 s,
-// lease 2 s), hold it a few milliseconds and release it, until stopLoad.
-func (r *clusterRun) startLoad(workers, nkeys int) {
-	var keys []string
-	for k := range nkeys {
-		keys = append(keys, fmt.Sprintf("load-%d", k))
-	}
-	r.keys = append(r.keys, keys...)
-	for w := range workers {
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			proc := fmt.Sprintf("w%d", w)
-			for {
-				select {
-				case <-r.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-				tk, err := r.acquire(ctx, proc, keys[rand.IntN(len(keys))], clusterWait, clusterLease)
-				cancel()
-				if err != nil {
-					// No ready session (failover in progress): do not spin.
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
-				_ = harness.Release(context.WithoutCancel(r.t.Context()), r.h, proc, tk)
-				time.Sleep(time.Millisecond)
-			}
-		}()
-	}
-}
-
-func (r *clusterRun) stopLoad() {
-	if !r.stopped {
-		r.stopped = true
-		close(r.stop)
-		r.wg.Wait()
-	}
-}
-
-// pin acquires n keys named prefix-i at once (wait 0) with lease and keeps
-// them: the tickets are returned, never released by the load.
-func (r *clusterRun) pin(prefix string, n int, lease time.Duration) []*broker.Ticket {
-	r.t.Helper()
-	var out []*broker.Ticket
-	for i := range n {
-		key := fmt.Sprintf("%s-%d", prefix, i)
-		r.keys = append(r.keys, key)
-		ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-		tk, err := r.acquireRetry(ctx, "pin", key, 0, lease, false)
-		cancel()
-		if err != nil {
-			r.t.Fatalf("pin %s: %v", key, err)
-		}
-		out = append(out, tk)
-	}
-	return out
-}
-
-// reacquire takes every pinned key again (wait up to 10 s, which covers
-// a restarted lease of lease_s plus an election timeout) and releases it;
-// each must be granted. When it is, CheckLeaseExclusion judges whether it
-// came too early.
-func (r *clusterRun) reacquire(pins []*broker.Ticket, proc string) {
-	r.t.Helper()
-	r.reacquireAsync(pins, proc)()
-}
-
-// reacquireAsync is reacquire in the background: the returned func waits
-// for it and reports.
-func (r *clusterRun) reacquireAsync(pins []*broker.Ticket, proc string) (wait func()) {
-	var wg sync.WaitGroup
-	errs := make([]error, len(pins))
-	for i, p := range pins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-			defer cancel()
-			tk, err := r.acquireRetry(ctx, proc, p.Key(), 10*time.Second, clusterLease, true)
-			if err != nil {
-				errs[i] = fmt.Errorf("re-acquire pinned %s: %w", p.Key(), err)
-				return
-			}
-			if err := harness.Release(ctx, r.h, proc, tk); err != nil {
-				errs[i] = fmt.Errorf("release re-acquired %s: %w", p.Key(), err)
-			}
-		}()
-	}
-	return func() {
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				r.t.Error(err)
-			}
-		}
-	}
-}
-
-// checkKept: the pinned locks, held through a fault, are still held: an
-// immediate acquire of each times out, and its holder's Release (by token
-// and owner) is confirmed (R).
-func (r *clusterRun) checkKept(pins []*broker.Ticket, fault string) {
-	r.t.Helper()
-	ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-	defer cancel()
-	for _, p := range pins {
-		_, err := r.acquireRetry(ctx, "probe", p.Key(), 0, clusterLease, true)
-		if !errors.Is(err, broker.ErrTimedOut) {
-			r.t.Errorf("acquire of pinned %s (held through %s) at once: %v, want timed out", p.Key(), fault, err)
-		}
-		err = harness.Release(ctx, r.h, "pin", p)
-		for errors.Is(err, broker.ErrUnsent) && ctx.Err() == nil {
-			err = harness.Release(ctx, r.h, "pin", p) // nothing was sent: still held, may be released again
-		}
-		switch {
-		case errors.Is(err, broker.ErrReleaseUnconfirmed):
-			// A leader change during the release: no evidence either way.
-			r.t.Logf("release of pinned %s after %s unconfirmed: %v", p.Key(), fault, err)
-		case err != nil:
-			r.t.Errorf("release of pinned %s (token %d) after %s: %v, want R (the lock was kept)", p.Key(), p.Token(), fault, err)
-		}
-	}
-}
-
-// finish stops the load, waits for the cluster to converge, checks that
-// every key used is acquirable, and runs the checkers.
-func (r *clusterRun) finish() {
-	r.t.Helper()
-	r.stopLoad()
-	r.c.WaitConverged(r.t, hangGuard)
-	var wg sync.WaitGroup
-	errs := make([]error, len(r.keys))
-	for i, key := range r.keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			proc := "final-" + key
-			ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-			defer cancel()
-			// Up to 10 s: an indeterminate acquire's lock lives until its
-			// lease (restarted on a failover) ends.
-			tk, err := r.acquireRetry(ctx, proc, key, 10*time.Second, clusterLease, true)
-			if err != nil {
-				errs[i] = fmt.Errorf("key %s not acquirable after the faults healed: %w", key, err)
-				return
-			}
-			if err := harness.Release(ctx, r.h, proc, tk); err != nil {
-				errs[i] = fmt.Errorf("key %s: release after the faults healed: %w", key, err)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			r.t.Error(err)
-		}
-	}
-	r.t.Logf("outcomes: %v", r.h.Counts())
-	if n := r.h.Count(harness.KindAcquire, harness.OutcomeOK); n < 50 {
-		r.t.Errorf("only %d grants in the whole run", n)
-	}
-	for _, err := range []error{
-		harness.CheckTokensUnique(r.h),
-		harness.CheckNoTicketAfterIndeterminate(r.h),
-		harness.CheckTokensFollowRealTime(r.h),
-		harness.CheckLeaseExclusion(r.h),
-		harness.CheckReleasedIntervals(r.h),
-		harness.CheckOutcomes(r.h, harness.OfKind(harness.KindAcquire),
-			harness.OutcomeOK, harness.OutcomeTimedOut, harness.OutcomeIndeterminate,
-			harness.OutcomeUnsent, harness.OutcomeNotActive,
-			// A grant whose commit took longer than raft-election (the
-			// leader lost and regained its quorum around a cut) is
-			// answered B, not granted (docs/operations.md), as the chaos
-			// run allows.
-			harness.OutcomeBusy),
-		harness.CheckOutcomes(r.h, harness.OfKind(harness.KindRelease),
-			harness.OutcomeOK, harness.OutcomeNotHeld, harness.OutcomeReleaseUnconfirmed),
-	} {
-		if err != nil {
-			r.t.Error(err)
-		}
-	}
+	return &clusterRun{loadRun: startLoadRun(t, clusterNodes{c}, "cluster-test"), c: c}
 }
 
 // checkFollowersHint: a HELLO to every node but the leader is answered M
@@ -399,24 +93,24 @@ func checkFollowersHint(t *testing.T, c *harness.Cluster, leader *harness.Cluste
 func TestClusterKill9Leader(t *testing.T) {
 	const rounds = 10
 	r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
-	checkPeerTLS(t, r.c)
+	checkPeerTLS(t, r.c.Servers())
 	r.startLoad(8, 6)
 	var failovers, elections, leading []time.Duration
 	for round := range rounds {
 		l := r.c.WaitConverged(t, hangGuard)
 		checkFollowersHint(t, r.c, l)
 		r.waitGrants(r.h.Now(), 20, fmt.Sprintf("round %d before the kill", round))
-		pins := r.pin(fmt.Sprintf("kill-pin-%d", round), 1, clusterLease)
+		pins := r.pin(fmt.Sprintf("kill-pin-%d", round), 1, loadLease)
 		kept := r.pin(fmt.Sprintf("kill-keep-%d", round), 1, 30*time.Second)
 		sent := r.h.Event("test", "kill9", fmt.Sprintf("round %d: %s", round, l.ID))
 		l.Kill9()
 		killed := r.h.Event("test", "killed", l.ID)
 		first := r.waitGrants(killed, 1, fmt.Sprintf("round %d after killing %s", round, l.ID))
 		failovers = append(failovers, first-sent)
-		if at, ok := logLineAfter(r.c, "election won", r.h.Start().Add(sent)); ok {
+		if at, ok := logLineAfter(r.c.Servers(), "election won", r.h.Start().Add(sent)); ok {
 			elections = append(elections, r.h.At(at)-sent)
 		}
-		if at, ok := logLineAfter(r.c, "cluster: leading", r.h.Start().Add(sent)); ok {
+		if at, ok := logLineAfter(r.c.Servers(), "cluster: leading", r.h.Start().Add(sent)); ok {
 			leading = append(leading, r.h.At(at)-sent)
 		}
 		repinned := r.reacquireAsync(pins, fmt.Sprintf("repin-%d", round))
@@ -426,185 +120,15 @@ func TestClusterKill9Leader(t *testing.T) {
 		repinned()
 	}
 	r.finish()
-	reportFailover(t, failovers, elections, leading)
+	reportFailover(t, "SIGKILL of the leader -> first grant on the new leader",
+		"SIGKILL of the leader to the first grant on the new leader (3 nodes, peer TLS, --raft-heartbeat/--raft-election 500ms defaults, broker backoff 10-200 ms, 8 load goroutines)",
+		failovers,
+		failoverMark{key: "election_won", label: `SIGKILL -> raft's "election won" on the new leader`,
+			what: "SIGKILL to raft's 'election won' log line on the new leader", d: elections},
+		failoverMark{key: "leading", label: `SIGKILL -> its "cluster: leading" line (after Barrier and takeover entry)`,
+			what: "SIGKILL to the new leader's 'cluster: leading' log line (written just after it serves)", d: leading})
 	if !t.Failed() {
 		checkersCatch(t, r.h)
-	}
-}
-
-// checkPeerTLS: every node says it runs with peer TLS (its "listening"
-// line) and none warns of a plain TCP transport.
-func checkPeerTLS(t *testing.T, c *harness.Cluster) {
-	t.Helper()
-	for _, n := range c.Nodes {
-		log := n.Log()
-		if !strings.Contains(log, `"peer_tls":true`) || strings.Contains(log, "raft peer transport without TLS") {
-			t.Errorf("%s does not run with peer TLS:\n%s", n.ID, log)
-		}
-	}
-}
-
-// logLineAfter returns the time of the first log line with message msg
-// of any node after since.
-func logLineAfter(c *harness.Cluster, msg string, since time.Time) (time.Time, bool) {
-	var first time.Time
-	for _, n := range c.Nodes {
-		for _, line := range harness.Lines(n.Log()) {
-			var rec struct {
-				Time time.Time `json:"time"`
-				Msg  string    `json:"msg"`
-			}
-			if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != msg || !rec.Time.After(since) {
-				continue
-			}
-			if first.IsZero() || rec.Time.Before(first) {
-				first = rec.Time
-			}
-		}
-	}
-	return first, !first.IsZero()
-}
-
-// durStats are the p50, max and min of d, in milliseconds, and d in order.
-func durStats(d []time.Duration) (p50, maxv, minv float64, samples []float64) {
-	if len(d) == 0 {
-		return 0, 0, 0, nil
-	}
-	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
-	s := slices.Clone(d)
-	slices.Sort(s)
-	m := s[(len(s)-1)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	for _, x := range d {
-		samples = append(samples, ms(x))
-	}
-	return ms(m), ms(s[len(s)-1]), ms(s[0]), samples
-}
-
-// reportFailover logs the failover times, and two marks within them from
-// the nodes' logs (raft's "election won" and the server's "cluster:
-// leading", which is written just after the new leader starts serving, so
-// on a loaded machine it can come after the first grant), and writes them
-// to ArtifactDir/failover.json.
-func reportFailover(t *testing.T, failovers, elections, leading []time.Duration) {
-	t.Helper()
-	p50, maxv, minv, samples := durStats(failovers)
-	t.Logf("failover (SIGKILL of the leader -> first grant on the new leader), %d kills: p50 %.0f ms, max %.0f ms, min %.0f ms; samples (ms, in order) %v",
-		len(failovers), p50, maxv, minv, samples)
-	ep50, emax, emin, esamples := durStats(elections)
-	t.Logf("  SIGKILL -> raft's \"election won\" on the new leader: p50 %.0f ms, max %.0f ms, min %.0f ms; samples %v", ep50, emax, emin, esamples)
-	lp50, lmax, lmin, lsamples := durStats(leading)
-	t.Logf("  SIGKILL -> its \"cluster: leading\" line (after Barrier and takeover entry): p50 %.0f ms, max %.0f ms, min %.0f ms; samples %v", lp50, lmax, lmin, lsamples)
-	dir := harness.ArtifactDir(t)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Logf("artifact dir: %v", err)
-		return
-	}
-	b, _ := json.MarshalIndent(map[string]any{
-		"what":       "SIGKILL of the leader to the first grant on the new leader (3 nodes, peer TLS, --raft-heartbeat/--raft-election 500ms defaults, broker backoff 10-200 ms, 8 load goroutines)",
-		"kills":      len(failovers),
-		"p50_ms":     p50,
-		"max_ms":     maxv,
-		"min_ms":     minv,
-		"samples_ms": samples,
-		"election_won": map[string]any{
-			"what":       "SIGKILL to raft's 'election won' log line on the new leader",
-			"p50_ms":     ep50,
-			"max_ms":     emax,
-			"min_ms":     emin,
-			"samples_ms": esamples,
-		},
-		"leading": map[string]any{
-			"what":       "SIGKILL to the new leader's 'cluster: leading' log line (written just after it serves)",
-			"p50_ms":     lp50,
-			"max_ms":     lmax,
-			"min_ms":     lmin,
-			"samples_ms": lsamples,
-		},
-		"at": time.Now().UTC().Format(time.RFC3339),
-	}, "", "  ")
-	path := filepath.Join(dir, "failover.json")
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		t.Logf("failover artifact: %v", err)
-		return
-	}
-	t.Logf("failover figures written to %s", path)
-}
-
-// checkersCatch shows, on the real history of a cluster run, that the
-// checkers would have failed it had the cluster misbehaved: the same
-// history with a token granted twice, with two grants' tokens swapped
-// against real time, and with a grant moved before the previous holder's
-// deadline must each be reported.
-func checkersCatch(t *testing.T, h *harness.History) {
-	t.Helper()
-	ops := h.Ops()
-	var grants []int // indexes of successful acquires
-	for i, op := range ops {
-		if op.Kind == harness.KindAcquire && op.Outcome == harness.OutcomeOK && !op.Pending() {
-			grants = append(grants, i)
-		}
-	}
-	if len(grants) < 3 {
-		t.Fatalf("checkersCatch: %d grants, too few", len(grants))
-	}
-	rebuild := func(mut func(ops []harness.Op)) *harness.History {
-		c := slices.Clone(ops)
-		mut(c)
-		out := harness.NewHistory()
-		for _, op := range c {
-			out.Record(op)
-		}
-		return out
-	}
-	// A token twice: the last grant carries the first grant's token.
-	dup := rebuild(func(c []harness.Op) { c[grants[len(grants)-1]].Token = c[grants[0]].Token })
-	if err := harness.CheckTokensUnique(dup); err == nil {
-		t.Error("CheckTokensUnique passed the cluster history with a token granted twice")
-	}
-	// Order inversion: two grants, one completed before the other was
-	// invoked, with their tokens swapped.
-	var a, b = -1, -1
-	byComplete := slices.Clone(grants)
-	sort.Slice(byComplete, func(i, j int) bool { return ops[byComplete[i]].Complete < ops[byComplete[j]].Complete })
-	for _, j := range grants {
-		if ops[j].Invoke > ops[byComplete[0]].Complete {
-			a, b = byComplete[0], j
-			break
-		}
-	}
-	if a < 0 {
-		t.Fatal("checkersCatch: no two grants ordered in real time")
-	}
-	inv := rebuild(func(c []harness.Op) { c[a].Token, c[b].Token = c[b].Token, c[a].Token })
-	if err := harness.CheckTokensFollowRealTime(inv); err == nil {
-		t.Error("CheckTokensFollowRealTime passed the cluster history with two tokens swapped against real time")
-	}
-	// Two holders: a grant of a key completing while the previous holder
-	// (by token) still held it, i.e. before its deadline and release.
-	byKey := map[string][]int{}
-	for _, i := range grants {
-		byKey[ops[i].Key] = append(byKey[ops[i].Key], i)
-	}
-	found := false
-	for _, g := range byKey {
-		if len(g) < 2 {
-			continue
-		}
-		sort.Slice(g, func(i, j int) bool { return ops[g[i]].Token < ops[g[j]].Token })
-		p, n := g[0], g[1]
-		early := ops[p].Complete + time.Microsecond // right after the previous grant, before its release began
-		two := rebuild(func(c []harness.Op) { c[n].Invoke, c[n].Complete = early, early })
-		if err := harness.CheckLeaseExclusion(two); err == nil {
-			t.Error("CheckLeaseExclusion passed the cluster history with a grant moved inside the previous holding")
-		}
-		found = true
-		break
-	}
-	if !found {
-		t.Fatal("checkersCatch: no key granted twice")
 	}
 }
 
@@ -620,7 +144,7 @@ func TestClusterSIGSTOPLeader(t *testing.T) {
 	r.startLoad(8, 6)
 	l := r.c.WaitConverged(t, hangGuard)
 	r.waitGrants(r.h.Now(), 30, "before SIGSTOP")
-	pins := r.pin("stop-pin", 3, clusterLease)
+	pins := r.pin("stop-pin", 3, loadLease)
 	stopAt := r.h.Event("test", "sigstop", l.ID)
 	if err := l.Pause(); err != nil {
 		t.Fatal(err)
@@ -637,7 +161,7 @@ func TestClusterSIGSTOPLeader(t *testing.T) {
 	}
 	r.waitGrants(stopAt, 20, "on the new leader while the old one is stopped")
 	r.reacquire(pins, "repin")
-	if d := stopAt + 2*clusterLease + time.Second - r.h.Now(); d > 0 {
+	if d := stopAt + 2*loadLease + time.Second - r.h.Now(); d > 0 {
 		time.Sleep(d) // past two leases
 	}
 	r.h.Event("test", "sigcont", l.ID)
@@ -690,7 +214,7 @@ func TestClusterPartitions(t *testing.T) {
 	// The leader, isolated.
 	l := r.c.WaitConverged(t, hangGuard)
 	r.waitGrants(r.h.Now(), 30, "before isolating the leader")
-	pins := r.pin("cut-pin", 3, clusterLease)
+	pins := r.pin("cut-pin", 3, loadLease)
 	cutAt := r.h.Event("test", "isolate leader", l.ID)
 	r.c.Isolate(l.Index)
 	waitNotServing(t, l)
@@ -756,7 +280,7 @@ func TestClusterFullRestart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startClusterRun(t, harness.ClusterOptions{PeerTLS: true})
-			checkPeerTLS(t, r.c)
+			checkPeerTLS(t, r.c.Servers())
 			r.startLoad(8, 6)
 			r.c.WaitConverged(t, hangGuard)
 			r.waitGrants(r.h.Now(), 50, "before the stop")
@@ -830,7 +354,7 @@ func TestClusterCancelUnderContention(t *testing.T) {
 				key := keys[rand.IntN(len(keys))]
 				if w%2 == 0 {
 					ctx, cancel := context.WithTimeout(r.t.Context(), hangGuard)
-					tk, err := r.acquire(ctx, proc, key, 2*time.Second, clusterLease)
+					tk, err := r.acquire(ctx, proc, key, 2*time.Second, loadLease)
 					cancel()
 					if err == nil {
 						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
@@ -841,7 +365,7 @@ func TestClusterCancelUnderContention(t *testing.T) {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(r.t.Context(), time.Duration(1+rand.IntN(20))*time.Millisecond)
-				tk, err := r.acquire(ctx, proc, key, 2*time.Second, clusterLease)
+				tk, err := r.acquire(ctx, proc, key, 2*time.Second, loadLease)
 				cancel()
 				switch {
 				case err == nil:

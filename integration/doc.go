@@ -50,6 +50,24 @@
 //     TestClusterFullRestart stops all three (SIGTERM; SIGKILL) and restarts them
 //     (held locks kept, tokens above); TestClusterCancelUnderContention
 //     cancels queued ACQUIREs during hand-offs (no node may exit).
+//   - TestPair*: a hot-standby pair (harness.StartPair: ticketingd serve
+//     --pair primary|backup, the peer link through fault proxies, mutual
+//     peer TLS) with the broker as its witness; the nodes' state is read
+//     from /status, never by a HELLO to a passive node (a HELLO is a
+//     client request: it may make a passive node whose peer is silent
+//     active). TestPairKill9Active kills the active 10 times under load
+//     (default 1 s heartbeat and 2 s PairSettle; held locks kept, the
+//     killed node back passive and in sync, the load run's checkers;
+//     failover p50/max/min logged and written to failover.json);
+//     TestPairRestarts restarts the nodes in every order (a primary alone
+//     serves only after its start guard, a backup alone never, both at
+//     once keep tokens increasing, a primary restarted behind an active
+//     backup answers only M and resyncs); TestPairSplitBrain cuts the link
+//     while a broker reaches each node, so that both serve, and checks
+//     through the fence (SQLite) that the primary's writes after the
+//     backup's are stale, with no lost update, then heals it (the lower
+//     epoch steps down with M and resyncs); TestPairCutLinkNoTakeover cuts
+//     the link with one broker on the active: the backup never takes over.
 //   - TestContainers_*: the fence's commit-order load and the migrations on
 //     PostgreSQL and MariaDB started by testcontainers-go from the images
 //     named by TICKETING_TEST_POSTGRES_IMAGE / TICKETING_TEST_MYSQL_IMAGE

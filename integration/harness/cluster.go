@@ -252,6 +252,15 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
+// Servers returns the nodes' processes, in node order.
+func (c *Cluster) Servers() []*Server {
+	out := make([]*Server, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Server
+	}
+	return out
+}
+
 // Status returns the node's cluster status from its admin listener (GET
 // /status). It fails if the node does not answer within 2 s (it is dead or
 // stopped).
@@ -493,23 +502,60 @@ type HelloReply struct {
 // Hello dials addr, sends a protocol HELLO (current version, no client
 // token) and returns the reply, waiting at most timeout.
 func Hello(addr string, timeout time.Duration) (HelloReply, error) {
+	s, r, err := OpenSession(addr, timeout)
+	if s != nil {
+		s.Close()
+	}
+	return r, err
+}
+
+// Session is a raw protocol connection whose HELLO was answered, opened by
+// OpenSession: a client that stays connected and sends nothing more, to
+// see what the server sends it unasked (an M or an E with req_id 0).
+type Session struct {
+	nc net.Conn
+	r  *wire.Reader
+}
+
+// OpenSession dials addr, sends a protocol HELLO (current version, no
+// client token) and returns the session and the reply, waiting at most
+// timeout. The session is nil if no reply came; close it.
+func OpenSession(addr string, timeout time.Duration) (*Session, HelloReply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return HelloReply{}, err
+		return nil, HelloReply{}, err
 	}
-	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(timeout))
 	b, err := wire.AppendRequest(nil, &wire.Request{Type: wire.TypeHello, ReqID: 1, Version: wire.Version, Name: []byte("harness")})
+	if err == nil {
+		_, err = nc.Write(b)
+	}
 	if err != nil {
-		return HelloReply{}, err
+		nc.Close()
+		return nil, HelloReply{}, err
 	}
-	if _, err := nc.Write(b); err != nil {
-		return HelloReply{}, err
+	s := &Session{nc: nc, r: wire.NewReader(nc)}
+	r, err := s.next()
+	if err != nil {
+		nc.Close()
+		return nil, HelloReply{}, err
 	}
-	body, err := wire.NewReader(nc).Next()
+	_ = nc.SetDeadline(time.Time{})
+	return s, r, nil
+}
+
+// Next waits at most timeout for the next frame the server sends: HELLO's
+// reply types only (M, E, or a HELLO_OK), as a HelloReply.
+func (s *Session) Next(timeout time.Duration) (HelloReply, error) {
+	_ = s.nc.SetReadDeadline(time.Now().Add(timeout))
+	return s.next()
+}
+
+func (s *Session) next() (HelloReply, error) {
+	body, err := s.r.Next()
 	if err != nil {
 		return HelloReply{}, err
 	}
@@ -521,8 +567,11 @@ func Hello(addr string, timeout time.Duration) (HelloReply, error) {
 	case wire.TypeHelloOK, wire.TypeNotActive, wire.TypeError:
 		return HelloReply{Type: r.Type, Role: r.Role, Hint: string(r.Hint), Code: r.Code}, nil
 	}
-	return HelloReply{}, fmt.Errorf("harness: HELLO answered with frame type %q", r.Type)
+	return HelloReply{}, fmt.Errorf("harness: the server sent frame type %q", r.Type)
 }
+
+// Close closes the connection.
+func (s *Session) Close() error { return s.nc.Close() }
 
 // ErrNoHint is returned by WaitHint when the node never answered M with
 // the expected hint.

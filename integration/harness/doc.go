@@ -42,6 +42,20 @@
 // WaitHint send a raw HELLO (a follower answers M with the leader's client
 // address).
 //
+// # Pairs
+//
+// StartPair runs a hot-standby pair (ticketingd serve --pair primary and
+// --pair backup) on 127.0.0.1, optionally with mutual peer TLS; each
+// node's --peer is a faultproxy in front of the other's --peer-listen, so
+// Pair.Cut blackholes the peer link both ways and Heal restores it,
+// leaving the client addresses alone. PairNode.Status reads the node's
+// /status pair object; WaitSettled (an active replicating to a passive in
+// sync) and PairNode.WaitStatus wait on it. None of them sends a HELLO: a
+// HELLO to a passive node is a client request of its state machine and
+// makes it active if its peer has been silent for two heartbeats. The
+// nodes restart with Server.Restart. OpenSession keeps a raw session open
+// to see what a node sends it unasked (the M of a node that steps down).
+//
 // # History and checkers
 //
 // A History records operations (process, kind, key, invoke and complete

@@ -52,7 +52,7 @@ type PairNode struct {
 // StartPair starts the primary and the backup of bin ("ticketingd"), each
 // waited for until it logs "listening" (a passive node listens too: it
 // answers HELLO with M). It does not wait for the pair to settle: see
-// WaitActive. tb.Cleanup kills the nodes and closes the proxies.
+// WaitSettled. tb.Cleanup kills the nodes and closes the proxies.
 func StartPair(tb testing.TB, bin string, opts PairOptions) *Pair {
 	tb.Helper()
 	p := &Pair{http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
@@ -99,6 +99,9 @@ func StartPair(tb testing.TB, bin string, opts PairOptions) *Pair {
 // Nodes returns the primary and the backup.
 func (p *Pair) Nodes() []*PairNode { return []*PairNode{p.Primary, p.Backup} }
 
+// Servers returns the nodes' processes, the primary's first.
+func (p *Pair) Servers() []*Server { return []*Server{p.Primary.Server, p.Backup.Server} }
+
 // Addrs returns the client addresses, the primary's first.
 func (p *Pair) Addrs() []string { return []string{p.Primary.Addr(), p.Backup.Addr()} }
 
@@ -128,6 +131,25 @@ func (n *PairNode) Status() (server.PairStatus, error) {
 		return server.PairStatus{}, fmt.Errorf("harness: %s /status has no pair object", n.Role)
 	}
 	return *body.Pair, nil
+}
+
+// WaitStatus polls the node's /status (every 20 ms, never a HELLO) until
+// cond holds, at most timeout, and returns that status; it fails tb with
+// the last status otherwise. A node that does not answer (restarting) is
+// polled again.
+func (n *PairNode) WaitStatus(tb testing.TB, timeout time.Duration, what string, cond func(server.PairStatus) bool) server.PairStatus {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := n.Status()
+		if err == nil && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("harness: the %s: not %s within %v: %+v (%v)", n.Role, what, timeout, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // WaitSettled waits, at most timeout, until one node is ACTIVE and

@@ -591,6 +591,7 @@ func (p *pair) serveIn(nc net.Conn) {
 func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 	st := inStream{}
 	var ack, buf []byte
+	var applied, acked uint64 // the last stream frame applied, and acknowledged
 	for {
 		nc.SetReadDeadline(time.Now().Add(4 * bstar.DeadAfter * p.cfg.Heartbeat))
 		typ, body, err := readFrame(r, pairMaxFrame, &buf)
@@ -611,16 +612,23 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 				p.s.log.Error("pair: the replication stream failed; closing the peer link (the active sends a new snapshot when it reconnects)", "err", err)
 				return
 			}
-			if seq != 0 && r.Buffered() == 0 {
-				ack = appendFrame(ack[:0], frameAck, nil, seq)
-				nc.SetWriteDeadline(time.Now().Add(bstar.DeadAfter * p.cfg.Heartbeat))
-				if _, err := nc.Write(ack); err != nil {
-					return
-				}
+			if seq != 0 {
+				applied = seq
 			}
 		default:
 			p.s.log.Error("pair: unknown frame on the peer link; closing it", "type", int(typ))
 			return
+		}
+		// One acknowledgement for everything applied, once nothing more
+		// is buffered: after any frame, a heartbeat included (the stream
+		// must not wait for the next command to be acknowledged).
+		if applied != acked && r.Buffered() == 0 {
+			ack = appendFrame(ack[:0], frameAck, nil, applied)
+			nc.SetWriteDeadline(time.Now().Add(bstar.DeadAfter * p.cfg.Heartbeat))
+			if _, err := nc.Write(ack); err != nil {
+				return
+			}
+			acked = applied
 		}
 	}
 }

@@ -63,6 +63,7 @@ const (
 	cmdAdvertise = 4
 	cmdStint     = 5
 	cmdClusterID = 6
+	cmdExtend    = lockcore.CmdExtend
 
 	// The kinds of a Free, as cluster.go's scheduler names them.
 	freeRelease      = lockcore.FreeRelease
@@ -198,7 +199,7 @@ func (f *clusterFSM) applyEntry(b []byte) (stint uint64, res []cmdResult, advert
 		r := cmdResult{seq: seq}
 		var bad error
 		switch typ {
-		case cmdGrant, cmdFree:
+		case cmdGrant, cmdFree, cmdExtend:
 			r.res, bad = f.sm.ApplyCommand(d, typ)
 		case cmdFloor:
 			if v := d.U64(); d.Err() == nil {

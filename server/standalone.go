@@ -50,6 +50,10 @@ func (t shards) close() {
 type localLog struct{ tokens *tokenStore }
 
 func (l localLog) Propose(p *lockcore.Proposal) bool {
+	if p.IsExtend() {
+		p.SetResult(lockcore.Result{Kept: true}) // the projection is the state
+		return true
+	}
 	if !p.Grants() {
 		p.SetResult(lockcore.Result{Freed: true})
 		return true

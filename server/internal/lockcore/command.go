@@ -12,14 +12,20 @@ import (
 //	Grant  type u8 (1), seq uvarint, key_len u8, key, owner [16], lease_s u8, flags u8
 //	Free   type u8 (2), seq uvarint, key_len u8, key, token u64, kind u8, owner [16],
 //	       next u8 (0 | 1), [owner [16], lease_s u8, flags u8]
+//	Extend type u8 (7), seq uvarint, key_len u8, key, token u64, owner [16], lease_s u8
 //
 // flags bit 0: the holding may be freed only by RELEASE_OWNED; other bits
 // are ignored. next other than 1 is no next. seq names the proposal for
 // its proposer; the Machine does not read it. Nodes of earlier versions
-// write and read these bytes: they do not change.
+// write and read these bytes: they do not change. (Extend is new in
+// protocol version 3: a node of an earlier version does not know it, so
+// every node of a cluster is upgraded before clients send EXTEND.)
 const (
 	CmdGrant = 1
 	CmdFree  = 2
+	// CmdExtend is 7: 3 to 6 are the Raft log's own commands (floor,
+	// advertise, stint, cluster ID), in the same entries.
+	CmdExtend = 7
 
 	flagOwned = 1
 )
@@ -65,8 +71,23 @@ func AppendFree(b []byte, seq uint64, key string, tok uint64, kind uint8, owner 
 	return append(b, next.LeaseS, flagsOf(next.OwnedOnly))
 }
 
+// AppendExtend appends an Extend command, numbered seq: the holding of
+// key by tok, of owner, to get lease_s lease.
+func AppendExtend(b []byte, seq uint64, key string, tok uint64, owner *Owner, lease uint8) []byte {
+	b = append(b, CmdExtend)
+	b = binary.AppendUvarint(b, seq)
+	b = append(b, byte(len(key)))
+	b = append(b, key...)
+	b = binary.BigEndian.AppendUint64(b, tok)
+	b = append(b, owner[:]...)
+	return append(b, lease)
+}
+
 // AppendCommand appends p's command, numbered seq, to b.
 func (p *Proposal) AppendCommand(b []byte, seq uint64) []byte {
+	if p.extend {
+		return AppendExtend(b, seq, p.e.key, p.tok, &p.owner, p.elease)
+	}
 	var to *Recipient
 	if p.hasTo {
 		to = &Recipient{Owner: p.to.owner, LeaseS: p.to.lease, OwnedOnly: p.to.ownedOnly}
@@ -92,6 +113,7 @@ func flagsOf(ownedOnly bool) byte {
 //     ErrTokensExhausted: free, but the counter is at MaxToken.
 //   - Free: Freed if the rule (mayFree) let it free the key; then, with a
 //     next, the key is granted to it: Token, or Err ErrTokensExhausted.
+//   - Extend: Kept if the rule (mayExtend) let it set the lease_s.
 //
 // A command that does not decode (an error wrapping ErrMalformed) changes
 // nothing. Every node applies the same bytes to the same state alike.
@@ -130,6 +152,16 @@ func (m *Machine) ApplyCommand(d *Decoder, typ byte) (Result, error) {
 		r := grantResult(m.Grant(string(key), next, lease, flags&flagOwned != 0, 0))
 		r.Freed = true
 		return r, nil
+	case CmdExtend:
+		key := d.Bytes8()
+		tok := d.U64()
+		var owner Owner
+		d.Copy(owner[:])
+		lease := d.U8()
+		if d.err != nil {
+			return Result{}, fmt.Errorf("%w: truncated Extend", ErrMalformed)
+		}
+		return Result{Kept: m.Extend(string(key), tok, owner, lease)}, nil
 	}
 	return Result{}, fmt.Errorf("%w: command type %d is not a lock command", ErrMalformed, typ)
 }

@@ -93,6 +93,17 @@ type Release struct {
 	By    uint64 // as Acquire.By
 }
 
+// Extend is an EXTEND (protocol version 3), well-formed and in range.
+type Extend struct {
+	S      Session
+	ReqID  uint32
+	Key    []byte
+	Token  uint64
+	Owner  Owner
+	LeaseS uint8
+	By     uint64 // as Acquire.By
+}
+
 // Effects returns the effects of the last event, valid until the next one.
 func (c *Core) Effects() []Effect { return c.fx }
 
@@ -244,6 +255,56 @@ func (c *Core) Release(now int64, r *Release) {
 	c.free(e, kind, r.S, r.By, r.ReqID, r.Owner, now)
 }
 
+// Extend is an EXTEND: if the key's holding has x's token and owner and
+// its lease has not ended, its lease ends no earlier than x.LeaseS after
+// now (the later of its end and that instant: never shortened) and the
+// holding's lease_s becomes x.LeaseS, answered K once the Extend command
+// applies; otherwise N. If the lease ended, its expiry is proposed and the
+// EXTEND answered N once it applies (as a RELEASE is: a deposed leader
+// cannot apply it, so never says N for a lock its successor restarted).
+//
+// When the current end is later than now + x.LeaseS, the end stays, and
+// so does lease_s: a takeover restarts each lease at its holding's lease_s
+// (Promote), which must not end before the end its holder was told.
+func (c *Core) Extend(now int64, x *Extend) {
+	c.begin()
+	e := c.m[string(x.Key)]
+	if e != nil && e.held && e.token != 0 && e.token == x.Token && now >= e.end {
+		c.free(e, FreeExpire, x.S, x.By, x.ReqID, e.owner, now)
+		return
+	}
+	if e == nil || !mayExtend(x.Token, &x.Owner, e.held, e.token, &e.owner) {
+		if f := e.freeingOf(); f != nil && f.tok == x.Token {
+			f.late = append(f.late, lateRelease{x.S, x.ReqID})
+			return
+		}
+		c.emit(Effect{Kind: NotHeld, S: x.S, ReqID: x.ReqID})
+		return
+	}
+	if end := now + int64(x.LeaseS)*secondNs; end > e.end {
+		c.unlink(e)
+		e.end, e.lease = end, x.LeaseS
+		c.link(e, uint16(x.LeaseS))
+		if e.q != nil {
+			c.watchKey(e)
+		}
+	}
+	p := c.proposal(e, x.By, now)
+	p.extend, p.tok, p.owner, p.elease, p.rc, p.rid = true, e.token, e.owner, e.lease, x.S, x.ReqID
+	c.propose(p, now)
+}
+
+// extended carries out an Extend's outcome: K, or (not reached) N and a
+// Desync.
+func (c *Core) extended(e *entry, p *Proposal, r *Result) {
+	if r.Kept {
+		c.emit(Effect{Kind: Kept, S: p.rc, ReqID: p.rid})
+		return
+	}
+	c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
+	c.emit(Effect{Kind: Desync, Err: &DesyncError{e.key}})
+}
+
 // Cancel removes w, if it still waits in a queue, and answers it T. A
 // waiter whose grant is in flight, or already answered, is left alone.
 func (c *Core) Cancel(now int64, w *Waiter) bool {
@@ -346,7 +407,7 @@ func (c *Core) proposal(e *entry, by uint64, now int64) *Proposal {
 		p = new(Proposal)
 	} else {
 		c.spare, p.next = p.next, nil
-		p.free, p.hasTo, p.inFlight, p.expiry = false, false, false, false
+		p.free, p.hasTo, p.inFlight, p.expiry, p.extend = false, false, false, false, false
 		p.tok, p.fkind, p.rid = 0, 0, 0
 	}
 	p.e, p.by, p.at, p.gen = e, by, now, c.gen
@@ -464,6 +525,10 @@ func (c *Core) apply(p *Proposal, r *Result, now int64) {
 
 func (c *Core) outcome(p *Proposal, r *Result, now int64) {
 	e := p.e
+	if p.extend {
+		c.extended(e, p, r)
+		return
+	}
 	if !p.free {
 		c.granted(e, p, r, now)
 		return

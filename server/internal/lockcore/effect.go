@@ -45,6 +45,8 @@ const (
 	// projection is the state the commands reach). The driver calls
 	// Resync with the machine's holding of the key (Err, a *DesyncError).
 	Desync
+	// Kept: reply K (an EXTEND applied).
+	Kept
 )
 
 // Why qualifies a TimedOut or a Busy.
@@ -110,6 +112,9 @@ type Result struct {
 	Err error
 	// Held: a Grant found the key held (not reached).
 	Held bool
+	// Kept: an Extend set the holding's lease_s (false: not reached, the
+	// projection said the token and owner held the key).
+	Kept bool
 }
 
 // Proposer makes a command durable and ordered: the replication seam as
@@ -130,8 +135,10 @@ type Proposer interface {
 // a Grant (of a free key to an ACQUIRE) or a Free (the end of a holding, by
 // a RELEASE or an expiry, and the grant to the next waiter with it).
 type Proposal struct {
-	e    *entry
-	free bool
+	e      *entry
+	free   bool
+	extend bool  // an Extend (tok, owner, elease; rc and rid are answered K)
+	elease uint8 // Extend: the lease_s the holding gets
 	// The grant's recipient (a Grant's ACQUIRE, or a Free's next waiter).
 	to       grantee
 	hasTo    bool
@@ -179,8 +186,11 @@ func (p *Proposal) Key() string { return p.e.key }
 // the grant to the next waiter.
 func (p *Proposal) Grants() bool { return p.hasTo }
 
-// IsFree reports whether p is a Free (else a Grant).
+// IsFree reports whether p is a Free.
 func (p *Proposal) IsFree() bool { return p.free }
+
+// IsExtend reports whether p is an Extend (neither a Free nor a Grant).
+func (p *Proposal) IsExtend() bool { return p.extend }
 
 // By is the number of the session p is charged to (Acquire.By,
 // Release.By): an ACQUIRE's, a RELEASE's, or for an expiry the session's

@@ -72,6 +72,7 @@ const (
 
 type request struct {
 	acquire  bool
+	extend   bool // an EXTEND (token, owner, lease; arrived: when it was read)
 	key      string
 	owner    Owner
 	token    uint64 // RELEASE
@@ -101,6 +102,7 @@ const (
 	expectWait                      // held by another, wait_s > 0: queued, or B (full)
 	expectR                         // R
 	expectN                         // N
+	expectK                         // K
 )
 
 // live returns the Machine's holding of key if its lease has not ended.
@@ -156,6 +158,16 @@ func (h *harness) expectRelease(key string, token uint64, owner Owner, owned boo
 	return expectN
 }
 
+func (h *harness) expectExtend(key string, token uint64, owner Owner) expectation {
+	if !h.worked(key) {
+		return expectAny
+	}
+	if x, live := h.live(key); live && x.token == token && x.owner == owner {
+		return expectK
+	}
+	return expectN
+}
+
 // oracle checks a request's first answer s (of kind k) against its
 // expectation.
 func (h *harness) oracle(key reqKey, r *request, f Effect) {
@@ -179,11 +191,13 @@ func (h *harness) oracle(key reqKey, r *request, f Effect) {
 		ok = f.Kind == Released
 	case expectN:
 		ok = f.Kind == NotHeld
+	case expectK:
+		ok = f.Kind == Kept
 	}
 	if !ok {
 		h.errorf("%v: %s (%s), the rules say %s", key, kindName(f.Kind), whyName(f.Why),
 			[]string{"", "a free key's answer", fmt.Sprintf("G token=%d (the holder's retry)", r.expTok),
-				"T (no-wait)", "queued or B (full)", "R", "N"}[e])
+				"T (no-wait)", "queued or B (full)", "R", "N", "K"}[e])
 	}
 }
 
@@ -272,6 +286,18 @@ func (h *harness) release(s string, id uint32, key string, token uint64, owner O
 	}
 	h.reqs[k] = &request{key: key, owner: owner, token: token, expect: h.expectRelease(key, token, owner, owned)}
 	h.core.Release(h.now, &Release{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Token: token, Owner: owner, Owned: owned})
+	h.effects()
+}
+
+// extend submits an EXTEND.
+func (h *harness) extend(s string, id uint32, key string, token uint64, owner Owner, lease uint8) {
+	k := reqKey{s, id}
+	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
+		h.errorf("%v: req_id reused while it awaits its reply", k)
+	}
+	h.reqs[k] = &request{extend: true, key: key, owner: owner, token: token, lease: lease, arrived: h.now,
+		expect: h.expectExtend(key, token, owner)}
+	h.core.Extend(h.now, &Extend{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Token: token, Owner: owner, LeaseS: lease})
 	h.effects()
 }
 
@@ -410,12 +436,12 @@ func (h *harness) effect(f Effect) string {
 	}
 	k := reqKey{sessionName(f.S), f.ReqID}
 	r := h.reqs[k]
-	acq := f.Kind != Released && f.Kind != NotHeld
+	acq := f.Kind != Released && f.Kind != NotHeld && f.Kind != Kept
 	switch {
 	case r == nil:
 		h.errorf("%v: %s for a request never made", k, kindName(f.Kind))
 		r = &request{acquire: acq}
-	case r.acquire != acq:
+	case r.acquire != acq, f.Kind == Kept && !r.extend:
 		h.errorf("%v: %s for the wrong kind of request", k, kindName(f.Kind))
 	case r.state == reqDropped:
 		h.errorf("%v: %s after Drop removed it", k, kindName(f.Kind))
@@ -486,6 +512,9 @@ func (h *harness) effect(f Effect) string {
 		return final("R")
 	case NotHeld:
 		return final("N")
+	case Kept:
+		h.kept(k, r)
+		return final("K")
 	}
 	h.errorf("%v: unknown effect kind %d", k, f.Kind)
 	return fmt.Sprintf("%v kind=%d", k, f.Kind)
@@ -522,6 +551,22 @@ func (h *harness) granted(k reqKey, r *request, f Effect) {
 	}
 }
 
+// kept checks a K: the Machine's holding is the EXTEND's (token, owner),
+// and the Core's lease ends no earlier than lease_s after the EXTEND was
+// read, nor earlier than before (never shortened); the model's lease end
+// moves to the later of the two.
+func (h *harness) kept(k reqKey, r *request) {
+	x, ok := h.log.held[r.key]
+	if !h.log.diverged[r.key] && (!ok || x.token != r.token || x.owner != r.owner) {
+		h.errorf("%v: K for %s token %d, the Machine's holding: %v %+v", k, r.key, r.token, ok, x)
+	}
+	end := max(h.leaseEnd[r.token], r.arrived+int64(r.lease)*secondNs)
+	h.leaseEnd[r.token] = end
+	if e := h.core.m[r.key]; e != nil && e.held && e.token == r.token && e.end < end {
+		h.errorf("%v: K, but the Core ends the lease at %s, before %s", k, fmtTime(e.end), fmtTime(end))
+	}
+}
+
 // check verifies what must hold between events.
 func (h *harness) check() {
 	for _, v := range h.log.violations {
@@ -542,6 +587,9 @@ func (h *harness) check() {
 		}
 		if e.held {
 			held++
+			if end, ok := h.leaseEnd[e.token]; ok && e.token != 0 && e.end < end && !h.log.diverged[k] {
+				h.errorf("%s: the Core ends token %d's lease at %s, before %s (a lease shortened)", k, e.token, fmtTime(e.end), fmtTime(end))
+			}
 			if e.token != 0 {
 				nextExp = min(nextExp, e.end)
 				if e.q != nil {
@@ -682,7 +730,7 @@ func fmtTime(t int64) string {
 
 func kindName(k Kind) string {
 	names := map[Kind]string{Granted: "G", TimedOut: "T", Busy: "B", Released: "R", NotHeld: "N", Failed: "failed",
-		Queue: "queue", Track: "track", Defer: "defer", Expired: "expired", Desync: "desync"}
+		Queue: "queue", Track: "track", Defer: "defer", Expired: "expired", Desync: "desync", Kept: "K"}
 	if n, ok := names[k]; ok {
 		return n
 	}

@@ -25,6 +25,7 @@ import (
 //
 //	Grant(key, owner, lease_s, owned_only, tok) -> (token, GrantNew | GrantRetry | GrantHeld | GrantExhausted)
 //	Free(kind, key, token, owner)               -> freed (R) | not (N, or a stale expiry: no-op)
+//	Extend(key, token, owner, lease_s)          -> kept (K) | not (N): the holding's lease_s becomes lease_s
 //	Raise(v)                                    -> the counter raised to v (the log's Floor command)
 //
 // A Free changes nothing unless that token still holds the key, so a
@@ -90,6 +91,21 @@ func (m *Machine) Free(kind uint8, key string, token uint64, owner Owner) bool {
 		return false
 	}
 	delete(m.h, key)
+	return true
+}
+
+// Extend is the Extend command: if token holds key and owner is its
+// holder (mayExtend's rule), the holding's lease_s becomes lease and it
+// reports true; otherwise nothing changes. (When the lease ends is the
+// Core's: the machine keeps lease_s for a takeover's restart, and the
+// Core sends the lease_s whose end is the latest; see Core.Extend.)
+func (m *Machine) Extend(key string, token uint64, owner Owner, lease uint8) bool {
+	h, held := m.h[key]
+	if !mayExtend(token, &owner, held, h.token, &h.owner) {
+		return false
+	}
+	h.lease = lease
+	m.h[key] = h
 	return true
 }
 

@@ -515,3 +515,47 @@ func TestMachineModel(t *testing.T) {
 		}
 	}
 }
+
+// TestMachineExtend: the Extend command needs the holding's exact token
+// and owner; it sets the holding's lease_s (a takeover restarts the lease
+// at it) and nothing else; a truncated one changes nothing.
+func TestMachineExtend(t *testing.T) {
+	sm := lockcore.NewMachine()
+	tok, _ := sm.Grant("k", ownA, 10, true, 0)
+	for _, tc := range []struct {
+		name  string
+		key   string
+		token uint64
+		owner lockcore.Owner
+	}{
+		{"another owner", "k", tok, ownB},
+		{"another token", "k", tok + 1, ownA},
+		{"another key", "j", tok, ownA},
+	} {
+		if sm.Extend(tc.key, tc.token, tc.owner, 30) {
+			t.Errorf("%s: extended", tc.name)
+		}
+	}
+	if h, _ := sm.Holding("k"); h.LeaseS != 10 {
+		t.Fatalf("after refused extends: %+v", h)
+	}
+	cmd := lockcore.AppendExtend(nil, 9, "k", tok, &ownA, 30)
+	d := lockcore.NewDecoder(cmd[1:])
+	d.Uvarint()
+	res, err := sm.ApplyCommand(d, cmd[0])
+	if err != nil || !res.Kept {
+		t.Fatalf("Extend command: %+v, %v", res, err)
+	}
+	if h, _ := sm.Holding("k"); h.LeaseS != 30 || h.Token != tok || h.Owner != ownA || !h.OwnedOnly || sm.Last() != tok {
+		t.Fatalf("after the extend: %+v, last %d", h, sm.Last())
+	}
+	for n := 2; n < len(cmd); n++ {
+		d := lockcore.NewDecoder(cmd[2:n])
+		if _, err := sm.ApplyCommand(d, lockcore.CmdExtend); !errors.Is(err, lockcore.ErrMalformed) {
+			t.Fatalf("truncated to %d bytes: %v", n, err)
+		}
+	}
+	if sm.Free(lockcore.FreeReleaseOwned, "k", tok, ownA); sm.Extend("k", tok, ownA, 30) {
+		t.Fatal("extended after the release")
+	}
+}

@@ -60,8 +60,9 @@ type memEntry struct {
 
 // memCmd is a decoded command (the layout in effect.go).
 type memCmd struct {
-	seq   uint64
-	free  bool
+	seq    uint64
+	free   bool
+	extend bool // an Extend: token, owner (the holder), lease
 	key   string
 	token uint64 // Free: the token it ends
 	kind  uint8  // Free: FreeRelease, FreeReleaseOwned, FreeExpire
@@ -104,7 +105,8 @@ func (l *memLog) propose(p *Proposal) (Result, bool) {
 	if err != nil {
 		l.violate("propose: %v (% x)", err, b)
 	}
-	if cmd.seq != l.seq || cmd.key != p.Key() || cmd.free != p.IsFree() || (!cmd.free || cmd.next) != p.Grants() {
+	if cmd.seq != l.seq || cmd.key != p.Key() || cmd.free != p.IsFree() || cmd.extend != p.IsExtend() ||
+		(!cmd.free && !cmd.extend || cmd.next) != p.Grants() {
 		l.violate("propose #%d: command %+v does not match the proposal (key %q free %v grants %v)",
 			l.seq, cmd, p.Key(), p.IsFree(), p.Grants())
 	}
@@ -143,6 +145,17 @@ func (l *memLog) Step() (*Proposal, Result, bool) {
 
 func (l *memLog) apply(c memCmd) Result {
 	h, held := l.held[c.key]
+	if c.extend {
+		if !held || h.token != c.token || h.owner != c.owner {
+			if !l.diverged[c.key] {
+				l.violate("log#%d: Extend of %q token %d by %s, which does not hold it (held %v: %+v)", c.seq, c.key, c.token, ownerString(c.owner), held, h)
+			}
+			return Result{}
+		}
+		h.lease = c.lease
+		l.held[c.key] = h
+		return Result{Kept: true}
+	}
 	if !c.free {
 		if held {
 			if !l.diverged[c.key] {
@@ -290,6 +303,15 @@ func decodeCmd(b []byte) (memCmd, error) {
 		default:
 			return c, fmt.Errorf("bad next flag %d", b[0])
 		}
+	case CmdExtend:
+		c.extend = true
+		if len(b) < 8+len(c.owner)+1 {
+			return c, errors.New("short extend")
+		}
+		c.token = binary.BigEndian.Uint64(b)
+		copy(c.owner[:], b[8:])
+		c.lease = b[8+len(c.owner)]
+		b = b[8+len(c.owner)+1:]
 	default:
 		return c, fmt.Errorf("unknown command type %d", typ)
 	}
@@ -306,6 +328,10 @@ func (c memCmd) String() string {
 		if c.ownedOnly {
 			sb.WriteString(" owned-only")
 		}
+	}
+	if c.extend {
+		fmt.Fprintf(&sb, "extend %s token=%d by %s lease=%ds", c.key, c.token, ownerString(c.owner), c.lease)
+		return sb.String()
 	}
 	if !c.free {
 		fmt.Fprintf(&sb, "grant %s ", c.key)
@@ -331,6 +357,12 @@ func (c memCmd) String() string {
 }
 
 func resultString(c memCmd, r Result) string {
+	if c.extend {
+		if r.Kept {
+			return "kept"
+		}
+		return "not kept"
+	}
 	var parts []string
 	if c.free {
 		if r.Freed {

@@ -149,6 +149,19 @@ func (r *randomRun) step() {
 		owned := r.rng.Intn(5) == 0
 		r.do("acquire t=%s s=%s req=%d key=%s owner=%s lease=%d wait=%d%s", t, s, id, key, owner, lease, wait, flagIf(owned, " owned-only"))
 		r.acquire(s, id, key, ownerOfString(owner), lease, wait, owned, false, r.now)
+	case n < 50 && r.rng.Intn(3) == 0:
+		// An EXTEND: mostly by the holder, sometimes with a wrong token
+		// or owner.
+		s := r.session()
+		id := r.reqID(s)
+		key := randomKeys[r.rng.Intn(len(randomKeys))]
+		token, owner := uint64(r.rng.Int63n(int64(r.log.last)+2)), ownerOfString(fmt.Sprintf("o%d", r.rng.Intn(6)))
+		if x, ok := r.log.held[key]; ok && r.rng.Intn(4) > 0 {
+			token, owner = x.token, x.owner
+		}
+		lease := uint8(1 + r.rng.Intn(4))
+		r.do("extend t=%s s=%s req=%d key=%s token=%d owner=%s lease=%d", t, s, id, key, token, ownerString(owner), lease)
+		r.extend(s, id, key, token, owner, lease)
 	case n < 50:
 		s := r.session()
 		id := r.reqID(s)

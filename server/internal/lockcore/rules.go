@@ -60,3 +60,11 @@ func mayFree(kind uint8, token uint64, owner *Owner, held bool, hToken uint64, h
 	}
 	return false
 }
+
+// mayExtend is the rule of an Extend naming token and owner, on a holding
+// (held, its token, its holder): the token must be the holding's and the
+// owner its holder (EXTEND needs both, whatever the holding's owned-only
+// flag).
+func mayExtend(token uint64, owner *Owner, held bool, hToken uint64, holder *Owner) bool {
+	return held && hToken != 0 && hToken == token && *holder == *owner
+}

@@ -311,6 +311,28 @@ func runCommand(hp **harness, line string) ([]string, error) {
 			owner = ownerOfString(o)
 		}
 		h.release(s, id, key, token, owner, a.flag("owned"))
+	case "extend":
+		s, id, err := sessAndReq()
+		if err != nil {
+			return nil, err
+		}
+		key, err := a.str("key")
+		if err != nil {
+			return nil, err
+		}
+		token, err := a.uint("token", 0)
+		if err != nil {
+			return nil, err
+		}
+		o, err := a.str("owner")
+		if err != nil {
+			return nil, err
+		}
+		lease, err := a.uint("lease", 0)
+		if err != nil {
+			return nil, err
+		}
+		h.extend(s, id, key, token, ownerOfString(o), uint8(lease))
 	case "cancel", "drop":
 		s, id, err := sessAndReq()
 		if err != nil {

@@ -63,10 +63,10 @@ type memCmd struct {
 	seq    uint64
 	free   bool
 	extend bool // an Extend: token, owner (the holder), lease
-	key   string
-	token uint64 // Free: the token it ends
-	kind  uint8  // Free: FreeRelease, FreeReleaseOwned, FreeExpire
-	owner Owner  // Free: the releaser's owner
+	key    string
+	token  uint64 // Free: the token it ends
+	kind   uint8  // Free: FreeRelease, FreeReleaseOwned, FreeExpire
+	owner  Owner  // Free: the releaser's owner
 	// The grant: of a Grant, or of a Free's next waiter (next).
 	next      bool
 	to        Owner

@@ -158,7 +158,7 @@ func fastFake(tb testing.TB) (string, func()) {
 				w := bufio.NewWriterSize(nc, 64<<10)
 				var req wire.Request
 				var out []byte
-				ver := uint8(wire.MaxVersion) // until HELLO: the highest the fake speaks
+				ver := uint8(wire.Version2) // until HELLO: the highest the fake speaks
 				for {
 					body, err := fr.Next()
 					if err != nil {

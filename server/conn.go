@@ -634,8 +634,11 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeMalformed, reqIDOf(body), "first frame must be HELLO")
 		return false
 	}
-	// Versions 1 and 2 (the version byte is checked first, E(2)).
-	if err := wire.DecodeRequestVersion(body, req, wire.MaxVersion); err != nil {
+	// Versions 1 and 2 (the version byte is checked first, E(2)). Not
+	// wire.MaxVersion: the codec knows version 3, but this server does not
+	// serve EXTEND yet and its pre-encoded HELLO_OK has the layout of
+	// versions 1 and 2, which a version-3 HELLO_OK does not.
+	if err := wire.DecodeRequestVersion(body, req, wire.Version2); err != nil {
 		if errors.Is(err, wire.ErrUnsupportedVersion) {
 			c.protoError(wire.CodeVersion, req.ReqID, "unsupported protocol version")
 		} else {

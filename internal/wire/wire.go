@@ -1,5 +1,5 @@
 // Package wire is the frame codec of the Ticketing wire protocol, versions 1
-// and 2 (docs/protocol.md). It knows nothing of sockets, sessions or locks:
+// to 3 (docs/protocol.md). It knows nothing of sockets, sessions or locks:
 // it turns frames into structs and back, and checks that every frame has
 // exactly the length its type and its length fields say.
 //
@@ -14,33 +14,49 @@
 // # Versions
 //
 // Version 2 keeps every frame of version 1 and adds two client frames,
-// CANCEL (TypeCancel) and RELEASE_OWNED (TypeReleaseOwned). Which frames a
-// peer may send depends on the version its session opened with, so the
-// request decoder takes that version: DecodeRequestVersion(body, r, v)
+// CANCEL (TypeCancel) and RELEASE_OWNED (TypeReleaseOwned). Version 3 keeps
+// every frame of version 2, adds the client frame EXTEND (TypeExtend) and
+// its reply KEPT (TypeKept), and extends HELLO_OK with the identity of the
+// node's replicated group (Response.Cluster). Which frames a peer may send
+// depends on the version its session opened with, so the request decoder
+// takes that version: DecodeRequestVersion(body, r, v)
 // decodes by the rules of version v. For a HELLO, v is the highest version
 // the server speaks: a HELLO asking for a version from 1 to v decodes (the
 // layout is the same), any other version is ErrUnsupportedVersion. For
 // every later frame, v is the session's version, the Version of the HELLO
-// that opened it: on a version-1 session, C and V are unknown types
-// (ErrUnknownType, which matches ErrMalformed: the server answers E(1)), as
-// docs/protocol.md requires. A server therefore needs no check of its own; it
-// switches on Request.Type and finds TypeCancel and TypeReleaseOwned only
-// on sessions that may send them. DecodeRequest is DecodeRequestVersion
-// with version 1: a server that calls it speaks exactly version 1 (a
-// version-2 HELLO gets ErrUnsupportedVersion, which it answers E(2)).
+// that opened it: on a version-1 session, C and V are unknown types, and so
+// is X on a version-1 or version-2 session (ErrUnknownType, which matches
+// ErrMalformed: the server answers E(1)), as docs/protocol.md requires. A
+// server therefore needs no check of its own; it switches on Request.Type
+// and finds TypeCancel, TypeReleaseOwned and TypeExtend only on sessions
+// that may send them. A server that speaks only up to version 2 passes
+// Version2, not MaxVersion, for a HELLO. DecodeRequest is
+// DecodeRequestVersion with version 1: a server that calls it speaks
+// exactly version 1 (a version-2 HELLO gets ErrUnsupportedVersion, which it
+// answers E(2)).
 //
 // A CANCEL carries the req_id of the ACQUIRE it names, which is still
 // awaiting its reply: a server must not treat it as a reused req_id.
 //
-// The server-to-client frames are the same in both versions; DecodeResponse
-// takes no version (a HELLO_OK carries the version the server chose, which
-// the client checks against the one it asked for).
+// DecodeResponse takes no version: the server-to-client frames of versions
+// 1 and 2 are the same, KEPT is a type of its own, and a HELLO_OK carries
+// the version the server chose (which the client checks against the one it
+// asked for) and has the version-3 layout, with the cluster field, exactly
+// when that version byte is 3 or more. A server that pre-encodes HELLO_OK
+// and patches the version byte in needs one frame per layout: a version-1
+// or version-2 frame patched to 3 lacks the cluster field and is
+// malformed.
 //
 // # Errors
 //
 // Every decoding error matches ErrMalformed with errors.Is, except a HELLO
 // with a version the decoder does not accept, which matches
 // ErrUnsupportedVersion (the server answers it with E(2) rather than E(1)).
+// The request decoder does not check the ranges of well-formed fields
+// (key_len 0, lease_s 0 or above MaxLeaseS): those are answered E(4), so
+// the server checks them against the range constants below. The response
+// decoder does refuse a HELLO_OK whose cluster_len is above MaxClusterLen
+// (malformed: a server must never send one).
 // The decoders never panic, whatever the input; they are fuzzed (see
 // testdata/fuzz).
 package wire
@@ -59,8 +75,13 @@ const (
 	Version1 = 1
 	// Version2 adds CANCEL and RELEASE_OWNED to version 1.
 	Version2 = 2
-	// MaxVersion is the highest version this codec speaks.
-	MaxVersion = Version2
+	// Version3 adds EXTEND and KEPT to version 2, and the cluster identity
+	// to HELLO_OK.
+	Version3 = 3
+	// MaxVersion is the highest version this codec speaks. It is not the
+	// version a server or client speaks: each names its own (the codec may
+	// know a version before they do).
+	MaxVersion = Version3
 	// Version is version 1, the version DecodeRequest accepts and every
 	// server and client speaks.
 	Version = Version1
@@ -74,8 +95,12 @@ const (
 	MaxBody = 1024
 	// MaxFrame is the largest whole frame, length prefix included.
 	MaxFrame = HeaderLen + MaxBody
-	// OwnerLen is the size of the owner field of ACQUIRE and RELEASE_OWNED.
+	// OwnerLen is the size of the owner field of ACQUIRE, RELEASE_OWNED and
+	// EXTEND.
 	OwnerLen = 16
+	// MaxClusterLen is the largest cluster identity a version-3 HELLO_OK
+	// carries (cluster_len 0..64; 0 is a standalone node).
+	MaxClusterLen = 64
 	// DefaultPort is the TCP port a Ticketing server listens on by default.
 	DefaultPort = 5225
 )
@@ -84,13 +109,13 @@ const (
 // them: a well-formed request with a field out of range is answered E(4)
 // (invalid argument), not E(1), so the check is the server's.
 const (
-	// MinKeyLen and MaxKeyLen bound key_len of ACQUIRE, RELEASE and
-	// RELEASE_OWNED.
+	// MinKeyLen and MaxKeyLen bound key_len of ACQUIRE, RELEASE,
+	// RELEASE_OWNED and EXTEND.
 	MinKeyLen = 1
 	MaxKeyLen = 255
 	// MaxWaitS bounds wait_s of ACQUIRE (0 is one immediate try).
 	MaxWaitS = 255
-	// MinLeaseS and MaxLeaseS bound lease_s of ACQUIRE.
+	// MinLeaseS and MaxLeaseS bound lease_s of ACQUIRE and EXTEND.
 	MinLeaseS = 1
 	MaxLeaseS = 250
 	// MaxTokenLen and MaxNameLen bound the client token and the client name
@@ -109,9 +134,11 @@ const (
 	TypeAcquire byte = 'A'
 	TypeRelease byte = 'U'
 	TypePing    byte = 'P'
-	// Version 2 only.
+	// Version 2 and later only.
 	TypeCancel       byte = 'C'
 	TypeReleaseOwned byte = 'V'
+	// Version 3 and later only.
+	TypeExtend byte = 'X'
 )
 
 // Server-to-client frame types. TypePong is the same letter as TypePing.
@@ -125,6 +152,8 @@ const (
 	TypeNotActive byte = 'M'
 	TypeError     byte = 'E'
 	TypePong      byte = 'P'
+	// Version 3 and later only: the reply to EXTEND.
+	TypeKept byte = 'K'
 )
 
 // Roles carried in HELLO_OK.
@@ -181,8 +210,13 @@ var (
 	// match ErrMalformed.
 	ErrUnsupportedVersion = errors.New("wire: unsupported protocol version")
 	// ErrFieldTooLong is returned by the encoders for a variable-length field
-	// longer than its length prefix can express, or a frame above MaxBody.
+	// longer than its length prefix can express (or, for the cluster
+	// identity of HELLO_OK, than MaxClusterLen), or a frame above MaxBody.
 	ErrFieldTooLong = errors.New("wire: field too long to encode")
+	// ErrFieldVersion is returned by the encoders for a field the frame's
+	// protocol version does not have: a non-empty cluster identity in a
+	// HELLO_OK of version 1 or 2.
+	ErrFieldVersion = errors.New("wire: field not in this protocol version")
 )
 
 type codecError struct {
@@ -201,6 +235,7 @@ var (
 	errLong     = &codecError{msg: "wire: frame body longer than its type allows", malformed: true}
 	errPastEnd  = &codecError{msg: "wire: length field points past the end of the frame", malformed: true}
 	errNoHeader = &codecError{msg: "wire: frame body shorter than type and req_id", malformed: true}
+	errCluster  = &codecError{msg: "wire: cluster_len above 64", malformed: true}
 )
 
 // Request is a client-to-server frame. Only the fields of its Type are used.
@@ -213,17 +248,20 @@ type Request struct {
 	AuthToken []byte // client token
 	Name      []byte // client name, informational
 
-	// ACQUIRE and RELEASE_OWNED
+	// ACQUIRE, RELEASE_OWNED and EXTEND
 	Owner [OwnerLen]byte
 
 	// ACQUIRE
-	WaitS  uint8
+	WaitS uint8
+
+	// ACQUIRE and EXTEND
 	LeaseS uint8
 
-	// ACQUIRE, RELEASE and RELEASE_OWNED
+	// ACQUIRE, RELEASE, RELEASE_OWNED and EXTEND
 	Key []byte
 
-	// RELEASE and RELEASE_OWNED: the fencing token to release.
+	// RELEASE and RELEASE_OWNED: the fencing token to release; EXTEND: the
+	// fencing token whose lease to extend.
 	Token uint64
 }
 
@@ -236,6 +274,10 @@ type Response struct {
 	Version uint8
 	Role    uint8
 	Node    []byte
+	// Cluster is the identity of the node's replicated group (0 to
+	// MaxClusterLen bytes, empty for a standalone node). It is on the wire
+	// only in a HELLO_OK of version 3 or later.
+	Cluster []byte
 
 	// GRANTED
 	Token    uint64
@@ -282,7 +324,8 @@ func DecodeRequest(body []byte, r *Request) error {
 // the session it opens); any other returns ErrUnsupportedVersion, with
 // r.ReqID and r.Version set. For any other frame, v is the version of the
 // session it arrived on: CANCEL and RELEASE_OWNED decode only for v >= 2,
-// and are ErrUnknownType (matching ErrMalformed) for v = 1.
+// EXTEND only for v >= 3; below that they are ErrUnknownType (matching
+// ErrMalformed).
 func DecodeRequestVersion(body []byte, r *Request, v uint8) error {
 	v = max(Version1, min(v, MaxVersion))
 	if len(body) < 5 {
@@ -353,12 +396,30 @@ func DecodeRequestVersion(body []byte, r *Request, v uint8) error {
 			return err
 		}
 		return exhausted(p)
+	case TypeExtend:
+		if v < Version3 {
+			return ErrUnknownType
+		}
+		if len(p) < 8+OwnerLen+2 {
+			return errShort
+		}
+		r.Token = binary.BigEndian.Uint64(p[:8])
+		copy(r.Owner[:], p[8:8+OwnerLen])
+		r.LeaseS = p[8+OwnerLen]
+		var err error
+		if r.Key, p, err = lenPrefixed(p[8+OwnerLen+1:]); err != nil {
+			return err
+		}
+		return exhausted(p)
 	}
 	return ErrUnknownType
 }
 
 // DecodeResponse decodes one server-to-client frame body (without its length
-// prefix) into r. Slices in r alias body.
+// prefix) into r. Slices in r alias body. A HELLO_OK whose version byte is
+// 3 or more has the version-3 layout (cluster_len and cluster after node,
+// cluster_len at most MaxClusterLen); one of version 1 or 2 ends after node
+// and decodes with r.Cluster nil.
 func DecodeResponse(body []byte, r *Response) error {
 	if len(body) < 5 {
 		return errNoHeader
@@ -377,6 +438,15 @@ func DecodeResponse(body []byte, r *Response) error {
 		if r.Node, p, err = lenPrefixed(p[2:]); err != nil {
 			return err
 		}
+		r.Cluster = nil
+		if r.Version >= Version3 {
+			if r.Cluster, p, err = lenPrefixed(p); err != nil {
+				return err
+			}
+			if len(r.Cluster) > MaxClusterLen {
+				return errCluster
+			}
+		}
 		return exhausted(p)
 	case TypeGranted:
 		if len(p) < 12 {
@@ -385,7 +455,7 @@ func DecodeResponse(body []byte, r *Response) error {
 		r.Token = binary.BigEndian.Uint64(p[:8])
 		r.WaitedMS = binary.BigEndian.Uint32(p[8:12])
 		return exhausted(p[12:])
-	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong:
+	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong, TypeKept:
 		return exhausted(p)
 	case TypeNotActive:
 		var err error
@@ -431,7 +501,7 @@ func exhausted(p []byte) error {
 // It checks only what the encoding itself needs (field lengths that fit their
 // prefixes, a known type, a body of at most MaxBody); range rules such as
 // "lease 1..250" belong to the caller, so that tests can send them broken.
-// It encodes the frames of every version (CANCEL and RELEASE_OWNED
+// It encodes the frames of every version (CANCEL, RELEASE_OWNED and EXTEND
 // included): which ones a session may carry is the caller's concern.
 func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 	start := len(dst)
@@ -468,6 +538,14 @@ func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 		dst = append(dst, r.Owner[:]...)
 		dst = append(dst, byte(len(r.Key)))
 		dst = append(dst, r.Key...)
+	case TypeExtend:
+		if len(r.Key) > 255 {
+			return dst[:start], ErrFieldTooLong
+		}
+		dst = binary.BigEndian.AppendUint64(dst, r.Token)
+		dst = append(dst, r.Owner[:]...)
+		dst = append(dst, r.LeaseS, byte(len(r.Key)))
+		dst = append(dst, r.Key...)
 	case TypePing, TypeCancel:
 	default:
 		return dst[:start], ErrUnknownType
@@ -476,6 +554,10 @@ func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 }
 
 // AppendResponse appends r as a whole frame, length prefix included, to dst.
+// A HELLO_OK has the layout of its Version: from version 3 on it carries
+// r.Cluster (at most MaxClusterLen bytes, else ErrFieldTooLong); below
+// version 3 a non-empty r.Cluster is ErrFieldVersion, since that layout has
+// no room for it.
 func AppendResponse(dst []byte, r *Response) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, r.Type)
@@ -485,12 +567,22 @@ func AppendResponse(dst []byte, r *Response) ([]byte, error) {
 		if len(r.Node) > 255 {
 			return dst[:start], ErrFieldTooLong
 		}
+		if r.Version < Version3 && len(r.Cluster) != 0 {
+			return dst[:start], ErrFieldVersion
+		}
+		if len(r.Cluster) > MaxClusterLen {
+			return dst[:start], ErrFieldTooLong
+		}
 		dst = append(dst, r.Version, r.Role, byte(len(r.Node)))
 		dst = append(dst, r.Node...)
+		if r.Version >= Version3 {
+			dst = append(dst, byte(len(r.Cluster)))
+			dst = append(dst, r.Cluster...)
+		}
 	case TypeGranted:
 		dst = binary.BigEndian.AppendUint64(dst, r.Token)
 		dst = binary.BigEndian.AppendUint32(dst, r.WaitedMS)
-	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong:
+	case TypeTimedOut, TypeBusy, TypeReleased, TypeNotHeld, TypePong, TypeKept:
 	case TypeNotActive:
 		if len(r.Hint) > 255 {
 			return dst[:start], ErrFieldTooLong
@@ -522,7 +614,7 @@ func finish(dst []byte, start int) ([]byte, error) {
 // Simple frame builders for the fixed-size replies, used on hot paths.
 
 // AppendSimple appends a reply frame with no fields after req_id (T, B, R, N,
-// P). It does not check typ.
+// P, and K of version 3). It does not check typ.
 func AppendSimple(dst []byte, typ byte, reqID uint32) []byte {
 	dst = append(dst, 0, 0, 0, 5, typ)
 	return binary.BigEndian.AppendUint32(dst, reqID)

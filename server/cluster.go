@@ -407,6 +407,7 @@ func newCluster(s *Server) (*cluster, error) {
 	}
 	cl.r = r
 	running.Store(r)
+	s.group = cl.fsm.clusterID
 	// (Without PeerCertificate, raftnet.New has logged its warning.)
 	cl.wg.Add(3)
 	go cl.relay(trans.Consumer(), out)

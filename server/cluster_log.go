@@ -129,6 +129,19 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	cl.s.carryOut(sh, c)
 }
 
+// extend handles an EXTEND on the leader: K once its command is applied.
+func (cl *cluster) extend(c *conn, req *wire.Request, arrived int64) {
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !cl.active || !cl.admitLocked(c) {
+		return
+	}
+	x := extendEvent(c, req, cl.sessionID(c))
+	sh.core.Extend(cl.s.shardNow(sh), &x)
+	cl.s.carryOut(sh, c)
+}
+
 func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
 func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
 func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }

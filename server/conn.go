@@ -599,6 +599,14 @@ func (c *conn) readLoop() {
 				return
 			}
 			s.release(c, &req, true)
+		case wire.TypeExtend: // version 3
+			arrived := s.now()
+			if !keyLenOK(req.Key) || req.LeaseS < wire.MinLeaseS || req.LeaseS > wire.MaxLeaseS {
+				c.protoError(wire.CodeInvalidArg, req.ReqID, msgBadAcquire)
+				c.drain()
+				return
+			}
+			s.extend(c, &req, arrived)
 		}
 		if !c.nextFrameBuffered() {
 			c.flushInline()
@@ -634,11 +642,8 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		c.protoError(wire.CodeMalformed, reqIDOf(body), "first frame must be HELLO")
 		return false
 	}
-	// Versions 1 and 2 (the version byte is checked first, E(2)). Not
-	// wire.MaxVersion: the codec knows version 3, but this server does not
-	// serve EXTEND yet and its pre-encoded HELLO_OK has the layout of
-	// versions 1 and 2, which a version-3 HELLO_OK does not.
-	if err := wire.DecodeRequestVersion(body, req, wire.Version2); err != nil {
+	// Versions 1 to 3 (the version byte is checked first, E(2)).
+	if err := wire.DecodeRequestVersion(body, req, wire.Version3); err != nil {
 		if errors.Is(err, wire.ErrUnsupportedVersion) {
 			c.protoError(wire.CodeVersion, req.ReqID, "unsupported protocol version")
 		} else {
@@ -691,7 +696,11 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	c.nc.SetReadDeadline(time.Time{})
 	c.ver = req.Version
 	start := len(c.out)
-	c.out = append(c.out, rs.helloOK...)
+	if req.Version >= wire.Version3 {
+		c.out = append(c.out, rs.helloOK3...) // with the group's identity
+	} else {
+		c.out = append(c.out, rs.helloOK...)
+	}
 	wire.PutReqID(c.out[start:], req.ReqID)
 	c.out[start+helloOKVersionAt] = req.Version // HELLO_OK carries the version asked for
 	c.mu.Unlock()
@@ -720,6 +729,8 @@ func (c *conn) debugRequest(req *wire.Request) {
 		c.s.log.Debug(msg, "peer", c.remote, "req_id", req.ReqID, "key", string(req.Key), "token", req.Token)
 	case wire.TypeCancel:
 		c.s.log.Debug("request CANCEL", "peer", c.remote, "req_id", req.ReqID)
+	case wire.TypeExtend:
+		c.s.log.Debug("request EXTEND", "peer", c.remote, "req_id", req.ReqID, "key", string(req.Key), "token", req.Token, "lease_s", req.LeaseS)
 	}
 }
 
@@ -734,6 +745,8 @@ func (c *conn) debugReply(typ byte, reqID uint32, tok uint64, waited uint32) {
 		c.s.log.Debug("reply R: released", "peer", c.remote, "req_id", reqID)
 	case wire.TypeNotHeld:
 		c.s.log.Debug("reply N: not held", "peer", c.remote, "req_id", reqID)
+	case wire.TypeKept:
+		c.s.log.Debug("reply K: lease extended", "peer", c.remote, "req_id", reqID)
 	case wire.TypeTimedOut:
 		c.s.log.Debug("reply T: timed out", "peer", c.remote, "req_id", reqID)
 	case wire.TypeBusy:

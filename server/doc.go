@@ -426,6 +426,7 @@
 //	ticketing_busy_total                 counter: B replies
 //	ticketing_released_total             counter: R replies
 //	ticketing_not_held_total             counter: N replies
+//	ticketing_kept_total                 counter: K replies (EXTEND, version 3)
 //	ticketing_expired_total              counter: leases that ran out
 //	ticketing_output_overflows_total     counter: sessions dropped for not reading
 //	ticketing_pending_conns              gauge: connections before HELLO_OK

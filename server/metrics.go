@@ -19,7 +19,7 @@ var waitBounds = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 // Histogram.Observe is a handful of atomic adds, and a protocol error closes
 // the session, so it is no hot path.
 type counters struct {
-	grants, timeouts, busy, released, notHeld, expired, overflows atomic.Uint64
+	grants, timeouts, busy, released, notHeld, expired, overflows, kept atomic.Uint64
 
 	// Sessions and resources.
 	idleTimeouts, pendingRefused, peerLimited  atomic.Uint64
@@ -91,6 +91,7 @@ func (s *Server) collectors() []prometheus.Collector {
 		counter("timeouts_total", "ACQUIREs answered T.", &m.timeouts),
 		counter("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time).", &m.busy),
 		counter("released_total", "RELEASEs answered R.", &m.released),
+		counter("kept_total", "EXTENDs answered K (protocol version 3).", &m.kept),
 		counter("not_held_total", "RELEASEs answered N.", &m.notHeld),
 		counter("expired_total", "Leases that ran out before a release.", &m.expired),
 		counter("output_overflows_total", "Sessions dropped because their peer did not read.", &m.overflows),

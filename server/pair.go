@@ -44,7 +44,7 @@ type pair struct {
 	epochs   *epochStore
 	lockFile *os.File
 	ln       net.Listener
-	hello    []byte // this node's hello frame
+	id       atomic.Pointer[string] // the pair's identity (pair.id); "" until the backup adopts its primary's
 	serverTL *tls.Config
 	clientTL *tls.Config
 
@@ -136,7 +136,14 @@ func (s *Server) startPair() (*Server, error) {
 			return nil, fmt.Errorf("server: pair: listen %s: %w", pc.Listen, err)
 		}
 	}
-	p.hello = appendHello(nil, pairRoleByte(pc.Role), pc.Advertise)
+	id, err := loadPairID(s.cfg.DataDir, pc)
+	if err != nil {
+		p.ln.Close()
+		unlockDir(lf)
+		return nil, err
+	}
+	p.id.Store(&id)
+	s.group = func() string { return *p.id.Load() }
 	start := bstar.Primary
 	if pc.Role == PairBackup {
 		start = bstar.Backup
@@ -155,7 +162,7 @@ func (s *Server) startPair() (*Server, error) {
 		}
 	}
 	s.log.Info("pair: starting", "role", string(pc.Role), "state", start.String(), "peer", pc.Peer, "peer_listen", p.ln.Addr().String(),
-		"advertise", pc.Advertise, "heartbeat", pc.Heartbeat, "peer_tls", pc.peerTLS != nil, "epoch_mark", p.epochs.mark)
+		"advertise", pc.Advertise, "heartbeat", pc.Heartbeat, "peer_tls", pc.peerTLS != nil, "epoch_mark", p.epochs.mark, "pair_id", id)
 	p.wg.Add(3)
 	go p.acceptLoop()
 	go p.dialLoop()
@@ -203,6 +210,36 @@ func (p *pair) clientRequest() {
 		}
 	}
 	p.setState(next, out)
+}
+
+// helloFrame is this node's hello (with the pair's identity as it is now).
+func (p *pair) helloFrame() []byte {
+	return appendHello(nil, pairRoleByte(p.cfg.Role), p.cfg.Advertise, *p.id.Load())
+}
+
+// adoptID checks the peer's pair identity against this node's: a node
+// without one (a backup that has not met its primary yet) adopts it, and
+// records it; another non-empty one is a peer of another pair, refused.
+func (p *pair) adoptID(peer string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mine := *p.id.Load()
+	switch {
+	case peer == "" || peer == mine:
+		return nil
+	case mine == "":
+		if err := storePairID(p.s.cfg.DataDir, peer); err != nil {
+			p.s.log.Error("pair: cannot record the pair's identity", "err", err)
+			return err
+		}
+		p.id.Store(&peer)
+		p.s.log.Info("pair: adopted the pair's identity from the peer", "pair_id", peer)
+		return nil
+	}
+	if _, ok := p.refusals.due(p.s.now(), 1); ok {
+		p.s.log.Error("pair: the peer belongs to another pair (another pair ID): its link is refused; check --peer", "pair_id", mine, "peer_pair_id", peer)
+	}
+	return fmt.Errorf("%w: the peer's pair ID %q is not this pair's %q", errPairLink, peer, mine)
 }
 
 // sameRole is a peer that says it was started with this node's role: two
@@ -419,7 +456,7 @@ func (p *pair) dialLoop() {
 	defer p.wg.Done()
 	failing := false // the last dial failed (logged once until one succeeds)
 	for {
-		nc, r, h, err := dialPeer(p.cfg.Peer, p.clientTL, p.cfg.Heartbeat, p.hello)
+		nc, r, h, err := dialPeer(p.cfg.Peer, p.clientTL, p.cfg.Heartbeat, p.helloFrame())
 		switch {
 		case err != nil && !failing:
 			failing = true
@@ -432,6 +469,11 @@ func (p *pair) dialLoop() {
 			nc.Close()
 			p.sameRole(p.cfg.Peer)
 			err = errPairLink
+		}
+		if err == nil {
+			if err = p.adoptID(h.id); err != nil {
+				nc.Close()
+			}
 		}
 		if err == nil {
 			o := newOutLink(nc, p.s.now())
@@ -558,13 +600,16 @@ func (p *pair) serveIn(nc net.Conn) {
 		p.s.log.Warn("pair: refused a peer link", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	// The hello first, even to a peer of the same role: it learns of the
-	// fault too.
-	if _, err := nc.Write(p.hello); err != nil {
+	// The hello first, even to a peer of the same role or of another
+	// pair: it learns of the fault too.
+	if _, err := nc.Write(p.helloFrame()); err != nil {
 		return
 	}
 	if h.role == pairRoleByte(p.cfg.Role) {
 		p.sameRole(nc.RemoteAddr().String())
+		return
+	}
+	if err := p.adoptID(h.id); err != nil {
 		return
 	}
 	nc.SetDeadline(time.Time{})
@@ -656,6 +701,18 @@ func (p *pair) release(c *conn, req *wire.Request, owned bool) {
 	}
 	r := releaseEvent(c, req, owned, 0)
 	sh.core.Release(p.s.shardNow(sh), &r)
+	p.s.carryOut(sh, c)
+}
+
+func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
+	sh := &p.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !p.active {
+		return
+	}
+	x := extendEvent(c, req, 0)
+	sh.core.Extend(p.s.shardNow(sh), &x)
 	p.s.carryOut(sh, c)
 }
 

@@ -54,6 +54,16 @@ type PairConfig struct {
 	// bytes.
 	Advertise string
 
+	// ID is the pair's identity, which a version-3 HELLO_OK carries so
+	// that a client never uses two groups as one service: 1 to 64
+	// letters, digits, '.', '_' or '-' (NewClusterID draws one), the same
+	// on both nodes (ticketingd init --pair writes it). Empty: the primary
+	// draws one at its first start and the backup adopts its primary's at
+	// their first contact; either way it is kept in the data dir
+	// (pair.id), and a node refuses to start with an ID other than the one
+	// recorded there, and refuses a peer link from a node of another pair.
+	ID string
+
 	// Heartbeat is the interval of the nodes' heartbeats; the peer counts
 	// as dead after two intervals without one. Default
 	// DefaultPairHeartbeat; both nodes should use the same.
@@ -99,6 +109,9 @@ func (pc *PairConfig) validate(c *Config) error {
 	}
 	if len(pc.Advertise) > wire.MaxNameLen {
 		return fmt.Errorf("server: PairConfig.Advertise longer than %d bytes", wire.MaxNameLen)
+	}
+	if pc.ID != "" && !validNodeID(pc.ID) {
+		return fmt.Errorf("server: PairConfig.ID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", pc.ID)
 	}
 	if pc.Heartbeat < 0 {
 		return fmt.Errorf("server: PairConfig.Heartbeat is negative (%v)", pc.Heartbeat)

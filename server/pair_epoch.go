@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ticketing-dev/ticketing/internal/fsutil"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
@@ -130,5 +131,53 @@ func (es *epochStore) raise(mark uint64) error {
 		return fmt.Errorf("server: pair: %w", err)
 	}
 	es.mark, es.fresh = max(mark, es.mark), false
+	return nil
+}
+
+// pairIDFile holds a pair node's identity (PairConfig.ID).
+const pairIDFile = "pair.id"
+
+// errPairID: the data dir belongs to another pair than the configured one.
+var errPairID = errors.New("server: pair: the data dir belongs to another pair")
+
+// loadPairID returns the pair's identity for a node of pc on dir: the
+// configured one (recorded if the dir has none), else the recorded one,
+// else for a primary a new one (recorded); a backup without either has
+// none until it meets its primary (pair.adoptID).
+func loadPairID(dir string, pc PairConfig) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, pairIDFile))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("server: pair: %w", err)
+	}
+	stored := strings.TrimSpace(string(b))
+	if err == nil && !validNodeID(stored) {
+		return "", fmt.Errorf("server: pair: %s holds no valid pair ID", filepath.Join(dir, pairIDFile))
+	}
+	switch {
+	case pc.ID != "" && stored != "" && pc.ID != stored:
+		return "", fmt.Errorf("%w: %s records pair ID %q, the configuration gives %q", errPairID, filepath.Join(dir, pairIDFile), stored, pc.ID)
+	case stored != "":
+		return stored, nil
+	case pc.ID != "":
+		return pc.ID, storePairID(dir, pc.ID)
+	case pc.Role == PairPrimary:
+		id := NewClusterID()
+		return id, storePairID(dir, id)
+	}
+	return "", nil
+}
+
+// storePairID durably records id in dir.
+func storePairID(dir, id string) error {
+	path := filepath.Join(dir, pairIDFile)
+	if err := fsutil.WriteFileSync(path+".tmp", []byte(id+"\n")); err != nil {
+		return fmt.Errorf("server: pair: write %s: %w", path, err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("server: pair: %w", err)
+	}
+	if err := fsutil.SyncDir(dir); err != nil {
+		return fmt.Errorf("server: pair: %w", err)
+	}
 	return nil
 }

@@ -25,7 +25,7 @@ import (
 //
 // Frames (integers big-endian): length u32 (of type and body), type u8, body.
 //
-//	'H' hello      magic "TKPR", version u8 (1), role u8 (1 primary, 2 backup), advertise_len u8, advertise
+//	'H' hello      magic "TKPR", version u8 (1), role u8 (1 primary, 2 backup), advertise_len u8, advertise, id_len u8, id
 //	'B' heartbeat  state u8 (bstar.State), mark u64, serving u64, flags u8 (bit 0: has state)
 //	'S' snapshot   seq u64, ceiling u64, the lock machine's snapshot (lockcore "TKSM")
 //	'C' command    seq u64, a lock command (lockcore's encoding)
@@ -33,7 +33,9 @@ import (
 //	'K' ack        seq u64: every stream frame up to seq is applied
 //
 // The dialling node sends 'H' first and the accepting node answers with
-// its own 'H'; a node refuses a peer started with the same role. mark is
+// its own 'H'; a node refuses a peer started with the same role, or of
+// another pair (another non-empty id; a node without an id adopts its
+// peer's). mark is
 // 1 + the highest token epoch the node has used or seen, serving 1 + the
 // epoch it serves under (0: it does not serve). The stream of one out link
 // begins with 'S'; seq numbers then follow one by one.
@@ -106,11 +108,13 @@ func readFrame(r *bufio.Reader, limit int, buf *[]byte) (byte, []byte, error) {
 type pairHello struct {
 	role      byte
 	advertise string
+	id        string // the pair's identity ("": none yet)
 }
 
-func appendHello(b []byte, role byte, advertise string) []byte {
+func appendHello(b []byte, role byte, advertise, id string) []byte {
 	body := append([]byte(pairMagic), pairVersion, role, byte(len(advertise)))
-	return appendFrame(b, frameHello, append(body, advertise...))
+	body = append(append(body, advertise...), byte(len(id)))
+	return appendFrame(b, frameHello, append(body, id...))
 }
 
 func parseHello(typ byte, b []byte) (pairHello, error) {
@@ -120,10 +124,11 @@ func parseHello(typ byte, b []byte) (pairHello, error) {
 	if b[4] != pairVersion {
 		return pairHello{}, fmt.Errorf("%w: peer link version %d, want %d", errPairLink, b[4], pairVersion)
 	}
-	if b[5] != 1 && b[5] != 2 || int(b[6]) != len(b)-7 {
+	n := int(b[6])
+	if b[5] != 1 && b[5] != 2 || 7+n >= len(b) || 7+n+1+int(b[7+n]) != len(b) {
 		return pairHello{}, fmt.Errorf("%w: malformed hello", errPairLink)
 	}
-	return pairHello{role: b[5], advertise: string(b[7:])}, nil
+	return pairHello{role: b[5], advertise: string(b[7 : 7+n]), id: string(b[8+n:])}, nil
 }
 
 // heartbeat is a peer's heartbeat.

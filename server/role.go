@@ -42,9 +42,10 @@ func (r Role) String() string {
 
 // roleState is the current role, read (one atomic load) at every HELLO.
 type roleState struct {
-	role    Role
-	hint    []byte // NOT_ACTIVE's hint (not serving)
-	helloOK []byte // HELLO_OK frame with req_id 0 and this role (serving)
+	role     Role
+	hint     []byte // NOT_ACTIVE's hint (not serving)
+	helloOK  []byte // HELLO_OK frame with req_id 0 and this role, the layout of versions 1 and 2 (serving)
+	helloOK3 []byte // the same in version 3's layout, with the group's identity
 }
 
 type roleSwitch struct {
@@ -65,8 +66,24 @@ func (s *Server) newRoleState(r Role, hint string) (*roleState, error) {
 		if err != nil {
 			return nil, err
 		}
+		rs.helloOK3, err = wire.AppendResponse(nil, &wire.Response{Type: wire.TypeHelloOK, Version: wire.Version3, Role: uint8(r),
+			Node: []byte(s.cfg.NodeName), Cluster: []byte(s.groupID())})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return rs, nil
+}
+
+// groupID is the identity of the replicated group this node belongs to,
+// as a version-3 HELLO_OK carries it: a cluster's ID, a pair's ID, ""
+// standalone (and for a cluster that has not recorded its ID yet, which
+// does not serve).
+func (s *Server) groupID() string {
+	if s.group == nil {
+		return ""
+	}
+	return s.group()
 }
 
 // Role returns the server's current role and its hint.

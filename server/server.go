@@ -37,6 +37,7 @@ type Stats struct {
 	Busy           uint64 `json:"busy"`            // B replies
 	Released       uint64 `json:"released"`        // R replies
 	NotHeld        uint64 `json:"not_held"`        // N replies
+	Kept           uint64 `json:"kept"`            // K replies (EXTEND, protocol version 3)
 	ProtocolErrors uint64 `json:"protocol_errors"` // E frames sent for protocol violations and internal errors (all codes but 5)
 	Expired        uint64 `json:"expired"`         // leases that ran out before a release (addition to the contract)
 
@@ -52,9 +53,10 @@ type Stats struct {
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
-	tokens       *tokenStore // standalone only
-	cl           *cluster    // Raft mode only
-	pr           *pair       // pair mode only
+	tokens       *tokenStore   // standalone only
+	cl           *cluster      // Raft mode only
+	pr           *pair         // pair mode only
+	group        func() string // the replicated group's identity (groupID); nil standalone. Set before any goroutine of the mode starts
 	tokenDigests [][sha256.Size]byte
 	role         atomic.Pointer[roleState] // current role; its HELLO_OK or hint
 	roleSw       roleSwitch
@@ -409,6 +411,7 @@ func (s *Server) Stats() Stats {
 		Busy:           s.m.busy.Load(),
 		Released:       s.m.released.Load(),
 		NotHeld:        s.m.notHeld.Load(),
+		Kept:           s.m.kept.Load(),
 		ProtocolErrors: s.m.protoErrs.Load(),
 		Expired:        s.m.expired.Load(),
 	}

@@ -36,7 +36,7 @@ func TestHelloCheckOrder(t *testing.T) {
 		frame []byte
 		code  uint16
 	}{
-		{"bad version, bad length, bad token", helloFrame(7, 3, "nope", []byte{1, 2, 3}), wire.CodeVersion},
+		{"bad version, bad length, bad token", helloFrame(7, 4, "nope", []byte{1, 2, 3}), wire.CodeVersion},
 		{"bad length, bad token", helloFrame(7, 1, "nope", []byte{1, 2, 3}), wire.CodeMalformed},
 		{"bad token, over session limit", helloFrame(7, 1, "nope", nil), wire.CodeUnauthorized},
 		{"over session limit", helloFrame(7, 1, "s3cret", nil), wire.CodeTooManySession},

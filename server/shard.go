@@ -60,6 +60,7 @@ type replicated interface {
 type mode interface {
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
+	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)
 	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
 	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
 	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
@@ -81,6 +82,12 @@ func releaseEvent(c *conn, req *wire.Request, owned bool, by uint64) lockcore.Re
 	return lockcore.Release{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
 }
 
+// extendEvent is an EXTEND of c as a core's event, charged to session by
+// (0: none).
+func extendEvent(c *conn, req *wire.Request, by uint64) lockcore.Extend {
+	return lockcore.Extend{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, LeaseS: req.LeaseS}
+}
+
 // resyncKey sets key's projection in sh's core to the holding (h, held)
 // its mode's machine has, after a command that did not apply as projected
 // (under sh.mu; what names the mode in the log line).
@@ -96,6 +103,10 @@ func (s *Server) resyncKey(sh *shard, what, key string, h lockcore.Holding, held
 
 // acquire handles a well-formed, in-range ACQUIRE from c's reader.
 func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.mode.acquire(c, req, arrived) }
+
+// extend handles a well-formed, in-range EXTEND (version 3) from c's
+// reader, whose frame was read at arrived: the lease counts from then.
+func (s *Server) extend(c *conn, req *wire.Request, arrived int64) { s.mode.extend(c, req, arrived) }
 
 // release handles a well-formed, in-range RELEASE from c's reader, or with
 // owned a RELEASE_OWNED (version 2), which frees the key only if its holder
@@ -197,6 +208,9 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 		case lockcore.NotHeld:
 			s.m.notHeld.Add(1)
 			c.send(wire.TypeNotHeld, e.ReqID, false, wake)
+		case lockcore.Kept:
+			s.m.kept.Add(1)
+			c.send(wire.TypeKept, e.ReqID, false, wake)
 		case lockcore.Failed:
 			if e.Queued {
 				s.internalErrorQueued(c, e.ReqID, e.Err)

@@ -212,6 +212,20 @@ func (t shards) release(c *conn, req *wire.Request, owned bool) {
 	sh.mu.Unlock()
 }
 
+func (t shards) extend(c *conn, req *wire.Request, arrived int64) {
+	s := t.s
+	sh := s.shardFor(req.Key)
+	x := extendEvent(c, req, 0)
+	sh.mu.Lock()
+	// As of its arrival, as an ACQUIRE: the extended lease counts from
+	// when the frame was read (PROTOCOL: "after the server received the
+	// EXTEND"), no later.
+	sh.last = max(sh.last, arrived)
+	sh.core.Extend(sh.last, &x)
+	s.carryOut(sh, c)
+	sh.mu.Unlock()
+}
+
 // noToken counts an ACQUIRE answered B because no token was available,
 // and logs at most once per second with the count since the last line.
 func (s *Server) noToken(reason error) {

@@ -424,9 +424,9 @@ func TestConformanceSessionRules(t *testing.T) {
 		r.send(x(t, "00000009"+"4800000002"+"01"+"00"+"05"+"61"))
 		r.expectE(1, 2)
 	})
-	t.Run("1/HELLO version 3 -> E(2)", func(t *testing.T) {
+	t.Run("1/HELLO version 4 -> E(2)", func(t *testing.T) {
 		r := dialConf(t, s.addr)
-		r.send(x(t, "000000084800000003030000"))
+		r.send(x(t, "000000084800000003040000"))
 		r.expectE(2, 3)
 	})
 	t.Run("1/HELLO version 0 -> E(2)", func(t *testing.T) {
@@ -871,10 +871,11 @@ func TestConformanceHelloCheckOrder(t *testing.T) {
 		frame string
 		code  uint16
 	}{
-		// version 3, token "nope", then 3 stray bytes: E(2) although the
+		// version 4, token "nope", then 3 stray bytes: E(2) although the
 		// length is wrong too.
-		{"version 3 and wrong length -> E(2)", "0000000f" + "4800000007" + "03" + "046e6f7065" + "00" + "010203", 2},
-		{"version 3 and nothing after it -> E(2)", "00000006" + "4800000007" + "03", 2},
+		{"version 4 and wrong length -> E(2)", "0000000f" + "4800000007" + "04" + "046e6f7065" + "00" + "010203", 2},
+		{"version 4 and nothing after it -> E(2)", "00000006" + "4800000007" + "04", 2},
+		{"version 3, wrong length, bad token -> E(1)", "0000000f" + "4800000007" + "03" + "046e6f7065" + "00" + "010203", 1},
 		{"version 2, wrong length, bad token -> E(1)", "0000000f" + "4800000007" + "02" + "046e6f7065" + "00" + "010203", 1},
 		{"version 2 and nothing after it -> E(1)", "00000006" + "4800000007" + "02", 1},
 		{"version 2, bad token at the session limit -> E(3)", "0000000c" + "4800000007" + "02" + "046e6f7065" + "00", 3},

@@ -61,12 +61,12 @@ type mode interface {
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
 	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)
-	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
-	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
-	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
-	health() error                      // TokenStoreErr
-	collectors() []prometheus.Collector // the mode's own, beside the server's
-	close()                             // the end of Close and Shutdown
+	lastToken() uint64                                // the highest token handed out (standalone), or applied (Raft)
+	tokenCeiling() uint64                             // the durable ceiling (standalone); the committed counter (Raft)
+	heldLocks() int                                   // held locks: in Raft mode, the holdings of the applied log
+	health() error                                    // TokenStoreErr
+	collectors() []prometheus.Collector               // the mode's own, beside the server's
+	close()                                           // the end of Close and Shutdown
 }
 
 // acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a

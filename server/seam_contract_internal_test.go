@@ -282,7 +282,7 @@ func (l *memLog) apply() bool {
 // memTable is the mode of a Server whose every key goes to one shard,
 // the in-memory log's (as a cluster leader's do to cluster.sh).
 type memTable struct {
-	shards // the standalone Server's, but for acquire and release
+	shards // the standalone Server's, but for acquire, release and extend
 	s      *Server
 	sh     *shard
 }
@@ -301,6 +301,14 @@ func (mt memTable) release(c *conn, req *wire.Request, owned bool) {
 	mt.sh.mu.Lock()
 	defer mt.sh.mu.Unlock()
 	mt.sh.core.Release(mt.s.shardNow(mt.sh), &r)
+	mt.s.carryOut(mt.sh, c)
+}
+
+func (mt memTable) extend(c *conn, req *wire.Request, arrived int64) {
+	x := extendEvent(c, req, 0)
+	mt.sh.mu.Lock()
+	defer mt.sh.mu.Unlock()
+	mt.sh.core.Extend(mt.s.shardNow(mt.sh), &x)
 	mt.s.carryOut(mt.sh, c)
 }
 
@@ -371,6 +379,7 @@ func wR(id uint32) seamWant             { return seamWant{typ: wire.TypeReleased
 func wN(id uint32) seamWant             { return seamWant{typ: wire.TypeNotHeld, id: id} }
 func wT(id uint32) seamWant             { return seamWant{typ: wire.TypeTimedOut, id: id} }
 func wM() seamWant                      { return seamWant{typ: wire.TypeNotActive} }
+func wK(id uint32) seamWant             { return seamWant{typ: wire.TypeKept, id: id} }
 
 // seamSess is a session on an in-memory connection: the test plays its
 // reader.
@@ -426,6 +435,8 @@ func (ss *seamSess) request(req wire.Request) {
 		ss.s.release(ss.c, &req, req.Type == wire.TypeReleaseOwned)
 	case wire.TypeCancel:
 		ss.s.cancel(ss.c, req.ReqID)
+	case wire.TypeExtend:
+		ss.s.extend(ss.c, &req, ss.s.now())
 	}
 }
 
@@ -439,6 +450,10 @@ func (ss *seamSess) rel(id uint32, key string, tok uint64) {
 
 func (ss *seamSess) relOwned(id uint32, key string, tok uint64) {
 	ss.request(wire.Request{Type: wire.TypeReleaseOwned, ReqID: id, Owner: ss.owner, Key: []byte(key), Token: tok})
+}
+
+func (ss *seamSess) extend(id uint32, key string, tok uint64, leaseS uint8) {
+	ss.request(wire.Request{Type: wire.TypeExtend, ReqID: id, Owner: ss.owner, Key: []byte(key), Token: tok, LeaseS: leaseS})
 }
 
 func (ss *seamSess) cancel(id uint32) { ss.request(wire.Request{Type: wire.TypeCancel, ReqID: id}) }
@@ -656,6 +671,22 @@ func seamScenario(t *testing.T, l *seamLog) {
 	l.clk.Advance(10 * time.Second)
 	c.rel(19, "k3", r.tok("t6"))
 	r.expect(on(c, wN(19)))
+
+	// EXTEND (version 3): K by the holder, its token kept; N from another
+	// owner; the lease then ends at the extended end, not before (the
+	// waiter is granted only then).
+	a.acq(23, "k4", 0, 2)
+	r.expect(on(a, wG(23, "t10")))
+	a.extend(24, "k4", r.tok("t10"), 5)
+	b.extend(25, "k4", r.tok("t10"), 5)
+	r.expect(on(a, wK(24)), on(b, wN(25)))
+	c.acq(26, "k4", 30, 10)
+	l.clk.Advance(3 * time.Second)
+	r.expect()
+	l.clk.Advance(2 * time.Second)
+	r.expect(on(c, wG(26, "t11")))
+	c.rel(27, "k4", r.tok("t11"))
+	r.expect(on(c, wR(27)))
 
 	// Three sessions' grants at once.
 	a.acq(20, "k10", 0, 10)

@@ -119,6 +119,23 @@
 // right token, gets N and the lock stays held. Locks granted on version-1
 // sessions are freed by U as above.
 //
+// # Version 3
+//
+// A HELLO asking for version 3 gets a version-3 HELLO_OK, which also
+// carries the identity of the node's replicated group: a cluster's ID, a
+// pair's ID (PairConfig.ID), empty standalone; a client never uses two
+// nodes with different identities as one service. A version-3 session may
+// send EXTEND (X: token, owner, lease_s, key): if the key's holding has
+// that token and that holder, its lease ends no earlier than lease_s after
+// the EXTEND was read (the later of its end and that instant: never
+// shortened), the token stays, and the answer is K (KEPT, counted in
+// Stats.Kept); otherwise N. The holding's lease_s becomes the new one when
+// the end moves (when the current end is later, both stay), so a takeover
+// restarts the lease at least as long as its holder was told. A replicated
+// node answers K only once the extension is committed (a cluster) or
+// acknowledged by the passive (a pair). On versions 1 and 2, X is an
+// unknown type: E(1). A HELLO for version 4 or later gets E(2).
+//
 // # The code: the lock core, the replication logs, the sessions
 //
 // Every lock decision is made in one place, package internal/lockcore, in

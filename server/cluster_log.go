@@ -111,9 +111,7 @@ func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
 	if !cl.active || !cl.admitLocked(c) {
 		return // stepping down: the session gets M and closes
 	}
-	a := cl.s.acquireEvent(c, req, arrived, cl.sessionID(c))
-	sh.core.Acquire(cl.s.shardNow(sh), &a)
-	cl.s.carryOut(sh, c)
+	cl.s.coreAcquire(sh, c, req, arrived, cl.sessionID(c))
 }
 
 // release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
@@ -124,9 +122,7 @@ func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
 	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
-	r := releaseEvent(c, req, owned, cl.sessionID(c))
-	sh.core.Release(cl.s.shardNow(sh), &r)
-	cl.s.carryOut(sh, c)
+	cl.s.coreRelease(sh, c, req, owned, cl.sessionID(c))
 }
 
 // extend handles an EXTEND on the leader: K once its command is applied.
@@ -137,9 +133,7 @@ func (cl *cluster) extend(c *conn, req *wire.Request, arrived int64) {
 	if !cl.active || !cl.admitLocked(c) {
 		return
 	}
-	x := extendEvent(c, req, cl.sessionID(c))
-	sh.core.Extend(cl.s.shardNow(sh), &x)
-	cl.s.carryOut(sh, c)
+	cl.s.coreExtend(sh, c, req, cl.sessionID(c))
 }
 
 func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }

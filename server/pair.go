@@ -687,9 +687,7 @@ func (p *pair) acquire(c *conn, req *wire.Request, arrived int64) {
 	if !p.active {
 		return // stepping down: the session gets M and closes
 	}
-	a := p.s.acquireEvent(c, req, arrived, 0)
-	sh.core.Acquire(p.s.shardNow(sh), &a)
-	p.s.carryOut(sh, c)
+	p.s.coreAcquire(sh, c, req, arrived, 0)
 }
 
 func (p *pair) release(c *conn, req *wire.Request, owned bool) {
@@ -699,9 +697,7 @@ func (p *pair) release(c *conn, req *wire.Request, owned bool) {
 	if !p.active {
 		return
 	}
-	r := releaseEvent(c, req, owned, 0)
-	sh.core.Release(p.s.shardNow(sh), &r)
-	p.s.carryOut(sh, c)
+	p.s.coreRelease(sh, c, req, owned, 0)
 }
 
 func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
@@ -711,9 +707,7 @@ func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
 	if !p.active {
 		return
 	}
-	x := extendEvent(c, req, 0)
-	sh.core.Extend(p.s.shardNow(sh), &x)
-	p.s.carryOut(sh, c)
+	p.s.coreExtend(sh, c, req, 0)
 }
 
 func (p *pair) lastToken() uint64    { return p.last.Load() }

@@ -305,11 +305,9 @@ func (mt memTable) release(c *conn, req *wire.Request, owned bool) {
 }
 
 func (mt memTable) extend(c *conn, req *wire.Request, arrived int64) {
-	x := extendEvent(c, req, 0)
 	mt.sh.mu.Lock()
 	defer mt.sh.mu.Unlock()
-	mt.sh.core.Extend(mt.s.shardNow(mt.sh), &x)
-	mt.s.carryOut(mt.sh, c)
+	mt.s.coreExtend(mt.sh, c, req, 0)
 }
 
 // seamMem is the in-memory log, behind a standalone Server whose lock

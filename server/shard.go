@@ -88,6 +88,27 @@ func extendEvent(c *conn, req *wire.Request, by uint64) lockcore.Extend {
 	return lockcore.Extend{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, LeaseS: req.LeaseS}
 }
 
+// coreAcquire, coreRelease and coreExtend hand a session's request to
+// sh's core as its event, charged to session by, and carry out the
+// effects (under sh.mu): a replicated mode's serving core.
+func (s *Server) coreAcquire(sh *shard, c *conn, req *wire.Request, arrived int64, by uint64) {
+	a := s.acquireEvent(c, req, arrived, by)
+	sh.core.Acquire(s.shardNow(sh), &a)
+	s.carryOut(sh, c)
+}
+
+func (s *Server) coreRelease(sh *shard, c *conn, req *wire.Request, owned bool, by uint64) {
+	r := releaseEvent(c, req, owned, by)
+	sh.core.Release(s.shardNow(sh), &r)
+	s.carryOut(sh, c)
+}
+
+func (s *Server) coreExtend(sh *shard, c *conn, req *wire.Request, by uint64) {
+	x := extendEvent(c, req, by)
+	sh.core.Extend(s.shardNow(sh), &x)
+	s.carryOut(sh, c)
+}
+
 // resyncKey sets key's projection in sh's core to the holding (h, held)
 // its mode's machine has, after a command that did not apply as projected
 // (under sh.mu; what names the mode in the log line).

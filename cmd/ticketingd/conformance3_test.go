@@ -533,7 +533,7 @@ func TestConformanceVersion3Cluster(t *testing.T) {
 	// a one-node cluster of its own, whose HELLO_OK carries that
 	// cluster's identity, not the real one's. (Started from a bundle
 	// node's config, whose cluster-id it would bootstrap with, it would
-	// carry the real cluster's: docs/ha.md, "The cluster's identity".)
+	// carry the real cluster's: docs/ha.md, "Cluster identity and bootstrap safety".)
 	fp := freePortRun(t, 3)
 	fork := startBinary(t, bin, "serve", "--cluster", "--node-id", "n1", "--node-name", "n1", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--listen", "127.0.0.1:"+strconv.Itoa(fp), "--raft-listen", "127.0.0.1:"+strconv.Itoa(fp+1), "--peers", "n1=127.0.0.1:"+strconv.Itoa(fp+1),

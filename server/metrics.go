@@ -92,7 +92,7 @@ func (s *Server) collectors() []prometheus.Collector {
 		counter("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time).", &m.busy),
 		counter("released_total", "RELEASEs answered R.", &m.released),
 		counter("kept_total", "EXTENDs answered K (protocol version 3).", &m.kept),
-		counter("not_held_total", "RELEASEs answered N.", &m.notHeld),
+		counter("not_held_total", "RELEASEs and EXTENDs answered N.", &m.notHeld),
 		counter("expired_total", "Leases that ran out before a release.", &m.expired),
 		counter("output_overflows_total", "Sessions dropped because their peer did not read.", &m.overflows),
 		m.protoErrsByCode,

@@ -58,7 +58,7 @@ var metricsSchema = []string{
 	"ticketing_idle_timeouts_total counter {} | Sessions dropped for sending no frame within the idle timeout while awaiting no reply.",
 	"ticketing_kept_total counter {} | EXTENDs answered K (protocol version 3).",
 	"ticketing_log_suppressed_total counter {} | Log lines about peers left out by the rate limit (summed up in one line per interval).",
-	"ticketing_not_held_total counter {} | RELEASEs answered N.",
+	"ticketing_not_held_total counter {} | RELEASEs and EXTENDs answered N.",
 	"ticketing_output_overflows_total counter {} | Sessions dropped because their peer did not read.",
 	"ticketing_peer_session_limit_total counter {} | HELLOs refused with E(7) by the per-peer session limit.",
 	"ticketing_pending_conns gauge {} | Connections that have not completed HELLO.",

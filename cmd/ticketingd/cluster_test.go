@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -261,9 +260,12 @@ func TestClusterEndToEnd(t *testing.T) {
 	// A broker given the printed URL (all three addresses) locks, with
 	// a first token above the clock: every node's config from init says
 	// token-start: clock.
-	cfg, err := broker.ParseURL(ex["TICKETING_URL"])
+	cfg, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatal(err)
+	}
+	if id := urlCluster(t, ex["TICKETING_URL"]); id != o1.ClusterID {
+		t.Errorf("the printed URL names cluster=%q, want the cluster's ID %s", id, o1.ClusterID)
 	}
 	if tok := lockOnce(t, cfg); tok <= before || o1.TokenStart != "clock" {
 		t.Errorf("first token %d of the init --cluster bundle (token-start %q), want above the clock in µs at its start (%d)", tok, o1.TokenStart, before)

@@ -80,6 +80,7 @@ type serveOptions struct {
 	// Pair mode (see checkPair in pair.go): Pair is the starting role,
 	// primary or backup ("" is no pair).
 	Pair       string
+	PairID     string
 	Peer       string
 	PeerListen string
 	Heartbeat  time.Duration
@@ -144,6 +145,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.EarlyRelease, "early-release", false, "cluster: answer a RELEASE with R as soon as the leader has queued it, one commit earlier; departs from the protocol (R means released): a leader failure within that commit leaves the released key held until its restarted lease ends. Off: R once the release is committed"),
 		opt(&o.CommittedRelease, "committed-release", false, "cluster: deprecated and ignored: a RELEASE is answered once it is committed by default (see --early-release)"),
 		opt(&o.Pair, "pair", "", "run as a node of a hot-standby pair (Binary Star) with the starting role `primary|backup` (needs --peer and --peer-listen; the other node has the other role): the active node serves, the passive one answers NOT_ACTIVE with the active's --advertise address"),
+		opt(&o.PairID, "pair-id", "", "pair: the pair's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --pair writes a random one per bundle), the same on both nodes, sent to clients in a version-3 HELLO_OK: without it the primary draws one at its first start and the backup adopts it; a node whose data dir records another refuses to start, and a peer of another pair is refused"),
 		opt(&o.Peer, "peer", "", "pair: the other node's peer `address` (host:port, its --peer-listen as this node dials it)"),
 		opt(&o.PeerListen, "peer-listen", "", "pair: TCP `address` (host:port) this node takes its peer's link on"),
 		opt(&o.Heartbeat, "heartbeat", server.DefaultPairHeartbeat, fmt.Sprintf("pair: interval of the heartbeats on the peer link, at least %v; the peer counts as dead after two intervals without one; give both nodes the same", minPairHeartbeat)),

@@ -119,6 +119,14 @@ func dialRaw(conn net.Conn, token string) (*client, wire.Response, error) {
 	return cl, r, err
 }
 
+// dialRawV3 is dialRaw with a version-3 HELLO: its HELLO_OK carries the
+// identity of the node's cluster or pair.
+func dialRawV3(conn net.Conn, token string) (*client, wire.Response, error) {
+	cl := &client{c: conn, fr: wire.NewReader(bufio.NewReader(conn))}
+	r, err := cl.do(&wire.Request{Type: wire.TypeHello, Version: wire.Version3, AuthToken: []byte(token), Name: []byte("test")})
+	return cl, r, err
+}
+
 func (cl *client) do(req *wire.Request) (wire.Response, error) {
 	cl.id++
 	req.ReqID = cl.id

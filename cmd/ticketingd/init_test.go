@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,13 +282,57 @@ func shExports(t *testing.T, out string, names ...string) map[string]string {
 	return m
 }
 
+// reGroupID is the identity init draws for a cluster or a pair
+// (server.NewClusterID): 128 bits in lowercase hex.
+var reGroupID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// urlCluster returns the value of the one cluster= parameter of the
+// TICKETING_URL u ("" without one), failing the test if u has it twice.
+func urlCluster(t *testing.T, u string) string {
+	t.Helper()
+	_, query, _ := strings.Cut(u, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		t.Fatalf("TICKETING_URL query %q: %v", query, err)
+	}
+	if len(q["cluster"]) > 1 {
+		t.Fatalf("TICKETING_URL %q has cluster= twice", u)
+	}
+	return q.Get("cluster")
+}
+
+// parseURL is broker.ParseURL of a TICKETING_URL that init printed. A
+// broker that does not read cluster= yet (the broker's part of issue 22
+// adds it) rejects the URL of a cluster or pair bundle as an unknown
+// parameter: the URL is then parsed without it, and the test log says so.
+// Once the broker reads it, this is broker.ParseURL.
+func parseURL(t *testing.T, u string) (broker.Config, error) {
+	t.Helper()
+	cfg, err := broker.ParseURL(u)
+	if err != nil && strings.Contains(err.Error(), `unknown URL parameter "cluster"`) {
+		t.Logf("this broker does not read cluster= yet (%v): parsing the URL without it", err)
+		base, query, _ := strings.Cut(u, "?")
+		var keep []string
+		for kv := range strings.SplitSeq(query, "&") {
+			if !strings.HasPrefix(kv, "cluster=") {
+				keep = append(keep, kv)
+			}
+		}
+		if len(keep) > 0 {
+			base += "?" + strings.Join(keep, "&")
+		}
+		return broker.ParseURL(base)
+	}
+	return cfg, err
+}
+
 // clusterExports runs the export lines of init --cluster's out through
 // sh (TICKETING_URL and TICKETING_ADMIN_TOKEN, no others) and adds
 // TICKETING_TOKEN: the client token, as the printed URL carries it.
 func clusterExports(t *testing.T, out string) map[string]string {
 	t.Helper()
 	ex := shExports(t, out, "TICKETING_URL", "TICKETING_ADMIN_TOKEN")
-	u, err := broker.ParseURL(ex["TICKETING_URL"])
+	u, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil || u.Token == "" {
 		t.Fatalf("the printed TICKETING_URL gives token %v (%v): want the client token in it", u.Token != "", err)
 	}
@@ -386,9 +431,15 @@ func TestInitCluster(t *testing.T) {
 	if strings.Count(out, ex["TICKETING_TOKEN"]) != 1 {
 		t.Errorf("client token printed %d times, want once:\n%s", strings.Count(out, ex["TICKETING_TOKEN"]), out)
 	}
-	u, err := broker.ParseURL(ex["TICKETING_URL"])
+	u, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatalf("ParseURL(printed URL %q): %v", ex["TICKETING_URL"], err)
+	}
+	// The URL names the cluster's identity, the cluster-id of every
+	// node's config (checked below): what a version-3 HELLO_OK carries.
+	clusterID := urlCluster(t, ex["TICKETING_URL"])
+	if !reGroupID.MatchString(clusterID) || !strings.HasSuffix(ex["TICKETING_URL"], "&cluster="+clusterID) {
+		t.Errorf("printed URL %q: cluster=%q, want the bundle's cluster ID last", ex["TICKETING_URL"], clusterID)
 	}
 	wantAddrs := []string{"127.0.0.1:16000", "127.0.0.1:16001", "127.0.0.1:16002"}
 	if !slices.Equal(u.Addrs, wantAddrs) || u.Token != ex["TICKETING_TOKEN"] ||
@@ -417,6 +468,9 @@ func TestInitCluster(t *testing.T) {
 		port := func(base int) string { return "127.0.0.1:" + strconv.Itoa(base+i) }
 		if o.NodeName != id {
 			t.Errorf("%s: node-name %q, want the node's ID: clients log the node they reached by it", id, o.NodeName)
+		}
+		if o.ClusterID != clusterID {
+			t.Errorf("%s: cluster-id %q, want the printed URL's cluster=%s", id, o.ClusterID, clusterID)
 		}
 		if !o.Cluster || o.NodeID != id || o.Listen != port(16000) || o.Advertise != port(16000) || o.RaftListen != port(17000) ||
 			o.AdminListen != port(19000) || o.AdminToken != ex["TICKETING_ADMIN_TOKEN"] || o.DataDir != filepath.Join(nd, initDataDir) ||
@@ -475,7 +529,7 @@ func TestInitCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o4.NodeID != "n4" || o4.Listen != "127.0.0.1:16003" || o4.RaftListen != "127.0.0.1:17003" || o4.AdminListen != "127.0.0.1:19003" ||
+	if o4.NodeID != "n4" || o4.ClusterID != clusterID || o4.Listen != "127.0.0.1:16003" || o4.RaftListen != "127.0.0.1:17003" || o4.AdminListen != "127.0.0.1:19003" ||
 		len(o4.Peers) != 0 || o4.AdminToken != ex["TICKETING_ADMIN_TOKEN"] {
 		t.Errorf("n4: options %+v", *o4)
 	}
@@ -490,7 +544,8 @@ func TestInitCluster(t *testing.T) {
 		t.Errorf("n4: node certificate: %v", err)
 	}
 	for _, w := range []string{"ticketingd serve --config " + shellQuote(filepath.Join(dir, "n4", initConfigFile)),
-		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca="} {
+		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca=",
+		"&cluster=" + clusterID + "'\n"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("init --add output lacks %q:\n%s", w, out)
 		}
@@ -517,6 +572,9 @@ func TestInitCluster(t *testing.T) {
 	}
 	if strings.Contains(out2, ex["TICKETING_TOKEN"]) || strings.Contains(out2, ex["TICKETING_ADMIN_TOKEN"]) {
 		t.Error("init --cluster --force reused a token")
+	}
+	if strings.Contains(out2, clusterID) {
+		t.Error("init --cluster --force reused the cluster ID")
 	}
 }
 

@@ -222,9 +222,10 @@ func bundleFiles(dir string, top []string, nodes []nodePlan, nodeFiles []string)
 
 // newBundle creates the CAs and tokens of a new bundle and writes them
 // into dir: the CA of the client listeners (ca.pem, ca-key.pem), the admin
-// token and the client tokens, and for a cluster (cluster true) the
-// cluster CA of the peer links and a cluster ID. A pair has one CA: its
-// node certificates serve both the client listener and the peer link.
+// token and the client tokens, the group's identity (a cluster's
+// cluster-id, a pair's pair-id), and for a cluster (cluster true) the
+// cluster CA of the peer links. A pair has one CA: its node certificates
+// serve both the client listener and the peer link.
 func newBundle(dir string, cluster bool) (*bundle, error) {
 	var b bundle
 	var err error
@@ -245,8 +246,8 @@ func newBundle(dir string, cluster bool) (*bundle, error) {
 		{initCACert, &b.clientCA.KeyPair, false, 0o644},
 		{initCAKey, &b.clientCA.KeyPair, true, 0o600},
 	}
+	b.groupID = server.NewClusterID()
 	if cluster {
-		b.clusterID = server.NewClusterID()
 		if b.clusterCA, err = pki.NewCA("ticketingd cluster CA", caLife); err != nil {
 			return nil, runtimef("%w", err)
 		}
@@ -342,6 +343,8 @@ func (nc nodeConfig) String() string {
 // bundleGuide is what the guide init prints after writing a bundle says of
 // its mode.
 type bundleGuide struct {
+	group  string   // "cluster" or "pair"
+	id     string   // the group's identity: the URL's cluster=
 	wrote  string   // what init wrote: the guide's first paragraph
 	caKeys []string // the CA key files in the bundle's directory
 	how    string   // how the nodes work together, ending in "The client addresses: "
@@ -381,9 +384,10 @@ func printBundleGuide(w io.Writer, o *initOptions, plan bundlePlan, g bundleGuid
 		}
 	}
 	fmt.Fprintf(w, "\n%s%s.\n\n", g.how, strings.Join(addrs, ", "))
-	fmt.Fprintf(w, "Give each client this URL: it carries every node's address, the client token and the\n")
-	fmt.Fprintf(w, "TLS settings (the token is shown once, here; it is also in each node's %s):\n\n", initTokensFile)
-	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://%s@%s%s'\n\n", clientToken, strings.Join(addrs, ","), caQuery(caPath))
+	fmt.Fprintf(w, "Give each client this URL: it carries every node's address, the client token, the\n")
+	fmt.Fprintf(w, "TLS settings and the %s's ID (cluster=: a client uses no node of another cluster\n", g.group)
+	fmt.Fprintf(w, "or pair). The token is shown once, here; it is also in each node's %s:\n\n", initTokensFile)
+	fmt.Fprintf(w, "    export TICKETING_URL='%s'\n\n", groupURL(clientToken, addrs, caPath, g.id))
 	if !plan.loopback {
 		fmt.Fprintf(w, "A client on another machine needs a copy of %s and its path there in ca=.\n\n", caPath)
 	}
@@ -410,6 +414,20 @@ func printBundleGuide(w io.Writer, o *initOptions, plan bundlePlan, g bundleGuid
 		it = "it signs"
 	}
 	fmt.Fprintf(w, "Keep %s offline if you can:\n%s certificates that %s trust.\n", strings.Join(keys, " and "), it, g.trust)
+}
+
+// groupURL is the TICKETING_URL of a cluster's or a pair's clients: token
+// (or TOKEN, the placeholder), every node's client address, the CA file
+// and the group's identity id in cluster=, which a version-3 HELLO_OK
+// carries: a broker given it uses no node of another group (none without
+// id, a bundle of an earlier release). The ID is hexadecimal: nothing to
+// escape.
+func groupURL(token string, addrs []string, caPath, id string) string {
+	u := "ticketing://" + token + "@" + strings.Join(addrs, ",") + caQuery(caPath)
+	if id != "" {
+		u += "&cluster=" + id
+	}
+	return u
 }
 
 // sshHost is host as scp wants it: an IPv6 address in brackets.

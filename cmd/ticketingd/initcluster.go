@@ -72,11 +72,11 @@ func initClusterCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error 
 
 // bundle is the CAs, tokens and nodes of a bundle: of a new one
 // (newBundle, without nodes), or what --add reads from an existing 'init
-// --cluster' bundle. A pair's has no clusterCA and no clusterID.
+// --cluster' bundle. A pair's has no clusterCA.
 type bundle struct {
 	clientCA, clusterCA     *pki.CA
 	clientToken, adminToken string
-	clusterID               string // empty in a bundle of an earlier version
+	groupID                 string // a cluster's cluster-id, a pair's pair-id; empty in a cluster bundle of an earlier version
 	nodes                   []nodePlan
 }
 
@@ -171,8 +171,8 @@ func loadBundle(dir string) (*bundle, error) {
 			return nil, usagef("--add: %s is not the config of a cluster node", cfg)
 		}
 		b.nodes = append(b.nodes, nodePlan{id: so.NodeID, host: host, listen: so.Listen, link: so.RaftListen, adminAdr: so.AdminListen})
-		if b.clusterID == "" {
-			b.clusterID = so.ClusterID
+		if b.groupID == "" {
+			b.groupID = so.ClusterID
 		}
 	}
 	if len(b.nodes) == 0 {
@@ -238,7 +238,7 @@ func initCluster(o *initOptions, plan bundlePlan, b *bundle, stdout, stderr io.W
 			n:              n,
 			tlsCert:        initServerCert,
 			tlsKey:         initServerKey,
-			mode:           clusterModeConfig(n, peers, b.clusterID, state),
+			mode:           clusterModeConfig(n, peers, b.groupID, state),
 			adminEndpoints: "/metrics, /healthz, /status, /cluster/add, /cluster/remove",
 			adminToken:     b.adminToken,
 		}
@@ -262,6 +262,8 @@ func initCluster(o *initOptions, plan bundlePlan, b *bundle, stdout, stderr io.W
 		ids = append(ids, n.id)
 	}
 	printBundleGuide(stdout, o, plan, bundleGuide{
+		group: b.group(),
+		id:    b.groupID,
 		wrote: fmt.Sprintf("Wrote a ticketingd cluster bundle for %d nodes (%s) to %s:\n", len(plan.nodes), strings.Join(ids, ", "), dir) +
 			fmt.Sprintf("a client CA (%s), a cluster CA for the peer links (%s), the admin token (%s),\n", initCACert, initClusterCACert, initAdminTokenFile) +
 			"and per node a directory with its config, certificates, client token and data directory.\n\n",
@@ -365,5 +367,5 @@ func printAddGuide(w io.Writer, o *initOptions, plan bundlePlan, b *bundle) {
 	caPath, _ := filepath.Abs(filepath.Join(dir, initCACert))
 	fmt.Fprintf(w, "\n\nClients must list the new address too (the broker follows hints only to listed addresses; a removed node's address can go),\n")
 	fmt.Fprintf(w, "with TOKEN the client token of their URL now (it is in %s):\n\n", filepath.Join(dir, initTokensFile))
-	fmt.Fprintf(w, "    export TICKETING_URL='ticketing://TOKEN@%s%s'\n\n", strings.Join(addrs, ","), caQuery(caPath))
+	fmt.Fprintf(w, "    export TICKETING_URL='%s'\n\n", groupURL("TOKEN", addrs, caPath, b.groupID))
 }

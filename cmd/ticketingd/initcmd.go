@@ -82,18 +82,19 @@ client token and a data directory. Each node listens on HOST:--port, its
 Raft transport on HOST:--raft-port and its admin listener on
 127.0.0.1:--admin-port; nodes that share a host get the next ports (port+1,
 port+2, ...), so that a bundle of nodes all on 127.0.0.1 runs on one
-machine. init then prints how to start each node and the TICKETING_URL
-listing every node, with the client token.
+machine. Every node's config has the bundle's cluster-id, a random one.
+init then prints how to start each node and the TICKETING_URL listing
+every node, with the client token and the cluster ID (cluster=ID).
 
 With --pair, init writes a bundle for a hot-standby pair instead, of the
 nodes --node primary=HOST and --node backup=HOST: one CA (ca.pem), and per
-node a directory DIR/primary and DIR/backup with its config (pair, peer,
-peer-listen, advertise), a node certificate for its host that serves both
+node a directory DIR/primary and DIR/backup with its config (pair,
+pair-id, peer, peer-listen, advertise), a node certificate for its host that serves both
 its client listener and the peer link, the client token and a data
 directory. Each node listens on HOST:--port, its peer link on
 HOST:--peer-port and its admin listener on 127.0.0.1:--admin-port; when the
 two share a host the backup gets the next ports. The output is as for
---cluster.`,
+--cluster, the URL's cluster= being the pair's pair-id.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {

@@ -103,7 +103,7 @@ func initPair(o *initOptions, plan bundlePlan, stdout io.Writer) error {
 			n:              n,
 			tlsCert:        initNodeCert,
 			tlsKey:         initNodeKey,
-			mode:           pairModeConfig(n, plan.nodes[1-i]),
+			mode:           pairModeConfig(n, plan.nodes[1-i], b.groupID),
 			adminEndpoints: "/metrics, /healthz, /status",
 			adminToken:     b.adminToken,
 		}
@@ -116,6 +116,8 @@ func initPair(o *initOptions, plan bundlePlan, stdout io.Writer) error {
 		}
 	}
 	printBundleGuide(stdout, o, plan, bundleGuide{
+		group: b.group(),
+		id:    b.groupID,
 		wrote: fmt.Sprintf("Wrote a ticketingd pair bundle (%s, %s) to %s:\n", plan.nodes[0].id, plan.nodes[1].id, dir) +
 			fmt.Sprintf("a CA (%s) for the client listeners and the peer link, the admin token (%s),\n", initCACert, initAdminTokenFile) +
 			"and per node a directory with its config, node certificate, client token and data directory.\n\n",
@@ -131,14 +133,15 @@ func initPair(o *initOptions, plan bundlePlan, stdout io.Writer) error {
 }
 
 // pairModeConfig is the pair section of node n's ticketingd.yaml; peer is
-// the other node.
-func pairModeConfig(n, peer nodePlan) string {
+// the other node, id the pair's identity (the same in both nodes').
+func pairModeConfig(n, peer nodePlan, id string) string {
 	var c strings.Builder
 	fmt.Fprintf(&c, "\n# The hot-standby pair (Binary Star). The active node serves; the passive one\n")
 	fmt.Fprintf(&c, "# answers clients with the active's advertise address. The backup becomes active\n")
 	fmt.Fprintf(&c, "# only when the primary has missed two heartbeats and a client then comes to it.\n")
 	fmt.Fprintf(&c, "# See docs/operations.md, \"Hot-standby pair\".\n")
 	fmt.Fprintf(&c, "pair: %s\n", n.id)
+	fmt.Fprintf(&c, "pair-id: %s   # the pair's identity, the same on both nodes: clients meet it in HELLO_OK\n", id)
 	fmt.Fprintf(&c, "node-name: %s   # sent to clients in HELLO_OK: their logs say node=%s\n", n.id, n.id)
 	fmt.Fprintf(&c, "peer: %q   # the %s's peer-listen\n", peer.link, peer.id)
 	fmt.Fprintf(&c, "peer-listen: %q\n", n.link)

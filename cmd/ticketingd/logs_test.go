@@ -65,7 +65,7 @@ func TestClusterLogsReadable(t *testing.T) {
 	leaderID := views[lead].NodeID
 	leaderClient := "127.0.0.1:" + strconv.Itoa(ports[0]+lead)
 
-	cfg, err := broker.ParseURL(ex["TICKETING_URL"])
+	cfg, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatal(err)
 	}

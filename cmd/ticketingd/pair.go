@@ -15,6 +15,7 @@ const minPairHeartbeat = 100 * time.Millisecond
 // pairOnly are the settings that mean something only with --pair.
 func (o *serveOptions) pairOnly() []modeSetting {
 	return []modeSetting{
+		{"pair-id", o.PairID != ""},
 		{"peer", o.Peer != ""},
 		{"peer-listen", o.PeerListen != ""},
 		{"heartbeat", o.Heartbeat != server.DefaultPairHeartbeat},
@@ -35,6 +36,9 @@ func (o *serveOptions) checkPair(src func(string) string) error {
 	}
 	if o.StandbyHint != "" {
 		return usagef("%s and --pair exclude each other: a pair node's hint is its peer's --advertise address", src("standby-hint"))
+	}
+	if o.PairID != "" && !validNodeID(o.PairID) {
+		return usagef("invalid %s %q: want 1 to %d letters, digits, '.', '_' or '-'", src("pair-id"), o.PairID, maxNodeIDLen)
 	}
 	if o.Peer == "" {
 		return usagef("--pair needs --peer, the other node's peer address (its --peer-listen)")
@@ -71,6 +75,7 @@ func (o *serveOptions) checkPair(src func(string) string) error {
 func pairConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.PairConfig {
 	pc := &server.PairConfig{
 		Role:      server.PairRole(o.Pair),
+		ID:        o.PairID,
 		Peer:      o.Peer,
 		Listen:    o.PeerListen,
 		Advertise: o.clientAdvertise(listen),

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -35,7 +35,7 @@ func TestPairEndToEnd(t *testing.T) {
 		t.Fatalf("init --pair: exit %d: %s", code, stderr)
 	}
 	ex := clusterExports(t, out)
-	cfg, err := broker.ParseURL(ex["TICKETING_URL"])
+	cfg, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,18 +51,30 @@ func TestPairEndToEnd(t *testing.T) {
 	}
 
 	pool := certPool(t, filepath.Join(dir, initCACert))
-	hello := func(role string) wire.Response {
+	helloV := func(role string, dial func(net.Conn, string) (*client, wire.Response, error)) wire.Response {
 		t.Helper()
 		c, err := tls.Dial("tcp", addr[role], &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
 		if err != nil {
 			t.Fatalf("%s: %v", role, err)
 		}
 		defer c.Close()
-		_, r, err := dialRaw(c, ex["TICKETING_TOKEN"])
+		_, r, err := dial(c, ex["TICKETING_TOKEN"])
 		if err != nil {
 			t.Fatalf("%s: HELLO: %v", role, err)
 		}
 		return r
+	}
+	hello := func(role string) wire.Response { t.Helper(); return helloV(role, dialRaw) }
+	// The active's version-3 HELLO_OK carries the pair's identity: the
+	// pair-id init wrote into both configs, the printed URL's cluster=.
+	pairID := urlCluster(t, ex["TICKETING_URL"])
+	helloV3 := func(role string) {
+		t.Helper()
+		if r := helloV(role, dialRawV3); r.Type != wire.TypeHelloOK || r.Version != wire.Version3 || r.Role != wire.RoleActive ||
+			string(r.Node) != role || string(r.Cluster) != pairID {
+			t.Errorf("%s answers a version-3 HELLO with %c version %d role %d node %q cluster %q, want O version 3 role %d node %s cluster %s",
+				role, r.Type, r.Version, r.Role, r.Node, r.Cluster, wire.RoleActive, role, pairID)
+		}
 	}
 	first := lockOnce(t, cfg) // the primary serves once it has started
 	if r := hello("primary"); r.Type != wire.TypeHelloOK || r.Role != wire.RoleActive {
@@ -71,6 +83,7 @@ func TestPairEndToEnd(t *testing.T) {
 	if r := hello("backup"); r.Type != wire.TypeNotActive || string(r.Hint) != addr["primary"] {
 		t.Errorf("backup answers HELLO with %c hint %q, want M %s", r.Type, r.Hint, addr["primary"])
 	}
+	helloV3("primary")
 
 	// The backup can take over only once it holds the pair's state: wait
 	// for it (a passive with a snapshot), as an operator would check
@@ -106,6 +119,7 @@ func TestPairEndToEnd(t *testing.T) {
 	if r := hello("backup"); r.Type != wire.TypeHelloOK || r.Role != wire.RoleActive {
 		t.Errorf("backup after the failover answers HELLO with %c role %d, want O role %d", r.Type, r.Role, wire.RoleActive)
 	}
+	helloV3("backup")
 	if err := nodes["backup"].cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,10 @@ func TestPairUsageErrors(t *testing.T) {
 		{"pair advertise required for ::", pairArgs("--listen", "[::]:5225"), 2, []string{"--pair needs --advertise"}},
 		{"pair advertise wildcard", pairArgs("--advertise", ":5225"), 2, []string{`invalid --advertise ":5225"`}},
 		{"pair advertise too long", pairArgs("--advertise", strings.Repeat("h", 250)+".test:5225"), 2, []string{"--advertise is longer than 255 bytes"}},
+		{"pair id invalid", pairArgs("--pair-id", "a/b"), 2, []string{`invalid --pair-id "a/b": want 1 to 64 letters, digits, '.', '_' or '-'`}},
+		{"pair id too long", pairArgs("--pair-id", strings.Repeat("a", 65)), 2, []string{"invalid --pair-id", "want 1 to 64 letters"}},
+		{"pair id without pair", serveArgs("--pair-id", "p1"), 2, []string{"--pair-id needs --pair (it is a pair node's setting)"}},
+		{"pair id with cluster", serveArgs("--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--pair-id", "p1"), 2, []string{"--pair-id needs --pair"}},
 		{"pair heartbeat below minimum", pairArgs("--heartbeat", "99ms"), 2, []string{"invalid --heartbeat 99ms: must be at least 100ms"}},
 		{"pair heartbeat zero", pairArgs("--heartbeat", "0s"), 2, []string{"invalid --heartbeat 0s: must be at least 100ms"}},
 		{"pair heartbeat negative", pairArgs("--heartbeat", "-1s"), 2, []string{"invalid --heartbeat -1s: must be at least 100ms"}},
@@ -118,6 +122,7 @@ pair: backup
 peer: "locks-a.test:7225"
 peer-listen: "0.0.0.0:7225"
 heartbeat: 250ms
+pair-id: locks.pair-1_A
 advertise: "locks-b.test:5225"
 peer-tls-cert: node.pem
 peer-tls-key: node-key.pem
@@ -136,6 +141,7 @@ peer-tls-ca: /etc/ticketing/ca.pem
 	bound := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 43210}
 	want := &server.PairConfig{
 		Role:      server.PairBackup,
+		ID:        "locks.pair-1_A",
 		Peer:      "locks-a.test:7225",
 		Listen:    "0.0.0.0:7225",
 		Advertise: "locks-b.test:5225",
@@ -266,9 +272,15 @@ func TestInitPair(t *testing.T) {
 	if strings.Count(out, ex["TICKETING_TOKEN"]) != 1 {
 		t.Errorf("client token printed %d times, want once:\n%s", strings.Count(out, ex["TICKETING_TOKEN"]), out)
 	}
-	u, err := broker.ParseURL(ex["TICKETING_URL"])
+	u, err := parseURL(t, ex["TICKETING_URL"])
 	if err != nil {
 		t.Fatalf("ParseURL(printed URL %q): %v", ex["TICKETING_URL"], err)
+	}
+	// The URL names the pair's identity, the pair-id of both nodes'
+	// configs (checked below): what a version-3 HELLO_OK carries.
+	pairID := urlCluster(t, ex["TICKETING_URL"])
+	if !reGroupID.MatchString(pairID) || !strings.HasSuffix(ex["TICKETING_URL"], "&cluster="+pairID) {
+		t.Errorf("printed URL %q: cluster=%q, want the bundle's pair ID last", ex["TICKETING_URL"], pairID)
 	}
 	if !slices.Equal(u.Addrs, []string{"127.0.0.1:16000", "127.0.0.1:16001"}) || u.Token != ex["TICKETING_TOKEN"] ||
 		u.TLS.Mode != broker.TLSCAFile || u.TLS.CAFile != filepath.Join(dir, initCACert) {
@@ -290,8 +302,8 @@ func TestInitPair(t *testing.T) {
 
 	ca := certPool(t, filepath.Join(dir, initCACert))
 	wantPC := map[string]*server.PairConfig{
-		"primary": {Role: server.PairPrimary, Peer: "127.0.0.1:17001", Listen: "127.0.0.1:17000", Advertise: "127.0.0.1:16000", Heartbeat: server.DefaultPairHeartbeat},
-		"backup":  {Role: server.PairBackup, Peer: "127.0.0.1:17000", Listen: "127.0.0.1:17001", Advertise: "127.0.0.1:16001", Heartbeat: server.DefaultPairHeartbeat},
+		"primary": {Role: server.PairPrimary, ID: pairID, Peer: "127.0.0.1:17001", Listen: "127.0.0.1:17000", Advertise: "127.0.0.1:16000", Heartbeat: server.DefaultPairHeartbeat},
+		"backup":  {Role: server.PairBackup, ID: pairID, Peer: "127.0.0.1:17000", Listen: "127.0.0.1:17001", Advertise: "127.0.0.1:16001", Heartbeat: server.DefaultPairHeartbeat},
 	}
 	peerTLS := map[string]*raftnet.PeerTLS{}
 	for i, id := range pairRoles {
@@ -377,6 +389,9 @@ func TestInitPair(t *testing.T) {
 	}
 	if strings.Contains(out2, ex["TICKETING_TOKEN"]) || strings.Contains(out2, ex["TICKETING_ADMIN_TOKEN"]) {
 		t.Error("init --pair --force reused a token")
+	}
+	if strings.Contains(out2, pairID) {
+		t.Error("init --pair --force reused the pair ID")
 	}
 	if _, err := readCert(t, filepath.Join(dir, "primary", initNodeCert)).Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: ca}); err == nil {
 		t.Error("init --pair --force kept the CA")

@@ -133,6 +133,16 @@ type Config struct {
 	// outage at Debug; at Warn a node other than the active that answered
 	// HELLO, not used ("broker: pair: a node other than the active
 	// answered HELLO; not used"); at Debug each M hint the pair follows.
+	// Protocol version 3: at Info, once per step and node, a fallback to
+	// an older node ("broker: node does not speak protocol version 3;
+	// using version 2", and "... 2; using version 1"; later ones at
+	// Debug), and the cluster identity learned from the first node that
+	// gave one, when Cluster is not set ("broker: cluster identity
+	// learned ...": addr, node, cluster); at Error a node of another
+	// cluster, not used ("broker: node belongs to another cluster; not
+	// used": addr, session, node, cluster, want, configured), once per
+	// session until it is ready; at Debug each EXTEND's reply ("broker:
+	// EXTEND reply").
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO

@@ -126,7 +126,9 @@ func (st *ticketState) extendTo(d time.Time) {
 // Before anything is sent, Release ends every KeepAlive of the ticket:
 // their contexts are cancelled (cause: ErrNotHeld) and their goroutines
 // have exited, whatever the result (after ErrUnsent, KeepAlive may be
-// called again).
+// called again). A ctx that this ends (a KeepAlive's context, or one
+// derived from it, as in defer t.Release(held)) does not cancel the
+// release itself.
 func (t *Ticket) Release(ctx context.Context) error {
 	b, st := t.b, t.st
 	if st.done.Load() {
@@ -164,7 +166,13 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	if b.closing.Load() {
 		cause = newErr(ErrClosed, "the broker is closing; the ticket is being released", nil)
 	}
+	live := ctx.Err() == nil
 	st.stopKeepers(cause)
+	if live && context.Cause(ctx) == cause {
+		// ctx is a KeepAlive's context (or derived from one), which the
+		// release itself just ended: the release must still be made.
+		ctx = context.WithoutCancel(ctx)
+	}
 	err := b.release(ctx, st.key, st.token, st.owner, start, fresh)
 	if errors.Is(err, ErrUnsent) {
 		// Nothing sent: still held, the caller may try again (and may

@@ -635,6 +635,27 @@ func TestV3_KeepAlive(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("Release with the keep-alive's own context is still made", func(t *testing.T) {
+		f := newFakeV3(t)
+		b := oneSession(t, f, nil)
+		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := tk.KeepAlive(t.Context(), 5*s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		work, cancel := context.WithTimeout(held, time.Minute) // derived from it
+		defer cancel()
+		if err := tk.Release(work); err != nil {
+			t.Fatalf("Release(held): %v, want R", err)
+		}
+		if n := f.Count(wire.TypeReleaseOwned); n != 1 {
+			t.Fatalf("%d RELEASE_OWNED sent, want 1", n)
+		}
+		mustIs(t, context.Cause(held), broker.ErrNotHeld)
+	})
 	t.Run("Close: the signal fires (ErrClosed), the goroutine has exited", func(t *testing.T) {
 		f := newFakeV3(t)
 		b := oneSession(t, f, nil)

@@ -73,8 +73,9 @@ func (t *Ticket) Refresh(ctx context.Context, lease time.Duration) error {
 // conservative deadline (Deadline) about L ahead: each is sent when the
 // deadline is within 0.99·L − L/3 (a third of the lease after the last
 // confirmed refresh was sent); one that fails (no ready session, no reply,
-// N, M or E) is retried every L/30 (at least 50 ms, at most 1 s), each
-// bounded by the margin below.
+// a node of an older version, M or E; an N ends the keep-alive) is
+// retried every L/30 (at least 50 ms, at most 1 s), each attempt bounded
+// by the margin below.
 //
 // The returned context is cancelled, with context.Cause saying why:
 //
@@ -83,8 +84,9 @@ func (t *Ticket) Refresh(ctx context.Context, lease time.Duration) error {
 //     its message carries the last refresh's error. The context is then
 //     cancelled at Deadline() − L/3, up to the scheduling of one
 //     goroutine: before the conservative deadline, which is itself no
-//     later than the server's lease end (the server cannot have granted
-//     the key to anyone else yet);
+//     later than the server's lease end: while the server keeps its locks
+//     (a standalone node loses them when it restarts, see the README's
+//     limitations), nobody else can have been granted the key yet;
 //   - at once when a refresh was answered N (ErrNotHeld: the lock is lost);
 //   - when Release runs (ErrNotHeld), Close runs (ErrClosed) or the ticket
 //     is released by the drop safety net, before the RELEASE is sent;

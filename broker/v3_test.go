@@ -32,6 +32,15 @@ func newFakeV3(t testing.TB) *fakeServer {
 	return f
 }
 
+// ignoreSessions is goleak's option for the goroutines there are now, and
+// for the reader and writer of every session: a session counts as ready
+// (ReadySessions) a moment before its reader and writer start.
+func ignoreSessions() []goleak.Option {
+	return []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreAnyFunction("github.com/ticketing-dev/ticketing/broker.(*conn).readLoop"),
+		goleak.IgnoreAnyFunction("github.com/ticketing-dev/ticketing/broker.(*conn).writeLoop")}
+}
+
 // waitDone waits for ctx to be done (at most 20 s) and returns when it was.
 func waitDone(t *testing.T, ctx context.Context, what string) time.Time {
 	t.Helper()
@@ -507,7 +516,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b, other := newBroker(t, testConfig(rs.Addr)), newBroker(t, testConfig(rs.Addr))
 		eventually(t, "every session ready", func() bool { return b.ReadySessions() == 2 && other.ReadySessions() == 2 })
-		ignore := goleak.IgnoreCurrent()
+		ignore := ignoreSessions()
 		const lease = 2 * s
 		tk, err := b.Acquire(t.Context(), "job", 0, lease, 0)
 		if err != nil {
@@ -538,7 +547,7 @@ func TestV3_KeepAlive(t *testing.T) {
 			t.Fatal("Release returned before the lost signal fired")
 		}
 		mustIs(t, context.Cause(lost), broker.ErrNotHeld)
-		goleak.VerifyNone(t, ignore) // the keep-alive's goroutine has exited
+		goleak.VerifyNone(t, ignore...) // the keep-alive's goroutine has exited
 		next, err := other.Acquire(t.Context(), "job", 0, lease, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -615,7 +624,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b := newBroker(t, testConfig(rs.Addr))
 		eventually(t, "every session ready", func() bool { return b.ReadySessions() == 2 })
-		ignore := goleak.IgnoreCurrent()
+		ignore := ignoreSessions()
 		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -630,7 +639,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		if cause := context.Cause(lost); cause != context.Canceled {
 			t.Fatalf("cause %v, want ctx's (context.Canceled)", cause)
 		}
-		goleak.VerifyNone(t, ignore)
+		goleak.VerifyNone(t, ignore...)
 		if err := tk.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}

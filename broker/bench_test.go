@@ -128,7 +128,7 @@ func BenchmarkAcquireReleaseFake(b *testing.B) {
 
 // fastFake answers HELLO with O (versions 1 and 2), ACQUIRE with G,
 // RELEASE and RELEASE_OWNED with R, PING with PONG, batching replies; it
-// allocates nothing per request. The broker's sessions to it are version 2.
+// allocates nothing per request. The broker's sessions to it are version 3.
 func fastFake(tb testing.TB) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -158,7 +158,7 @@ func fastFake(tb testing.TB) (string, func()) {
 				w := bufio.NewWriterSize(nc, 64<<10)
 				var req wire.Request
 				var out []byte
-				ver := uint8(wire.Version2) // until HELLO: the highest the fake speaks
+				ver := uint8(wire.Version3) // until HELLO: the highest the fake speaks
 				for {
 					body, err := fr.Next()
 					if err != nil {

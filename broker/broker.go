@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -103,6 +104,10 @@ type Broker struct {
 	// everReady: a session has been ready at least once since New. Until
 	// then an Acquire's ErrUnsent says to call WaitReady at start-up.
 	everReady atomic.Bool
+	// ident is the group identity the broker keeps to (see checkCluster):
+	// Config.Cluster, or the first non-empty one a node gave; nil until
+	// then.
+	ident atomic.Pointer[clusterIdent]
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close
@@ -131,6 +136,9 @@ func New(cfg Config) (*Broker, error) {
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Cluster != "" {
+		b.ident.Store(&clusterIdent{id: cfg.Cluster, configured: true})
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.reqs.New = newRequest
 	nodes := map[string]*node{}
@@ -139,6 +147,7 @@ func New(cfg Config) (*Broker, error) {
 		n := nodes[a]
 		if n == nil {
 			n = &node{p: nodePair{addr: a}}
+			n.ask.Store(maxVersion)
 			nodes[a] = n
 			distinct = append(distinct, n)
 		}
@@ -156,6 +165,51 @@ func New(cfg Config) (*Broker, error) {
 // Connect is New(Config{Addrs: addrs}).
 func Connect(addrs ...string) (*Broker, error) {
 	return New(Config{Addrs: addrs})
+}
+
+// clusterIdent is the identity a broker keeps to.
+type clusterIdent struct {
+	id         string
+	configured bool // Config.Cluster, not the first met
+}
+
+// Cluster returns the identity of the cluster or pair the broker keeps
+// to: Config.Cluster if set, else the first non-empty identity a node
+// gave in its HELLO_OK (version 3), else "" (no node with an identity
+// met yet: standalone nodes, or nodes of protocol version 1 or 2).
+func (b *Broker) Cluster() string {
+	if id := b.ident.Load(); id != nil {
+		return id.id
+	}
+	return ""
+}
+
+// checkCluster is the identity rule of protocol version 3, applied to a
+// HELLO_OK of s's node carrying the group identity id before its session
+// is used: a node without an identity (standalone, or of version 1 or 2:
+// id empty) is accepted; so is one whose identity is the broker's, which,
+// without Config.Cluster, is the first non-empty identity met (decided
+// once, atomically, so that two sessions opening at once to nodes of two
+// clusters cannot both be used). Any other is refused with a
+// *WrongClusterError: the node is not used, and is no failover target.
+func (b *Broker) checkCluster(s *session, nodeName, id string) error {
+	if id == "" {
+		return nil
+	}
+	cur := b.ident.Load()
+	if cur == nil {
+		if b.ident.CompareAndSwap(nil, &clusterIdent{id: id}) {
+			b.log.Info("broker: cluster identity learned from the first node that gave one; nodes of another cluster will not be used",
+				"addr", s.addr, "node", nodeName, "cluster", id)
+			return nil
+		}
+		cur = b.ident.Load()
+	}
+	if cur.id == id {
+		return nil
+	}
+	s.node.foreign.Store(true)
+	return &WrongClusterError{Addr: s.addr, Node: nodeName, Cluster: id, Want: cur.id, Configured: cur.configured}
 }
 
 // now is time.Now for release windows, with one clock read instead of
@@ -245,10 +299,14 @@ func (b *Broker) ReadySessions() int {
 // that retrying cannot cure: the client token refused (E code 3: the error
 // matches ErrUnauthorized), the protocol version refused (E code 2: a
 // *ServerError), the server's TLS certificate rejected (ErrCertificate),
-// or a plain-TCP HELLO closed unanswered by a server that then completed a
-// TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=).
+// a plain-TCP HELLO closed unanswered by a server that then completed a
+// TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=),
+// or a node of another cluster (a *WrongClusterError, see "Cluster
+// identity" in the package documentation).
 // When that holds for every session at once, WaitReady returns that
-// refusal at once instead of waiting for ctx. The sessions keep trying,
+// refusal at once instead of waiting for ctx; for nodes of another
+// cluster, the error matches ErrNotReady and ErrWrongCluster (which is no
+// outcome of its own). The sessions keep trying,
 // at the maximum backoff (BackoffMax), so that fixing the server side
 // (adding the token, say) is still picked up. WaitReady reports their
 // latest attempts: right after such a fix it may still return the
@@ -270,6 +328,11 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 			return nil
 		}
 		if refused != nil {
+			if !hasOutcome(refused) {
+				// Nodes of another cluster: the refusal is a cause, no
+				// outcome (ErrWrongCluster stays matchable).
+				return newErr(ErrNotReady, "every session was refused for good", refused)
+			}
 			return &refusedError{err: refused}
 		}
 		select {
@@ -278,7 +341,7 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 			return ErrClosed
 		case <-ctx.Done():
 			b.mu.Lock()
-			last := b.lastErr
+			last := b.lastCauseLocked()
 			b.mu.Unlock()
 			if last != nil {
 				last = fmt.Errorf("last session error: %w", last)
@@ -317,9 +380,25 @@ func (e *refusedError) Unwrap() error { return e.err }
 
 func (b *Broker) noSession() error {
 	b.mu.Lock()
-	last := b.lastErr
+	last := b.lastCauseLocked()
 	b.mu.Unlock()
 	return newErr(ErrUnsent, b.noSessionMsg(), last)
+}
+
+// lastCauseLocked is the cause given when no session is ready: the last
+// session error, unless a session's latest attempt found a node of
+// another cluster, a configuration error that the caller must see
+// (ErrWrongCluster stays matchable). Called under b.mu.
+func (b *Broker) lastCauseLocked() error {
+	if errors.Is(b.lastErr, ErrWrongCluster) {
+		return b.lastErr
+	}
+	for _, s := range b.sessions {
+		if errors.Is(s.refused, ErrWrongCluster) {
+			return s.refused
+		}
+	}
+	return b.lastErr
 }
 
 // noSessionMsg is the message of ErrUnsent for want of a ready session:
@@ -351,8 +430,8 @@ func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS
 	if waitS, ok = roundUp(wait); !ok || waitS > wire.MaxWaitS {
 		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("wait %v: must be 0..%ds after rounding up", wait, wire.MaxWaitS), nil)
 	}
-	if leaseS, ok = roundUp(lease); !ok || leaseS < wire.MinLeaseS || leaseS > wire.MaxLeaseS {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("lease %v: must be %d..%ds after rounding up", lease, wire.MinLeaseS, wire.MaxLeaseS), nil)
+	if leaseS, err = validateLease(lease); err != nil {
+		return 0, 0, 0, err
 	}
 	if workS, ok = roundUp(work); !ok || workS > leaseS {
 		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("work budget %v: must be 0..lease (%ds) after rounding up", work, leaseS), nil)

@@ -96,6 +96,16 @@ type Config struct {
 	Name string
 	// TLS selects TLS (default: off).
 	TLS TLSConfig
+	// Cluster is the identity of the cluster or hot-standby pair that
+	// Addrs belong to (the URL's cluster=, which the TICKETING_URL of
+	// ticketingd init --cluster and --pair carries; at most 64 bytes).
+	// A node whose version-3 HELLO_OK carries another non-empty identity
+	// is never used (see "Cluster identity" in the package
+	// documentation). Default: none, and then the broker keeps to the
+	// first non-empty identity it meets. Nodes that carry no identity
+	// (standalone, or speaking protocol version 1 or 2) are not refused
+	// by this rule either way.
+	Cluster string
 	// Logger receives the broker's events (default: nil, discard). Per
 	// session: at Info each time it becomes ready ("broker: session
 	// ready": addr, session, node (the server's node name), version and,
@@ -123,6 +133,16 @@ type Config struct {
 	// outage at Debug; at Warn a node other than the active that answered
 	// HELLO, not used ("broker: pair: a node other than the active
 	// answered HELLO; not used"); at Debug each M hint the pair follows.
+	// Protocol version 3: at Info, once per step and node, a fallback to
+	// an older node ("broker: node does not speak protocol version 3;
+	// using version 2", and "... 2; using version 1"; later ones at
+	// Debug), and the cluster identity learned from the first node that
+	// gave one, when Cluster is not set ("broker: cluster identity
+	// learned ...": addr, node, cluster); at Error a node of another
+	// cluster, not used ("broker: node belongs to another cluster; not
+	// used": addr, session, node, cluster, want, configured), once per
+	// session until it is ready; at Debug each EXTEND's reply ("broker:
+	// EXTEND reply").
 	Logger *slog.Logger
 
 	// DialTimeout bounds dialling plus the TLS handshake plus HELLO
@@ -184,6 +204,9 @@ func (cfg Config) normalize() (*settings, error) {
 	}
 	if len(cfg.Name) > wire.MaxNameLen {
 		return nil, newErr(ErrInvalidConfig, fmt.Sprintf("name longer than %d bytes", wire.MaxNameLen), nil)
+	}
+	if len(cfg.Cluster) > wire.MaxClusterLen {
+		return nil, newErr(ErrInvalidConfig, fmt.Sprintf("cluster identity longer than %d bytes", wire.MaxClusterLen), nil)
 	}
 	def := func(d *time.Duration, v time.Duration, name string) error {
 		if *d < 0 {
@@ -325,15 +348,20 @@ func (t TLSConfig) build() (*tls.Config, error) {
 
 // ParseURL parses the URL form of a configuration:
 //
-//	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI&pair_settle=DURATION]
+//	ticketing://[TOKEN@]host1[:port][,host2[:port]...][?name=N&tls=MODE&ca=PATH&server_name=SNI&pair_settle=DURATION&cluster=ID]
 //
 // MODE is off (default), system, ca (requires ca=PATH) or
 // insecure-skip-verify. As for Config.TLS.CAFile, ca=PATH alone implies
 // tls=ca, and ca=PATH with any other tls= is an error. pair_settle sets
 // Config.PairSettle (a Go duration such as 3s; not negative): the one
 // timing of the URL, because it belongs with the servers' --heartbeat of
-// a hot-standby pair. The token may be percent-encoded. Only the fields
-// in the URL are set; the returned Config can be adjusted before New.
+// a hot-standby pair. cluster sets Config.Cluster (at most 64 bytes):
+// the identity of the cluster or pair the addresses belong to, which the
+// broker checks against every node's (see "Cluster identity" in the
+// package documentation); ticketingd init --cluster and --pair put it in
+// the TICKETING_URL they print. The token may be percent-encoded. Only
+// the fields in the URL are set; the returned Config can be adjusted
+// before New.
 //
 // The URL carries everything a client needs, the client token included:
 // it is the one way to configure a client from its environment (the
@@ -377,7 +405,7 @@ func ParseURL(s string) (Config, error) {
 	}
 	for k := range q {
 		switch k {
-		case "name", "tls", "ca", "server_name", "pair_settle":
+		case "name", "tls", "ca", "server_name", "pair_settle", "cluster":
 		default:
 			return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("unknown URL parameter %q", k), nil)
 		}
@@ -385,6 +413,10 @@ func ParseURL(s string) (Config, error) {
 	cfg.Name = q.Get("name")
 	cfg.TLS.CAFile = q.Get("ca")
 	cfg.TLS.ServerName = q.Get("server_name")
+	cfg.Cluster = q.Get("cluster")
+	if len(cfg.Cluster) > wire.MaxClusterLen {
+		return cfg, newErr(ErrInvalidConfig, fmt.Sprintf("cluster=: longer than %d bytes", wire.MaxClusterLen), nil)
+	}
 	if v := q.Get("pair_settle"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {

@@ -15,6 +15,7 @@ func TestParseURL(t *testing.T) {
 		token string
 		mode  broker.TLSMode
 		ca    string
+		clu   string
 		bad   bool
 	}{
 		{in: "ticketing://127.0.0.1:5225", addrs: []string{"127.0.0.1:5225"}},
@@ -22,6 +23,8 @@ func TestParseURL(t *testing.T) {
 		{in: "ticketing://a%40b@h?tls=system", addrs: []string{"h"}, token: "a@b", mode: broker.TLSSystemRoots},
 		{in: "ticketing://h?tls=insecure-skip-verify", addrs: []string{"h"}, mode: broker.TLSInsecureSkipVerify},
 		{in: "ticketing://h?ca=/x.pem", addrs: []string{"h"}, mode: broker.TLSCAFile, ca: "/x.pem"},
+		{in: "ticketing://T@h1,h2?ca=/x.pem&cluster=0123456789abcdef0123456789abcdef", addrs: []string{"h1", "h2"}, token: "T", mode: broker.TLSCAFile, ca: "/x.pem", clu: "0123456789abcdef0123456789abcdef"},
+		{in: "ticketing://h?cluster=" + strings.Repeat("x", 65), bad: true},
 		{in: "http://h", bad: true},
 		{in: "ticketing://", bad: true},
 		{in: "ticketing://h?tls=ca", bad: true},
@@ -42,7 +45,7 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(cfg.Addrs, c.addrs) || cfg.Token != c.token || cfg.TLS.Mode != c.mode || cfg.TLS.CAFile != c.ca {
+			if !slices.Equal(cfg.Addrs, c.addrs) || cfg.Token != c.token || cfg.TLS.Mode != c.mode || cfg.TLS.CAFile != c.ca || cfg.Cluster != c.clu {
 				t.Fatalf("got %+v", cfg)
 			}
 		})
@@ -74,6 +77,12 @@ func TestConfig_CAFileAndBackoff(t *testing.T) {
 			_, err := broker.New(cfg)
 			mustIs(t, err, broker.ErrInvalidConfig)
 		}
+	})
+	t.Run("Cluster longer than 64 bytes", func(t *testing.T) {
+		cfg := testConfig("127.0.0.1:1")
+		cfg.Cluster = strings.Repeat("x", 65)
+		_, err := broker.New(cfg)
+		mustIs(t, err, broker.ErrInvalidConfig)
 	})
 	t.Run("BackoffMin above BackoffMax", func(t *testing.T) {
 		cfg := testConfig("127.0.0.1:1")

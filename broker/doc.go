@@ -18,6 +18,9 @@
 //	err = t.Release(ctx)
 //
 // Example runs the same steps (with Connect) against an in-process server.
+// For work longer than a lease, Ticket.KeepAlive refreshes the lease in
+// the background and returns a context that is cancelled before the lock
+// can be lost (see "Refresh and KeepAlive"; ExampleTicket_KeepAlive).
 //
 // # Connections
 //
@@ -85,8 +88,10 @@
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
 // certificate rejected: ErrCertificate; a plain-TCP client whose HELLO a
-// TLS server closed: ErrTLSRequired) redials only after BackoffMax; when every session is in
-// that state, WaitReady returns the refusal at once. A fix on the server side
+// TLS server closed: ErrTLSRequired; a node of another cluster: a
+// *WrongClusterError, see "Cluster identity") redials only after
+// BackoffMax; when every session is in that state, WaitReady returns the
+// refusal at once. A fix on the server side
 // is picked up by the next redial. When ctx ends first, WaitReady's error
 // matches ErrNotReady and ctx's error, and its message carries the last
 // session error.
@@ -147,24 +152,96 @@
 //
 // # Protocol versions
 //
-// The broker asks every node for protocol version 2, which adds CANCEL
-// (drop one waiting ACQUIRE, the session lives on) and RELEASE_OWNED
-// (release by token and owner) to version 1. A node that answers E(2) (a
-// version-1 server) is asked again at once with version 1 (no backoff, not
-// a refusal), and later sessions to that address ask for version 1 until
-// a version-1 session to it drops: the next session (after the usual
-// backoff) asks for version 2 again, so that a node upgraded in a rolling
-// upgrade (which restarts it, dropping its sessions) is used with version
-// 2 without restarting the application. Against a node still at version
-// 1 this costs one E(2) round trip per reconnect, never more: failed
-// opens keep asking for version 1 (but for an E(2) to the version-1
-// HELLO, a refusal for good whose redial, after BackoffMax, asks for
-// version 2). A HELLO_OK carrying another version
-// than the one asked is a protocol error: the session is not used. What version 2
-// changes is what a cancellation after a possible send does (see
-// Cancellation) and how a release is sent (see Release); everything else is
-// the same in both versions, and a version-1 session behaves exactly as
-// before version 2 existed.
+// The broker asks every node for protocol version 3, which adds EXTEND
+// (Ticket.Refresh) and the cluster identity in HELLO_OK to version 2;
+// version 2 adds CANCEL (drop one waiting ACQUIRE, the session lives on)
+// and RELEASE_OWNED (release by token and owner) to version 1. A node that
+// answers E(2) (an older server) is asked again at once with the next
+// lower version (3, then 2, then 1; no backoff, not a refusal), and later
+// sessions to that address ask for that version until a session of a
+// version below 3 to it drops: the next session (after the usual backoff)
+// asks for version 3 again, so that a node upgraded in a rolling upgrade
+// (which restarts it, dropping its sessions) is used with version 3
+// without restarting the application. Against a node still at version 2
+// this costs one E(2) round trip per reconnect, two at version 1, never
+// more: failed opens keep asking for the lower version (but for an E(2)
+// to the version-1 HELLO, a refusal for good whose redial, after
+// BackoffMax, asks for version 3). A HELLO_OK carrying another version
+// than the one asked is a protocol error: the session is not used. What
+// version 2 changes is what a cancellation after a possible send does
+// (see Cancellation) and how a release is sent (see Release); version 3
+// adds Refresh and KeepAlive (on a node of version 2 or 1 they are
+// ErrUnsupported, nothing sent) and the identity check; everything else
+// is the same in every version, and a version-1 session behaves exactly
+// as before version 2 existed.
+//
+// # Cluster identity
+//
+// A version-3 HELLO_OK carries the identity of the node's replicated
+// group: the ID of its Raft cluster or of its hot-standby pair (empty for
+// a standalone node). The broker never uses two nodes with different
+// identities as one service: it keeps to Config.Cluster (the URL's
+// cluster=, which the TICKETING_URL printed by ticketingd init --cluster
+// and --pair carries) or, without one, to the first non-empty identity it
+// meets (decided once: of two sessions opening at once to two clusters,
+// one is refused). A node with another identity (a node started with a
+// wrong peer list forms a one-node cluster of its own; an address of
+// another cluster listed by mistake) is a configuration error: its
+// session is closed right after HELLO_OK, before any request, it is no
+// failover target (a pair's settle delay passes it over), and it is
+// redialled only after BackoffMax (a refusal for good: a fix is picked up
+// then). The broker logs it at Error ("broker: node belongs to another
+// cluster; not used": addr, node, cluster, want, configured), once per
+// session until that session is ready. With no usable node left, the
+// refusal is the cause of the error callers get: a *WrongClusterError
+// matching ErrWrongCluster (a cause, no outcome of its own) inside
+// Acquire's and Refresh's ErrUnsent and WaitReady's ErrNotReady (at once
+// when every session is so refused). Nodes without an identity
+// (standalone, or of protocol version 1 or 2) are not refused by this
+// rule. Broker.Cluster returns the identity kept to.
+//
+// # Refresh and KeepAlive
+//
+// A lease is 1..250 s; Ticket.Refresh extends it (EXTEND, protocol
+// version 3) with the ticket's key, token and owner, for a lease rounded
+// up to whole seconds and checked as Acquire's (ErrInvalidArgument before
+// anything is sent). The server keeps the lock for at least that lease
+// from when it reads the EXTEND, never shortens it, never changes the
+// token, and in a cluster or a pair answers only once the extension is
+// replicated (a new leader restarts the lease from its refreshed length).
+//
+//	outcome                  error                     the deadline, and what to do
+//	-----------------------  ------------------------  -------------------------------------------
+//	kept (K)                 nil                       max(current, t1 + lease*0.99), t1 taken just
+//	                                                    before the EXTEND may have been written
+//	not held (N)             ErrNotHeld                unchanged; the lock is lost: stop the work
+//	lost reply               ErrRefreshUnconfirmed     unchanged (never assumed extended); still
+//	                                                    held until then; refresh again
+//	never sent               ErrUnsent                 unchanged; safe to retry at once
+//	older server             ErrUnsupported            unchanged; nothing sent (version 2 or 1)
+//	released ticket          ErrNotHeld                unchanged; nothing sent
+//	node not serving, E      ErrNotActive, *ServerError unchanged; not extended
+//	bad lease                ErrInvalidArgument        unchanged; nothing sent
+//
+// Ticket.KeepAlive(ctx, lease) makes one refresh at once (its error is
+// returned, and nothing is started, if it fails), then refreshes in the
+// background whenever the deadline is within 0.99*lease - lease/3 (so
+// about every lease/3), retrying a failed refresh every lease/30 (50 ms
+// to 1 s). It returns a context derived from ctx that is cancelled as
+// soon as the ticket can no longer be sure that it holds the lock, with
+// context.Cause saying why: the deadline came within lease/3 (the margin)
+// with no confirmed refresh (ErrLeaseEnding, the last refresh's error in
+// its message); a refresh was answered N (ErrNotHeld); Release, Close or
+// the drop safety net ran (ErrNotHeld, ErrClosed), before the RELEASE is
+// sent; or ctx ended (ctx's cause). So the signal fires before the
+// conservative deadline, which is itself no later than the server's lease
+// end: work that stops when it fires stops before anyone else can be
+// granted the key. The only delay is the scheduling of the keep-alive's
+// goroutine, so keep the margin (a third of the lease) well above the
+// pauses the process may see. Release, Close and the drop release wait
+// for that goroutine; cancel ctx to stop refreshing while keeping the
+// ticket. The fence (fence.CheckLease, an adapter's Run) reads Remaining
+// at commit, so a refreshed ticket commits on its refreshed deadline.
 //
 // # Errors: exactly one outcome
 //
@@ -172,10 +249,11 @@
 // one of the sentinels (ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut,
 // ErrBusy, ErrIndeterminate, ErrUnsent, ErrLeaseTooShort, ErrNotHeld,
 // ErrReleaseUnconfirmed, ErrClosed, ErrUnauthorized, ErrNotActive,
-// ErrNotReady, ErrCertificate, ErrTLSRequired), or a *ServerError for an E other than
+// ErrNotReady, ErrCertificate, ErrTLSRequired, ErrRefreshUnconfirmed,
+// ErrUnsupported, ErrLeaseEnding), or a *ServerError for an E other than
 // code 3. A cancelled call may also match ctx's error. The cause behind an
 // outcome is in its message; it is matchable too only when it matches no
-// outcome itself (a dial or x509 error is; the "no ready session" behind an
+// outcome itself (a dial or x509 error is, and so is ErrWrongCluster; the "no ready session" behind an
 // ErrReleaseUnconfirmed, or the *ServerError that ended the session behind
 // an ErrIndeterminate, is not). So the sentinels can be tested in any order.
 //

@@ -16,7 +16,8 @@ import (
 // behind an ErrUnsent or ErrIndeterminate, the last attempt behind an
 // ErrReleaseUnconfirmed) are in its message; they stay reachable with
 // errors.Is and errors.As only when they match no outcome (a dial or TLS
-// error, say), so that an error never matches two outcomes.
+// error, say, or ErrWrongCluster, which is a cause and no outcome), so that
+// an error never matches two outcomes.
 var (
 	// ErrInvalidArgument: an argument of Acquire was out of range (after
 	// rounding up to whole seconds) or a key was empty or longer than 255
@@ -56,8 +57,13 @@ var (
 	// compensating release was made (see the error text for its result).
 	ErrLeaseTooShort = errors.New("broker: granted lease too short for the work budget")
 
-	// ErrNotHeld: the server answered N to a RELEASE: no lock on that key
-	// holds that token (it expired, was released, or was never held).
+	// ErrNotHeld: the server answered N to a RELEASE or an EXTEND (Refresh):
+	// no lock on that key holds that token (and, for a RELEASE_OWNED or an
+	// EXTEND, that owner): it expired, was released, or was never held.
+	// Refresh and KeepAlive also return it, without sending anything, for
+	// a ticket already released (Release ran, or Close, or the drop safety
+	// net), and a KeepAlive's lost signal carries it as its cause when a
+	// refresh was answered N or Release ran.
 	ErrNotHeld = errors.New("broker: lock not held by this token")
 
 	// ErrReleaseUnconfirmed: a RELEASE may have reached the server, and no
@@ -65,6 +71,32 @@ var (
 	// still be held until its lease ends. (A RELEASE that was never sent
 	// within the window is ErrUnsent instead.)
 	ErrReleaseUnconfirmed = errors.New("broker: release unconfirmed")
+
+	// ErrRefreshUnconfirmed: an EXTEND (Ticket.Refresh) may have reached
+	// the server, and no final reply to it came (its session dropped or
+	// turned fatal, no reply within ReplyGrace, or the call was cancelled
+	// after a possible send). The lease may or may not have been
+	// extended: the ticket's Deadline is unchanged (never assumed
+	// extended), and the lock is still held at least until then. Refresh
+	// again to know.
+	ErrRefreshUnconfirmed = errors.New("broker: refresh unconfirmed")
+
+	// ErrUnsupported: the request needs a newer protocol version than the
+	// one the broker's ready sessions speak: Refresh and KeepAlive need
+	// version 3 (EXTEND), and every ready session is to a node that
+	// answered HELLO with version 2 or 1 (an older ticketingd). Nothing
+	// was sent. Upgrade the servers; the broker asks every node for
+	// version 3 again after its session drops (a restart does that).
+	ErrUnsupported = errors.New("broker: not supported by the server (protocol version 3 needed)")
+
+	// ErrLeaseEnding is the cause of a KeepAlive's lost signal when the
+	// ticket's conservative deadline came within the keep-alive's margin
+	// (a third of its lease) with no confirmed refresh: the server could
+	// not be reached in time (no session, no reply, a node of an older
+	// version). The lock may still be held until Deadline, but can no
+	// longer be relied on: stop the work. The last refresh's error is in
+	// the message.
+	ErrLeaseEnding = errors.New("broker: lease ending without a confirmed refresh")
 
 	// ErrClosed: the Broker was closed.
 	ErrClosed = errors.New("broker: closed")
@@ -98,7 +130,46 @@ var (
 	// follower). For an ACQUIRE it names, it is a definite "not granted".
 	// The error is a *NotActiveError carrying the hint.
 	ErrNotActive = errors.New("broker: node not active")
+
+	// ErrWrongCluster is matched by a *WrongClusterError: a node answered
+	// HELLO_OK (version 3) with the identity of another cluster or pair
+	// than the broker's (Config.Cluster, the URL's cluster=, or without
+	// one the first identity the broker met). It is no outcome of its
+	// own but a cause: it stays matchable inside the error that says that
+	// no session was usable (Acquire's and Refresh's ErrUnsent, WaitReady's
+	// ErrNotReady).
+	ErrWrongCluster = errors.New("broker: node of another cluster")
 )
+
+// WrongClusterError is the refusal of a node whose version-3 HELLO_OK
+// carries another group identity (the ID of a Raft cluster or of a
+// hot-standby pair) than the one the broker keeps to. Such a node is
+// never used: its session is closed right after HELLO_OK, nothing is sent
+// on it, it is no failover target, and it is redialled only after
+// BackoffMax (a refusal for good, see WaitReady). It matches
+// ErrWrongCluster.
+type WrongClusterError struct {
+	Addr    string // the node's address, as in Config.Addrs
+	Node    string // the node's name, from its HELLO_OK
+	Cluster string // the node's identity
+	Want    string // the broker's identity
+	// Configured says whether Want is Config.Cluster (the URL's
+	// cluster=) rather than the first identity the broker met.
+	Configured bool
+}
+
+// Error implements error.
+func (e *WrongClusterError) Error() string {
+	from := "the first identity this broker met"
+	if e.Configured {
+		from = "configured: Config.Cluster, the URL's cluster="
+	}
+	return fmt.Sprintf("broker: node %s (%q) belongs to cluster %q, not %q (%s): not used; check the addresses (every one must be a node of the same cluster or pair)",
+		e.Addr, e.Node, e.Cluster, e.Want, from)
+}
+
+// Is makes errors.Is(err, ErrWrongCluster) true.
+func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }
 
 // ServerError is a server E frame: session-fatal; for the request it names,
 // a definite "not granted" (or "not released"). Code 3 matches
@@ -140,6 +211,7 @@ var outcomes = [...]error{
 	ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut, ErrBusy, ErrIndeterminate,
 	ErrUnsent, ErrLeaseTooShort, ErrNotHeld, ErrReleaseUnconfirmed, ErrClosed,
 	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate, ErrTLSRequired,
+	ErrRefreshUnconfirmed, ErrUnsupported, ErrLeaseEnding,
 }
 
 // hasOutcome reports whether err matches an outcome: one of the outcome

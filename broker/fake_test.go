@@ -25,10 +25,11 @@ import (
 // (see script), and tests may replace Hello, Handle or AfterHello.
 //
 // It speaks protocol version 1 only, as servers before version 2 did, unless
-// SetVersion(2) says otherwise: a HELLO asking for a version above the
-// fake's is answered E(2) by the fake itself (counted in versionRefused,
-// not in hellos, and never shown to Hello), and C or V on a version-1
-// session get E(1). A connection so refused is not one of its sessions:
+// SetVersion(2) or SetVersion(3) says otherwise: a HELLO asking for a
+// version above the fake's is answered E(2) by the fake itself (counted in
+// versionRefused, not in hellos, and never shown to Hello), C or V on a
+// version-1 session get E(1), and X below version 3 too. A version-3
+// HELLO_OK carries the identity set by SetCluster (default none). A connection so refused is not one of its sessions:
 // accepted, Conns and the fakeConn IDs count only the others.
 type fakeServer struct {
 	t    testing.TB
@@ -47,6 +48,7 @@ type fakeServer struct {
 	hellos         atomic.Int64  // HELLOs of a version the fake speaks
 	versionRefused atomic.Int64  // HELLOs answered E(2) by the fake
 	version        atomic.Uint32 // highest version spoken; 0 means 1
+	cluster        atomic.Pointer[string]
 	nextToken      atomic.Uint64
 	counts         [256]atomic.Int64 // request frames received, by type byte
 
@@ -219,7 +221,7 @@ func (fc *fakeConn) serve() {
 	if f.Hello != nil {
 		f.Hello(fc, &req)
 	} else {
-		fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: req.Version, Role: 1, Node: []byte("fake")})
+		fc.sendResp(f.helloOK(&req))
 	}
 	if f.AfterHello != nil {
 		f.AfterHello(fc, cr)
@@ -297,6 +299,8 @@ func (f *fakeServer) later(d time.Duration, fn func()) {
 //	nothing queued is ignored, as the protocol says.
 //	release: rel-never rel-notheld rel-late (R after 400ms) rel-granted (G)
 //	rel-closeonce (else R)
+//	extend (version 3): ext-never ext-notheld ext-close ext-late (K after
+//	400ms) (else K)
 func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	id := req.ReqID
 	key := string(req.Key)
@@ -317,6 +321,19 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 			fc.send(wire.AppendGranted(nil, id, f.nextToken.Add(1), 0))
 		default:
 			fc.send(wire.AppendSimple(nil, wire.TypeTimedOut, id))
+		}
+		return
+	case wire.TypeExtend:
+		switch {
+		case strings.Contains(key, "ext-never"):
+		case strings.Contains(key, "ext-notheld"):
+			fc.send(wire.AppendSimple(nil, wire.TypeNotHeld, id))
+		case strings.Contains(key, "ext-close"):
+			fc.Close()
+		case strings.Contains(key, "ext-late"):
+			f.later(400*time.Millisecond, func() { fc.send(wire.AppendSimple(nil, wire.TypeKept, id)) })
+		default:
+			fc.send(wire.AppendSimple(nil, wire.TypeKept, id))
 		}
 		return
 	case wire.TypeRelease, wire.TypeReleaseOwned:
@@ -401,9 +418,23 @@ func (f *fakeServer) script(fc *fakeConn, req *wire.Request) {
 	}
 }
 
-// SetVersion sets the highest protocol version the fake speaks (1 or 2),
-// before the broker dials it.
+// SetVersion sets the highest protocol version the fake speaks (1, 2 or
+// 3), before the broker dials it.
 func (f *fakeServer) SetVersion(v uint8) { f.version.Store(uint32(v)) }
+
+// SetCluster sets the group identity of the fake's version-3 HELLO_OK.
+func (f *fakeServer) SetCluster(id string) { f.cluster.Store(&id) }
+
+// helloOK is the fake's default answer to req, a HELLO: HELLO_OK of the
+// version asked, role 1, node "fake", and on version 3 the identity of
+// SetCluster.
+func (f *fakeServer) helloOK(req *wire.Request) *wire.Response {
+	r := &wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: req.Version, Role: 1, Node: []byte("fake")}
+	if id := f.cluster.Load(); id != nil && req.Version >= wire.Version3 {
+		r.Cluster = []byte(*id)
+	}
+	return r
+}
 
 // Parked returns how many ACQUIREs wait for a CANCEL on fc.
 func (fc *fakeConn) Parked() int {
@@ -570,6 +601,9 @@ var outcomeSentinels = []struct {
 	{"ErrNotReady", broker.ErrNotReady},
 	{"ErrCertificate", broker.ErrCertificate},
 	{"ErrTLSRequired", broker.ErrTLSRequired},
+	{"ErrRefreshUnconfirmed", broker.ErrRefreshUnconfirmed},
+	{"ErrUnsupported", broker.ErrUnsupported},
+	{"ErrLeaseEnding", broker.ErrLeaseEnding},
 }
 
 // outcomesOf returns the outcomes err matches: the names of the sentinels

@@ -100,17 +100,18 @@ const (
 	msgFailed    = "broker: session open failed"
 	msgStillDown = "broker: session still down"
 	msgFallback  = "broker: node does not speak protocol version 2; using version 1"
+	msgFallback3 = "broker: node does not speak protocol version 3; using version 2"
 )
 
 func TestLog_RestartLogsOneDropAndOneReconnectPerSession(t *testing.T) {
-	for _, v := range []uint8{2, 1} {
+	for _, v := range []uint8{3, 2, 1} {
 		t.Run(fmt.Sprintf("version-%d node", v), func(t *testing.T) { testLogRestart(t, v) })
 	}
 }
 
-// testLogRestart: on a version-1 node, the fallback is logged at Info the
-// first time only (after the restart, the E(2) of each reconnect is no
-// news).
+// testLogRestart: on a node of version 2 or 1, each step of the fallback
+// (3 to 2, 2 to 1) is logged at Info the first time only (after the
+// restart, the E(2)s of each reconnect are no news).
 func testLogRestart(t *testing.T, v uint8) {
 	f := newFakeVersion(t, "127.0.0.1:0", nil, v)
 	addr := f.Addr
@@ -121,7 +122,7 @@ func testLogRestart(t *testing.T, v uint8) {
 	eventually(t, "two ready lines", func() bool { return h.count(0, msgReady) == 2 })
 	fallbacks := 0
 	for _, l := range h.since(0, slog.LevelInfo) {
-		if l.msg == msgFallback && l.level == slog.LevelInfo && v == 1 {
+		if (l.msg == msgFallback3 && v <= 2 || l.msg == msgFallback && v == 1) && l.level == slog.LevelInfo {
 			fallbacks++
 			continue
 		}
@@ -135,8 +136,8 @@ func testLogRestart(t *testing.T, v uint8) {
 			t.Fatalf("first ready line with down_for: %v", l)
 		}
 	}
-	if v == 1 && fallbacks != 1 {
-		t.Fatalf("%d fallback lines at start, want 1", fallbacks)
+	if want := 3 - int(v); fallbacks != want {
+		t.Fatalf("%d fallback lines at start, want %d", fallbacks, want)
 	}
 
 	// The server restarts: its listener closes with every session, and
@@ -195,8 +196,8 @@ func TestLog_LongOutageIsBounded(t *testing.T) {
 	bound := 2 + int(elapsed/interval) // per session: the first failure, the summaries, the ready line
 	perSession := map[string][]logLine{}
 	for _, l := range h.since(0, slog.LevelInfo) {
-		if _, ok := l.attrs["session"]; !ok && l.msg == msgFallback {
-			continue // the fake speaks version 1: one line for the node
+		if _, ok := l.attrs["session"]; !ok && (l.msg == msgFallback || l.msg == msgFallback3) {
+			continue // the fake speaks version 1: one line per step for the node
 		}
 		perSession[l.attrs["session"].String()] = append(perSession[l.attrs["session"].String()], l)
 	}

@@ -157,11 +157,23 @@ func (p *pair) settledLocked(now time.Time) {
 	if len(p.nodes) < 2 || p.lostAt.IsZero() || now.Sub(p.lostAt) < p.settle || t.p.attempts > 0 || t.p.ready > 0 {
 		return
 	}
-	next := p.nodes[0]
+	// The next node in Addrs order, passing over the nodes found to
+	// belong to another cluster (no failover target: see checkCluster);
+	// if every other node is one, the lost target stays.
+	next := t
 	for i, n := range p.nodes {
-		if n == t {
-			next = p.nodes[(i+1)%len(p.nodes)]
+		if n != t {
+			continue
 		}
+		for j := 1; j < len(p.nodes); j++ {
+			if c := p.nodes[(i+j)%len(p.nodes)]; !c.foreign.Load() {
+				next = c
+				break
+			}
+		}
+	}
+	if next == t {
+		return
 	}
 	lostFor := now.Sub(p.lostAt)
 	p.moveLocked(next, now, false)
@@ -210,7 +222,7 @@ func (p *pair) hintLocked(from *node, err error) *node {
 		return nil
 	}
 	for _, n := range p.nodes {
-		if n.p.addr == h && n != from && n != p.deserted {
+		if n.p.addr == h && n != from && n != p.deserted && !n.foreign.Load() {
 			return n
 		}
 	}

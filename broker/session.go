@@ -20,7 +20,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
-// request is one ACQUIRE or RELEASE in flight. Requests are pooled; ch is
+// request is one ACQUIRE, RELEASE or EXTEND in flight. Requests are pooled; ch is
 // signalled exactly once per use, after res is set, under conn.mu.
 type request struct {
 	typ    byte
@@ -48,7 +48,7 @@ type request struct {
 	// session (see withdraw): a G for it is released.
 	abandoned bool
 	t0        time.Time // taken just before the Write that carried it
-	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace; RELEASE: t0 + release window + reply grace
+	replyBy   time.Time // ACQUIRE: t0 + wait + reply grace; RELEASE: t0 + release window + reply grace; EXTEND: t0 + reply grace
 
 	ch  chan struct{}
 	res result
@@ -95,33 +95,59 @@ type session struct {
 	refusedAt time.Time
 }
 
+// maxVersion is the protocol version the broker asks every node for
+// first.
+const maxVersion = wire.Version3
+
 // node is what the sessions of one address share: the protocol version to
-// ask it for. Every node is asked for version 2 until it answers E(2) to a
-// version-2 HELLO; from then on its sessions open with version 1, the one
-// refused at once, until a version-1 session to it drops (a node restarts
-// when it is upgraded): the next session to it asks for version 2 again
-// (docs/protocol.md, "Version 2 additions"). So a rolling upgrade is picked up
+// ask it for. Every node is asked for version 3 (maxVersion) until it
+// answers E(2) to a HELLO; from then on its sessions open with the next
+// lower version at once (3, then 2, then 1), until a session to it of a
+// version below 3 drops (a node restarts when it is upgraded): the next
+// session to it asks for version 3 again (docs/protocol.md, "Version 2
+// additions" and "Version 3 additions"). So a rolling upgrade is picked up
 // without restarting the application, at the cost of one E(2) round trip
-// per reconnect to a node still at version 1. A failed open does not
-// clear the fallback, except an E(2) to the version-1 HELLO, a refusal
-// for good redialled after BackoffMax: E(2) and the version-1 retry cannot
-// alternate faster than that.
+// per reconnect to a node at version 2, two to one at version 1. A failed
+// open does not clear the fallback, except an E(2) to the version-1 HELLO,
+// a refusal for good redialled after BackoffMax: E(2) and the lower
+// versions' retries cannot alternate faster than that.
 type node struct {
-	v1 atomic.Bool
-	// v1Logged: a fallback was logged at Info, and no version-2 session
-	// has opened since; later fallbacks are no news (Debug).
-	v1Logged atomic.Bool
+	// ask is the version the node's next session asks for.
+	ask atomic.Uint32
+	// fbLogged is the lowest version a fallback to which was logged at
+	// Info since the node's last version-3 session (0: none): later
+	// fallbacks to it or above are no news (Debug).
+	fbLogged atomic.Uint32
+	// foreign: the node's latest HELLO_OK carried another cluster's
+	// identity (see Broker.checkCluster). It is no failover target of a
+	// pair (see pair.settledLocked) until a session to it opens.
+	foreign atomic.Bool
 	// p is the node's address and its counts for the pair (see pair),
 	// guarded by pair.mu.
 	p nodePair
 }
 
 // version returns the version the next session to the node asks for.
-func (n *node) version() uint8 {
-	if n.v1.Load() {
-		return wire.Version1
+func (n *node) version() uint8 { return uint8(n.ask.Load()) }
+
+// fellBack records that the node answered E(2) to a HELLO of version ver
+// (above 1): its sessions ask for ver-1 from now on. It reports whether
+// this call moved the version (the node's other session may have done so
+// first), and the level to log it at: Info unless a fallback to ver-1 or
+// lower was logged at Info since the node's last version-3 session.
+func (n *node) fellBack(ver uint8) (bool, slog.Level) {
+	if !n.ask.CompareAndSwap(uint32(ver), uint32(ver-1)) {
+		return false, slog.LevelDebug
 	}
-	return wire.Version2
+	for {
+		old := n.fbLogged.Load()
+		if old != 0 && old <= uint32(ver-1) {
+			return true, slog.LevelDebug // known already: not news
+		}
+		if n.fbLogged.CompareAndSwap(old, uint32(ver-1)) {
+			return true, slog.LevelInfo
+		}
+	}
 }
 
 // lostGrant is an ACQUIRE possibly sent whose caller will never get its
@@ -144,6 +170,9 @@ type conn struct {
 	version uint8
 	// nodeName is the node name of the HELLO_OK, for logs.
 	nodeName string
+	// cluster is the group identity of a version-3 HELLO_OK (empty:
+	// standalone, or a version below 3).
+	cluster string
 	// role is the HELLO_OK's role (wire.RoleStandalone, RoleActive,
 	// RoleLeader): role 2 turns the broker's pair mode on (see pair).
 	role   uint8
@@ -208,21 +237,18 @@ func (s *session) run() {
 		ver := s.node.version()
 		c, err := s.open(ver)
 		if err != nil {
-			fallback := ver == wire.Version2 && versionRefused(err)
+			fallback := ver > wire.Version1 && versionRefused(err)
 			inPair := b.pair.failed(s, err, fallback)
 			if b.ctx.Err() != nil {
 				return
 			}
 			if fallback {
-				// A version-1 node: not a failure, and no refusal for
-				// good. Its sessions ask for version 1 until one of them
-				// drops (see node), this one at once.
-				if s.node.v1.CompareAndSwap(false, true) {
-					lvl := slog.LevelDebug // known already: not news
-					if s.node.v1Logged.CompareAndSwap(false, true) {
-						lvl = slog.LevelInfo
-					}
-					b.log.Log(b.ctx, lvl, "broker: node does not speak protocol version 2; using version 1", "addr", s.addr)
+				// A node of an older version: not a failure, and no
+				// refusal for good. Its sessions ask for the next lower
+				// version until one of them drops (see node), this one
+				// at once.
+				if moved, lvl := s.node.fellBack(ver); moved {
+					b.log.Log(b.ctx, lvl, fmt.Sprintf("broker: node does not speak protocol version %d; using version %d", ver, ver-1), "addr", s.addr)
 				}
 				continue
 			}
@@ -230,8 +256,8 @@ func (s *session) run() {
 				// Version 1 refused too: the node may have been replaced
 				// by one that dropped version 1 while this session was
 				// down. A refusal for good (redialled after BackoffMax),
-				// whose next HELLO asks for version 2 again.
-				s.node.v1.Store(false)
+				// whose next HELLO asks for version 3 again.
+				s.node.ask.Store(maxVersion)
 			}
 			refused := refusedForGood(err)
 			b.openFailed(s, err, refused)
@@ -272,12 +298,16 @@ func (s *session) run() {
 			continue
 		}
 		opened := time.Now()
-		if c.version >= wire.Version2 {
-			s.node.v1Logged.Store(false)
+		if c.version >= maxVersion {
+			s.node.fbLogged.Store(0)
 		}
+		s.node.foreign.Store(false)
 		hinted = false
 		b.signalReady(s)
 		attrs := []any{"addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version}
+		if c.cluster != "" {
+			attrs = append(attrs, "cluster", c.cluster)
+		}
 		if out.dropped || out.failures > 0 {
 			attrs = append(attrs, "down_for", opened.Sub(out.since).Round(time.Millisecond), "attempts", out.failures+1)
 		}
@@ -298,11 +328,11 @@ func (s *session) run() {
 		b.log.Warn("broker: session dropped", "addr", s.addr, "session", s.idx, "node", c.nodeName, "version", c.version,
 			"up_for", dropped.Sub(opened).Round(time.Millisecond), "err", c.err)
 		out = outage{since: dropped, dropped: true}
-		if c.version == wire.Version1 {
+		if c.version < maxVersion {
 			// The node may come back upgraded (a restart drops every
-			// session): its next session asks for version 2 again, once,
+			// session): its next session asks for version 3 again, once,
 			// and after the backoff below, not at once.
-			s.node.v1.Store(false)
+			s.node.ask.Store(maxVersion)
 		}
 		// A session that lived at least BackoffMax resets the backoff; one
 		// that dropped sooner (a flapping node) keeps it growing.
@@ -412,7 +442,8 @@ type outage struct {
 	dropped  bool      // it began with a drop (not at New)
 	failures int       // failed opens (an E(2) fallback is none)
 	lastWarn time.Time // the latest Warn line about it (zero: none)
-	// refusedWarned: a refusal for good was logged at Warn.
+	// refusedWarned: a refusal for good was logged at Warn (or, for a
+	// node of another cluster, at Error).
 	refusedWarned bool
 }
 
@@ -447,6 +478,14 @@ func (o *outage) failed(s *session, err error, refused bool) {
 	ref := o.since
 	if !o.lastWarn.IsZero() {
 		ref = o.lastWarn
+	}
+	var wc *WrongClusterError
+	if errors.As(err, &wc) && !o.refusedWarned {
+		// A configuration error: at Error, naming both identities.
+		o.lastWarn, o.refusedWarned = now, true
+		b.log.Error("broker: node belongs to another cluster; not used", "addr", s.addr, "session", s.idx, "node", wc.Node,
+			"cluster", wc.Cluster, "want", wc.Want, "configured", wc.Configured, "attempts", o.failures)
+		return
 	}
 	switch {
 	case (o.failures == 1 && !o.dropped) || (refused && !o.refusedWarned):
@@ -496,15 +535,16 @@ func versionRefused(err error) bool {
 
 // refusedForGood reports whether a failed open is a refusal that retrying
 // cannot cure (see WaitReady): the client token refused (E code 3), the
-// protocol version refused (E code 2 to a version-1 HELLO: to a version-2
-// one, it makes the node's next session ask for version 1, see run), or
-// the server's certificate rejected.
+// protocol version refused (E code 2 to a version-1 HELLO: to a higher
+// one, it makes the node's next session ask for the next lower version,
+// see run), the server's certificate rejected, or a node of another
+// cluster.
 func refusedForGood(err error) bool {
 	var se *ServerError
 	if errors.As(err, &se) {
 		return se.Code == wire.CodeUnauthorized || se.Code == wire.CodeVersion
 	}
-	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrTLSRequired)
+	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrTLSRequired) || errors.Is(err, ErrWrongCluster)
 }
 
 func (s *session) errorf(cause error, format string, args ...any) error {
@@ -561,7 +601,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		return nil, s.errorf(err, "sending HELLO")
 	}
 	br := bufio.NewReaderSize(nc, 64<<10)
-	var nodeName string
+	var nodeName, cluster string
 	var role uint8
 	body, err := wire.NewReader(br).Next()
 	if err != nil {
@@ -584,7 +624,11 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 			// A server answers with the version asked for, or E(2).
 			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
 		}
-		nodeName, role = string(resp.Node), resp.Role
+		nodeName, role, cluster = string(resp.Node), resp.Role, string(resp.Cluster)
+		if err := b.checkCluster(s, nodeName, cluster); err != nil {
+			// Before the session is used: nothing is sent on it.
+			return nil, s.errorf(err, "HELLO_OK")
+		}
 	case wire.TypeError:
 		return nil, s.errorf(&ServerError{Code: resp.Code, Message: string(resp.Msg)}, "%s", helloRefused(resp.Code, b.set.Token != ""))
 	case wire.TypeNotActive:
@@ -597,6 +641,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		b: b, s: s, nc: nc, raw: raw, br: br,
 		version:   ver,
 		nodeName:  nodeName,
+		cluster:   cluster,
 		role:      role,
 		done:      make(chan struct{}),
 		wake:      make(chan struct{}, 1),
@@ -905,9 +950,12 @@ func (c *conn) writeLoop() {
 			buf = append(buf, r.frame...)
 			r.sent = true
 			r.t0 = now
-			if r.typ == wire.TypeAcquire {
+			switch r.typ {
+			case wire.TypeAcquire:
 				r.replyBy = now.Add(time.Duration(r.waitS)*time.Second + c.b.set.ReplyGrace)
-			} else {
+			case wire.TypeExtend:
+				r.replyBy = now.Add(c.b.set.ReplyGrace)
+			default:
 				r.replyBy = now.Add(c.b.set.Config.ReleaseWindow + c.b.set.ReplyGrace)
 			}
 		}
@@ -1059,6 +1107,8 @@ func answers(req, typ byte) bool {
 		return typ == wire.TypeGranted || typ == wire.TypeTimedOut || typ == wire.TypeBusy
 	case wire.TypeRelease:
 		return typ == wire.TypeReleased || typ == wire.TypeNotHeld
+	case wire.TypeExtend:
+		return typ == wire.TypeKept || typ == wire.TypeNotHeld
 	}
 	return false
 }
@@ -1181,9 +1231,14 @@ func (c *conn) scan(now time.Time) {
 		if r == nil || !r.sent || !now.After(r.replyBy) {
 			continue
 		}
-		if r.typ == wire.TypeAcquire {
+		switch r.typ {
+		case wire.TypeAcquire:
 			c.failLocked(c.s.errorf(nil, "no reply to an ACQUIRE within its wait (%ds) plus the reply grace (%v)", r.waitS, cfg.ReplyGrace))
-		} else {
+		case wire.TypeExtend:
+			// Its caller gets ErrRefreshUnconfirmed (or, cancelled, had
+			// it already): the deadline was not moved.
+			c.failLocked(c.s.errorf(nil, "no reply to an EXTEND within the reply grace (%v)", cfg.ReplyGrace))
+		default:
 			// Its caller has had ErrReleaseUnconfirmed since the window
 			// ended (t0 >= the call), so nothing is resent; this bounds the
 			// entries of unanswered RELEASEs kept to absorb late replies.

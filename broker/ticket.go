@@ -13,7 +13,9 @@ import (
 
 // Ticket is a granted lock: its key, its fencing token and its conservative
 // deadline. Fence the protected write with Token in the same database
-// transaction, then Release. Its methods are safe for concurrent use.
+// transaction, then Release. Refresh extends its lease, KeepAlive does so
+// in the background and signals its loss. Its methods are safe for
+// concurrent use.
 //
 // A Ticket dropped without Release is released in the background, best
 // effort, when the garbage collector finds it (the second collection after
@@ -29,7 +31,18 @@ type ticketState struct {
 	key      string
 	token    uint64
 	owner    [wire.OwnerLen]byte // released with it on a version-2 session
-	deadline time.Time
+	deadline time.Time           // the conservative deadline of the grant
+	// ext is the conservative deadline moved by the latest confirmed
+	// refresh (see extendTo); nil: never refreshed. Only ever later than
+	// deadline and than every earlier value.
+	ext atomic.Pointer[time.Time]
+
+	// The running KeepAlives (see keeper), guarded by kmu. kstop: a
+	// release has begun (no new KeepAlive), cleared again if it sent
+	// nothing (ErrUnsent: the ticket is still held).
+	kmu     sync.Mutex
+	keepers []*keeper
+	kstop   bool
 
 	// The registry of unreleased tickets (see ticketShard), guarded by the
 	// shard's mu.
@@ -59,12 +72,40 @@ func (t *Ticket) Token() uint64 { return t.st.token }
 // + lease_s*1000)*(1-0.01), where t0 was taken just before the ACQUIRE may
 // have been written, and waited_ms is at most the broker's own time from t0
 // to the reply's handling (a larger value is taken as that time: the server's word is bounded).
-// The server's expiry is no earlier. It carries a monotonic clock reading.
-func (t *Ticket) Deadline() time.Time { return t.st.deadline }
+// After a confirmed refresh (Refresh answered K, also in KeepAlive) it is
+// the later of that and t1 + lease_s*1000*(1-0.01), t1 taken just before
+// the EXTEND may have been written: it only ever moves forward, and only
+// on a confirmed refresh. The server's expiry is no earlier. It carries a
+// monotonic clock reading. It is safe to call concurrently with Refresh.
+func (t *Ticket) Deadline() time.Time { return t.st.currentDeadline() }
 
 // Remaining returns the conservative remaining lease, Deadline minus now
 // (negative once passed).
-func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
+func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.currentDeadline()) }
+
+// currentDeadline is the ticket's conservative deadline now.
+func (st *ticketState) currentDeadline() time.Time {
+	if p := st.ext.Load(); p != nil {
+		return *p
+	}
+	return st.deadline
+}
+
+// extendTo moves the conservative deadline to d if d is later (a
+// confirmed refresh); it never moves it back, whatever the order in which
+// concurrent refreshes are confirmed.
+func (st *ticketState) extendTo(d time.Time) {
+	for {
+		p := st.ext.Load()
+		cur := st.deadline
+		if p != nil {
+			cur = *p
+		}
+		if !d.After(cur) || st.ext.CompareAndSwap(p, &d) {
+			return
+		}
+	}
+}
 
 // Release releases the lock by its exact token (on a version-2 session,
 // RELEASE_OWNED: by its token and its acquire's owner). It retries on any ready
@@ -81,6 +122,13 @@ func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.deadline) }
 // (and Close or a drop still release it). Calling Release again after any
 // other result returns that result without sending anything; concurrent
 // calls wait for the first.
+//
+// Before anything is sent, Release ends every KeepAlive of the ticket:
+// their contexts are cancelled (cause: ErrNotHeld) and their goroutines
+// have exited, whatever the result (after ErrUnsent, KeepAlive may be
+// called again). A ctx that this ends (a KeepAlive's context, or one
+// derived from it, as in defer t.Release(held)) does not cancel the
+// release itself.
 func (t *Ticket) Release(ctx context.Context) error {
 	b, st := t.b, t.st
 	if st.done.Load() {
@@ -112,9 +160,27 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	if st.done.Load() {
 		return st.err
 	}
+	// The KeepAlives' lost signals fire before the RELEASE is sent: work
+	// that watches them stops before the lock can be another's.
+	cause := newErr(ErrNotHeld, "the ticket is being released", nil)
+	if b.closing.Load() {
+		cause = newErr(ErrClosed, "the broker is closing; the ticket is being released", nil)
+	}
+	live := ctx.Err() == nil
+	st.stopKeepers(cause)
+	if live && context.Cause(ctx) == cause {
+		// ctx is a KeepAlive's context (or derived from one), which the
+		// release itself just ended: the release must still be made.
+		ctx = context.WithoutCancel(ctx)
+	}
 	err := b.release(ctx, st.key, st.token, st.owner, start, fresh)
 	if errors.Is(err, ErrUnsent) {
-		return err // nothing sent: still held, the caller may try again
+		// Nothing sent: still held, the caller may try again (and may
+		// keep it alive again).
+		st.kmu.Lock()
+		st.kstop = false
+		st.kmu.Unlock()
+		return err
 	}
 	st.err = err
 	st.done.Store(true)

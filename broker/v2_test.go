@@ -109,7 +109,7 @@ func logOf(f *fakeServer, typ byte) []fakeReq {
 }
 
 func TestV2_Negotiation(t *testing.T) {
-	t.Run("version-1 node: E(2) to version 2, then version 1 at once", func(t *testing.T) {
+	t.Run("version-1 node: E(2) to version 3, then 2, then version 1 at once", func(t *testing.T) {
 		f := newFake(t) // version 1 only, as a server before version 2
 		d := &recordingDialer{}
 		cfg := testConfig(f.Addr)
@@ -118,17 +118,19 @@ func TestV2_Negotiation(t *testing.T) {
 		cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
 		cfg.Dialer = d.Dial
 		b := allReady(t, f, cfg)
-		if n := f.versionRefused.Load(); n < 1 || n > 2 {
-			t.Fatalf("%d version-2 HELLOs refused, want 1 or 2 (one per session at most)", n)
+		// Each step down (3 to 2, 2 to 1) costs one E(2), or two when
+		// both sessions asked at once.
+		if n := f.versionRefused.Load(); n < 2 || n > 4 {
+			t.Fatalf("%d HELLOs of versions 3 and 2 refused, want 2 to 4 (one per session and version at most)", n)
 		}
 		for _, fc := range f.Conns() {
 			if fc.Version != 1 {
 				t.Fatalf("session of version %d, want 1", fc.Version)
 			}
 		}
-		hello2 := mustHexT(t, "000000084800000001020000") // the protocol's test vector
-		if w := d.written(); !bytes.HasPrefix(w[0], hello2) {
-			t.Fatalf("first HELLO %x, want version 2 %x", w[0], hello2)
+		hello3 := mustHexT(t, "000000084800000001030000") // the protocol's test vector
+		if w := d.written(); !bytes.HasPrefix(w[0], hello3) {
+			t.Fatalf("first HELLO %x, want version 3 %x", w[0], hello3)
 		}
 		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
 		if err != nil {
@@ -138,18 +140,18 @@ func TestV2_Negotiation(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("a version-1 node restarted: one E(2) per reconnect, then version 1", func(t *testing.T) {
+	t.Run("a version-1 node restarted: two E(2) per reconnect, then version 1", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
 		for round := range 3 {
 			f = f.Restart(1)
 			eventually(t, "sessions reopened", func() bool { return f.hellos.Load() >= 2 && b.ReadySessions() == 2 })
-			// Each session asks for version 2 again after its drop (the
-			// node might have been upgraded) at most once: the E(2) is
-			// retried with version 1 at once, and the next version-2
-			// HELLO waits for the next drop.
-			if n := f.versionRefused.Load(); n < 1 || n > 2 {
-				t.Fatalf("round %d: %d version-2 HELLOs refused for 2 reconnects, want 1 or 2", round, n)
+			// Each session asks for version 3 again after its drop (the
+			// node might have been upgraded) at most once: each E(2) is
+			// retried with the next lower version at once, and the next
+			// version-3 HELLO waits for the next drop.
+			if n := f.versionRefused.Load(); n < 2 || n > 4 {
+				t.Fatalf("round %d: %d HELLOs of versions 3 and 2 refused for 2 reconnects, want 2 to 4", round, n)
 			}
 			for _, fc := range f.Conns() {
 				if fc.Version != 1 {
@@ -174,11 +176,12 @@ func TestV2_Negotiation(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer b.Close()
-				// No session is ever ready, so none drops: no version-2
-				// HELLO after each session's first, however many redials.
+				// No session is ever ready, so none drops: no version-3
+				// or version-2 HELLO after each session's first, however
+				// many redials.
 				waitHellos(t, f, 12)
-				if n := f.versionRefused.Load(); n > 2 {
-					t.Fatalf("%d version-2 HELLOs refused in %d redials, want at most one per session", n, f.hellos.Load())
+				if n := f.versionRefused.Load(); n > 4 {
+					t.Fatalf("%d HELLOs of versions 3 and 2 refused in %d redials, want at most one per session and version", n, f.hellos.Load())
 				}
 			})
 		}
@@ -223,8 +226,8 @@ func TestV2_Negotiation(t *testing.T) {
 		}
 		f = f.Restart(2) // the node upgraded
 		eventually(t, "sessions reopened", func() bool { return f.hellos.Load() >= 2 && b.ReadySessions() == 2 })
-		if n := f.versionRefused.Load(); n != 0 {
-			t.Fatalf("%d version-2 HELLOs refused by a version-2 node", n)
+		if n := f.versionRefused.Load(); n < 1 || n > 2 {
+			t.Fatalf("%d version-3 HELLOs refused by a version-2 node, want 1 or 2", n)
 		}
 		for _, fc := range f.Conns() {
 			if fc.Version != 2 {
@@ -258,8 +261,8 @@ func TestV2_Negotiation(t *testing.T) {
 		f1, f2 := newFake(t), newFakeV2(t)
 		b := newBroker(t, testConfig(f1.Addr, f2.Addr))
 		eventually(t, "two sessions", func() bool { return b.ReadySessions() == 2 })
-		if f1.versionRefused.Load() != 1 || f2.versionRefused.Load() != 0 {
-			t.Fatalf("refused: node 1 %d (want 1), node 2 %d (want 0)", f1.versionRefused.Load(), f2.versionRefused.Load())
+		if f1.versionRefused.Load() != 2 || f2.versionRefused.Load() != 1 {
+			t.Fatalf("refused: node 1 %d (want 2: versions 3 and 2), node 2 %d (want 1: version 3)", f1.versionRefused.Load(), f2.versionRefused.Load())
 		}
 		if v1, v2 := f1.Conns()[0].Version, f2.Conns()[0].Version; v1 != 1 || v2 != 2 {
 			t.Fatalf("session versions %d and %d, want 1 and 2", v1, v2)
@@ -303,29 +306,31 @@ func TestV2_Negotiation(t *testing.T) {
 		if !errors.As(err, &se) || se.Code != wire.CodeVersion || errors.Is(err, broker.ErrNotReady) {
 			t.Fatalf("want the refusal for good *ServerError code 2, got %v", err)
 		}
-		// Each redial (after BackoffMax) asks for version 2 again, gets
-		// E(2) and falls back: logged at Info once, not per redial.
+		// Each redial (after BackoffMax) asks for version 3 again, gets
+		// E(2) twice and falls back: each step logged at Info once, not
+		// per redial.
 		waitHellos(t, f, 6)
 		if n := f.versionRefused.Load(); n < 3 {
-			t.Fatalf("%d version-2 HELLOs in %d redials: version 2 not asked again", n, f.hellos.Load())
+			t.Fatalf("%d HELLOs of versions 3 and 2 refused in %d redials: version 3 not asked again", n, f.hellos.Load())
 		}
-		info := 0
+		info := map[string]int{}
 		for _, l := range h.since(0, slog.LevelInfo) {
-			if l.msg == msgFallback {
-				info++
+			if l.msg == msgFallback || l.msg == msgFallback3 {
+				info[l.msg]++
 			}
 		}
-		if info != 1 {
-			t.Fatalf("%d fallback lines at Info, want 1", info)
+		if info[msgFallback] != 1 || info[msgFallback3] != 1 {
+			t.Fatalf("fallback lines at Info %v, want one of each step", info)
 		}
 	})
 	t.Run("HELLO_OK with another version than asked is a protocol error", func(t *testing.T) {
-		f := newFakeV2(t)
+		f := newFake(t)
+		f.SetVersion(3)
 		f.Hello = func(fc *fakeConn, req *wire.Request) {
 			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
 		}
 		b, err := neverReady(t, f)
-		if !strings.Contains(err.Error(), "HELLO_OK with version 1 to a version-2 HELLO") {
+		if !strings.Contains(err.Error(), "HELLO_OK with version 1 to a version-3 HELLO") {
 			t.Fatalf("error does not name the version mismatch: %v", err)
 		}
 		if f.versionRefused.Load() != 0 || b.ReadySessions() != 0 {

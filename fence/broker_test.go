@@ -109,6 +109,55 @@ func TestTicketReusedAfterCommit(t *testing.T) {
 	}
 }
 
+// With a real server: the fence reads the ticket's current deadline at
+// commit. Three tickets with a 1 s lease, two of them refreshed to 10 s;
+// once the original deadlines have passed, the unrefreshed one is refused
+// (fence.ErrLeaseExpired), a refreshed one commits, and the commit margin
+// applies to the refreshed deadline (a margin above what is left of it
+// is refused, one below it commits, though the original deadline would
+// have refused it).
+func TestRefreshedTicketCommits(t *testing.T) {
+	ctx, db, b := realSetup(t)
+	deposit := depositer(ctx)
+	acquire := func(key string) *broker.Ticket {
+		t.Helper()
+		tk, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	plain, overMargin, refreshed := acquire("account/1"), acquire("account/2"), acquire("account/3")
+	original := refreshed.Deadline()
+	for _, tk := range []*broker.Ticket{overMargin, refreshed} {
+		if err := tk.Refresh(ctx, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Until(plain.Deadline().Add(100 * time.Millisecond)))
+	if plain.Remaining() > 0 || !time.Now().After(original) {
+		t.Fatal("the original deadlines have not passed")
+	}
+
+	if err := sqlfence.Run(ctx, db, fence.SQLite, plain, deposit); !errors.Is(err, fence.ErrLeaseExpired) {
+		t.Fatalf("unrefreshed ticket: %v, want fence.ErrLeaseExpired", err)
+	}
+	margin := overMargin.Remaining() + time.Second // more than is left of the refreshed lease
+	if err := sqlfence.Run(ctx, db, fence.SQLite, overMargin, deposit, fence.WithCommitMargin(margin)); !errors.Is(err, fence.ErrLeaseExpired) {
+		t.Fatalf("refreshed ticket, margin %v: %v, want fence.ErrLeaseExpired", margin, err)
+	}
+	if err := sqlfence.Run(ctx, db, fence.SQLite, refreshed, deposit, fence.WithCommitMargin(5*time.Second)); err != nil {
+		t.Fatalf("refreshed ticket, margin 5s: %v, want a commit", err)
+	}
+	var balance int
+	if err := db.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE id = 1").Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 110 {
+		t.Fatalf("balance %d, want 110 (one deposit committed)", balance)
+	}
+}
+
 // A nil *broker.Ticket, what an ignored Acquire error leaves, inside the
 // fence.Ticket interface is not a nil interface: before the fix NewPlan
 // called its Key method and panicked.

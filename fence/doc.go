@@ -58,7 +58,10 @@
 //     return ErrLeaseExpired. The lock may belong to someone else by now;
 //     committing would still be safe for the fenced resources (a newer
 //     holder's token is higher), but other effects of the critical section
-//     would not be, so Run does not commit late.
+//     would not be, so Run does not commit late. Remaining is read here,
+//     at commit: a ticket whose lease was refreshed meanwhile (the
+//     broker's Ticket.Refresh or KeepAlive) is checked against its
+//     refreshed deadline, the margin included.
 //  6. COMMIT. If COMMIT gets no definite answer (the connection broke, or
 //     with pgx the context ended while COMMIT was in flight), the error
 //     matches ErrCommitUnknown: the write may or may not be durable.

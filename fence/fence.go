@@ -25,7 +25,8 @@ type Ticket interface {
 	Key() string
 	// Token is the fencing token, increasing with every grant.
 	Token() uint64
-	// Remaining is the conservative time left on the lease.
+	// Remaining is the conservative time left on the lease. It is read
+	// at commit, so a lease refreshed meanwhile counts.
 	Remaining() time.Duration
 	// Release gives the lock back.
 	Release(ctx context.Context) error

@@ -92,6 +92,9 @@ func api(ctx context.Context, url string, wait, lease, work time.Duration) error
 	t.Token()
 	t.Deadline()
 	t.Remaining()
+	if err := t.Refresh(ctx, lease); err != nil {
+		return err
+	} // protocol version 3: the deadline moves only on a confirmed K
 	err = t.Release(ctx)
 	// end snippet
 	return err

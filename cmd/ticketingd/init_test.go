@@ -301,27 +301,16 @@ func urlCluster(t *testing.T, u string) string {
 	return q.Get("cluster")
 }
 
-// parseURL is broker.ParseURL of a TICKETING_URL that init printed. A
-// broker that does not read cluster= yet (the broker's part of issue 22
-// adds it) rejects the URL of a cluster or pair bundle as an unknown
-// parameter: the URL is then parsed without it, and the test log says so.
-// Once the broker reads it, this is broker.ParseURL.
+// parseURL is broker.ParseURL of a TICKETING_URL that init printed; the
+// broker's Config.Cluster must be the URL's cluster= (the group's
+// identity).
 func parseURL(t *testing.T, u string) (broker.Config, error) {
 	t.Helper()
 	cfg, err := broker.ParseURL(u)
-	if err != nil && strings.Contains(err.Error(), `unknown URL parameter "cluster"`) {
-		t.Logf("this broker does not read cluster= yet (%v): parsing the URL without it", err)
-		base, query, _ := strings.Cut(u, "?")
-		var keep []string
-		for kv := range strings.SplitSeq(query, "&") {
-			if !strings.HasPrefix(kv, "cluster=") {
-				keep = append(keep, kv)
-			}
+	if err == nil {
+		if _, query, _ := strings.Cut(u, "?"); cfg.Cluster == "" && strings.Contains(query, "cluster=") {
+			t.Errorf("broker.ParseURL(%q) left Config.Cluster empty", u)
 		}
-		if len(keep) > 0 {
-			base += "?" + strings.Join(keep, "&")
-		}
-		return broker.ParseURL(base)
 	}
 	return cfg, err
 }

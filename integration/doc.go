@@ -50,6 +50,11 @@
 //     TestClusterFullRestart stops all three (SIGTERM; SIGKILL) and restarts them
 //     (held locks kept, tokens above); TestClusterCancelUnderContention
 //     cancels queued ACQUIREs during hand-offs (no node may exit).
+//     TestClusterKeepAliveAcrossFailover (refresh_test.go) holds one key
+//     with Ticket.KeepAlive (lease 6 s) for 48 s through a leader kill -9
+//     while a second job tries it: never granted to the second job, one
+//     token, the keep-alive context never cancelled, a fenced write at the
+//     end commits; the history carries the refreshed deadline.
 //   - TestPair*: a hot-standby pair (harness.StartPair: ticketingd serve
 //     --pair primary|backup, the peer link through fault proxies, mutual
 //     peer TLS) with the broker as its witness; the nodes' state is read

@@ -121,14 +121,8 @@ func (es *epochStore) raise(mark uint64) error {
 	b = binary.BigEndian.AppendUint64(b, max(mark, es.mark))
 	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
 	path := filepath.Join(es.dir, pairEpochFile)
-	if err := fsutil.WriteFileSync(path+".tmp", b); err != nil {
+	if err := fsutil.ReplaceFile(path, b); err != nil {
 		return fmt.Errorf("server: pair: write %s: %w", path, err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return fmt.Errorf("server: pair: %w", err)
-	}
-	if err := fsutil.SyncDir(es.dir); err != nil {
-		return fmt.Errorf("server: pair: %w", err)
 	}
 	es.mark, es.fresh = max(mark, es.mark), false
 	return nil
@@ -170,14 +164,8 @@ func loadPairID(dir string, pc PairConfig) (string, error) {
 // storePairID durably records id in dir.
 func storePairID(dir, id string) error {
 	path := filepath.Join(dir, pairIDFile)
-	if err := fsutil.WriteFileSync(path+".tmp", []byte(id+"\n")); err != nil {
+	if err := fsutil.ReplaceFile(path, []byte(id+"\n")); err != nil {
 		return fmt.Errorf("server: pair: write %s: %w", path, err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return fmt.Errorf("server: pair: %w", err)
-	}
-	if err := fsutil.SyncDir(dir); err != nil {
-		return fmt.Errorf("server: pair: %w", err)
 	}
 	return nil
 }

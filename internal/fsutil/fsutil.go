@@ -1,7 +1,10 @@
 // Package fsutil has the file system steps that the durable stores share.
 package fsutil
 
-import "os"
+import (
+	"os"
+	"path/filepath"
+)
 
 // WriteFileSync writes data to a new file at path (mode 0600, replacing
 // one that is there) and fsyncs it before it returns: the first step of a
@@ -34,4 +37,17 @@ func SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// ReplaceFile durably replaces the file at path with data: WriteFileSync
+// of path+".tmp", a rename over path, and SyncDir of path's directory.
+// After a crash the file is either the old one or the new one, whole.
+func ReplaceFile(path string, data []byte) error {
+	if err := WriteFileSync(path+".tmp", data); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
 }

@@ -37,3 +37,21 @@ func TestWriteFileSync(t *testing.T) {
 		t.Fatalf("in a missing directory: %v, want a not-exist error", err)
 	}
 }
+
+// TestReplaceFile: the file holds the new data, whole, and no temporary
+// file is left.
+func TestReplaceFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	for _, data := range []string{"one", "two, longer"} {
+		if err := ReplaceFile(path, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != data {
+			t.Fatalf("after ReplaceFile(%q): %q, %v", data, b, err)
+		}
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left: %v", err)
+	}
+}

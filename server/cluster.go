@@ -669,6 +669,13 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 // counter, which this node can no longer reach once it refused to start
 // (cluster_boot.go), its raft has shut down, or it has been removed from
 // the cluster.
+// hello: a Raft node's HELLO needs nothing of the mode (mode).
+func (cl *cluster) hello() {}
+
+// stopping marks a Shutdown (mode): a leader transfers its leadership
+// before it stops.
+func (cl *cluster) stopping() { cl.graceful.Store(true) }
+
 func (cl *cluster) health() error {
 	if p := cl.fatal.Load(); p != nil {
 		return *p

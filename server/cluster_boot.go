@@ -581,12 +581,9 @@ func (cl *cluster) refuse(err error) {
 	s.mu.Unlock()
 }
 
-// fatalErr is the refusal of a cluster node, if any.
-func (s *Server) fatalErr() error {
-	if s.cl == nil {
-		return nil
-	}
-	if p := s.cl.fatal.Load(); p != nil {
+// refusal is the node's refusal to join its cluster, if any (mode).
+func (cl *cluster) refusal() error {
+	if p := cl.fatal.Load(); p != nil {
 		return *p
 	}
 	return nil

@@ -659,9 +659,7 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 		}
 		return c.authFailed(req.ReqID)
 	}
-	if s.pr != nil {
-		s.pr.clientRequest() // the pair's CLIENT_REQUEST: it may make this node active
-	}
+	s.mode.hello()
 	rs := s.role.Load()
 	if !rs.role.Serving() {
 		if debug {

@@ -142,30 +142,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.role.Store(rs)
 	s.capacity.MaxLocks, s.capacity.MaxWaiters = int64(cfg.MaxLocks), int64(cfg.MaxWaiters)
-	if cfg.Cluster != nil {
+	// The mode, chosen once: nothing after New asks which it is.
+	switch {
+	case cfg.Cluster != nil:
 		return s.startCluster()
-	}
-	if cfg.Pair != nil {
+	case cfg.Pair != nil:
 		return s.startPair()
+	default:
+		return s.startStandalone()
 	}
-	if s.tokens, err = openStore(cfg.DataDir, cfg.TokenBlock, cfg.InitialToken, cfg.TokenStart, s.now); err != nil {
-		return nil, err
-	}
-	if s.tokens.recovered {
-		cfg.Logger.Warn("token store: no valid ceiling in a used data dir (tokens.ceiling, its temporary file and the copy in LOCK are all missing or corrupt); tokens continue above initial-token alone, which must be at least the highest token ever issued from this directory. Remove initial-token from the configuration once this start has succeeded: left in place, it would be trusted again if the ceiling were lost again",
-			"data_dir", cfg.DataDir, "initial_token", cfg.InitialToken)
-	}
-	s.initShards()
-	if cfg.Registerer != nil {
-		if err := s.register(cfg.Registerer); err != nil {
-			s.tokens.close()
-			return nil, err
-		}
-	}
-	s.bg.Add(2)
-	go s.sweeper()
-	go s.housekeeping()
-	return s, nil
 }
 
 // Serve accepts connections on ln and serves each as a session until
@@ -180,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	if err := s.fatalErr(); err != nil {
+	if err := s.mode.refusal(); err != nil {
 		s.mu.Unlock()
 		ln.Close()
 		return err
@@ -203,7 +188,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.isClosed() {
 				return ErrServerClosed
 			}
-			if err := s.fatalErr(); err != nil {
+			if err := s.mode.refusal(); err != nil {
 				return err // a cluster node's refusal (cluster_boot.go)
 			}
 			var ne net.Error
@@ -344,9 +329,7 @@ func (s *Server) stopAccepting() []*conn {
 // once before it returns. Locks are not persisted: a restarted server starts
 // with no locks, and with tokens above the durable ceiling.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.cl != nil {
-		s.cl.graceful.Store(true)
-	}
+	s.mode.stopping()
 	frame := wire.AppendError(nil, 0, wire.CodeShuttingDown, "shutting down")
 	for _, c := range s.stopAccepting() {
 		c.closeWith(frame)

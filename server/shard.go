@@ -52,12 +52,18 @@ type replicated interface {
 }
 
 // mode is how the server keeps its lock table, chosen once, at New:
-// standalone's shards over the token store (shards), or a Raft node
-// (*cluster), whose leader runs one core fed by the applied log. Sessions
-// hand their ACQUIREs and RELEASEs to it (CANCEL and a closing session's
-// drops go to the core their in-flight record names); status, metrics and
-// health read it.
+// standalone's shards over the token store (shards), a Raft node
+// (*cluster), whose leader runs one core fed by the applied log, or one
+// node of a hot-standby pair (*pair), whose active node runs one core
+// over the pair's log. Sessions hand their ACQUIREs, RELEASEs and EXTENDs
+// to it (CANCEL and a closing session's drops go to the core their
+// in-flight record names); HELLO, Serve, Shutdown, status, metrics and
+// health ask it what only it knows. No caller asks which mode it is.
 type mode interface {
+	hello()         // a client's HELLO passed the token check (the pair's CLIENT_REQUEST: it may make this node active)
+	refusal() error // why this node refuses to serve at all (a cluster node's refusal, cluster_boot.go), or nil
+	stopping()      // Shutdown began (not Close): a Raft leader hands its leadership over before it stops
+
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
 	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)

@@ -36,6 +36,9 @@ func (t shards) lastToken() uint64                  { return t.s.tokens.last.Loa
 func (t shards) tokenCeiling() uint64               { return t.s.tokens.ceiling.Load() }
 func (t shards) heldLocks() int                     { return int(t.s.capacity.Held.Load()) }
 func (t shards) health() error                      { return t.s.tokens.health(tokenWait) }
+func (shards) hello()                               {}
+func (shards) refusal() error                       { return nil }
+func (shards) stopping()                            {}
 func (t shards) collectors() []prometheus.Collector { return nil }
 
 func (t shards) close() {
@@ -267,4 +270,28 @@ func (s *Server) sweeper() {
 			s.sweepAll()
 		}
 	}
+}
+
+// startStandalone opens the token store and starts the shards, the
+// sweeper and the housekeeping: New's last step for a standalone server.
+func (s *Server) startStandalone() (*Server, error) {
+	var err error
+	if s.tokens, err = openStore(s.cfg.DataDir, s.cfg.TokenBlock, s.cfg.InitialToken, s.cfg.TokenStart, s.now); err != nil {
+		return nil, err
+	}
+	if s.tokens.recovered {
+		s.cfg.Logger.Warn("token store: no valid ceiling in a used data dir (tokens.ceiling, its temporary file and the copy in LOCK are all missing or corrupt); tokens continue above initial-token alone, which must be at least the highest token ever issued from this directory. Remove initial-token from the configuration once this start has succeeded: left in place, it would be trusted again if the ceiling were lost again",
+			"data_dir", s.cfg.DataDir, "initial_token", s.cfg.InitialToken)
+	}
+	s.initShards()
+	if s.cfg.Registerer != nil {
+		if err := s.register(s.cfg.Registerer); err != nil {
+			s.tokens.close()
+			return nil, err
+		}
+	}
+	s.bg.Add(2)
+	go s.sweeper()
+	go s.housekeeping()
+	return s, nil
 }

@@ -1,6 +1,7 @@
-// Package server is the Ticketing lock service as a library: a single-node
-// server speaking protocol versions 1 and 2 (docs/protocol.md) over TCP or
-// TLS.
+// Package server is the Ticketing lock service as a library: a server
+// speaking protocol versions 1, 2 and 3 (docs/protocol.md) over TCP or
+// TLS, standalone, as a node of a Raft cluster (Config.Cluster) or as one
+// node of a hot-standby pair (Config.Pair).
 //
 //	srv, err := server.New(server.Config{DataDir: "/var/lib/ticketing"})
 //	if err != nil {
@@ -138,6 +139,24 @@
 //
 // # The code: the lock core, the replication logs, the sessions
 //
+// The code is in three rooms, and a file's name says which it is in:
+//
+//	internal/lockcore/   the lock core: every lock rule, once (no clock, no I/O)
+//	log_standalone*.go   the replication logs, one per mode, behind the
+//	log_cluster*.go        seam lockcore.Proposer: standalone (the token
+//	log_pair*.go           store), the Raft cluster, the hot-standby pair
+//	session*.go          the sessions: frames in, the core's events;
+//	                       the core's effects, frames out (session_shard.go
+//	                       is where the two meet, and the mode interface)
+//
+// Beside them are the server's front door (server.go: New, Serve,
+// Shutdown, Stats; config.go; role.go; metrics.go; clock.go) and the
+// pure parts the logs are built from, each a package of its own:
+// internal/bstar (the Binary Star state machine) and, outside server/,
+// internal/raftlog, internal/raftstore and internal/raftnet (the Raft
+// node's log, stable store and transport). The admin HTTP handler is
+// package server/admin.
+//
 // Every lock decision is made in one place, package internal/lockcore, in
 // two parts. The Machine is the replicated state: the holdings (key ->
 // owner, token, lease_s, owned-only) and the highest token applied,
@@ -157,21 +176,21 @@
 // replicated mode is lockcore's.
 //
 // The replication logs implement the seam. Standalone's (localLog,
-// standalone.go) applies at once: a grant's token comes from the token store's
-// reservation (store.go), so no command is ever in flight. The Raft mode's
-// (raftLog, cluster_log.go) queues each command for the leader's proposer
-// (cluster_proposer.go), which packs them into hashicorp/raft entries; every
-// node applies the committed entries to a Machine (cluster_fsm.go), and on
+// log_standalone.go) applies at once: a grant's token comes from the token store's
+// reservation (log_standalone_store.go), so no command is ever in flight. The Raft mode's
+// (raftLog, log_cluster_seam.go) queues each command for the leader's proposer
+// (log_cluster_proposer.go), which packs them into hashicorp/raft entries; every
+// node applies the committed entries to a Machine (log_cluster_fsm.go), and on
 // the leader the outcomes go back to the core (Core.Applied), which then
 // answers: nothing is answered before it is committed. The hot-standby
-// pair's (pairLog, pair_log.go) applies each command to the active node's
+// pair's (pairLog, log_pair_seam.go) applies each command to the active node's
 // Machine at once and, while the passive node is attached, streams it over
-// the peer link (pair_link.go) and gives the core its outcome when the
-// passive has acknowledged it; alone it gives it at once (pair.go drives
-// the Binary Star state machine, pair_epoch.go the token epochs).
+// the peer link (log_pair_link.go) and gives the core its outcome when the
+// passive has acknowledged it; alone it gives it at once (log_pair.go drives
+// the Binary Star state machine, log_pair_epoch.go the token epochs).
 //
-// The sessions (conn.go, peers.go) read requests and write replies. A
-// shard (shard.go) is one core with the mutex every event of it is under,
+// The sessions (session.go, session_peers.go) read requests and write replies. A
+// shard (session_shard.go) is one core with the mutex every event of it is under,
 // its clock and one timer at the core's next deadline; carryOut turns the
 // core's effects into replies and counters. Standalone has 256 shards,
 // chosen by a hash of the key, each a core over its keys applied directly
@@ -265,7 +284,7 @@
 //     small and one at a time while a session is held back and another
 //     sends a request at a time; and an ACQUIRE of a free key beyond
 //     ClusterConfig.MaxProposals commands of requests awaiting their apply
-//     gets B (see cluster_proposer.go).
+//     gets B (see log_cluster_proposer.go).
 //   - A RELEASE of the current holding is answered R once its Free is
 //     committed, as the protocol's R ("the exact token was current and is
 //     now released") requires; one cut off by a failover gets no R, and the

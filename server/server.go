@@ -64,7 +64,7 @@ type Server struct {
 	epoch        time.Time
 	clk          clock // nil: the real monotonic clock (epoch)
 
-	shards       [numShards]shard  // standalone: the lock table (standalone.go)
+	shards       [numShards]shard  // standalone: the lock table (log_standalone.go)
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
 	mode         mode              // standalone's shards or a Raft node: chosen at New
 	sessions     atomic.Int64
@@ -189,7 +189,7 @@ func (s *Server) Serve(ln net.Listener) error {
 				return ErrServerClosed
 			}
 			if err := s.mode.refusal(); err != nil {
-				return err // a cluster node's refusal (cluster_boot.go)
+				return err // a cluster node's refusal (log_cluster_boot.go)
 			}
 			var ne net.Error
 			if (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, errTemporary(err)) {

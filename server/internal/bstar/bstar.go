@@ -109,7 +109,7 @@ func PeerEvent(peer State) Event {
 // usually because the peer link healed. The Guide's example exits. ticketingd must
 // not: an exit of both would leave no node, and the clients of each side
 // hold locks. The state stays Active and the peer expiry is not refreshed
-// (Machine.Handle). What ticketingd does (server/pair.go): log the fault
+// (Machine.Handle). What ticketingd does (server/log_pair.go): log the fault
 // at error level, count it, and apply the pair's split-brain rule, under
 // which the node with the lower epoch steps down
 // (closes its sessions with M, becomes Passive with its peer expiry set
@@ -127,7 +127,7 @@ var ErrDualActives = errors.New("bstar: dual actives: the peer is active too")
 // the first client request after the expiry makes this node Active (the
 // failover rule of the Ruby port). The peer, hearing
 // PEER_ACTIVE while Passive, then stays Passive. (A node that never got
-// its peer's state does not take over at all: server/pair.go.)
+// its peer's state does not take over at all: server/log_pair.go.)
 var ErrDualPassives = errors.New("bstar: dual passives: the peer is passive too")
 
 // ErrInvalid is Outcome.Err for an input the Guide's state machine has no

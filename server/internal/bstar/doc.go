@@ -68,7 +68,7 @@
 //     that window, one heartbeat interval after a restart, to the clients'
 //     discipline; a caller that wants bstar.c's guard refuses a client
 //     while the state is PRIMARY and now < max(Expiry(start, heartbeat),
-//     m.PeerExpiry). ticketingd does (server/pair.go).
+//     m.PeerExpiry). ticketingd does (server/log_pair.go).
 //   - The faults: the Ruby port's break leaves only the
 //     loop over the readable sockets, so the process keeps running;
 //     bstarsrv.c exits. Here they are
@@ -85,7 +85,7 @@
 //     knows the configured roles, detects it, and then neither node serves.
 //
 // This package decides only states. What a state implies for the data is
-// in package server (pair.go, pair_log.go, pair_epoch.go): the replication
+// in package server (log_pair.go, log_pair_seam.go, log_pair_epoch.go): the replication
 // from the active to the passive and the catch-up of a passive that
 // joins, and the split-brain rule (tokens ordered by an epoch, the node
 // with the lower epoch stepping down when the peer link heals).

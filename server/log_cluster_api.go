@@ -279,7 +279,7 @@ func (e *NotLeaderError) Error() string {
 // Is makes errors.Is(err, ErrNotLeader) true.
 func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
 
-// The cluster methods of a Server (implemented in cluster.go):
+// The cluster methods of a Server (implemented in log_cluster.go):
 //
 //	func (s *Server) ClusterStatus() (ClusterStatus, error)                 // ErrNotCluster in standalone
 //	func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error // on the leader; NotLeaderError elsewhere

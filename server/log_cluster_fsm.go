@@ -65,7 +65,7 @@ const (
 	cmdClusterID = 6
 	cmdExtend    = lockcore.CmdExtend
 
-	// The kinds of a Free, as cluster.go's scheduler names them.
+	// The kinds of a Free, as log_cluster.go's scheduler names them.
 	freeRelease      = lockcore.FreeRelease
 	freeReleaseOwned = lockcore.FreeReleaseOwned
 	freeExpire       = lockcore.FreeExpire

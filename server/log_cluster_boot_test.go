@@ -14,7 +14,7 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// Bootstrap refusals (cluster_boot.go). These tests compare error texts,
+// Bootstrap refusals (log_cluster_boot.go). These tests compare error texts,
 // not server.ErrClusterRefused, so that they also build, and fail, without
 // the bootstrap check.
 

@@ -26,11 +26,11 @@ import (
 // HELLOs are its events, and the node serves while it is PRIMARY (after
 // its start guard) or ACTIVE. While it serves, one lock core over all keys
 // (pair.sh) takes the sessions' requests; its replication log (pairLog,
-// pair_log.go) applies every command to the node's lock machine at once
+// log_pair_seam.go) applies every command to the node's lock machine at once
 // and, while the passive peer is attached, streams it over the peer link
-// (pair_link.go) and lets the core answer only once the passive has
+// (log_pair_link.go) and lets the core answer only once the passive has
 // acknowledged it. Alone, it answers at once (unreplicated). A node that
-// starts serving takes a new token epoch (pair_epoch.go) and promotes the
+// starts serving takes a new token epoch (log_pair_epoch.go) and promotes the
 // core with the machine's holdings, every lease restarted in full plus one
 // heartbeat interval; a node that stops serving (a split brain resolved
 // against it) demotes the core, and its sessions close with M.

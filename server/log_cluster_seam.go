@@ -10,14 +10,14 @@ import (
 
 // The Raft mode's replication log, and the leader's lock core on it.
 //
-// A cluster node's mode (see shard.go) is the *cluster: while it leads,
+// A cluster node's mode (see session_shard.go) is the *cluster: while it leads,
 // one lock core (cluster.sh) over all keys takes the sessions' requests.
 // Its commands go through raftLog into the leader's proposer
-// (cluster_proposer.go), which packs them into hashicorp/raft entries;
+// (log_cluster_proposer.go), which packs them into hashicorp/raft entries;
 // every node applies the committed entries to a lockcore.Machine
-// (cluster_fsm.go), and on the leader applied hands each outcome back to
+// (log_cluster_fsm.go), and on the leader applied hands each outcome back to
 // the core, which only then answers. At a takeover the core is promoted
-// with the applied holdings, every lease restarted (cluster.go, takeOver);
+// with the applied holdings, every lease restarted (log_cluster.go, takeOver);
 // when the node loses its leadership it is demoted and the sessions close
 // with M.
 

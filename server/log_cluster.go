@@ -25,7 +25,7 @@ import (
 
 // Raft mode: the node.
 //
-// Every node runs hashicorp/raft with the state machine of cluster_fsm.go.
+// Every node runs hashicorp/raft with the state machine of log_cluster_fsm.go.
 // A node that is not the leader has RoleStandby with the leader's client
 // address as hint: HELLO gets M. When a node wins an election it applies a
 // Barrier (every entry of earlier terms is applied), raises the counter to
@@ -38,7 +38,7 @@ import (
 // session gets M and closes: callers see Indeterminate for what was in
 // flight, and retry on the new leader.
 //
-// The leader's core (cluster_log.go) is the only proposer; it projects
+// The leader's core (log_cluster_seam.go) is the only proposer; it projects
 // every command it proposes (a Grant of a key it holds free, a Free of the
 // token it holds), the commands of a key apply in the order proposed
 // (those of different keys may not: the proposer takes its sessions'
@@ -68,7 +68,7 @@ type cluster struct {
 	seq     uint64
 	pending map[uint64]*proposal // the commands of this stint in flight, by seq
 
-	// The proposer (cluster_proposer.go): a queue per session, their
+	// The proposer (log_cluster_proposer.go): a queue per session, their
 	// counts under sh.mu, their commands under pmu.
 	queues        map[uint64]*pqueue // by conn.qid
 	lastQID       uint64
@@ -98,7 +98,7 @@ type cluster struct {
 	wg         sync.WaitGroup
 	hintChange chan struct{}
 
-	// Identity and bootstrap (cluster_boot.go).
+	// Identity and bootstrap (log_cluster_boot.go).
 	logs        raft.LogStore
 	stable      raft.StableStore
 	snaps       raft.SnapshotStore
@@ -108,7 +108,7 @@ type cluster struct {
 	fatal       atomic.Pointer[error]  // the refusal, if any
 	waiting     atomic.Pointer[string] // whom a node checking its peers waits for
 
-	contacts contacts // the peers' replies to this node's AppendEntries (cluster_contact.go)
+	contacts contacts // the peers' replies to this node's AppendEntries (log_cluster_contact.go)
 
 	graceful      atomic.Bool // Server.Shutdown, not Close
 	leaderChanges atomic.Uint64
@@ -374,7 +374,7 @@ func newCluster(s *Server) (*cluster, error) {
 		s.log.Info("cluster: tokens continue above the standalone ceiling found in the data dir", "ceiling", imported)
 	}
 	// A node without state bootstraps only when that cannot fork an
-	// existing history (cluster_boot.go): alone at once, with peers once
+	// existing history (log_cluster_boot.go): alone at once, with peers once
 	// every one of them agrees; until then Raft's RPCs do not reach it.
 	cl.gate.Store(true)
 	checkPeers := false
@@ -667,7 +667,7 @@ func (s *Server) ClusterStatus() (ClusterStatus, error) {
 
 // health is TokenStoreErr in Raft mode: tokens come from the replicated
 // counter, which this node can no longer reach once it refused to start
-// (cluster_boot.go), its raft has shut down, or it has been removed from
+// (log_cluster_boot.go), its raft has shut down, or it has been removed from
 // the cluster.
 // hello: a Raft node's HELLO needs nothing of the mode (mode).
 func (cl *cluster) hello() {}

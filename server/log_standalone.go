@@ -14,7 +14,7 @@ import (
 
 // Standalone mode: the lock table is numShards lock cores, one per shard
 // of the keys (by a hash of the key), each applied directly: its
-// replication log (localLog) is the token store (store.go), which gives a
+// replication log (localLog) is the token store (log_standalone_store.go), which gives a
 // grant its token at once, so no command is ever in flight. Leases of keys
 // nobody touches are ended by a sweep every sweepPeriod (and before a
 // capacity decision); those with waiters by the shard's timer. An ACQUIRE

@@ -16,12 +16,12 @@ import (
 // Every lock decision is a lockcore.Core's (package internal/lockcore).
 // A shard is one core and what drives it: the mutex every event of the
 // core is under, the core's clock (never going back), and one timer at the
-// core's next deadline. The server's mode (standalone.go: 256 shards over
-// the token store; cluster_log.go: a Raft leader's one core fed by the
+// core's next deadline. The server's mode (log_standalone.go: 256 shards over
+// the token store; log_cluster_seam.go: a Raft leader's one core fed by the
 // applied log) takes ACQUIREs and RELEASEs to its shards; CANCEL and a
 // closing session's drops go to the shard their in-flight record names.
 // After each event, carryOut does what the core asks: replies into the
-// sessions (conn.go), counters, the in-flight records of queued ACQUIREs.
+// sessions (session.go), counters, the in-flight records of queued ACQUIREs.
 
 // shard is one lock core and what drives it: its mutex (every event of
 // the core is under it), its clock and its timer. Standalone has numShards
@@ -61,7 +61,7 @@ type replicated interface {
 // health ask it what only it knows. No caller asks which mode it is.
 type mode interface {
 	hello()         // a client's HELLO passed the token check (the pair's CLIENT_REQUEST: it may make this node active)
-	refusal() error // why this node refuses to serve at all (a cluster node's refusal, cluster_boot.go), or nil
+	refusal() error // why this node refuses to serve at all (a cluster node's refusal, log_cluster_boot.go), or nil
 	stopping()      // Shutdown began (not Close): a Raft leader hands its leadership over before it stops
 
 	acquire(c *conn, req *wire.Request, arrived int64)

@@ -214,7 +214,8 @@
 //	-----------------------  ------------------------  -------------------------------------------
 //	kept (K)                 nil                       max(current, t1 + lease*0.99), t1 taken just
 //	                                                    before the EXTEND may have been written
-//	not held (N)             ErrNotHeld                unchanged; the lock is lost: stop the work
+//	not held (N)             ErrNotHeld                no later than t1 (Remaining < 0, the fence
+//	                                                    refuses); the lock is lost: stop the work
 //	lost reply               ErrRefreshUnconfirmed     unchanged (never assumed extended); still
 //	                                                    held until then; refresh again
 //	never sent               ErrUnsent                 unchanged; safe to retry at once

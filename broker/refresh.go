@@ -25,8 +25,10 @@ import (
 //     EXTEND may have been written, exactly as Acquire's deadline is
 //     computed from its send time: it only moves forward.
 //   - ErrNotHeld: the server answered N: the lock is no longer this
-//     ticket's (its lease had ended, or it was released). Deadline is
-//     unchanged, but the lock must be taken as lost: stop the work. Also
+//     ticket's (its lease had ended, or it was released). The lock is
+//     lost: stop the work. Deadline becomes no later than t1 (Remaining
+//     is negative, so the fence refuses a write made with the ticket,
+//     and no refresh confirmed afterwards moves it forward again). Also
 //     returned, without sending anything, for a ticket already released
 //     (Release, Close or the drop safety net ran; the message carries the
 //     release's result).
@@ -258,6 +260,10 @@ func refreshOutcome(st *ticketState, res result, leaseS int64) error {
 		st.extendTo(res.t0.Add(lease * (100 - rhoPercent) / 100))
 		return nil
 	case wire.TypeNotHeld:
+		// Not held when the server read the EXTEND, which was after t0:
+		// the deadline goes back to t0 at the latest (Remaining < 0, so
+		// the fence refuses a write made with this ticket now).
+		st.lose(res.t0)
 		return newErr(ErrNotHeld, "EXTEND answered N: the lease had ended or the lock is no longer this ticket's; the lock is lost", nil)
 	case wire.TypeNotActive:
 		return &NotActiveError{Hint: res.msg}

@@ -36,6 +36,11 @@ type ticketState struct {
 	// refresh (see extendTo); nil: never refreshed. Only ever later than
 	// deadline and than every earlier value.
 	ext atomic.Pointer[time.Time]
+	// lost is the earliest instant from which the lock may no longer be
+	// this ticket's, as the broker learned it (see lose): a RELEASE sent
+	// (answered R or N, or unconfirmed), an EXTEND answered N. nil: none.
+	// The conservative deadline is never later than it.
+	lost atomic.Pointer[time.Time]
 
 	// The running KeepAlives (see keeper), guarded by kmu. kstop: a
 	// release has begun (no new KeepAlive), cleared again if it sent
@@ -74,8 +79,13 @@ func (t *Ticket) Token() uint64 { return t.st.token }
 // to the reply's handling (a larger value is taken as that time: the server's word is bounded).
 // After a confirmed refresh (Refresh answered K, also in KeepAlive) it is
 // the later of that and t1 + lease_s*1000*(1-0.01), t1 taken just before
-// the EXTEND may have been written: it only ever moves forward, and only
-// on a confirmed refresh. The server's expiry is no earlier. It carries a
+// the EXTEND may have been written: it moves forward only on a confirmed
+// refresh. It moves back once the broker knows that the lock may no
+// longer be this ticket's: after an EXTEND answered N, or a RELEASE sent
+// (answered R or N, or unconfirmed), it is no later than when that
+// request was sent, so Remaining is negative and the fence refuses a
+// write made with the ticket; no refresh confirmed afterwards moves it
+// forward again. The server's expiry is no earlier. It carries a
 // monotonic clock reading. It is safe to call concurrently with Refresh.
 func (t *Ticket) Deadline() time.Time { return t.st.currentDeadline() }
 
@@ -85,10 +95,27 @@ func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.currentDeadl
 
 // currentDeadline is the ticket's conservative deadline now.
 func (st *ticketState) currentDeadline() time.Time {
+	d := st.deadline
 	if p := st.ext.Load(); p != nil {
-		return *p
+		d = *p
 	}
-	return st.deadline
+	if l := st.lost.Load(); l != nil && l.Before(d) {
+		return *l
+	}
+	return d
+}
+
+// lose records that the lock may not be this ticket's from at on: the
+// conservative deadline becomes no later than at, whatever refresh is
+// confirmed afterwards (a K can be handled after an N that the server
+// sent later, on another session).
+func (st *ticketState) lose(at time.Time) {
+	for {
+		p := st.lost.Load()
+		if p != nil && !at.Before(*p) || st.lost.CompareAndSwap(p, &at) {
+			return
+		}
+	}
 }
 
 // extendTo moves the conservative deadline to d if d is later (a
@@ -174,6 +201,12 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 		ctx = context.WithoutCancel(ctx)
 	}
 	err := b.release(ctx, st.key, st.token, st.owner, start, fresh)
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrReleaseUnconfirmed) {
+		// Released, not held, or maybe released: from when the RELEASE
+		// may have been sent, the lock is not surely this ticket's, so a
+		// fenced write made with it now is refused (Remaining < 0).
+		st.lose(start)
+	}
 	if errors.Is(err, ErrUnsent) {
 		// Nothing sent: still held, the caller may try again (and may
 		// keep it alive again).

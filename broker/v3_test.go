@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/integration/faultproxy"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -339,7 +340,7 @@ func TestV3_Refresh(t *testing.T) {
 			t.Fatalf("release after the original lease: %v, want R", err)
 		}
 	})
-	t.Run("N: ErrNotHeld, the deadline unchanged (expired, another holder)", func(t *testing.T) {
+	t.Run("N: ErrNotHeld, the deadline no later than the EXTEND (expired, another holder)", func(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b, other := newBroker(t, testConfig(rs.Addr)), newBroker(t, testConfig(rs.Addr))
 		tk, err := b.Acquire(t.Context(), "k", 0, s, 0)
@@ -349,8 +350,8 @@ func TestV3_Refresh(t *testing.T) {
 		d0 := tk.Deadline()
 		time.Sleep(time.Until(d0.Add(300 * time.Millisecond))) // the server's lease has ended
 		mustIs(t, tk.Refresh(t.Context(), 5*s), broker.ErrNotHeld)
-		if !tk.Deadline().Equal(d0) {
-			t.Fatal("ErrNotHeld moved the deadline")
+		if back := time.Now(); tk.Deadline().After(d0) || tk.Deadline().After(back) {
+			t.Fatalf("ErrNotHeld left the deadline %v after the EXTEND's answer", tk.Deadline().Sub(back))
 		}
 		newer, err := other.Acquire(t.Context(), "k", 0, 5*s, 0)
 		if err != nil {
@@ -395,8 +396,8 @@ func TestV3_Refresh(t *testing.T) {
 		mustIs(t, tk.Refresh(t.Context(), 5*s), broker.ErrNotHeld)
 		_, err = tk.KeepAlive(t.Context(), 5*s)
 		mustIs(t, err, broker.ErrNotHeld)
-		if n := f.Count(wire.TypeExtend); n != 0 || !tk.Deadline().Equal(d0) {
-			t.Fatalf("%d EXTENDs sent", n)
+		if n := f.Count(wire.TypeExtend); n != 0 || tk.Remaining() >= 0 || tk.Deadline().After(d0) {
+			t.Fatalf("%d EXTENDs sent; remaining %v after the release", n, tk.Remaining())
 		}
 	})
 	t.Run("lost on the wire: ErrRefreshUnconfirmed, the deadline unchanged (the server did extend)", func(t *testing.T) {
@@ -614,10 +615,14 @@ func TestV3_KeepAlive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		d1 := tk.Deadline() // the first refresh's
 		fired := waitDone(t, lost, "N")
 		mustIs(t, context.Cause(lost), broker.ErrNotHeld)
-		if n.Load() != 2 || !fired.Before(tk.Deadline()) {
-			t.Fatalf("%d EXTENDs; fired %v before the deadline", n.Load(), tk.Deadline().Sub(fired))
+		if n.Load() != 2 || !fired.Before(d1) {
+			t.Fatalf("%d EXTENDs; fired %v before the deadline", n.Load(), d1.Sub(fired))
+		}
+		if tk.Remaining() >= 0 {
+			t.Fatalf("the N left %v of the lease", tk.Remaining())
 		}
 	})
 	t.Run("ctx ended: the keep-alive stops, the ticket stays held", func(t *testing.T) {
@@ -685,5 +690,85 @@ func TestV3_KeepAlive(t *testing.T) {
 		mustIs(t, context.Cause(lost), broker.ErrClosed)
 		_, err = tk.KeepAlive(t.Context(), 5*s)
 		mustIs(t, err, broker.ErrNotHeld) // released by Close
+	})
+}
+
+// A ticket the broker knows it no longer holds is refused by the fence,
+// however long its deadline had to run: an EXTEND answered N (the lock
+// was freed under it: released by its token elsewhere, or expired by an
+// operator) or a RELEASE made (answered R, N, or unconfirmed) puts the
+// deadline back to when that request was sent, and no later K moves it
+// forward again.
+func TestV3_LostTicketIsRefusedByTheFence(t *testing.T) {
+	const s = time.Second
+	t.Run("EXTEND answered N", func(t *testing.T) {
+		f := newFakeV3(t)
+		b := oneSession(t, f, nil)
+		tk, err := b.Acquire(t.Context(), "k-ext-notheld", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fence.CheckLease(tk); err != nil {
+			t.Fatalf("a fresh 30 s ticket: %v", err)
+		}
+		mustIs(t, tk.Refresh(t.Context(), 30*s), broker.ErrNotHeld)
+		if rem := tk.Remaining(); rem >= 0 {
+			t.Fatalf("after N: remaining %v", rem)
+		}
+		if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrLeaseExpired) {
+			t.Fatalf("the fence's lease check: %v, want ErrLeaseExpired", err)
+		}
+	})
+	t.Run("a K handled after an N does not bring the ticket back", func(t *testing.T) {
+		f := newFakeV3(t)
+		var n atomic.Int32
+		f.SetHandle(func(fc *fakeConn, req *wire.Request) {
+			if req.Type == wire.TypeExtend {
+				if id := req.ReqID; n.Add(1) == 1 { // the first EXTEND's K comes after the second's N
+					f.later(300*time.Millisecond, func() { fc.send(wire.AppendSimple(nil, wire.TypeKept, id)) })
+				} else {
+					fc.send(wire.AppendSimple(nil, wire.TypeNotHeld, req.ReqID))
+				}
+				return
+			}
+			f.script(fc, req)
+		})
+		b := oneSession(t, f, nil)
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan error, 1)
+		go func() { first <- tk.Refresh(t.Context(), 60*s) }()
+		for n.Load() < 1 {
+			time.Sleep(time.Millisecond)
+		}
+		mustIs(t, tk.Refresh(t.Context(), 60*s), broker.ErrNotHeld)
+		if err := <-first; err != nil {
+			t.Fatalf("the first refresh: %v, want its late K", err)
+		}
+		if tk.Remaining() >= 0 {
+			t.Fatalf("a K handled after the N moved the deadline of a lost ticket %v ahead", tk.Remaining())
+		}
+		if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrLeaseExpired) {
+			t.Fatalf("the fence's lease check: %v, want ErrLeaseExpired", err)
+		}
+	})
+	t.Run("released", func(t *testing.T) {
+		rs := startServer(t, server.Config{}, "127.0.0.1:0")
+		b := newBroker(t, testConfig(rs.Addr))
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if rem := tk.Remaining(); rem >= 0 {
+			t.Fatalf("after R: remaining %v", rem)
+		}
+		if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrLeaseExpired) {
+			t.Fatalf("the fence's lease check: %v, want ErrLeaseExpired", err)
+		}
 	})
 }

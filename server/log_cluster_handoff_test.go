@@ -46,15 +46,15 @@ func (c *client) recvAll(d time.Duration) []wire.Response {
 
 // A CANCEL that names a waiter to which a RELEASE has just handed the key
 // (the Free+grant command proposed, not yet committed) must leave it alone
-// (the protocol, docs/protocol.md: "already granted or being answered: nothing"). The
-// scheduler does not mark the hand-off's waiter as proposed (freeLocked),
-// so cancel removes it from a queue it is no longer in: it answers T, and
-// then the committed grant answers G for the same req_id, a reply the
-// client no longer awaits, and the key is held by an owner told "not
-// granted". The queue is corrupted on the way: the second waiter falls out
-// of it (never granted) and the waiter count is decremented twice. (With
-// no second waiter the same CANCEL dereferences the nil queue and the
-// process panics.)
+// (the protocol, docs/protocol.md: "already granted or being answered:
+// nothing"). The leader's scheduler before the lock core did not mark the
+// hand-off's waiter as proposed, so cancel removed it from a queue it was
+// no longer in: it answered T, and then the committed grant answered G for
+// the same req_id, a reply the client no longer awaited, and the key was
+// held by an owner told "not granted". The queue was corrupted on the
+// way: the second waiter fell out of it (never granted) and the waiter
+// count was decremented twice. (With no second waiter the same CANCEL
+// dereferenced the nil queue and the process panicked.)
 func TestClusterCancelDuringHandoff(t *testing.T) {
 	tc, delay := slowCommits(t)
 	l := tc.leader()

@@ -678,6 +678,7 @@ func (b *Broker) outcome(key string, owner [wire.OwnerLen]byte, res result, leas
 
 func (b *Broker) newTicket(key string, token uint64, owner [wire.OwnerLen]byte, deadline time.Time) (*Ticket, error) {
 	st := &ticketState{key: key, token: token, owner: owner, deadline: deadline}
+	st.lost.Store(notLost)
 	sh := b.shard(st)
 	sh.mu.Lock()
 	if b.closing.Load() { // Close has collected, or will not see, this shard

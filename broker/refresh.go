@@ -130,7 +130,7 @@ func (t *Ticket) KeepAlive(ctx context.Context, lease time.Duration) (context.Co
 		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
-	st.keepers = append(st.keepers, k)
+	k.nextK, st.keepers = st.keepers, k
 	st.kmu.Unlock()
 	return lost, nil
 }
@@ -282,6 +282,7 @@ type keeper struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when run has returned
+	nextK  *keeper       // the ticket's next KeepAlive (ticketState.keepers)
 }
 
 // Retry bounds of a failed background refresh.
@@ -358,27 +359,37 @@ func (k *keeper) remove() {
 	st := k.st
 	st.kmu.Lock()
 	defer st.kmu.Unlock()
-	for i, o := range st.keepers {
-		if o == k {
-			st.keepers = append(st.keepers[:i], st.keepers[i+1:]...)
+	for p := &st.keepers; *p != nil; p = &(*p).nextK {
+		if *p == k {
+			*p = k.nextK
 			return
 		}
 	}
 }
 
-// stopKeepers ends every KeepAlive of st, its lost signal carrying cause,
-// and waits for their goroutines; no new one starts until kstop is
-// cleared.
-func (st *ticketState) stopKeepers(cause error) {
+// stopKeepers ends every KeepAlive of st, and waits for their
+// goroutines; no new one starts until kstop is cleared. It returns the
+// cause their lost signals carry (ErrNotHeld, or ErrClosed while b
+// closes), or nil if none ran: a release of a ticket never kept alive
+// allocates nothing here.
+func (st *ticketState) stopKeepers(b *Broker) error {
 	st.kmu.Lock()
 	st.kstop = true
 	ks := st.keepers
 	st.keepers = nil
 	st.kmu.Unlock()
-	for _, k := range ks {
+	if ks == nil {
+		return nil
+	}
+	cause := newErr(ErrNotHeld, "the ticket is being released", nil)
+	if b.closing.Load() {
+		cause = newErr(ErrClosed, "the broker is closing; the ticket is being released", nil)
+	}
+	for k := ks; k != nil; k = k.nextK {
 		k.cancel(cause)
 	}
-	for _, k := range ks {
+	for k := ks; k != nil; k = k.nextK {
 		<-k.done
 	}
+	return cause
 }

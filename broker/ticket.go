@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -38,33 +39,39 @@ type ticketState struct {
 	ext atomic.Pointer[time.Time]
 	// lost is the earliest instant from which the lock may no longer be
 	// this ticket's, as the broker learned it (see lose): a RELEASE sent
-	// (answered R or N, or unconfirmed), an EXTEND answered N. nil: none.
-	// The conservative deadline is never later than it.
-	lost atomic.Pointer[time.Time]
+	// (answered R or N, or unconfirmed), an EXTEND answered N; kept as
+	// its offset from deadline (no allocation, and the monotonic clock
+	// reading is kept), notLost for none. The conservative deadline is
+	// never later than it.
+	lost atomic.Int64
 
-	// The running KeepAlives (see keeper), guarded by kmu. kstop: a
-	// release has begun (no new KeepAlive), cleared again if it sent
-	// nothing (ErrUnsent: the ticket is still held).
+	// The running KeepAlives (see keeper), a list through keeper.nextK,
+	// guarded by kmu with kstop below.
 	kmu     sync.Mutex
-	keepers []*keeper
-	kstop   bool
+	keepers *keeper
 
 	// The registry of unreleased tickets (see ticketShard), guarded by the
 	// shard's mu.
 	prev, next *ticketState
-	linked     bool
 	// young holds the Ticket strongly from its grant until the first
 	// garbage collection after it (see Broker.promote), which then gives it
-	// the drop finalizer and drops this reference; promoted says that it
-	// did. A Ticket released before that collection never costs a
-	// finalizer.
-	young    *Ticket
-	promoted bool
+	// the drop finalizer and drops this reference.
+	young *Ticket
 
 	relMu sync.Mutex // held for the whole of a release
 	done  atomic.Bool
-	err   error // the first release's result, guarded by relMu
+	// kstop (guarded by kmu): a release has begun (no new KeepAlive),
+	// cleared again if it sent nothing (ErrUnsent: the ticket is still
+	// held). linked (the shard's mu): in the registry. promoted (the
+	// shard's mu): young was dropped and the drop finalizer set; a Ticket
+	// released before that collection never costs a finalizer. (Packed
+	// beside done: a Ticket and its state are allocated at every grant.)
+	kstop, linked, promoted bool
+	err                     error // the first release's result, guarded by relMu
 }
+
+// notLost is ticketState.lost's "nothing learned".
+const notLost = math.MinInt64
 
 // Key returns the lock's key.
 func (t *Ticket) Key() string { return t.st.key }
@@ -99,8 +106,10 @@ func (st *ticketState) currentDeadline() time.Time {
 	if p := st.ext.Load(); p != nil {
 		d = *p
 	}
-	if l := st.lost.Load(); l != nil && l.Before(d) {
-		return *l
+	if off := st.lost.Load(); off != notLost {
+		if l := st.deadline.Add(time.Duration(off)); l.Before(d) {
+			return l
+		}
 	}
 	return d
 }
@@ -110,9 +119,13 @@ func (st *ticketState) currentDeadline() time.Time {
 // confirmed afterwards (a K can be handled after an N that the server
 // sent later, on another session).
 func (st *ticketState) lose(at time.Time) {
+	off := int64(at.Sub(st.deadline))
+	if off == notLost {
+		off++ // (at is 292 years before the deadline: as good)
+	}
 	for {
-		p := st.lost.Load()
-		if p != nil && !at.Before(*p) || st.lost.CompareAndSwap(p, &at) {
+		cur := st.lost.Load()
+		if cur != notLost && cur <= off || st.lost.CompareAndSwap(cur, off) {
 			return
 		}
 	}
@@ -189,13 +202,8 @@ func (b *Broker) releaseStateCtx(ctx context.Context, st *ticketState, start tim
 	}
 	// The KeepAlives' lost signals fire before the RELEASE is sent: work
 	// that watches them stops before the lock can be another's.
-	cause := newErr(ErrNotHeld, "the ticket is being released", nil)
-	if b.closing.Load() {
-		cause = newErr(ErrClosed, "the broker is closing; the ticket is being released", nil)
-	}
 	live := ctx.Err() == nil
-	st.stopKeepers(cause)
-	if live && context.Cause(ctx) == cause {
+	if cause := st.stopKeepers(b); cause != nil && live && context.Cause(ctx) == cause {
 		// ctx is a KeepAlive's context (or derived from one), which the
 		// release itself just ended: the release must still be made.
 		ctx = context.WithoutCancel(ctx)

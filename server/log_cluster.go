@@ -376,6 +376,13 @@ func newCluster(s *Server) (*cluster, error) {
 	// A node without state bootstraps only when that cannot fork an
 	// existing history (log_cluster_boot.go): alone at once, with peers once
 	// every one of them agrees; until then Raft's RPCs do not reach it.
+	// And never under a bundle's identity with other peers than the
+	// bundle's.
+	if !has && !cc.Join && len(cc.Peers) > 0 {
+		if err := checkBoundPeers(&cc, imported > 0); err != nil {
+			return nil, err
+		}
+	}
 	cl.gate.Store(true)
 	checkPeers := false
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,71 @@ func NewClusterID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// NewClusterIDFor returns a random cluster identity bound to the initial
+// configuration peers: NewClusterID's 32 digits, ".p" and 12 hexadecimal
+// digits of a SHA-256 of the peers (IDs and addresses, in any order).
+// ticketingd init --cluster writes one into every node of a bundle. A
+// node configured with such an ID refuses to bootstrap with other peers
+// (ErrClusterRefused): a bundle node started with a peers setting of its
+// own (itself alone, say) would otherwise form a second cluster under
+// the bundle's identity, which clients could not tell from the first.
+// The one exception is the way in from a standalone node: a node whose
+// data directory holds a standalone token ceiling may bootstrap with
+// itself alone (docs/operations.md, "Migrating from a standalone node").
+func NewClusterIDFor(peers []Peer) string {
+	return NewClusterID() + ".p" + peersDigest(peers)
+}
+
+// peersDigest is the digest NewClusterIDFor binds an identity to.
+func peersDigest(peers []Peer) string {
+	h := sha256.New()
+	for _, p := range sortedPeers(peers) {
+		fmt.Fprintf(h, "%s=%s\n", p.ID, p.Address)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// boundDigest returns the peers digest of an identity made by
+// NewClusterIDFor, and whether id is one.
+func boundDigest(id string) (string, bool) {
+	const n = 32 + 2 + 12
+	if len(id) != n || id[32:34] != ".p" {
+		return "", false
+	}
+	for _, c := range []byte(id[:32] + id[34:]) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return id[34:], true
+}
+
+// checkBoundPeers refuses a bootstrap with peers other than those the
+// node's ClusterID is bound to (NewClusterIDFor), except a node alone
+// that starts from a standalone token ceiling (alone).
+func checkBoundPeers(cc *ClusterConfig, alone bool) error {
+	want, ok := boundDigest(cc.ClusterID)
+	if !ok || want == peersDigest(cc.Peers) || alone {
+		return nil
+	}
+	return refusef("cluster: node %s refuses to bootstrap: its cluster-id %s was made by ticketingd init for another initial configuration than its peers setting (%s). "+
+		"A node of a bundle started with other peers would form a second cluster under the bundle's identity, which clients could not tell from the first. "+
+		"Start it with its bundle's config unchanged (peers as init wrote them); for a cluster of other nodes, make a bundle for them with ticketingd init --cluster",
+		cc.NodeID, cc.ClusterID, describePeers(cc.Peers))
+}
+
+// describePeers lists peers as ID=ADDRESS, sorted by ID.
+func describePeers(peers []Peer) string {
+	var b strings.Builder
+	for i, p := range sortedPeers(peers) {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(p.ID + "=" + p.Address)
+	}
+	return b.String()
 }
 
 // identity is a node's answer to a probe, and what a probe says of the

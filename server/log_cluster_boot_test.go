@@ -3,6 +3,7 @@ package server_test
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -268,4 +269,62 @@ func TestClusterJoinConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ClusterID") {
 		t.Fatalf("bad ClusterID: %v", err)
 	}
+}
+
+// An identity made for a bundle (NewClusterIDFor) binds the initial
+// configuration: a node configured with it refuses to bootstrap with other
+// peers (a bundle node with its peers cut to itself would otherwise lead a
+// second cluster under the bundle's identity), except alone from a
+// standalone token ceiling (the way in from a standalone node). Peers in
+// another order, and a node that only waits to be added, are fine.
+func TestClusterBoundIdentity(t *testing.T) {
+	bundle := []server.Peer{{ID: "a", Address: "inmem-a:1"}, {ID: "b", Address: "inmem-b:1"}, {ID: "c", Address: "inmem-c:1"}}
+	id := server.NewClusterIDFor(bundle)
+	if !regexp.MustCompile(`^[0-9a-f]{32}\.p[0-9a-f]{12}$`).MatchString(id) || !server.ValidNodeID(id) {
+		t.Fatalf("NewClusterIDFor: %q", id)
+	}
+	if a, b := server.NewClusterIDFor(bundle), server.NewClusterIDFor([]server.Peer{bundle[2], bundle[0], bundle[1]}); a[34:] != id[34:] || b[34:] != id[34:] || a[:32] == id[:32] {
+		t.Fatalf("the peers' digest depends on their order, or the random part repeats: %s %s %s", id, a, b)
+	}
+	start := func(t *testing.T, dir string, peers []server.Peer, join bool) error {
+		in := server.NewInmemNode("a")
+		cc := server.ClusterConfig{NodeID: "a", Advertise: "127.0.0.1:1", ClusterID: id, Peers: peers, Join: join}
+		in.Use(&cc)
+		s, err := server.New(server.Config{DataDir: dir, Cluster: &cc})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	}
+	self := []server.Peer{{ID: "a", Address: "inmem-a:1"}}
+	err := start(t, t.TempDir(), self, false)
+	if !errors.Is(err, server.ErrClusterRefused) || !strings.Contains(err.Error(), "made by ticketingd init") || !strings.Contains(err.Error(), id) {
+		t.Fatalf("a bundle node bootstrapping alone: %v, want ErrClusterRefused naming the bundle's identity", err)
+	}
+	moved := []server.Peer{bundle[0], bundle[1], {ID: "c", Address: "inmem-c:2"}}
+	if err := start(t, t.TempDir(), moved, false); !errors.Is(err, server.ErrClusterRefused) {
+		t.Fatalf("a bundle node with one peer's address changed: %v, want ErrClusterRefused", err)
+	}
+	if err := start(t, t.TempDir(), []server.Peer{bundle[1], bundle[2], bundle[0]}, false); err != nil {
+		t.Fatalf("the bundle's peers in another order: %v", err)
+	}
+	if err := start(t, t.TempDir(), nil, true); err != nil {
+		t.Fatalf("a node waiting to be added: %v", err)
+	}
+	dir := t.TempDir()
+	if err := server.WriteCeiling(dir, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(t, dir, self, false); err != nil {
+		t.Fatalf("alone from a standalone ceiling (the migration): %v", err)
+	}
+	// An identity that is not a bundle's binds nothing.
+	in := server.NewInmemNode("a")
+	cc := server.ClusterConfig{NodeID: "a", Advertise: "127.0.0.1:1", ClusterID: "my-cluster", Peers: self}
+	in.Use(&cc)
+	s, err := server.New(server.Config{DataDir: t.TempDir(), Cluster: &cc})
+	if err != nil {
+		t.Fatalf("a one-node cluster with an identity of its own: %v", err)
+	}
+	s.Close()
 }

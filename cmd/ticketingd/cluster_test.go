@@ -240,7 +240,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	// Every node shows the bundle's cluster ID, which the first leader
 	// recorded in the replicated state.
 	o1, err := parseServe(t, "--config", filepath.Join(dir, "n1", initConfigFile))
-	if err != nil || len(o1.ClusterID) != 32 {
+	if err != nil || !reBoundClusterID.MatchString(o1.ClusterID) {
 		t.Fatalf("n1's config: cluster-id %q, %v", o1.ClusterID, err)
 	}
 	waitCluster(t, admins, "every node to show the cluster ID", func(v []server.ClusterStatus) bool {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -463,7 +464,7 @@ func TestConformanceVersion3Cluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cs.ClusterID != clusterID || len(cs.ClusterID) != 32 {
+	if cs.ClusterID != clusterID || !reBoundClusterID.MatchString(cs.ClusterID) {
 		t.Fatalf("cluster status: cluster ID %q, want the bundle's %q", cs.ClusterID, clusterID)
 	}
 	tg := clusterTarget(t, dir, token, leaderClient, leaderID, cs.ClusterID)
@@ -556,4 +557,22 @@ func TestConformanceVersion3Cluster(t *testing.T) {
 	// The same node name and role as the real cluster's n1 when it leads:
 	// only the identity tells them apart.
 	r.expect(helloOKHexV(1, 3, 3, "n1", forkID))
+
+	// The same fork from n1's own bundle config (whose cluster-id init
+	// bound to the bundle's three peers), with peers cut to itself and a
+	// new data dir: it would bootstrap a one-node cluster under the real
+	// cluster's identity, which no client could tell apart. It refuses
+	// to start instead.
+	bp := freePortRun(t, 3)
+	bundleFork := startBinary(t, bin, "serve", "--config", filepath.Join(dir, "n1", initConfigFile), "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--listen", "127.0.0.1:"+strconv.Itoa(bp), "--raft-listen", "127.0.0.1:"+strconv.Itoa(bp+1), "--peers", "n1=127.0.0.1:"+strconv.Itoa(bp+1),
+		"--admin-listen", "127.0.0.1:"+strconv.Itoa(bp+2), "--log-format", "json")
+	select {
+	case <-bundleFork.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a bundle node started with its peers cut to itself is still running:\n%s", bundleFork.stderr.String())
+	}
+	if code, log := bundleFork.exitCode(), bundleFork.stderr.String(); code == 0 || !strings.Contains(log, "refuses to bootstrap") || !strings.Contains(log, "made by ticketingd init") {
+		t.Fatalf("a bundle node started with its peers cut to itself: exit %d, want a refusal to bootstrap naming the bundle's identity:\n%s", code, log)
+	}
 }

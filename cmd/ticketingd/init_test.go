@@ -282,9 +282,13 @@ func shExports(t *testing.T, out string, names ...string) map[string]string {
 	return m
 }
 
-// reGroupID is the identity init draws for a cluster or a pair
-// (server.NewClusterID): 128 bits in lowercase hex.
+// reGroupID is the identity init draws for a pair (server.NewClusterID):
+// 128 bits in lowercase hex.
 var reGroupID = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// reBoundClusterID is the identity init --cluster draws: bound to the
+// bundle's initial configuration (server.NewClusterIDFor).
+var reBoundClusterID = regexp.MustCompile(`^[0-9a-f]{32}\.p[0-9a-f]{12}$`)
 
 // urlCluster returns the value of the one cluster= parameter of the
 // TICKETING_URL u ("" without one), failing the test if u has it twice.
@@ -427,7 +431,7 @@ func TestInitCluster(t *testing.T) {
 	// The URL names the cluster's identity, the cluster-id of every
 	// node's config (checked below): what a version-3 HELLO_OK carries.
 	clusterID := urlCluster(t, ex["TICKETING_URL"])
-	if !reGroupID.MatchString(clusterID) || !strings.HasSuffix(ex["TICKETING_URL"], "&cluster="+clusterID) {
+	if !reBoundClusterID.MatchString(clusterID) || !strings.HasSuffix(ex["TICKETING_URL"], "&cluster="+clusterID) {
 		t.Errorf("printed URL %q: cluster=%q, want the bundle's cluster ID last", ex["TICKETING_URL"], clusterID)
 	}
 	wantAddrs := []string{"127.0.0.1:16000", "127.0.0.1:16001", "127.0.0.1:16002"}
@@ -648,7 +652,7 @@ func TestInitClusterAddKeepsBasePorts(t *testing.T) {
 		if id == "" {
 			id = cc.ClusterID
 		}
-		if len(cc.ClusterID) != 32 || cc.ClusterID != id || cc.Join != (n == "n4") || (len(cc.Peers) == 0) != (n == "n4") {
+		if !reBoundClusterID.MatchString(cc.ClusterID) || cc.ClusterID != id || cc.Join != (n == "n4") || (len(cc.Peers) == 0) != (n == "n4") {
 			t.Errorf("%s: cluster-id %q (want the bundle's %q), join %v, peers %v", n, cc.ClusterID, id, cc.Join, cc.Peers)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // Default ports of 'ticketingd init --cluster' (the client port is
@@ -207,6 +208,14 @@ func initCluster(o *initOptions, plan bundlePlan, b *bundle, stdout, stderr io.W
 			return err
 		}
 		b.nodes = plan.nodes
+		// The identity is bound to the initial configuration: a node of
+		// this bundle started with other peers refuses to bootstrap a
+		// second cluster under it.
+		var initial []server.Peer
+		for _, n := range plan.nodes {
+			initial = append(initial, server.Peer{ID: n.id, Address: n.link})
+		}
+		b.groupID = server.NewClusterIDFor(initial)
 	} else if len(plan.nodes) > 0 {
 		adding = true
 	}

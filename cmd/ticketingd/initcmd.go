@@ -158,4 +158,3 @@ two share a host the backup gets the next ports. The output is as for
 	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster or --pair: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
 	return cmd
 }
-

@@ -224,7 +224,7 @@ func hostKey(host string) string {
 // placedNode is a node with its addresses (host:port): its client
 // listener, its link to the other nodes and its admin listener.
 type placedNode struct {
-	id, host             string
+	id, host            string
 	listen, link, admin string
 }
 

@@ -30,6 +30,15 @@ func (es FieldErrors) Error() string {
 	return "deploy: " + strings.Join(msgs, "; ")
 }
 
+// Unwrap returns the errors, for errors.As to a *FieldError.
+func (es FieldErrors) Unwrap() []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return errs
+}
+
 // ByField returns the messages of es by field, for a form that shows them
 // beside its inputs.
 func (es FieldErrors) ByField() map[string][]string {

@@ -362,7 +362,7 @@ func planNodes(s Spec, errs *FieldErrors) (nodes []placedNode, loopback bool) {
 	for i := range order {
 		order[i] = i
 	}
-	if s.Topology == Pair && s.Nodes[0].ID == RoleBackup {
+	if s.Topology == Pair && s.Nodes[0].ID == RoleBackup && s.Nodes[1].ID == RolePrimary {
 		order[0], order[1] = 1, 0
 	}
 	ids := map[string]bool{}

@@ -72,6 +72,8 @@ func newInitCmd(stdout io.Writer) *cobra.Command {
   data/              the data directory (token store)
   ca.pem, ca-key.pem           with --tls: a private CA (ECDSA P-256)
   server.pem, server-key.pem   with --tls: a server certificate for every --host
+  ticketingd.service, Dockerfile, .dockerignore, compose.yaml, README.md
+                     to run it under systemd or Docker Compose (see README.md)
 
 --host names the server as its clients reach it. Hosts that parse as IP
 addresses become IP SANs, others DNS SANs; the default hosts are 127.0.0.1
@@ -89,7 +91,8 @@ With --cluster, init writes a bundle for a Raft cluster instead, one
 --node ID=HOST per node (3 or 5 of them): a client CA (ca.pem), a cluster
 CA for the peer links (cluster-ca.pem), and per node a directory DIR/ID
 with its config (ticketingd.yaml), server and node certificates, the
-client token and a data directory. Each node listens on HOST:--port, its
+client token, a data directory and a systemd unit (ticketingd-ID.service);
+the bundle's Dockerfile, compose.yaml and README.md are as for one node. Each node listens on HOST:--port, its
 Raft transport on HOST:--raft-port and its admin listener on
 127.0.0.1:--admin-port; nodes that share a host get the next ports (port+1,
 port+2, ...), so that a bundle of nodes all on 127.0.0.1 runs on one

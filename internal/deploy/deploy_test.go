@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -206,7 +207,15 @@ func (p planned) config(t *testing.T, name string) Config {
 	}
 	var again Config
 	if err := yaml.Unmarshal(must(t)(configDoc{cfg: c}.render()), &again); err != nil || !equalConfig(c, again) {
-		t.Errorf("%s does not round-trip: %+v, then %+v (%v)", name, c, again, err)
+		t.Errorf("%s does not round-trip: %+v, then %+v (%v)", name, redact(c), redact(again), err)
+	}
+	return c
+}
+
+// redact is c without its admin token, for test messages.
+func redact(c Config) Config {
+	if c.AdminToken != "" {
+		c.AdminToken = "(redacted)"
 	}
 	return c
 }
@@ -371,7 +380,7 @@ func TestPlanSingle(t *testing.T) {
 	}
 	c := p.config(t, ConfigFile)
 	if c.Listen != "127.0.0.1:5225" || c.DataDir != DataDir || c.TLSCert != "" || c.AdminListen != "" || c.TokenStart != "clock" || c.Cluster || c.Pair != "" {
-		t.Errorf("config %+v", c)
+		t.Errorf("config %+v", redact(c))
 	}
 
 	// TLS, an admin listener, three client tokens, token-start one, and
@@ -391,7 +400,7 @@ func TestPlanSingle(t *testing.T) {
 	c = p.config(t, ConfigFile)
 	adm := strings.TrimSpace(string(p.files[AdminTokenFile].Data))
 	if c.Listen != ":5225" || c.TLSCert != ServerCert || c.TLSKey != ServerKey || c.AdminListen != "127.0.0.1:9225" || c.AdminToken != adm || c.TokenStart != "one" {
-		t.Errorf("config %+v", c)
+		t.Errorf("config %+v", redact(c))
 	}
 	for _, h := range []string{"localhost", "locks.example.test"} {
 		p.verify(t, ServerCert, CACert, h, x509.ExtKeyUsageServerAuth)
@@ -404,7 +413,7 @@ func TestPlanSingle(t *testing.T) {
 	p = mustPlan(t, s)
 	p.checkFiles(t, append([]string{DataDir, ConfigFile, TokensFile, SingleUnitFile}, extras...))
 	if c := p.config(t, ConfigFile); c.TLSCert != s.OwnTLS.CertFile || c.TLSKey != s.OwnTLS.KeyFile {
-		t.Errorf("own TLS config %+v", c)
+		t.Errorf("own TLS config %+v", redact(c))
 	}
 	if cfg := p.checkURL(t, TokensFile, []string{"127.0.0.1:5225"}); cfg.TLS.Mode != broker.TLSSystemRoots {
 		t.Errorf("own TLS without a CA file: URL TLS %+v, want the system's roots", cfg.TLS)
@@ -450,7 +459,7 @@ func TestPlanCluster(t *testing.T) {
 			c.Listen != addrs[i] || c.Advertise != addrs[i] || c.RaftListen != strings.TrimPrefix(peers[i], id+"=") ||
 			c.AdminListen != "127.0.0.1:"+[]string{"9225", "9226", "9227"}[i] || c.AdminToken != adm ||
 			c.TLSCert != ServerCert || c.PeerTLSCert != NodeCert || c.PeerTLSKey != NodeKey || c.PeerTLSCA != ClusterCACert {
-			t.Errorf("%s: config %+v", id, c)
+			t.Errorf("%s: config %+v", id, redact(c))
 		}
 		if !slices.Equal(tokens(p.files[path.Join(id, TokensFile)].Data), tokens(p.files[TokensFile].Data)) {
 			t.Errorf("%s: client tokens differ from the bundle's", id)
@@ -473,7 +482,7 @@ func TestPlanCluster(t *testing.T) {
 		want = append(want, nodeFiles(n.ID, NodeCert, NodeKey, ClusterCACert)...)
 		c := p.config(t, path.Join(n.ID, ConfigFile))
 		if c.TLSCert != "" || c.Listen != n.Host+":5225" || c.RaftListen != n.Host+":7225" || len(c.Peers) != 5 || c.PeerTLSCA != ClusterCACert {
-			t.Errorf("%s: config %+v", n.ID, c)
+			t.Errorf("%s: config %+v", n.ID, redact(c))
 		}
 		p.verify(t, path.Join(n.ID, NodeCert), ClusterCACert, n.Host, x509.ExtKeyUsageClientAuth)
 	}
@@ -509,7 +518,7 @@ func TestPlanPair(t *testing.T) {
 	if prim.Pair != "primary" || back.Pair != "backup" || prim.PairID != p.GroupID || back.PairID != p.GroupID ||
 		prim.Peer != back.PeerListen || back.Peer != prim.PeerListen || prim.PeerListen != "10.0.0.1:7225" ||
 		prim.TLSCert != NodeCert || prim.PeerTLSCert != NodeCert || prim.PeerTLSCA != CACert || prim.Cluster {
-		t.Errorf("configs: primary %+v, backup %+v", prim, back)
+		t.Errorf("configs: primary %+v, backup %+v", redact(prim), redact(back))
 	}
 	p.verify(t, "primary/"+NodeCert, CACert, "10.0.0.1", x509.ExtKeyUsageClientAuth)
 
@@ -524,7 +533,7 @@ func TestPlanPair(t *testing.T) {
 	p.checkFiles(t, want)
 	p.checkSecrets(t, TokensFile, false)
 	if c := p.config(t, "primary/"+ConfigFile); c.TLSCert != "" || c.PeerTLSCert != "" || c.AdminToken != "" || c.AdminListen != "127.0.0.1:9225" {
-		t.Errorf("plain pair: config %+v", c)
+		t.Errorf("plain pair: config %+v", redact(c))
 	}
 }
 
@@ -771,7 +780,7 @@ func TestAdd(t *testing.T) {
 	c := a.config(t, "n4/"+ConfigFile)
 	if c.InitialState != "existing" || len(c.Peers) != 0 || c.ClusterID != p.GroupID || c.Listen != "127.0.0.1:16003" || c.RaftListen != "127.0.0.1:17003" ||
 		c.AdminListen != "127.0.0.1:19003" || c.AdminToken != strings.TrimSpace(string(p.files[AdminTokenFile].Data)) {
-		t.Errorf("n4: config %+v", c)
+		t.Errorf("n4: config %+v", redact(c))
 	}
 	a.verify(t, "n4/"+NodeCert, "n4/"+ClusterCACert, "127.0.0.1", x509.ExtKeyUsageClientAuth)
 	if !bytes.Equal(a.files["n4/"+ClusterCACert].Data, p.files[ClusterCACert].Data) {
@@ -783,5 +792,28 @@ func TestAdd(t *testing.T) {
 	}
 	if _, err := LoadCluster(t.TempDir()); !errors.Is(err, ErrNotBundle) {
 		t.Errorf("LoadCluster of an empty directory: %v, want ErrNotBundle", err)
+	}
+}
+
+// TestSystemdAnalyze has systemd check a node's unit, where
+// systemd-analyze is installed: 'verify' (with ExecStart on an executable
+// that exists here, this test's) and the offline 'security' exposure at
+// most 2.0 of 10.
+func TestSystemdAnalyze(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("no systemd-analyze")
+	}
+	p := mustPlan(t, cluster3(t.TempDir()))
+	unit := strings.ReplaceAll(string(p.files["n1/"+NodeUnitFile("n1")].Data), InstallBinary, os.Args[0])
+	path := filepath.Join(t.TempDir(), NodeUnitFile("n1"))
+	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(sa, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(sa, "security", "--offline=true", "--threshold=20", path).CombinedOutput(); err != nil {
+		t.Errorf("systemd-analyze security: exposure above 2.0 (%v):\n%s", err, out)
 	}
 }

@@ -86,7 +86,8 @@ func (p *planner) unit(r nodeRun) error {
 		"ProtectKernelTunables=yes\nProtectKernelModules=yes\nProtectKernelLogs=yes\nProtectControlGroups=yes\n" +
 		"ProtectClock=yes\nProtectHostname=yes\nRestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX\n" +
 		"RestrictNamespaces=yes\nRestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\n" +
-		"MemoryDenyWriteExecute=yes\nSystemCallArchitectures=native\n")
+		"MemoryDenyWriteExecute=yes\nSystemCallArchitectures=native\nSystemCallFilter=@system-service\n" +
+		"SystemCallErrorNumber=EPERM\nRemoveIPC=yes\nPrivateMounts=yes\nProtectProc=invisible\n")
 	fmt.Fprintf(&u, "CapabilityBoundingSet=%s\n", caps)
 	if caps != "" {
 		fmt.Fprintf(&u, "AmbientCapabilities=%s\n", caps)

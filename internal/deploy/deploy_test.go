@@ -817,3 +817,55 @@ func TestSystemdAnalyze(t *testing.T) {
 		t.Errorf("systemd-analyze security: exposure above 2.0 (%v):\n%s", err, out)
 	}
 }
+
+// TestArchivesUnpacked unpacks the archives with the tar and unzip an
+// operator has, where installed: the files come out with their modes
+// (secrets 0600) and contents, under the bundle's directory name.
+func TestArchivesUnpacked(t *testing.T) {
+	p := mustPlan(t, cluster3("/srv/locks"))
+	for _, tool := range []struct {
+		name  string
+		write func(io.Writer) error
+		args  func(archive, dir string) []string
+	}{
+		{"tar", p.WriteTarGz, func(a, d string) []string { return []string{"-xzf", a, "-C", d} }},
+		{"unzip", p.WriteZip, func(a, d string) []string { return []string{"-q", a, "-d", d} }},
+	} {
+		t.Run(tool.name, func(t *testing.T) {
+			bin, err := exec.LookPath(tool.name)
+			if err != nil {
+				t.Skipf("no %s", tool.name)
+			}
+			dir := t.TempDir()
+			archive := filepath.Join(dir, "bundle")
+			var buf bytes.Buffer
+			if err := tool.write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(archive, buf.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(bin, tool.args(archive, dir)...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", tool.name, err, out)
+			}
+			for _, f := range p.Files {
+				name := filepath.Join(dir, "locks", f.Path)
+				st, err := os.Stat(name)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				// The umask may narrow a directory or a public file, never
+				// widen a secret.
+				if f.Secret && st.Mode() != f.Mode || st.Mode()&^f.Mode != 0 {
+					t.Errorf("%s: mode %v, want %v", f.Path, st.Mode(), f.Mode)
+				}
+				if !f.Mode.IsDir() {
+					if b, _ := os.ReadFile(name); !bytes.Equal(b, f.Data) {
+						t.Errorf("%s: other content", f.Path)
+					}
+				}
+			}
+		})
+	}
+}

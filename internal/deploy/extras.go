@@ -208,7 +208,7 @@ func (p *planner) readme() string {
 	w.WriteString("```\n\nPaths in a config are relative to the config file.\n")
 
 	w.WriteString("\n## Start it under systemd\n\n")
-	fmt.Fprintf(&w, "Each unit runs `%s` as the user `%s`, with its config in\n`%s` and its data directory as systemd's StateDirectory. On each machine, as root:\n\n```sh\n",
+	fmt.Fprintf(&w, "Each unit runs `%s` as the user `%s`, with its config in\n`%s` and its data directory as systemd's StateDirectory. With a static `ticketingd`\nbinary in this directory (built as for Docker Compose below), on each machine, as root:\n\n```sh\n",
 		InstallBinary, ServiceUser, InstallConfig)
 	fmt.Fprintf(&w, "install -m 0755 ticketingd %s\n", InstallBinary)
 	fmt.Fprintf(&w, "useradd --system --no-create-home --shell /usr/sbin/nologin %s\n", ServiceUser)

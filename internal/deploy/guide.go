@@ -145,9 +145,12 @@ func (p *planner) groupGuide(caKeys []string) string {
 	if !cluster {
 		certs = "node certificate"
 	}
-	if len(caKeys) == 0 {
+	switch {
+	case len(made) == 0:
+		fmt.Fprintf(&w, "a directory per node with its config, client token and data directory.\n\n")
+	case len(caKeys) == 0:
 		fmt.Fprintf(&w, "per node a directory with its config, client token and data directory.\n\n")
-	} else {
+	default:
 		fmt.Fprintf(&w, "per node a directory with its config, %s, client token and data directory.\n\n", certs)
 	}
 

@@ -158,6 +158,18 @@ func (p *planner) pem(name string, kp *pki.KeyPair, key bool) error {
 	return nil
 }
 
+// newCA creates a CA named name and adds its certificate and key files.
+func (p *planner) newCA(name, cert, key string) (*pki.CA, error) {
+	ca, err := pki.NewCA(name, caLife)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.pem(cert, &ca.KeyPair, false); err != nil {
+		return nil, err
+	}
+	return ca, p.pem(key, &ca.KeyPair, true)
+}
+
 // RandomToken is 32 bytes from crypto/rand, base64url without padding:
 // a client or admin token.
 func RandomToken() (string, error) {
@@ -262,7 +274,7 @@ func (p *planner) single() error {
 	run := nodeRun{files: []string{ConfigFile, TokensFile}}
 	listed := []string{ConfigFile, TokensFile}
 	if p.s.TLS == TLSPrivateCA {
-		ca, err := pki.NewCA("ticketingd private CA", caLife)
+		ca, err := p.newCA("ticketingd private CA", CACert, CAKey)
 		if err != nil {
 			return err
 		}
@@ -270,14 +282,11 @@ func (p *planner) single() error {
 		if err != nil {
 			return err
 		}
-		for _, f := range []struct {
-			name string
-			kp   *pki.KeyPair
-			key  bool
-		}{{CACert, &ca.KeyPair, false}, {CAKey, &ca.KeyPair, true}, {ServerCert, srv, false}, {ServerKey, srv, true}} {
-			if err := p.pem(f.name, f.kp, f.key); err != nil {
-				return err
-			}
+		if err := p.pem(ServerCert, srv, false); err != nil {
+			return err
+		}
+		if err := p.pem(ServerKey, srv, true); err != nil {
+			return err
 		}
 		listed = append(listed, CACert, CAKey, ServerCert, ServerKey)
 		run.files = append(run.files, ServerCert, ServerKey)
@@ -373,25 +382,13 @@ func (p *planner) group() error {
 		if cluster {
 			name = "ticketingd private CA"
 		}
-		if cas.clientCA, err = pki.NewCA(name, caLife); err != nil {
-			return err
-		}
-		if err := p.pem(CACert, &cas.clientCA.KeyPair, false); err != nil {
-			return err
-		}
-		if err := p.pem(CAKey, &cas.clientCA.KeyPair, true); err != nil {
+		if cas.clientCA, err = p.newCA(name, CACert, CAKey); err != nil {
 			return err
 		}
 		caKeys = append(caKeys, CAKey)
 	}
 	if cluster && p.s.PeerTLS {
-		if cas.clusterCA, err = pki.NewCA("ticketingd cluster CA", caLife); err != nil {
-			return err
-		}
-		if err := p.pem(ClusterCACert, &cas.clusterCA.KeyPair, false); err != nil {
-			return err
-		}
-		if err := p.pem(ClusterCAKey, &cas.clusterCA.KeyPair, true); err != nil {
+		if cas.clusterCA, err = p.newCA("ticketingd cluster CA", ClusterCACert, ClusterCAKey); err != nil {
 			return err
 		}
 		caKeys = append(caKeys, ClusterCAKey)

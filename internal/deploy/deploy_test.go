@@ -790,6 +790,24 @@ func TestAdd(t *testing.T) {
 	if strings.Contains(a.Guide, tok) || !strings.Contains(a.Guide, "ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002") {
 		t.Errorf("add guide:\n%s", a.Guide)
 	}
+	// A bundle without CAs or admin token, its tokens from 1: the added
+	// node is as its nodes.
+	dir = t.TempDir()
+	s = cluster3(dir)
+	s.TLS, s.PeerTLS, s.AdminToken, s.TokenStart = TLSOff, false, false, "one"
+	if err := mustPlan(t, s).WriteDir(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if ex, err = LoadCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	add = DefaultSpec(Cluster)
+	add.Dir, add.Existing, add.Nodes = dir, ex, []Node{{ID: "n4", Host: "127.0.0.1"}}
+	a = mustPlan(t, add)
+	a.checkFiles(t, nodeFiles("n4"))
+	if c := a.config(t, "n4/"+ConfigFile); c.TLSCert != "" || c.PeerTLSCA != "" || c.AdminToken != "" || c.TokenStart != "one" || c.InitialState != "existing" || c.Listen != "127.0.0.1:5228" {
+		t.Errorf("n4 of a plain bundle: config %+v", redact(c))
+	}
 	if _, err := LoadCluster(t.TempDir()); !errors.Is(err, ErrNotBundle) {
 		t.Errorf("LoadCluster of an empty directory: %v, want ErrNotBundle", err)
 	}

@@ -15,20 +15,25 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/pki"
 )
 
-// Existing is a cluster bundle of 'ticketingd init --cluster' read by
-// LoadCluster: its CAs, tokens and nodes, to add nodes to (Spec.Existing).
-// It holds private keys and tokens: never log it.
+// Existing is a cluster bundle of 'ticketingd init --cluster' (or of the
+// deployment page) read by LoadCluster: its CAs, tokens and nodes, to add
+// nodes to (Spec.Existing). It holds private keys and tokens: never log
+// it.
 type Existing struct {
-	// ClientCA signs the client listeners' certificates, ClusterCA the
-	// node certificates of the peer links.
+	// ClientCA signs the client listeners' certificates (nil when the
+	// bundle's nodes serve plain TCP or their own certificates: OwnTLS),
+	// ClusterCA the node certificates of the peer links (nil without
+	// peer TLS).
 	ClientCA, ClusterCA *pki.CA
+	// OwnTLS are the nodes' own certificate files, if theirs are.
+	OwnTLS *OwnTLS
 	// ClientToken is the first token of its client tokens file;
-	// AdminToken its admin token.
+	// AdminToken its admin token ("" without).
 	ClientToken, AdminToken string
 	// ClusterID is its nodes' cluster-id ("" in a bundle of an earlier
-	// release).
-	ClusterID string
-	nodes     []placedNode
+	// release); TokenStart their token-start.
+	ClusterID, TokenStart string
+	nodes                 []placedNode
 }
 
 // has reports whether the bundle has a node id.
@@ -58,45 +63,17 @@ func (e *Existing) BasePorts() (port, raftPort, adminPort int) {
 		low(func(n placedNode) string { return n.admin })
 }
 
-// LoadCluster reads the cluster bundle in dir: its CAs, tokens and the
-// configs of its node directories (ID/ticketingd.yaml). A directory
-// without the bundle's CA files is ErrNotBundle.
+// LoadCluster reads the cluster bundle in dir: the configs of its node
+// directories (ID/ticketingd.yaml), its client tokens, and the CAs and
+// admin token they use. A directory without node directories or client
+// tokens is ErrNotBundle.
 func LoadCluster(dir string) (*Existing, error) {
 	var e Existing
-	loadCA := func(cert, key string) (*pki.CA, error) {
-		c, err := os.ReadFile(filepath.Join(dir, cert))
-		if err != nil {
-			return nil, fmt.Errorf("%w (is %s a bundle of 'init --cluster'?): %w", ErrNotBundle, dir, err)
-		}
-		k, err := os.ReadFile(filepath.Join(dir, key))
-		if err != nil {
-			return nil, fmt.Errorf("deploy: %w", err)
-		}
-		ca, err := pki.LoadCA(c, k)
-		if err != nil {
-			return nil, fmt.Errorf("deploy: %s: %w", filepath.Join(dir, cert), err)
-		}
-		return ca, nil
-	}
-	var err error
-	if e.ClientCA, err = loadCA(CACert, CAKey); err != nil {
-		return nil, err
-	}
-	if e.ClusterCA, err = loadCA(ClusterCACert, ClusterCAKey); err != nil {
-		return nil, err
-	}
-	if e.ClientToken, err = firstToken(filepath.Join(dir, TokensFile)); err != nil {
-		return nil, err
-	}
-	adm, err := os.ReadFile(filepath.Join(dir, AdminTokenFile))
-	if err != nil {
-		return nil, fmt.Errorf("deploy: %w", err)
-	}
-	e.AdminToken = strings.TrimSpace(string(adm))
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("deploy: %w", err)
 	}
+	var first Config
 	for _, d := range entries {
 		cfgPath := filepath.Join(dir, d.Name(), ConfigFile)
 		if !d.IsDir() {
@@ -115,12 +92,52 @@ func LoadCluster(dir string) (*Existing, error) {
 			return nil, fmt.Errorf("deploy: %s is not the config of a cluster node", cfgPath)
 		}
 		e.nodes = append(e.nodes, placedNode{id: c.NodeID, host: host, listen: c.Listen, link: c.RaftListen, admin: c.AdminListen})
-		if e.ClusterID == "" {
-			e.ClusterID = c.ClusterID
+		if len(e.nodes) == 1 {
+			first = c
 		}
 	}
 	if len(e.nodes) == 0 {
-		return nil, fmt.Errorf("%w: no node directories (ID/%s) in %s", ErrNotBundle, ConfigFile, dir)
+		return nil, fmt.Errorf("%w: no node directories (ID/%s) in %s (is it a bundle of 'init --cluster'?)", ErrNotBundle, ConfigFile, dir)
+	}
+	e.ClusterID, e.TokenStart = first.ClusterID, first.TokenStart
+	if e.ClientToken, err = firstToken(filepath.Join(dir, TokensFile)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotBundle, err)
+	}
+	loadCA := func(cert, key string) (*pki.CA, error) {
+		c, err := os.ReadFile(filepath.Join(dir, cert))
+		if err != nil {
+			return nil, fmt.Errorf("deploy: %w", err)
+		}
+		k, err := os.ReadFile(filepath.Join(dir, key))
+		if err != nil {
+			return nil, fmt.Errorf("deploy: %w", err)
+		}
+		ca, err := pki.LoadCA(c, k)
+		if err != nil {
+			return nil, fmt.Errorf("deploy: %s: %w", filepath.Join(dir, cert), err)
+		}
+		return ca, nil
+	}
+	switch {
+	case first.TLSCert == "":
+	case filepath.IsAbs(first.TLSCert):
+		e.OwnTLS = &OwnTLS{CertFile: first.TLSCert, KeyFile: first.TLSKey}
+	default:
+		if e.ClientCA, err = loadCA(CACert, CAKey); err != nil {
+			return nil, err
+		}
+	}
+	if first.PeerTLSCA != "" {
+		if e.ClusterCA, err = loadCA(ClusterCACert, ClusterCAKey); err != nil {
+			return nil, err
+		}
+	}
+	if first.AdminToken != "" {
+		adm, err := os.ReadFile(filepath.Join(dir, AdminTokenFile))
+		if err != nil {
+			return nil, fmt.Errorf("deploy: %w", err)
+		}
+		e.AdminToken = strings.TrimSpace(string(adm))
 	}
 	return &e, nil
 }

@@ -137,8 +137,8 @@ type Spec struct {
 
 	// Existing, set by LoadCluster, makes the plan one of nodes added to
 	// that cluster bundle: of its CAs and tokens, with
-	// initial-cluster-state existing. TLS, PeerTLS, ClientTokens and
-	// AdminToken are then the bundle's.
+	// initial-cluster-state existing. TLS, OwnTLS, PeerTLS, ClientTokens,
+	// AdminToken and TokenStart are then the bundle's.
 	Existing *Existing `json:"-"`
 }
 
@@ -256,8 +256,14 @@ func withDefaults(s Spec) Spec {
 	if ex := s.Existing; ex != nil {
 		s.Topology = Cluster
 		s.TLS, s.PeerTLS, s.AdminToken, s.ClientTokens = TLSOff, ex.ClusterCA != nil, ex.AdminToken != "", 1
-		if ex.ClientCA != nil {
+		switch {
+		case ex.ClientCA != nil:
 			s.TLS = TLSPrivateCA
+		case ex.OwnTLS != nil:
+			s.TLS, s.OwnTLS = TLSOwn, *ex.OwnTLS
+		}
+		if ex.TokenStart != "" {
+			s.TokenStart = ex.TokenStart
 		}
 	}
 	return s

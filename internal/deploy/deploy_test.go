@@ -887,3 +887,36 @@ func TestArchivesUnpacked(t *testing.T) {
 		})
 	}
 }
+
+// TestDockerBuild builds the image of a bundle's Dockerfile, where a
+// Docker daemon answers, from a static binary and without network, and
+// runs 'ticketingd version' in it. It skips without a daemon (also under
+// CI: the image must build offline wherever one is, and a machine without
+// one has nothing to say about it).
+func TestDockerBuild(t *testing.T) {
+	docker, err := exec.LookPath("docker")
+	if err != nil {
+		t.Skip("no docker")
+	}
+	if out, err := exec.Command(docker, "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		t.Skipf("no Docker daemon: %v: %s", err, bytes.TrimSpace(out))
+	}
+	dir := t.TempDir()
+	if err := mustPlan(t, single(dir)).WriteDir(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, BinaryName), "github.com/ticketing-dev/ticketing/cmd/ticketingd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tag := "ticketingd-deploy-test:" + strings.ToLower(strings.ReplaceAll(filepath.Base(dir), "_", "-"))
+	if out, err := exec.Command(docker, "build", "--network", "none", "-t", tag, dir).CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, out)
+	}
+	defer exec.Command(docker, "rmi", "-f", tag).Run()
+	out, err := exec.Command(docker, "run", "--rm", "--network", "none", tag, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ticketingd ") {
+		t.Errorf("docker run %s version: %v\n%s", tag, err, out)
+	}
+}

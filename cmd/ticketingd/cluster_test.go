@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/deploy"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -204,6 +205,11 @@ func initClusterBundle(t *testing.T, runs int) (string, map[string]string, [3]in
 		t.Fatalf("init --cluster: exit %d: %s", code, stderr)
 	}
 	ex := clusterExports(t, out)
+	// The bundle is internal/deploy's (init is its front end, as the
+	// deployment page is): it has the unit of each node beside its config.
+	if _, err := os.Stat(filepath.Join(dir, "n1", deploy.NodeUnitFile("n1"))); err != nil {
+		t.Errorf("init --cluster wrote no systemd unit: %v", err)
+	}
 	t.Setenv(adminTokenEnv, ex["TICKETING_ADMIN_TOKEN"])
 	return dir, ex, ports
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/deploy"
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/server"
@@ -213,43 +214,6 @@ func TestInitSnippetWorks(t *testing.T) {
 				t.Errorf("serve: exit %d:\n%s", code, srv.stderr.String())
 			}
 		})
-	}
-}
-
-// TestInitPlan covers the address rules that TestInitSnippetWorks cannot
-// reach on every machine: IPv6 loopback, an explicit --listen, a
-// loopback address the listen address does not serve.
-func TestInitPlan(t *testing.T) {
-	tests := []struct {
-		hosts        []string
-		listen       string
-		wantListen   string
-		wantClient   string
-		wantHosts    []string
-		wantUnserved []string
-		wantWildcard bool
-		wantUnnamed  bool
-	}{
-		{nil, "", "127.0.0.1:5225", "127.0.0.1:5225", []string{"127.0.0.1", "localhost"}, nil, false, false},
-		{[]string{"localhost"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost"}, nil, false, false},
-		{[]string{"::1"}, "", "[::1]:5225", "[::1]:5225", []string{"::1"}, nil, false, false},
-		{[]string{"::1", "localhost"}, "", "[::1]:5225", "[::1]:5225", []string{"::1", "localhost"}, nil, false, false},
-		{[]string{"localhost", "::1"}, "", "127.0.0.1:5225", "localhost:5225", []string{"localhost", "::1"}, []string{"::1"}, false, false},
-		{[]string{"127.0.0.1", "locks.example.test", "::1"}, "", ":5225", "locks.example.test:5225", []string{"127.0.0.1", "locks.example.test", "::1"}, nil, true, false},
-		{[]string{"2001:db8::5"}, "", ":5225", "[2001:db8::5]:5225", []string{"2001:db8::5"}, nil, true, false},
-		{nil, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"10.0.0.7"}, nil, false, false},
-		{nil, "[::1]:6000", "[::1]:6000", "[::1]:6000", []string{"::1", "localhost"}, nil, false, false},
-		{nil, "0.0.0.0:6000", "0.0.0.0:6000", "127.0.0.1:6000", []string{"127.0.0.1", "localhost"}, nil, true, false},
-		{[]string{"a.example.test", "10.0.0.7"}, "10.0.0.7:6000", "10.0.0.7:6000", "10.0.0.7:6000", []string{"a.example.test", "10.0.0.7"}, nil, false, false},
-		{[]string{"a.example.test"}, "127.0.0.1:6000", "127.0.0.1:6000", "a.example.test:6000", []string{"a.example.test"}, nil, false, true},
-	}
-	for _, tc := range tests {
-		p := planInit(&initOptions{Hosts: tc.hosts, Listen: tc.listen, Port: 5225})
-		if p.listen != tc.wantListen || p.client != tc.wantClient || !slices.Equal(p.hosts, tc.wantHosts) ||
-			!slices.Equal(p.unserved, tc.wantUnserved) || p.wildcard != tc.wantWildcard || p.unnamed != tc.wantUnnamed {
-			t.Errorf("hosts %q listen %q: got listen %q client %q hosts %q unserved %q wildcard %v unnamed %v",
-				tc.hosts, tc.listen, p.listen, p.client, p.hosts, p.unserved, p.wildcard, p.unnamed)
-		}
 	}
 }
 
@@ -536,7 +500,7 @@ func TestInitCluster(t *testing.T) {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("n4: node certificate: %v", err)
 	}
-	for _, w := range []string{"ticketingd serve --config " + shellQuote(filepath.Join(dir, "n4", initConfigFile)),
+	for _, w := range []string{"ticketingd serve --config " + deploy.ShellQuote(filepath.Join(dir, "n4", initConfigFile)),
 		"ticketingd cluster add n4=127.0.0.1:17003 --admin 127.0.0.1:19000,127.0.0.1:19001,127.0.0.1:19002", "@127.0.0.1:16000,127.0.0.1:16001,127.0.0.1:16002,127.0.0.1:16003?ca=",
 		"&cluster=" + clusterID + "'\n"} {
 		if !strings.Contains(out, w) {
@@ -606,7 +570,7 @@ func TestInitClusterRemote(t *testing.T) {
 		if !strings.Contains(out, "ticketingd serve --config ticketing-"+n.id+"/"+initConfigFile+"    # on "+n.host) {
 			t.Errorf("no serve line for %s in:\n%s", n.id, out)
 		}
-		if !strings.Contains(out, "scp -rp "+filepath.Join(dir, n.id)+" "+sshHost(n.host)+":ticketing-"+n.id) {
+		if !strings.Contains(out, "scp -rp "+filepath.Join(dir, n.id)+" "+deploy.SSHHost(n.host)+":ticketing-"+n.id) {
 			t.Errorf("no scp line for %s in:\n%s", n.id, out)
 		}
 	}

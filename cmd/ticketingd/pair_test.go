@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/deploy"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/server"
 )
@@ -222,10 +223,12 @@ func TestInitPair(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("init --pair warns:\n%s", stderr)
 	}
-	modes := map[string]os.FileMode{initCACert: 0o644, initCAKey: 0o600, initAdminTokenFile: 0o600, initTokensFile: 0o600}
+	modes := map[string]os.FileMode{initCACert: 0o644, initCAKey: 0o600, initAdminTokenFile: 0o600, initTokensFile: 0o600,
+		// The files for service managers (internal/deploy).
+		deploy.ReadmeFile: 0o644, deploy.DockerfileFile: 0o644, deploy.DockerIgnore: 0o644, deploy.ComposeFile: 0o644}
 	for _, id := range pairRoles {
 		for name, perm := range map[string]os.FileMode{initConfigFile: 0o600, initTokensFile: 0o600, initNodeCert: 0o644, initNodeKey: 0o600,
-			initCACert: 0o644, initDataDir: 0o700 | os.ModeDir} {
+			initCACert: 0o644, initDataDir: 0o700 | os.ModeDir, deploy.NodeUnitFile(id): 0o644} {
 			modes[filepath.Join(id, name)] = perm
 		}
 	}
@@ -312,7 +315,7 @@ func TestInitPair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(cfgText), tokenStartConfig) {
+		if !strings.Contains(string(cfgText), deploy.TokenStartComment+"token-start: clock\n") {
 			t.Errorf("%s: the config lacks token-start: clock with init's comment:\n%s", id, cfgText)
 		}
 		o, err := parseServe(t, "--config", filepath.Join(nd, initConfigFile))

@@ -67,6 +67,14 @@ type mode interface {
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
 	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)
+	// The lock browser (browse.go): a page of held locks and one key's,
+	// with the view they come from (the serving core, or the applied
+	// machine); expire hands an operator's Expire to the serving core, or
+	// refuses (NotLeaderError, NotActiveError) where this node does not
+	// serve.
+	locks(q lockcore.LockQuery) (view string, page []lockcore.LockInfo, more bool)
+	lock(key string) (view string, d lockcore.LockDetail, held bool)
+	expire(x *lockcore.Expire) error
 	lastToken() uint64                                // the highest token handed out (standalone), or applied (Raft)
 	tokenCeiling() uint64                             // the durable ceiling (standalone); the committed counter (Raft)
 	heldLocks() int                                   // held locks: in Raft mode, the holdings of the applied log
@@ -79,7 +87,7 @@ type mode interface {
 // core's event, charged to session by (0: none).
 func (s *Server) acquireEvent(c *conn, req *wire.Request, arrived int64, by uint64) lockcore.Acquire {
 	return lockcore.Acquire{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
-		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived}
+		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived, Client: c.client}
 }
 
 // releaseEvent is a RELEASE of c (owned: RELEASE_OWNED) as a core's
@@ -233,8 +241,13 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 			s.m.released.Add(1)
 			c.send(wire.TypeReleased, e.ReqID, false, wake)
 		case lockcore.NotHeld:
+			if answerAdmin(e) {
+				break
+			}
 			s.m.notHeld.Add(1)
 			c.send(wire.TypeNotHeld, e.ReqID, false, wake)
+		case lockcore.Ended:
+			answerAdmin(e)
 		case lockcore.Kept:
 			s.m.kept.Add(1)
 			c.send(wire.TypeKept, e.ReqID, false, wake)

@@ -67,6 +67,13 @@ type mode interface {
 	acquire(c *conn, req *wire.Request, arrived int64)
 	release(c *conn, req *wire.Request, owned bool)
 	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)
+	lastToken() uint64                                // the highest token handed out (standalone), or applied (Raft)
+	tokenCeiling() uint64                             // the durable ceiling (standalone); the committed counter (Raft)
+	heldLocks() int                                   // held locks: in Raft mode, the holdings of the applied log
+	health() error                                    // TokenStoreErr
+	collectors() []prometheus.Collector               // the mode's own, beside the server's
+	close()                                           // the end of Close and Shutdown
+
 	// The lock browser (browse.go): a page of held locks and one key's,
 	// with the view they come from (the serving core, or the applied
 	// machine); expire hands an operator's Expire to the serving core, or
@@ -75,12 +82,6 @@ type mode interface {
 	locks(q lockcore.LockQuery) (view string, page []lockcore.LockInfo, more bool)
 	lock(key string) (view string, d lockcore.LockDetail, held bool)
 	expire(x *lockcore.Expire) error
-	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
-	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
-	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
-	health() error                      // TokenStoreErr
-	collectors() []prometheus.Collector // the mode's own, beside the server's
-	close()                             // the end of Close and Shutdown
 }
 
 // acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a

@@ -119,6 +119,24 @@ func addLockRoutes(mux *http.ServeMux, ln lockNode, opts *Options) {
 	})
 }
 
+// LockPath is the path of key's GET /v1/locks/{key} (POST: add
+// "/expire"): every byte but ASCII letters, digits, '-' and '_' is
+// percent-escaped, so that '/', '%', blanks, "." and "..", and bytes that
+// are not UTF-8 stay one path segment, the key.
+func LockPath(key string) string {
+	var b strings.Builder
+	b.WriteString("/v1/locks/")
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
 // operator is the request's OperatorHeader, cut to 128 bytes and made
 // printable.
 func operator(r *http.Request) string {

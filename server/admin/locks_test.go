@@ -21,23 +21,6 @@ const lockToken = "s3cret"
 
 var authz = map[string]string{"Authorization": "Bearer " + lockToken}
 
-// keyPath is key's /v1/locks/{key} path: every byte but letters and
-// digits escaped, so that '/', '%', ' ', '.' and bytes that are not UTF-8
-// stay in one path segment.
-func keyPath(key string) string {
-	var b strings.Builder
-	b.WriteString("/v1/locks/")
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
 func decode[T any](t *testing.T, body *bytes.Buffer) T {
 	t.Helper()
 	var v T
@@ -127,13 +110,13 @@ func TestLockBrowser(t *testing.T) {
 
 	// One key each, by its escaped path.
 	for _, k := range keys {
-		rec := do(h, "GET", keyPath(k), authz, "")
+		rec := do(h, "GET", LockPath(k), authz, "")
 		resp := decode[LockResponse](t, rec.Body)
 		if rec.Code != 200 || resp.KeyB64 != base64.StdEncoding.EncodeToString([]byte(k)) || resp.Token != tokens[k] {
-			t.Errorf("GET %s: %d %s", keyPath(k), rec.Code, rec.Body)
+			t.Errorf("GET %s: %d %s", LockPath(k), rec.Code, rec.Body)
 		}
 	}
-	if rec := do(h, "GET", keyPath("a/none"), authz, ""); rec.Code != http.StatusNotFound {
+	if rec := do(h, "GET", LockPath("a/none"), authz, ""); rec.Code != http.StatusNotFound {
 		t.Errorf("a key not held: %d %s", rec.Code, rec.Body)
 	}
 
@@ -179,11 +162,11 @@ func TestExpireNow(t *testing.T) {
 		}
 	}
 	hd := map[string]string{"Authorization": "Bearer " + lockToken, "Content-Type": "application/json", OperatorHeader: "alice"}
-	path := keyPath(key) + "/expire"
+	path := LockPath(key) + "/expire"
 	if rec := do(h, "POST", path, hd, fmt.Sprintf(`{"token": %d}`, r.Token+5)); rec.Code != http.StatusConflict {
 		t.Errorf("another token: %d %s", rec.Code, rec.Body)
 	}
-	if rec := do(h, "POST", keyPath("jobs/none")+"/expire", hd, `{"token": 1}`); rec.Code != http.StatusNotFound {
+	if rec := do(h, "POST", LockPath("jobs/none")+"/expire", hd, `{"token": 1}`); rec.Code != http.StatusNotFound {
 		t.Errorf("not held: %d %s", rec.Code, rec.Body)
 	}
 	if rec := do(h, "POST", path, hd, `{}`); rec.Code != http.StatusBadRequest {

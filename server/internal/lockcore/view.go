@@ -97,8 +97,19 @@ func addPage(page []LockInfo, info LockInfo, limit int) ([]LockInfo, bool) {
 // holding whose grant is still in flight (no token yet) is not shown.
 // Passing one page through the cores of several shards merges them.
 func (c *Core) Locks(now int64, q LockQuery, page []LockInfo) (_ []LockInfo, more bool) {
+	live := func(e *entry) bool { return e.held && e.token != 0 && now < e.end }
 	for k, e := range c.m {
-		if !e.held || e.token == 0 || now >= e.end || !q.match(k) {
+		if !q.match(k) {
+			continue
+		}
+		// The key is in the map's bucket, the entry behind a pointer: a
+		// key past a full page is passed over without reading its entry
+		// (but for the first, to know there is more).
+		if q.Limit > 0 && len(page) >= q.Limit && k >= page[len(page)-1].Key {
+			more = more || live(e)
+			continue
+		}
+		if !live(e) {
 			continue
 		}
 		var cut bool

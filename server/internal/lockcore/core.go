@@ -249,12 +249,7 @@ func (c *Core) Release(now int64, r *Release) {
 		kind = FreeReleaseOwned
 	}
 	if e == nil || !mayFree(kind, r.Token, &r.Owner, e.held, e.token, &e.owner, e.ownedOnly) {
-		if f := e.freeingOf(); f != nil && f.tok == r.Token {
-			// That holding's end is in flight: N once it applies.
-			f.late = append(f.late, lateRelease{r.S, r.ReqID})
-			return
-		}
-		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
+		c.notHeld(e, r.Token, r.S, r.ReqID, 0)
 		return
 	}
 	c.free(e, kind, r.S, r.By, r.ReqID, r.Owner, now)
@@ -279,11 +274,7 @@ func (c *Core) Extend(now int64, x *Extend) {
 		return
 	}
 	if e == nil || !mayExtend(x.Token, &x.Owner, e.held, e.token, &e.owner) {
-		if f := e.freeingOf(); f != nil && f.tok == x.Token {
-			f.late = append(f.late, lateRelease{x.S, x.ReqID})
-			return
-		}
-		c.emit(Effect{Kind: NotHeld, S: x.S, ReqID: x.ReqID})
+		c.notHeld(e, x.Token, x.S, x.ReqID, 0)
 		return
 	}
 	if end := now + int64(x.LeaseS)*secondNs; end > e.end {
@@ -326,19 +317,26 @@ func (c *Core) Expire(now int64, x *Expire) {
 		return
 	}
 	if e == nil || !mayFree(FreeExpire, x.Token, &e.owner, e.held, e.token, &e.owner, e.ownedOnly) {
-		if f := e.freeingOf(); f != nil && f.tok == x.Token {
-			// That holding's end is in flight: N once it applies.
-			f.late = append(f.late, lateRelease{x.S, x.ReqID})
-			return
-		}
 		var why Why
 		if e != nil && e.held {
 			why = OtherToken
 		}
-		c.emit(Effect{Kind: NotHeld, Why: why, S: x.S, ReqID: x.ReqID})
+		c.notHeld(e, x.Token, x.S, x.ReqID, why)
 		return
 	}
 	c.free(e, freeForced, x.S, x.By, x.ReqID, e.owner, now)
+}
+
+// notHeld answers N (with why) to request rid of s naming token, which
+// does not hold e's key (e may be nil): once e's Free in flight of that
+// token applies, if there is one (that holding's end is in flight), else
+// now.
+func (c *Core) notHeld(e *entry, token uint64, s Session, rid uint32, why Why) {
+	if f := e.freeingOf(); f != nil && f.tok == token {
+		f.late = append(f.late, lateRelease{s, rid})
+		return
+	}
+	c.emit(Effect{Kind: NotHeld, Why: why, S: s, ReqID: rid})
 }
 
 // extended carries out an Extend's outcome: K, or (not reached) N and a

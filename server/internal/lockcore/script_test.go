@@ -236,6 +236,17 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		return s, uint32(id), err
 	}
+	// sessKeyToken reads s=, req=, key= and token=.
+	sessKeyToken := func() (s string, id uint32, key string, token uint64, err error) {
+		if s, id, err = sessAndReq(); err != nil {
+			return
+		}
+		if key, err = a.str("key"); err != nil {
+			return
+		}
+		token, err = a.uint("token", 0)
+		return
+	}
 	var err error
 	switch cmd {
 	case "config":
@@ -296,15 +307,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		h.acquire(s, id, key, ownerOfString(owner), uint8(lease), uint8(wait), a.flag("owned-only"), a.flag("late"), arrived)
 	case "release":
-		s, id, err := sessAndReq()
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str("key")
-		if err != nil {
-			return nil, err
-		}
-		token, err := a.uint("token", 0)
+		s, id, key, token, err := sessKeyToken()
 		if err != nil {
 			return nil, err
 		}
@@ -315,15 +318,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		h.release(s, id, key, token, owner, a.flag("owned"))
 	case "extend":
-		s, id, err := sessAndReq()
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str("key")
-		if err != nil {
-			return nil, err
-		}
-		token, err := a.uint("token", 0)
+		s, id, key, token, err := sessKeyToken()
 		if err != nil {
 			return nil, err
 		}
@@ -337,15 +332,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		h.extend(s, id, key, token, ownerOfString(o), uint8(lease))
 	case "expire":
-		s, id, err := sessAndReq()
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str("key")
-		if err != nil {
-			return nil, err
-		}
-		token, err := a.uint("token", 0)
+		s, id, key, token, err := sessKeyToken()
 		if err != nil {
 			return nil, err
 		}

@@ -85,6 +85,15 @@ func TestLocksCommand(t *testing.T) {
 		!strings.Contains(out, "more: the next page is --after jobs/x") || strings.Contains(out, "other") {
 		t.Fatalf("locks list: exit %d\n%s%s", code, out, stderr)
 	}
+	// A key that is not a plain shell word: the next page by --after-b64.
+	code, out, stderr = runCapture(t, append([]string{"locks", "list", "--prefix", "jobs/", "--limit", "1"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "more: the next page is --after-b64 am9icy9hIGI=") {
+		t.Fatalf("locks list --limit 1: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCapture(t, append([]string{"locks", "list", "--prefix", "jobs/", "--limit", "1", "--after-b64", "am9icy9hIGI="}, flags...)...)
+	if code != 0 || !strings.Contains(out, "jobs/x ") || strings.Contains(out, "jobs/a b") {
+		t.Fatalf("locks list --after-b64: exit %d\n%s%s", code, out, stderr)
+	}
 	code, out, stderr = runCapture(t, append([]string{"locks", "list", "--prefix", "jobs/", "--after", "jobs/x", "--json"}, flags...)...)
 	var page admin.LocksResponse
 	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Locks) != 1 || page.Locks[0].KeyB64 != "am9icy//" || page.More {

@@ -208,8 +208,8 @@ func locksList(ctx context.Context, o *clusterCmdOptions, lo *locksListOptions, 
 		fmt.Fprintln(stdout, strings.TrimRight(line, " \n"))
 	}
 	if resp.More {
-		if printable(resp.Next) && resp.Next != "" {
-			fmt.Fprintf(stdout, "more: the next page is --after %s\n", shellQuote(resp.Next))
+		if plainArg(resp.Next) {
+			fmt.Fprintf(stdout, "more: the next page is --after %s\n", resp.Next)
 		} else {
 			fmt.Fprintf(stdout, "more: the next page is --after-b64 %s\n", resp.NextB64)
 		}
@@ -329,6 +329,14 @@ func showKey(key, b64 string) string {
 		return key
 	}
 	return strconv.Quote(key)
+}
+
+// plainArg reports whether s is a shell word as it is: not empty, ASCII
+// letters, digits and "/._-:@+,=" only.
+func plainArg(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._-:@+,=", r))
+	})
 }
 
 func printable(s string) bool {

@@ -117,6 +117,7 @@ type LockWaiter struct {
 	OwnedOnly bool
 	Waited    time.Duration // since its ACQUIRE was read
 	WaitLeft  time.Duration // until its wait_s ends (T then)
+	WaitEnd   time.Time     // when, on this node's wall clock
 	Session   *Session      // nil: unknown
 }
 
@@ -187,11 +188,12 @@ func (s *Server) Lock(ctx context.Context, key string) (LockDetail, error) {
 	if !ok {
 		return LockDetail{}, fmt.Errorf("%w: %q", ErrLockNotFound, key)
 	}
-	now := s.now()
-	ld := LockDetail{View: view, LockInfo: lockInfoOf(&d.LockInfo, view, now, time.Now())}
+	now, wall := s.now(), time.Now()
+	ld := LockDetail{View: view, LockInfo: lockInfoOf(&d.LockInfo, view, now, wall)}
 	for _, w := range d.Queue {
+		left := time.Duration(max(w.Deadline-now, 0))
 		ld.Queue = append(ld.Queue, LockWaiter{Owner: w.Owner, LeaseS: int(w.LeaseS), OwnedOnly: w.OwnedOnly,
-			Waited: time.Duration(max(now-w.Arrived, 0)), WaitLeft: time.Duration(max(w.Deadline-now, 0)),
+			Waited: time.Duration(max(now-w.Arrived, 0)), WaitLeft: left, WaitEnd: wall.Add(left),
 			Session: sessionOf(w.Client)})
 	}
 	return ld, nil

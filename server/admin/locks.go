@@ -221,7 +221,7 @@ func lockDetailOf(d *server.LockDetail) LockResponse {
 	resp := LockResponse{View: d.View, Lock: lockOf(&d.LockInfo), Queue: make([]Waiter, len(d.Queue))}
 	for i, w := range d.Queue {
 		resp.Queue[i] = Waiter{Owner: hex.EncodeToString(w.Owner[:]), LeaseS: w.LeaseS, OwnedOnly: w.OwnedOnly,
-			WaitedMS: w.Waited.Milliseconds(), WaitLeftMS: w.WaitLeft.Milliseconds(), Session: sessionOf(w.Session)}
+			WaitedMS: w.Waited.Milliseconds(), WaitLeftMS: w.WaitLeft.Milliseconds(), WaitEnd: w.WaitEnd.UTC(), Session: sessionOf(w.Session)}
 	}
 	return resp
 }

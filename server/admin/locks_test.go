@@ -131,7 +131,8 @@ func TestLockBrowser(t *testing.T) {
 		lr = decode[LockResponse](t, do(h, "GET", "/v1/locks/b", authz, "").Body)
 	}
 	if len(lr.Queue) != 2 || lr.Waiters != 2 || lr.Queue[0].Session == nil || lr.Queue[0].Session.Addr != w1.c.LocalAddr().String() ||
-		lr.Queue[1].Session.Addr != w2.c.LocalAddr().String() || lr.Queue[0].LeaseS != 10 || lr.Queue[0].WaitLeftMS <= 0 {
+		lr.Queue[1].Session.Addr != w2.c.LocalAddr().String() || lr.Queue[0].LeaseS != 10 || lr.Queue[0].WaitLeftMS <= 0 ||
+		time.Until(lr.Queue[0].WaitEnd) > 31*time.Second || time.Until(lr.Queue[0].WaitEnd) < 0 {
 		t.Fatalf("queue of b: %+v", lr)
 	}
 }

@@ -128,12 +128,13 @@ type LocksResponse struct {
 
 // Waiter is an ACQUIRE waiting in a key's queue.
 type Waiter struct {
-	Owner      string   `json:"owner"` // hex
-	LeaseS     int      `json:"lease_s"`
-	OwnedOnly  bool     `json:"owned_only"`
-	WaitedMS   int64    `json:"waited_ms"`         // since its ACQUIRE was read
-	WaitLeftMS int64    `json:"wait_left_ms"`      // until its wait_s ends
-	Session    *Session `json:"session,omitempty"` // absent when unknown
+	Owner      string    `json:"owner"` // hex
+	LeaseS     int       `json:"lease_s"`
+	OwnedOnly  bool      `json:"owned_only"`
+	WaitedMS   int64     `json:"waited_ms"`         // since its ACQUIRE was read
+	WaitLeftMS int64     `json:"wait_left_ms"`      // until its wait_s ends (T then)
+	WaitEnd    time.Time `json:"wait_end"`          // when (RFC 3339, the answering node's clock)
+	Session    *Session  `json:"session,omitempty"` // absent when unknown
 }
 
 // LockResponse is the answer to GET /v1/locks/{key}: the holding and its

@@ -136,6 +136,50 @@ func (cl *cluster) extend(c *conn, req *wire.Request, arrived int64) {
 	cl.s.coreExtend(sh, c, req, cl.sessionID(c))
 }
 
+// locks is the leader's core's page; elsewhere the applied machine's.
+func (cl *cluster) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
+	sh := &cl.sh
+	sh.mu.Lock()
+	if cl.active {
+		defer sh.mu.Unlock()
+		page, more := sh.core.Locks(cl.s.shardNow(sh), q, nil)
+		return ViewLeader, page, more
+	}
+	sh.mu.Unlock()
+	cl.fsm.mu.Lock()
+	defer cl.fsm.mu.Unlock()
+	page, more := cl.fsm.sm.Locks(q, nil)
+	return ViewFollowerApplied, page, more
+}
+
+func (cl *cluster) lock(key string) (string, lockcore.LockDetail, bool) {
+	sh := &cl.sh
+	sh.mu.Lock()
+	if cl.active {
+		defer sh.mu.Unlock()
+		d, ok := sh.core.Lock(cl.s.shardNow(sh), key)
+		return ViewLeader, d, ok
+	}
+	sh.mu.Unlock()
+	cl.fsm.mu.Lock()
+	defer cl.fsm.mu.Unlock()
+	d, ok := cl.fsm.sm.Lock(key)
+	return ViewFollowerApplied, d, ok
+}
+
+// expire hands an operator's Expire to the leader's core: a Free of kind
+// expire, answered once it is applied; a node that does not lead refuses.
+func (cl *cluster) expire(x *lockcore.Expire) error {
+	sh := &cl.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !cl.active {
+		return cl.notLeader()
+	}
+	cl.s.coreExpire(sh, x)
+	return nil
+}
+
 func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
 func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
 func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }

@@ -710,6 +710,48 @@ func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
 	p.s.coreExtend(sh, c, req, 0)
 }
 
+// locks is the active's core's page; on the passive, its machine's (the
+// active's state as of the last command it applied).
+func (p *pair) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
+	sh := &p.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p.active {
+		page, more := sh.core.Locks(p.s.shardNow(sh), q, nil)
+		return ViewActive, page, more
+	}
+	page, more := p.m.Locks(q, nil)
+	return ViewPassiveApplied, page, more
+}
+
+func (p *pair) lock(key string) (string, lockcore.LockDetail, bool) {
+	sh := &p.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p.active {
+		d, ok := sh.core.Lock(p.s.shardNow(sh), key)
+		return ViewActive, d, ok
+	}
+	d, ok := p.m.Lock(key)
+	return ViewPassiveApplied, d, ok
+}
+
+// expire hands an operator's Expire to the active's core (answered once
+// the passive, if attached, has acknowledged it); the passive refuses.
+func (p *pair) expire(x *lockcore.Expire) error {
+	p.mu.Lock()
+	active := p.peerAdv
+	p.mu.Unlock()
+	sh := &p.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !p.active {
+		return &NotActiveError{Active: active}
+	}
+	p.s.coreExpire(sh, x)
+	return nil
+}
+
 func (p *pair) lastToken() uint64    { return p.last.Load() }
 func (p *pair) tokenCeiling() uint64 { return p.ceil.Load() }
 func (p *pair) heldLocks() int       { return int(p.nheld.Load()) }

@@ -229,6 +229,38 @@ func (t shards) extend(c *conn, req *wire.Request, arrived int64) {
 	sh.mu.Unlock()
 }
 
+// locks merges every shard's page (each under its mutex in turn: a lock
+// moving between shards meanwhile cannot happen, a key has one shard).
+func (t shards) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
+	var page []lockcore.LockInfo
+	more := false
+	for i := range t.s.shards {
+		sh := &t.s.shards[i]
+		var m bool
+		sh.mu.Lock()
+		page, m = sh.core.Locks(t.s.shardNow(sh), q, page)
+		sh.mu.Unlock()
+		more = more || m
+	}
+	return ViewStandalone, page, more
+}
+
+func (t shards) lock(key string) (string, lockcore.LockDetail, bool) {
+	sh := t.s.shardFor([]byte(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	d, ok := sh.core.Lock(t.s.shardNow(sh), key)
+	return ViewStandalone, d, ok
+}
+
+func (t shards) expire(x *lockcore.Expire) error {
+	sh := t.s.shardFor(x.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t.s.coreExpire(sh, x)
+	return nil
+}
+
 // noToken counts an ACQUIRE answered B because no token was available,
 // and logs at most once per second with the count since the last line.
 func (s *Server) noToken(reason error) {

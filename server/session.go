@@ -48,6 +48,10 @@ type conn struct {
 	peer   netip.Addr // for the per-peer limits
 	br     *bufio.Reader
 	ver    uint8 // protocol version of the session (from its HELLO; reader only)
+	// client is the session's identity for the lock browser (its HELLO's
+	// name, remote), set at HELLO_OK before its first request is read;
+	// its holdings keep it, and nothing else of the session.
+	client *lockcore.Client
 	// debug: the logger wrote Debug lines when HELLO succeeded; the
 	// session then logs each request and reply (see debugRequest), and
 	// otherwise costs this one bool test per request and reply. Set
@@ -691,6 +695,7 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	}
 	c.started = true
 	c.debug = debug
+	c.client = &lockcore.Client{Name: string(req.Name), Addr: c.remote}
 	c.nc.SetReadDeadline(time.Time{})
 	c.ver = req.Version
 	start := len(c.out)

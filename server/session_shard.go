@@ -73,13 +73,22 @@ type mode interface {
 	health() error                                    // TokenStoreErr
 	collectors() []prometheus.Collector               // the mode's own, beside the server's
 	close()                                           // the end of Close and Shutdown
+
+	// The lock browser (browse.go): a page of held locks and one key's,
+	// with the view they come from (the serving core, or the applied
+	// machine); expire hands an operator's Expire to the serving core, or
+	// refuses (NotLeaderError, NotActiveError) where this node does not
+	// serve.
+	locks(q lockcore.LockQuery) (view string, page []lockcore.LockInfo, more bool)
+	lock(key string) (view string, d lockcore.LockDetail, held bool)
+	expire(x *lockcore.Expire) error
 }
 
 // acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a
 // core's event, charged to session by (0: none).
 func (s *Server) acquireEvent(c *conn, req *wire.Request, arrived int64, by uint64) lockcore.Acquire {
 	return lockcore.Acquire{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS,
-		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived}
+		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived, Client: c.client}
 }
 
 // releaseEvent is a RELEASE of c (owned: RELEASE_OWNED) as a core's
@@ -233,8 +242,13 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 			s.m.released.Add(1)
 			c.send(wire.TypeReleased, e.ReqID, false, wake)
 		case lockcore.NotHeld:
+			if answerAdmin(e) {
+				break
+			}
 			s.m.notHeld.Add(1)
 			c.send(wire.TypeNotHeld, e.ReqID, false, wake)
+		case lockcore.Ended:
+			answerAdmin(e)
 		case lockcore.Kept:
 			s.m.kept.Add(1)
 			c.send(wire.TypeKept, e.ReqID, false, wake)

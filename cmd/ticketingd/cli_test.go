@@ -39,7 +39,8 @@ func TestVersion(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"init", "--help"}, {"version", "--help"},
-		{"cluster", "--help"}, {"cluster", "status", "--help"}, {"cluster", "add", "--help"}, {"cluster", "remove", "--help"}} {
+		{"cluster", "--help"}, {"cluster", "status", "--help"}, {"cluster", "add", "--help"}, {"cluster", "remove", "--help"},
+		{"locks", "--help"}, {"locks", "list", "--help"}, {"locks", "show", "--help"}, {"locks", "expire", "--help"}} {
 		code, out, _ := runCapture(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output:\n%s", args, code, out)
@@ -49,7 +50,7 @@ func TestHelp(t *testing.T) {
 	for _, flag := range []string{"--listen", "--data-dir", "--client-token", "--client-tokens-file", "--tls-cert", "--tls-key",
 		"--tls-client-ca", "--max-locks", "--max-waiters", "--max-key-waiters", "--max-sessions", "--max-sessions-per-peer", "--max-pending-conns", "--idle-timeout", "--socket-buffer", "--write-timeout", "--admin-listen",
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--token-start", "--owned-release-only",
-		"--admin-token", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
+		"--admin-token", "--console-keys", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
 		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals",
 		"--pair primary|backup", "--peer address", "--peer-listen address", "--heartbeat duration", "at least 100ms"} {
 		if !strings.Contains(out, flag) {

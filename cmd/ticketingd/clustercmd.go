@@ -23,7 +23,8 @@ import (
 // admin token from when --admin-token is not given.
 const adminTokenEnv = "TICKETING_ADMIN_TOKEN"
 
-// clusterCmdOptions are the flags of every 'ticketingd cluster' command.
+// clusterCmdOptions are the flags of every command that calls a node's
+// admin listener: 'ticketingd cluster' and 'ticketingd locks'.
 type clusterCmdOptions struct {
 	Admins  []string // --admin: the nodes to ask, in order
 	Admin   string   // the one being asked
@@ -56,11 +57,7 @@ variable ` + adminTokenEnv + `.`,
 			return usagef("missing cluster command (status, add or remove)")
 		},
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringSliceVar(&o.Admins, "admin", nil, "`HOST:PORT` of a node's admin listener (its --admin-listen); several (comma-separated or repeated): ask them in turn, add and remove until one is the leader")
-	pf.StringVar(&o.Token, "admin-token", "", "the node's --admin-token (default $"+adminTokenEnv+")")
-	pf.BoolVar(&o.JSON, "json", false, "print the answer as JSON")
-	pf.DurationVar(&o.Timeout, "timeout", 30*time.Second, "give up on the admin request after this long")
+	o.addFlags(cmd, "add and remove until one is the leader")
 
 	status := &cobra.Command{
 		Use:   "status --admin HOST:PORT",
@@ -120,6 +117,17 @@ against the leader's admin listener.`,
 	return cmd
 }
 
+// addFlags adds the admin-calling flags to cmd, for it and its
+// subcommands: --admin (several: asked in turn; the changes, until one
+// serves: retry says which), --admin-token, --json and --timeout.
+func (o *clusterCmdOptions) addFlags(cmd *cobra.Command, retry string) {
+	pf := cmd.PersistentFlags()
+	pf.StringSliceVar(&o.Admins, "admin", nil, "`HOST:PORT` of a node's admin listener (its --admin-listen); several (comma-separated or repeated): ask them in turn, "+retry)
+	pf.StringVar(&o.Token, "admin-token", "", "the node's --admin-token (default $"+adminTokenEnv+")")
+	pf.BoolVar(&o.JSON, "json", false, "print the answer as JSON")
+	pf.DurationVar(&o.Timeout, "timeout", 30*time.Second, "give up on the admin request after this long")
+}
+
 // check validates the common flags and fills in the token from the
 // environment.
 func (o *clusterCmdOptions) check() error {
@@ -148,6 +156,11 @@ func (o *clusterCmdOptions) check() error {
 // adminCall makes one request to the admin listener and returns the
 // answer's status code and body. A transport failure is a runtime error.
 func adminCall(ctx context.Context, o *clusterCmdOptions, method, path string, reqBody any) (int, []byte, error) {
+	return adminCallHeader(ctx, o, method, path, reqBody, nil)
+}
+
+// adminCallHeader is adminCall with more request headers.
+func adminCallHeader(ctx context.Context, o *clusterCmdOptions, method, path string, reqBody any, header http.Header) (int, []byte, error) {
 	var body io.Reader
 	if reqBody != nil {
 		b, err := json.Marshal(reqBody)
@@ -161,6 +174,9 @@ func adminCall(ctx context.Context, o *clusterCmdOptions, method, path string, r
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+o.Admin+path, body)
 	if err != nil {
 		return 0, nil, runtimef("admin request: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if reqBody != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -193,25 +209,27 @@ func answerError(o *clusterCmdOptions, code int, body []byte) error {
 			o.Admin, nl.Leader, nl.LeaderAddress, nl.Leader)
 	case code == http.StatusConflict:
 		return runtimef("the node at %s is not the leader and knows no leader (an election may be running, or a majority of the nodes is down): retry later, or against another node", o.Admin)
-	case code == http.StatusUnauthorized && o.Token == "":
-		return runtimef("admin listener %s: %s (no admin token given: give --admin-token or set %s)", o.Admin, nl.Error, adminTokenEnv)
-	case code == http.StatusUnauthorized:
-		return runtimef("admin listener %s: %s (the token given by --admin-token or %s is wrong: it must equal the node's --admin-token, as in the admin-token file of ticketingd init --cluster)", o.Admin, nl.Error, adminTokenEnv)
 	}
-	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), nl.Error)
+	return adminError(o, code, nl.Error)
+}
+
+// adminError is the runtime error of a JSON error answer (msg, its
+// "error") that is not the endpoint's own: for 401, what to do about the
+// token.
+func adminError(o *clusterCmdOptions, code int, msg string) error {
+	switch {
+	case code == http.StatusUnauthorized && o.Token == "":
+		return runtimef("admin listener %s: %s (no admin token given: give --admin-token or set %s)", o.Admin, msg, adminTokenEnv)
+	case code == http.StatusUnauthorized:
+		return runtimef("admin listener %s: %s (the token given by --admin-token or %s is wrong: it must equal the node's --admin-token, as in the admin-token file of ticketingd init --cluster)", o.Admin, msg, adminTokenEnv)
+	}
+	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), msg)
 }
 
 // clusterStatus prints the view of the first of the --admin nodes that
 // answers.
 func clusterStatus(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
-	var err error
-	for _, a := range o.Admins {
-		o.Admin = a
-		if err = clusterStatusOf(ctx, o, stdout); err == nil {
-			return nil
-		}
-	}
-	return err
+	return o.firstAnswering(func() error { return clusterStatusOf(ctx, o, stdout) })
 }
 
 func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
@@ -370,15 +388,7 @@ func orUnknown(s string) string {
 // An answer of any other kind ends it: a change whose outcome is unknown
 // (504) must not be made twice.
 func clusterChange(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) error {
-	var err error
-	for _, a := range o.Admins {
-		o.Admin = a
-		var retry bool
-		if retry, err = clusterChangeOn(ctx, o, stdout, path, reqBody); !retry {
-			return err
-		}
-	}
-	return err
+	return o.untilServing(func() (bool, error) { return clusterChangeOn(ctx, o, stdout, path, reqBody) })
 }
 
 func clusterChangeOn(ctx context.Context, o *clusterCmdOptions, stdout io.Writer, path string, reqBody any) (retry bool, err error) {

@@ -52,6 +52,7 @@ type serveOptions struct {
 	TokenStart       string // one or clock (server.ParseTokenStart)
 	OwnedRelease     bool
 	AdminToken       string
+	ConsoleKeys      bool // the lock browser on the admin listener (admin.Options.ConsoleKeys)
 
 	// Cluster mode (see checkCluster in cluster.go). Advertise and the
 	// PeerTLS files are a pair node's settings too.
@@ -122,6 +123,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0"),
 		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status, and in cluster mode /cluster/add and /cluster/remove (off when empty)"),
 		opt(&o.AdminToken, "admin-token", "", "require 'Authorization: Bearer `TOKEN`' on every admin request but GET /healthz; required in cluster mode when --admin-listen is not a loopback address"),
+		opt(&o.ConsoleKeys, "console-keys", false, "turn on the lock browser of the admin listener (GET /v1/locks, GET /v1/locks/{key}, POST /v1/locks/{key}/expire; 'ticketingd locks'): it shows key names, which can be sensitive, and can expire a lock; needs --admin-listen and --admin-token, which it always requires, on loopback too"),
 		opt(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error"),
 		opt(&o.LogFormat, "log-format", "text", "log format: text or json"),
 		opt(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")"),
@@ -375,6 +377,9 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if !validAdminToken(o.AdminToken) {
 		return usagef("invalid %s: want printable ASCII without blanks", src("admin-token"))
+	}
+	if o.ConsoleKeys && (o.AdminToken == "" || o.AdminListen == "") {
+		return usagef("%s needs --admin-listen and --admin-token (YAML admin-listen, admin-token): the lock browser shows key names and can expire locks, so it is served only with the admin token", src("console-keys"))
 	}
 	return o.checkModes(src)
 }

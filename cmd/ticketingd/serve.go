@@ -189,6 +189,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			ShuttingDown: shuttingDown.Load,
 			Build:        &build,
 			Logger:       log,
+			ConsoleKeys:  o.ConsoleKeys,
 		}), log)
 		wg.Add(1)
 		go func() {

@@ -70,8 +70,16 @@ type Options struct {
 
 	// Logger gets a line per membership change ("admin: cluster add",
 	// "admin: cluster remove") with its outcome and the remote address;
-	// nil: discard.
+	// nil: discard. (An expire now is logged by the server, at Warn, with
+	// the remote address and the X-Ticketing-Operator header.)
 	Logger *slog.Logger
+
+	// ConsoleKeys turns the lock browser on (ticketingd's --console-keys):
+	// GET /v1/locks, GET /v1/locks/{key} and POST /v1/locks/{key}/expire.
+	// Key names can be sensitive: off, those answer 404 saying how to
+	// turn it on; on, they require Token, even on loopback (403 without
+	// one).
+	ConsoleKeys bool
 }
 
 // node is the part of *server.Server every admin handler uses.
@@ -102,12 +110,12 @@ func New(srv *server.Server, opts Options) http.Handler {
 	if _, err := srv.ClusterStatus(); !errors.Is(err, server.ErrNotCluster) {
 		cn = srv
 	}
-	return newHandler(srv, cn, opts)
+	return newHandler(srv, cn, srv, opts)
 }
 
 // newHandler is New with the server's parts as interfaces; cn is nil on a
-// server that is not a cluster node.
-func newHandler(srv node, cn clusterNode, opts Options) http.Handler {
+// server that is not a cluster node, ln nil without a lock browser.
+func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handler {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -197,6 +205,7 @@ func newHandler(srv node, cn clusterNode, opts Options) http.Handler {
 			writeJSON(w, http.StatusOK, changeResponse(cn, req.ID, ""))
 		})
 	}
+	addLockRoutes(mux, ln, &opts)
 	if opts.Token == "" {
 		return mux
 	}

@@ -253,7 +253,7 @@ func (f *fakeNode) RemoveServer(ctx context.Context, id string) error {
 // the error that kept it from having one.
 func TestClusterStatus(t *testing.T) {
 	fn := &fakeNode{status: server.ClusterStatus{NodeID: "n1", State: "Leader", ClusterID: "c1"}}
-	h := newHandler(fn, fn, Options{})
+	h := newHandler(fn, fn, nil, Options{})
 	var st Status
 	if err := json.Unmarshal(do(h, "GET", "/status", nil, "").Body.Bytes(), &st); err != nil || st.Cluster == nil || st.Cluster.NodeID != "n1" || st.Cluster.ClusterID != "c1" || st.ClusterError != "" || st.Role != "leader" {
 		t.Errorf("/status: %+v %v", st, err)
@@ -271,7 +271,7 @@ func TestClusterStatus(t *testing.T) {
 func TestClusterChanges(t *testing.T) {
 	var logs bytes.Buffer
 	fn := &fakeNode{status: server.ClusterStatus{NodeID: "n1", State: "Leader", Servers: []server.ClusterMember{{ID: "n1"}, {ID: "n2"}}}}
-	h := newHandler(fn, fn, Options{ClusterChangeTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := newHandler(fn, fn, nil, Options{ClusterChangeTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	jsonCT := map[string]string{"Content-Type": "application/json", "Host": "127.0.0.1:9225"}
 	for _, tc := range []struct {
 		name, path string
@@ -340,7 +340,7 @@ func TestClusterChanges(t *testing.T) {
 	}
 
 	// With a token, the Host need not be a loopback address.
-	ht := newHandler(fn, fn, Options{Token: "t"})
+	ht := newHandler(fn, fn, nil, Options{Token: "t"})
 	if rec := do(ht, "POST", "/cluster/remove", map[string]string{"Content-Type": "application/json", "Host": "admin.example:9225", "Authorization": "Bearer t"}, `{"id":"n2"}`); rec.Code != 200 {
 		t.Errorf("remove with a token and a remote Host: %d %s", rec.Code, rec.Body)
 	}

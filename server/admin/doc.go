@@ -34,14 +34,45 @@
 //     (415 otherwise), and without Options.Token the request's Host must be
 //     a loopback address (403 otherwise): a web page in the operator's
 //     browser cannot make it post a change.
+//   - The lock browser, with Options.ConsoleKeys (ticketingd's
+//     --console-keys) and Options.Token only: key names can be sensitive.
+//     Off, its routes answer 404 with an ErrorResponse saying how to turn
+//     it on; on without a token, 403 (the token is required even on
+//     loopback).
+//   - GET /v1/locks?prefix=&after=&limit=: a LocksResponse, a page of
+//     held locks sorted by key (bytewise) from server.Server.Locks: limit
+//     1 to server.MaxLockPage (default server.DefaultLockPage); the next
+//     page is after=next, or after_b64=next_b64 (prefix_b64 likewise),
+//     for keys that are not UTF-8. 400 for a bad query.
+//   - GET /v1/locks/{key}: a LockResponse, the holding and its waiters
+//     in FIFO order (server.Server.Lock). The key is one path segment,
+//     URL-escaped: '/' as %2F, '%' as %25, a key "." or ".." as %2E.
+//     404 if it is not held.
+//   - POST /v1/locks/{key}/expire with an ExpireRequest {"token": N}
+//     (Content-Type: application/json, 415 otherwise): the operator's
+//     expire now (server.Server.ExpireLock), logged by the server at Warn
+//     with the remote address and the X-Ticketing-Operator header
+//     (OperatorHeader). 200 with an ExpireResponse once it applied (the
+//     next waiter holds the key with a higher token); 409 if the key is
+//     held with another token; 404 if it is not held; 421 with a
+//     MisdirectedResponse on a cluster follower (naming the leader) or a
+//     pair's passive (naming the active); 504 if no answer came within
+//     10 s (it may still apply).
+//
+// Keys in the lock browser's JSON are bytes: key_b64 always (standard
+// base64), key as text when they are valid UTF-8 (else ""). Tokens are
+// JSON numbers, with token_text as decimal text for JavaScript, whose
+// numbers do not hold every token exactly; an ExpireRequest takes either.
+// Its answers carry Cache-Control: no-store.
 //
 // With Options.Token set, every request but GET /healthz must carry
 // "Authorization: Bearer TOKEN" (the scheme is case-insensitive; the
 // token is compared in constant time); anything else gets 401 with an
 // ErrorResponse that says whether no token, no Bearer token or a wrong
 // token was sent, and a WWW-Authenticate header. Every error answer but
-// the mux's own 404 and 405 is JSON: an ErrorResponse, or a
-// NotLeaderResponse for 409. The messages name ticketingd's flags
+// the mux's own 404 and 405 is JSON: an ErrorResponse, a
+// NotLeaderResponse for a membership change's 409, or a
+// MisdirectedResponse for 421. The messages name ticketingd's flags
 // (--admin-token, --raft-advertise), which are what these settings are
 // called there.
 //

@@ -80,6 +80,9 @@ type Acquire struct {
 	// Late: the second and last decision of an ACQUIRE that was deferred
 	// (Defer); its answers are Queued, and no token now is B.
 	Late bool
+	// Client is S's identity for the lock browser (Locks, Lock): one per
+	// session, shared by its holdings and waiters (nil: none).
+	Client *Client
 }
 
 // Release is a RELEASE, or with Owned a RELEASE_OWNED.
@@ -143,6 +146,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 			c.unlink(e) // idle
 		}
 		e.held, e.owner, e.lease, e.ownedOnly, e.token = true, a.Owner, a.LeaseS, a.OwnedOnly, 0
+		e.client = a.Client
 		e.setBy(a.By)
 		p := c.proposal(e, a.By, now)
 		p.to.from(a) // (field by field: this is every grant's path)
@@ -213,6 +217,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 // from sets g from a, as a.grantee() would.
 func (g *grantee) from(a *Acquire) {
 	g.s, g.by, g.reqID, g.owner, g.lease, g.ownedOnly = a.S, a.By, a.ReqID, a.Owner, a.LeaseS, a.OwnedOnly
+	g.client = a.Client
 	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.Late
 }
 
@@ -244,12 +249,7 @@ func (c *Core) Release(now int64, r *Release) {
 		kind = FreeReleaseOwned
 	}
 	if e == nil || !mayFree(kind, r.Token, &r.Owner, e.held, e.token, &e.owner, e.ownedOnly) {
-		if f := e.freeingOf(); f != nil && f.tok == r.Token {
-			// That holding's end is in flight: N once it applies.
-			f.late = append(f.late, lateRelease{r.S, r.ReqID})
-			return
-		}
-		c.emit(Effect{Kind: NotHeld, S: r.S, ReqID: r.ReqID})
+		c.notHeld(e, r.Token, r.S, r.ReqID, 0)
 		return
 	}
 	c.free(e, kind, r.S, r.By, r.ReqID, r.Owner, now)
@@ -274,11 +274,7 @@ func (c *Core) Extend(now int64, x *Extend) {
 		return
 	}
 	if e == nil || !mayExtend(x.Token, &x.Owner, e.held, e.token, &e.owner) {
-		if f := e.freeingOf(); f != nil && f.tok == x.Token {
-			f.late = append(f.late, lateRelease{x.S, x.ReqID})
-			return
-		}
-		c.emit(Effect{Kind: NotHeld, S: x.S, ReqID: x.ReqID})
+		c.notHeld(e, x.Token, x.S, x.ReqID, 0)
 		return
 	}
 	if end := now + int64(x.LeaseS)*secondNs; end > e.end {
@@ -292,6 +288,55 @@ func (c *Core) Extend(now int64, x *Extend) {
 	p := c.proposal(e, x.By, now)
 	p.extend, p.tok, p.owner, p.elease, p.rc, p.rid = true, e.token, e.owner, e.lease, x.S, x.ReqID
 	c.propose(p, now)
+}
+
+// Expire is an operator's "expire now" of a key (an admin request, not a
+// session's): its answer goes to S, under ReqID.
+type Expire struct {
+	S     Session
+	ReqID uint32
+	Key   []byte
+	Token uint64 // the exact token the key must be held with
+	By    uint64 // as Acquire.By (0: none)
+}
+
+// Expire ends x.Key's lease now if the key is held with x.Token, exactly
+// as when the lease ends: a Free of kind FreeExpire, with the grant to
+// the oldest live waiter whose wait has not ended, if any, in the same
+// command, so that waiter gets a new token, above the old one, and the
+// old holder's RELEASE and EXTEND get N. It is answered Ended once the
+// Free applies. A key held with another token (or whose grant is in
+// flight) is answered NotHeld with Why OtherToken, a key not held
+// NotHeld; so is a key whose lease has already ended, once that end,
+// proposed now, applies (as a RELEASE that finds the lease ended).
+func (c *Core) Expire(now int64, x *Expire) {
+	c.begin()
+	e := c.m[string(x.Key)]
+	if e != nil && e.held && e.token != 0 && now >= e.end {
+		c.free(e, FreeExpire, x.S, x.By, x.ReqID, e.owner, now)
+		return
+	}
+	if e == nil || !mayFree(FreeExpire, x.Token, &e.owner, e.held, e.token, &e.owner, e.ownedOnly) {
+		var why Why
+		if e != nil && e.held {
+			why = OtherToken
+		}
+		c.notHeld(e, x.Token, x.S, x.ReqID, why)
+		return
+	}
+	c.free(e, freeForced, x.S, x.By, x.ReqID, e.owner, now)
+}
+
+// notHeld answers N (with why) to request rid of s naming token, which
+// does not hold e's key (e may be nil): once e's Free in flight of that
+// token applies, if there is one (that holding's end is in flight), else
+// now.
+func (c *Core) notHeld(e *entry, token uint64, s Session, rid uint32, why Why) {
+	if f := e.freeingOf(); f != nil && f.tok == token {
+		f.late = append(f.late, lateRelease{s, rid})
+		return
+	}
+	c.emit(Effect{Kind: NotHeld, Why: why, S: s, ReqID: rid})
 }
 
 // extended carries out an Extend's outcome: K, or (not reached) N and a
@@ -407,7 +452,7 @@ func (c *Core) proposal(e *entry, by uint64, now int64) *Proposal {
 		p = new(Proposal)
 	} else {
 		c.spare, p.next = p.next, nil
-		p.free, p.hasTo, p.inFlight, p.expiry, p.extend = false, false, false, false, false
+		p.free, p.hasTo, p.inFlight, p.expiry, p.extend, p.forced = false, false, false, false, false, false
 		p.tok, p.fkind, p.rid = 0, 0, 0
 	}
 	p.e, p.by, p.at, p.gen = e, by, now, c.gen
@@ -428,10 +473,18 @@ func (c *Core) propose(p *Proposal, now int64) bool {
 	return false
 }
 
-// free ends e's holding (an expiry, or a RELEASE by rc), with the grant to
-// the oldest live waiter whose wait has not ended, if any, in the same
-// command.
+// freeForced is free's kind for an Expire: a Free of kind FreeExpire whose
+// requester (rc) is answered Ended.
+const freeForced = FreeExpire + 1
+
+// free ends e's holding (an expiry, a RELEASE by rc, or with freeForced
+// an Expire by rc), with the grant to the oldest live waiter whose wait
+// has not ended, if any, in the same command.
 func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, owner Owner, now int64) {
+	forced := kind == freeForced
+	if forced {
+		kind = FreeExpire
+	}
 	c.unlink(e)
 	c.unwatchKey(e)
 	by := e.by()
@@ -440,12 +493,13 @@ func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, ow
 	}
 	p := c.proposal(e, by, now)
 	p.free, p.tok, p.fkind, p.owner, p.rc, p.rid, p.expiry = true, e.token, kind, owner, rc, rid, rc == nil
+	p.forced = forced
 	if w := c.nextWaiter(e, now); w != nil {
 		p.to, p.hasTo = w.g, true
-		e.owner, e.lease, e.ownedOnly, e.token = w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.owner, e.lease, e.ownedOnly, e.token, e.client = w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.client
 		e.setBy(w.g.by)
 	} else {
-		e.held, e.token = false, 0
+		e.held, e.token, e.client = false, 0, nil
 		c.nheld--
 		c.cfg.Capacity.Held.Add(-1)
 	}
@@ -558,7 +612,9 @@ func (c *Core) outcome(p *Proposal, r *Result, now int64) {
 	}
 	if p.fkind == FreeExpire {
 		c.emit(Effect{Kind: Expired})
-		if p.rc != nil { // a RELEASE that found the lease ended
+		if p.forced {
+			c.emit(Effect{Kind: Ended, S: p.rc, ReqID: p.rid})
+		} else if p.rc != nil { // a RELEASE that found the lease ended
 			c.emit(Effect{Kind: NotHeld, S: p.rc, ReqID: p.rid})
 		}
 	} else if p.rc != nil { // (an early R was answered at once)
@@ -676,7 +732,7 @@ func (c *Core) grantNext(e *entry, now int64) {
 			continue
 		}
 		c.nheld++
-		e.held, e.owner, e.lease, e.ownedOnly, e.token = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0
+		e.held, e.owner, e.lease, e.ownedOnly, e.token, e.client = true, w.g.owner, w.g.lease, w.g.ownedOnly, 0, w.g.client
 		e.setBy(w.g.by)
 		np := c.proposal(e, w.g.by, now)
 		np.to, np.hasTo = w.g, true
@@ -721,9 +777,12 @@ func (c *Core) Resync(now int64, key string, h *Holding) {
 	c.unwatchKey(e)
 	e.held = h != nil
 	if h == nil {
-		e.token = 0
+		e.token, e.client = 0, nil
 		c.grantNext(e, now)
 		return
+	}
+	if e.owner != h.Owner || e.token != h.Token {
+		e.client = nil // (not the holding the session made)
 	}
 	e.owner, e.token, e.lease, e.ownedOnly = h.Owner, h.Token, h.LeaseS, h.OwnedOnly
 	e.end = now + int64(e.lease)*secondNs

@@ -25,6 +25,13 @@
 //   - the next instant something is due (Next, NextExpiry), at which the
 //     driver calls Tick.
 //
+// Besides the sessions' requests and Tick, an operator's Expire (expire
+// now: a lease end with the exact token, as its running out would be) is
+// an event of the Core; Core.Locks and Core.Lock (and Machine.Locks and
+// Machine.Lock, without lease ends, queues or sessions) are a read-only
+// view for the lock browser (view.go), whose holder identity is the
+// Client the driver gives with each ACQUIRE.
+//
 // A command changes the projection at once (the key is held, or free, as
 // it will be once the command applies) and its outcome comes back through
 // Applied. A Proposer that applies at once (standalone: the token store

@@ -47,9 +47,12 @@ const (
 	Desync
 	// Kept: reply K (an EXTEND applied).
 	Kept
+	// Ended: an Expire's Free applied: the holding it named ended, and
+	// its next waiter, if any, was granted in the same command.
+	Ended
 )
 
-// Why qualifies a TimedOut or a Busy.
+// Why qualifies a TimedOut or a Busy, and an Expire's NotHeld.
 type Why uint8
 
 const (
@@ -64,6 +67,7 @@ const (
 	Backlog          // B: Config.MaxPending commands await their apply
 	NoToken          // B: no token available (Err: why)
 	SlowCommit       // B: the grant applied later than Config.MaxCommit after its proposal (Wait: how long; 0 for the holder's retries)
+	OtherToken       // N to an Expire: the key is held, with another token
 )
 
 // Effect is one thing the driver must do after an event. (Its fields are
@@ -146,7 +150,8 @@ type Proposal struct {
 	tok      uint64    // Free: the token it ends
 	fkind    uint8     // Free: FreeRelease, FreeReleaseOwned, FreeExpire
 	owner    Owner     // Free: the releaser's owner (RELEASE_OWNED checks it)
-	rc       Session   // Free by RELEASE (or a RELEASE that found the lease ended): answered at apply
+	rc       Session   // Free by RELEASE (or a RELEASE that found the lease ended, or an Expire): answered at apply
+	forced   bool      // Free by an Expire: rc is answered Ended
 	rid      uint32
 	late     []lateRelease // RELEASEs of tok after the Free was proposed: N once it applies
 	at       int64         // proposed
@@ -160,6 +165,7 @@ type Proposal struct {
 
 type grantee struct {
 	s         Session
+	client    *Client
 	by        uint64
 	reqID     uint32
 	owner     Owner

@@ -44,9 +44,10 @@ type harness struct {
 }
 
 type fakeSession struct {
-	name string
-	live bool
-	num  uint64 // Acquire.By
+	name   string
+	live   bool
+	num    uint64  // Acquire.By
+	client *Client // Acquire.Client: name, and addr "10.0.0.<num>:5000"
 }
 
 func (s *fakeSession) Live() bool { return s.live }
@@ -73,6 +74,7 @@ const (
 type request struct {
 	acquire  bool
 	extend   bool // an EXTEND (token, owner, lease; arrived: when it was read)
+	expire   bool // an operator's Expire (token)
 	key      string
 	owner    Owner
 	token    uint64 // RELEASE
@@ -103,6 +105,8 @@ const (
 	expectR                         // R
 	expectN                         // N
 	expectK                         // K
+	expectEnded                     // Ended (an Expire)
+	expectOther                     // N (other token: an Expire)
 )
 
 // live returns the Machine's holding of key if its lease has not ended.
@@ -158,6 +162,20 @@ func (h *harness) expectRelease(key string, token uint64, owner Owner, owned boo
 	return expectN
 }
 
+func (h *harness) expectExpire(key string, token uint64) expectation {
+	if !h.worked(key) {
+		return expectAny
+	}
+	x, live := h.live(key)
+	switch {
+	case live && x.token == token:
+		return expectEnded
+	case live:
+		return expectOther
+	}
+	return expectN
+}
+
 func (h *harness) expectExtend(key string, token uint64, owner Owner) expectation {
 	if !h.worked(key) {
 		return expectAny
@@ -190,14 +208,18 @@ func (h *harness) oracle(key reqKey, r *request, f Effect) {
 	case expectR:
 		ok = f.Kind == Released
 	case expectN:
-		ok = f.Kind == NotHeld
+		ok = f.Kind == NotHeld && f.Why != OtherToken
 	case expectK:
 		ok = f.Kind == Kept
+	case expectEnded:
+		ok = f.Kind == Ended
+	case expectOther:
+		ok = f.Kind == NotHeld && f.Why == OtherToken
 	}
 	if !ok {
 		h.errorf("%v: %s (%s), the rules say %s", key, kindName(f.Kind), whyName(f.Why),
 			[]string{"", "a free key's answer", fmt.Sprintf("G token=%d (the holder's retry)", r.expTok),
-				"T (no-wait)", "queued or B (full)", "R", "N", "K"}[e])
+				"T (no-wait)", "queued or B (full)", "R", "N", "K", "ended", "N (other-token)"}[e])
 	}
 }
 
@@ -240,6 +262,7 @@ func (h *harness) session(name string) *fakeSession {
 	s := h.sessions[name]
 	if s == nil {
 		s = &fakeSession{name: name, live: true, num: uint64(len(h.sessions) + 1)}
+		s.client = &Client{Name: name, Addr: fmt.Sprintf("10.0.0.%d:5000", s.num)}
 		h.sessions[name] = s
 	}
 	return s
@@ -275,7 +298,7 @@ func (h *harness) acquire(s string, id uint32, key string, owner Owner, lease, w
 		h.reqs[k] = r
 	}
 	h.core.Acquire(h.now, &Acquire{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Owner: owner,
-		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Late: late})
+		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Late: late, Client: h.session(s).client})
 	h.effects()
 }
 
@@ -298,6 +321,18 @@ func (h *harness) extend(s string, id uint32, key string, token uint64, owner Ow
 	h.reqs[k] = &request{extend: true, key: key, owner: owner, token: token, lease: lease, arrived: h.now,
 		expect: h.expectExtend(key, token, owner)}
 	h.core.Extend(h.now, &Extend{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Token: token, Owner: owner, LeaseS: lease})
+	h.effects()
+}
+
+// expire submits an operator's Expire, answered to s (the admin's
+// session) under id.
+func (h *harness) expire(s string, id uint32, key string, token uint64) {
+	k := reqKey{s, id}
+	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
+		h.errorf("%v: req_id reused while it awaits its reply", k)
+	}
+	h.reqs[k] = &request{expire: true, key: key, token: token, expect: h.expectExpire(key, token)}
+	h.core.Expire(h.now, &Expire{S: h.session(s), ReqID: id, Key: []byte(key), Token: token})
 	h.effects()
 }
 
@@ -436,12 +471,12 @@ func (h *harness) effect(f Effect) string {
 	}
 	k := reqKey{sessionName(f.S), f.ReqID}
 	r := h.reqs[k]
-	acq := f.Kind != Released && f.Kind != NotHeld && f.Kind != Kept
+	acq := f.Kind != Released && f.Kind != NotHeld && f.Kind != Kept && f.Kind != Ended
 	switch {
 	case r == nil:
 		h.errorf("%v: %s for a request never made", k, kindName(f.Kind))
 		r = &request{acquire: acq}
-	case r.acquire != acq, f.Kind == Kept && !r.extend:
+	case r.acquire != acq, f.Kind == Kept && !r.extend, f.Kind == Ended && !r.expire, f.Kind == Released && r.expire:
 		h.errorf("%v: %s for the wrong kind of request", k, kindName(f.Kind))
 	case r.state == reqDropped:
 		h.errorf("%v: %s after Drop removed it", k, kindName(f.Kind))
@@ -511,7 +546,18 @@ func (h *harness) effect(f Effect) string {
 		}
 		return final("R")
 	case NotHeld:
+		if f.Why != 0 {
+			if !r.expire {
+				h.errorf("%v: N (%s) to a request that is not an Expire", k, whyName(f.Why))
+			}
+			return final("N (" + whyName(f.Why) + ")")
+		}
 		return final("N")
+	case Ended:
+		if x, ok := h.log.held[r.key]; ok && x.token == r.token && !h.log.diverged[r.key] {
+			h.errorf("%v: ended while the Machine still holds %s with token %d", k, r.key, r.token)
+		}
+		return final("ended")
 	case Kept:
 		h.kept(k, r)
 		return final("K")
@@ -730,7 +776,7 @@ func fmtTime(t int64) string {
 
 func kindName(k Kind) string {
 	names := map[Kind]string{Granted: "G", TimedOut: "T", Busy: "B", Released: "R", NotHeld: "N", Failed: "failed",
-		Queue: "queue", Track: "track", Defer: "defer", Expired: "expired", Desync: "desync", Kept: "K"}
+		Queue: "queue", Track: "track", Defer: "defer", Expired: "expired", Desync: "desync", Kept: "K", Ended: "ended"}
 	if n, ok := names[k]; ok {
 		return n
 	}
@@ -739,7 +785,7 @@ func kindName(k Kind) string {
 
 func whyName(w Why) string {
 	names := map[Why]string{WaitEnded: "wait-ended", NoWait: "no-wait", Cancelled: "cancelled", Replaced: "replaced",
-		GrantTooLate: "grant-too-late", Full: "full", Backlog: "backlog", NoToken: "no-token", SlowCommit: "slow-commit"}
+		GrantTooLate: "grant-too-late", Full: "full", Backlog: "backlog", NoToken: "no-token", SlowCommit: "slow-commit", OtherToken: "other-token"}
 	if n, ok := names[w]; ok {
 		return n
 	}

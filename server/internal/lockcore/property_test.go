@@ -162,6 +162,16 @@ func (r *randomRun) step() {
 		lease := uint8(1 + r.rng.Intn(4))
 		r.do("extend t=%s s=%s req=%d key=%s token=%d owner=%s lease=%d", t, s, id, key, token, ownerString(owner), lease)
 		r.extend(s, id, key, token, owner, lease)
+	case n < 50 && r.rng.Intn(6) == 0:
+		// An operator's expire now: mostly of the holding's token.
+		id := r.reqID("admin")
+		key := randomKeys[r.rng.Intn(len(randomKeys))]
+		token := uint64(r.rng.Int63n(int64(r.log.last) + 2))
+		if x, ok := r.log.held[key]; ok && r.rng.Intn(3) > 0 {
+			token = x.token
+		}
+		r.do("expire t=%s s=admin req=%d key=%s token=%d", t, id, key, token)
+		r.expire("admin", id, key, token)
 	case n < 50:
 		s := r.session()
 		id := r.reqID(s)

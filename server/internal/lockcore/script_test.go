@@ -27,6 +27,9 @@ import (
 //	       [max-commit=0] [early-release] [log=sync|async]      a new Core and log
 //	acquire t= s= req= key= owner= lease= wait= [owned-only] [late] [arrived=]
 //	release t= s= req= key= token= [owner=] [owned]
+//	expire t= s= req= key= token=   an operator's Expire (answered to s)
+//	locks [t=] [prefix=] [after=] [limit=10]   the lock browser's page (Core.Locks)
+//	lock [t=] key=              one key's holding and its queue (Core.Lock)
 //	cancel [t=] s= req=         CANCEL of a recorded ACQUIRE
 //	drop s= req=                Drop of a recorded ACQUIRE (a closing session)
 //	kill s=                     the session stops being live
@@ -233,6 +236,17 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		return s, uint32(id), err
 	}
+	// sessKeyToken reads s=, req=, key= and token=.
+	sessKeyToken := func() (s string, id uint32, key string, token uint64, err error) {
+		if s, id, err = sessAndReq(); err != nil {
+			return
+		}
+		if key, err = a.str("key"); err != nil {
+			return
+		}
+		token, err = a.uint("token", 0)
+		return
+	}
 	var err error
 	switch cmd {
 	case "config":
@@ -293,15 +307,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		h.acquire(s, id, key, ownerOfString(owner), uint8(lease), uint8(wait), a.flag("owned-only"), a.flag("late"), arrived)
 	case "release":
-		s, id, err := sessAndReq()
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str("key")
-		if err != nil {
-			return nil, err
-		}
-		token, err := a.uint("token", 0)
+		s, id, key, token, err := sessKeyToken()
 		if err != nil {
 			return nil, err
 		}
@@ -312,15 +318,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		}
 		h.release(s, id, key, token, owner, a.flag("owned"))
 	case "extend":
-		s, id, err := sessAndReq()
-		if err != nil {
-			return nil, err
-		}
-		key, err := a.str("key")
-		if err != nil {
-			return nil, err
-		}
-		token, err := a.uint("token", 0)
+		s, id, key, token, err := sessKeyToken()
 		if err != nil {
 			return nil, err
 		}
@@ -333,6 +331,45 @@ func runCommand(hp **harness, line string) ([]string, error) {
 			return nil, err
 		}
 		h.extend(s, id, key, token, ownerOfString(o), uint8(lease))
+	case "expire":
+		s, id, key, token, err := sessKeyToken()
+		if err != nil {
+			return nil, err
+		}
+		h.expire(s, id, key, token)
+	case "locks":
+		var q LockQuery
+		if a.has("prefix") {
+			q.Prefix, _ = a.str("prefix")
+		}
+		if a.has("after") {
+			q.After, _ = a.str("after")
+		}
+		limit, err := a.uint("limit", 10)
+		if err != nil {
+			return nil, err
+		}
+		q.Limit = int(limit)
+		page, more := h.core.Locks(h.now, q, nil)
+		for _, l := range page {
+			h.out = append(h.out, fmtLockInfo(&l, h.now))
+		}
+		h.out = append(h.out, fmt.Sprintf("(%d, more=%v)", len(page), more))
+	case "lock":
+		key, err := a.str("key")
+		if err != nil {
+			return nil, err
+		}
+		d, ok := h.core.Lock(h.now, key)
+		if !ok {
+			h.out = append(h.out, "not held")
+			break
+		}
+		h.out = append(h.out, fmtLockInfo(&d.LockInfo, h.now))
+		for i, w := range d.Queue {
+			h.out = append(h.out, fmt.Sprintf("  %d. %s lease=%ds wait-left=%s%s", i+1, fmtWaiter(&w), w.LeaseS,
+				time.Duration(w.Deadline-h.now), map[bool]string{true: " owned-only"}[w.OwnedOnly]))
+		}
 	case "cancel", "drop":
 		s, id, err := sessAndReq()
 		if err != nil {
@@ -452,4 +489,25 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		return []string{"ok"}, nil
 	}
 	return h.out, nil
+}
+
+// fmtLockInfo is a lock of the browser's view, one line.
+func fmtLockInfo(l *LockInfo, now int64) string {
+	client := "client=none"
+	if l.Client != nil {
+		client = fmt.Sprintf("client=%s@%s", l.Client.Name, l.Client.Addr)
+	}
+	s := fmt.Sprintf("%s token=%d by %s lease=%ds left=%s waiters=%d %s", l.Key, l.Token, ownerString(l.Owner), l.LeaseS,
+		time.Duration(l.LeaseEnd-now), l.Waiters, client)
+	if l.OwnedOnly {
+		s += " owned-only"
+	}
+	return s
+}
+
+func fmtWaiter(w *WaiterInfo) string {
+	if w.Client == nil {
+		return ownerString(w.Owner) + " client=none"
+	}
+	return fmt.Sprintf("%s client=%s@%s", ownerString(w.Owner), w.Client.Name, w.Client.Addr)
 }

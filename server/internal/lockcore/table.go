@@ -14,8 +14,8 @@ import (
 // its place in the lease lists. A free entry is kept idleTTL for reuse, so
 // that acquiring the same key again allocates nothing.
 //
-// It is kept to 96 bytes (a size class): a standalone server holds
-// millions. What only a replicated core needs (the session charged, the
+// It is kept to 96 bytes (a size class; TestEntrySize): a standalone
+// server holds millions. What only a replicated core needs (the session charged, the
 // commands in flight) is in x, made when first needed.
 type entry struct {
 	key       string
@@ -25,6 +25,7 @@ type entry struct {
 	prev, nx  *entry
 	q         *queue // waiters (and the entry's place in Core.keys)
 	x         *entryExt
+	client    *Client // the holder's session (Acquire.Client; nil: restored, or none)
 	list      uint16
 	linked    bool
 	held      bool

@@ -150,7 +150,8 @@
 //	                       is where the two meet, and the mode interface)
 //
 // Beside them are the server's front door (server.go: New, Serve,
-// Shutdown, Stats; config.go; role.go; metrics.go; clock.go) and the
+// Shutdown, Stats; browse.go: the lock browser and expire now; config.go;
+// role.go; metrics.go; clock.go) and the
 // pure parts the logs are built from, each a package of its own:
 // internal/bstar (the Binary Star state machine) and, outside server/,
 // internal/raftlog, internal/raftstore and internal/raftnet (the Raft

@@ -269,3 +269,163 @@ func TestClusterRefreshSurvivesLeaderKill(t *testing.T) {
 		refreshedExclusionCatches(t, h, gi, tk2.Token(), lastHeld, dl0)
 	}
 }
+
+// TestClusterKeepAliveStopped: the other half of the "done when":
+// a job that stops refreshing, its KeepAlive's context cancelled and no
+// Release, keeps the lock until its refreshed lease ends, and then loses
+// it to the job that waited, whose fenced write makes the first job's
+// late write stale.
+//
+// On a 3-node cluster, job 1 acquires K with a 2 s lease and keeps it
+// alive (lease 6 s) for two leases, then cancels the context it gave
+// KeepAlive (the refreshes stop; the ticket is not released). Job 2 (a
+// broker of its own) tries K with wait 0 every 100 ms from the start until
+// it is granted. Pass:
+//
+//   - job 1's keep-alive context is cancelled by the stop only, with
+//     context.Canceled (not a lost lock);
+//   - job 2 is granted K, with a token above job 1's, only after job 1's
+//     last conservative deadline (Ticket.Deadline once job 2 has it: the
+//     refreshed one, at least a lease past the acquire's): checked in the
+//     history by CheckLeaseExclusion (job 1's grant carries that deadline)
+//     and for job 2's grant directly;
+//   - a Refresh of job 1's ticket is then answered ErrNotHeld; job 2's
+//     fenced write (SQLite) commits; job 1's late fenced write is refused
+//     (fence.ErrStale, or fence.ErrLeaseExpired), and the row holds job 2's
+//     token;
+//   - the history passes CheckTokensUnique, CheckNoTicketAfterIndeterminate,
+//     CheckTokensFollowRealTime, CheckLeaseExclusion,
+//     CheckReleasedIntervals and CheckFencedIncreasing; and
+//     CheckLeaseExclusion fails it with job 2's grant moved to the stop
+//     (inside job 1's refreshed lease, after its unrefreshed deadline),
+//     which it would pass with the unrefreshed deadline.
+//
+// No assertion is timed: the waits are the hold and hang guards.
+func TestClusterKeepAliveStopped(t *testing.T) {
+	const (
+		key          = "stopped-k"
+		acquireLease = 2 * time.Second
+		lease        = keepAliveLease
+		holdLeases   = 2
+	)
+	r := startClusterRun(t, harness.ClusterOptions{})
+	h := r.h
+	db := openKeepAliveDB(t)
+	b2 := newJobBroker(t, r.c.Addrs(), "stopped-job2")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*hangGuard+(holdLeases+1)*lease)
+	defer cancel()
+
+	gi := h.Invoke("job1", harness.KindAcquire, key)
+	tk, err := r.b.Acquire(ctx, key, 0, acquireLease, 0)
+	var token uint64
+	if tk != nil {
+		token = tk.Token()
+	}
+	h.Complete(gi, token, err, "")
+	if err != nil {
+		t.Fatalf("job 1: acquire %s: %v", key, err)
+	}
+	dl0 := tk.Deadline()
+	h.SetDeadline(gi, dl0)
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	kctx, err := tk.KeepAlive(jobCtx, lease)
+	if err != nil {
+		t.Fatalf("job 1: KeepAlive: %v", err)
+	}
+	h.SetDeadline(gi, tk.Deadline())
+	job2 := startProber(t, ctx, h, "job2", b2, key, acquireLease)
+
+	select {
+	case <-kctx.Done():
+		t.Fatalf("job 1's keep-alive context was cancelled during the hold: %v", context.Cause(kctx))
+	case <-job2.done:
+		if tk2 := job2.grant(); tk2 != nil {
+			t.Fatalf("job 2 was granted %s (token %d) while job 1 kept it alive (token %d)", key, tk2.Token(), token)
+		}
+		t.Fatalf("job 2 stopped trying during the hold: %v", ctx.Err())
+	case <-time.After(holdLeases * lease):
+	}
+	dlStop := tk.Deadline()
+	h.SetDeadline(gi, dlStop)
+	stopped := h.Event("test", "stop refreshing", "job1")
+	stopJob()
+	select {
+	case <-kctx.Done():
+	case <-time.After(hangGuard):
+		t.Fatal("job 1's keep-alive context was not cancelled by its parent's cancel")
+	}
+	if cause := context.Cause(kctx); !errors.Is(cause, context.Canceled) || errors.Is(cause, broker.ErrLeaseEnding) || errors.Is(cause, broker.ErrNotHeld) {
+		t.Errorf("job 1's keep-alive context after the stop: cause %v, want context.Canceled", cause)
+	}
+
+	// Job 2 gets K once the refreshed lease has ended.
+	select {
+	case <-job2.done:
+	case <-time.After(hangGuard + lease):
+		t.Fatalf("job 2 was not granted %s within %v of job 1's stop (job 1's deadline %v after the stop)",
+			key, hangGuard+lease, h.At(tk.Deadline())-stopped)
+	}
+	tk2 := job2.grant()
+	if tk2 == nil {
+		t.Fatalf("job 2 stopped trying %s without a grant: %v", key, ctx.Err())
+	}
+	dlLast := tk.Deadline()
+	h.SetDeadline(gi, dlLast)
+	var g2 harness.Op
+	for _, o := range h.Ops() {
+		if o.Kind == harness.KindAcquire && o.Outcome == harness.OutcomeOK && o.Token == tk2.Token() {
+			g2 = o
+		}
+	}
+	if g2.Complete < h.At(dlLast) {
+		t.Errorf("job 2 was granted %s (token %d) at %v, before job 1's last conservative deadline %v", key, tk2.Token(), g2.Complete, h.At(dlLast))
+	}
+	if !dlLast.After(dl0.Add(lease)) {
+		t.Errorf("job 1's last deadline is %v after the acquire's: not refreshed by a lease", dlLast.Sub(dl0))
+	}
+	if tk2.Token() <= token {
+		t.Errorf("job 2's token %d is not above job 1's %d", tk2.Token(), token)
+	}
+
+	// The lock is job 2's: job 1's refresh is refused, job 2's fenced
+	// write commits, job 1's late one is refused.
+	if err := harness.Refresh(ctx, h, "job1", tk, lease); !errors.Is(err, broker.ErrNotHeld) {
+		t.Errorf("job 1: refresh after job 2's grant: %v, want ErrNotHeld", err)
+	}
+	if _, err := fencedWrite(ctx, h, db, "job2", tk2); err != nil {
+		t.Errorf("job 2's fenced write (token %d): %v, want committed", tk2.Token(), err)
+	}
+	late, err := fencedWrite(ctx, h, db, "job1", tk)
+	if !errors.Is(err, fence.ErrStale) && !errors.Is(err, fence.ErrLeaseExpired) {
+		t.Errorf("job 1's late fenced write (token %d): %v, want refused as stale or lease expired", token, err)
+	}
+	var wrote int64
+	if err := db.QueryRowContext(ctx, "SELECT token FROM kept_write WHERE key = ?", key).Scan(&wrote); err != nil || uint64(wrote) != tk2.Token() {
+		t.Errorf("the fenced write's row: token %d, %v; want job 2's %d", wrote, err, tk2.Token())
+	}
+
+	t.Logf("job 1 kept %s (token %d) alive for %v, its deadline moved %v past the acquire's; it stopped at %v with its deadline %v ahead; job 2 granted token %d at %v (%v after job 1's last deadline, after %d tries); job 1's late write: %s",
+		key, token, holdLeases*lease, dlLast.Sub(dl0).Round(time.Millisecond), stopped, (h.At(dlLast) - stopped).Round(time.Millisecond),
+		tk2.Token(), g2.Complete, (g2.Complete - h.At(dlLast)).Round(time.Millisecond), len(h.Filter(func(o harness.Op) bool { return o.Process == "job2" && o.Kind == harness.KindAcquire })),
+		late.Outcome)
+	t.Logf("outcomes: %v", h.Counts())
+	for _, err := range []error{
+		harness.CheckTokensUnique(h),
+		harness.CheckNoTicketAfterIndeterminate(h),
+		harness.CheckTokensFollowRealTime(h),
+		harness.CheckLeaseExclusion(h),
+		harness.CheckReleasedIntervals(h),
+		harness.CheckFencedIncreasing(h),
+		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire),
+			harness.OutcomeOK, harness.OutcomeTimedOut, harness.OutcomeIndeterminate,
+			harness.OutcomeUnsent, harness.OutcomeNotActive, harness.OutcomeBusy),
+	} {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if !t.Failed() {
+		refreshedExclusionCatches(t, h, gi, tk2.Token(), stopped, dl0)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ticketing-dev/ticketing/adapters/sqlfence"
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/integration/harness"
@@ -253,7 +252,7 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	killedAt := time.Now()
 	holdUntil(killedAt.Add(restartAfter*lease), "by the failover")
 	l.Restart(t)
-	h.Event("test", "restarted", l.ID)
+	restarted := h.Event("test", "restarted", l.ID)
 	holdUntil(holdStart.Add(time.Duration(leases)*lease), "after the restart")
 	afterKill := refreshes.Load() - beforeKill
 	endJob2()
@@ -263,26 +262,12 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	if err := kctx.Err(); err != nil {
 		t.Fatalf("job 1's keep-alive context was cancelled at the end of the hold: %v", context.Cause(kctx))
 	}
-	op := harness.Op{Process: "job1", Kind: harness.KindFence, Key: key, Token: token, Invoke: h.Now()}
-	err = sqlfence.Run(kctx, db, fence.SQLite, tk, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(kctx, "INSERT INTO kept_write (key, token) VALUES (?, ?)", key, int64(token))
-		return err
-	})
-	op.Release = harness.OutcomeOK
-	var re *fence.ReleaseError
-	if errors.As(err, &re) {
-		op.Release, err = harness.Outcome(re.Err), re.Primary
-	}
-	op.Complete, op.Outcome = h.Now(), harness.Outcome(err)
-	if err != nil {
-		op.Err = err.Error()
-	}
-	h.Record(op)
-	if err != nil {
+	op, err := fencedWrite(kctx, h, db, "job1", tk)
+	if op.Outcome != harness.OutcomeOK {
 		t.Errorf("job 1's fenced write (token %d) after the hold: %v, want committed", token, err)
 	}
 	if op.Release != harness.OutcomeOK {
-		t.Errorf("job 1's release after its fenced write: %s, want confirmed (R)", op.Release)
+		t.Errorf("job 1's release after its fenced write: %s (%v), want confirmed (R)", op.Release, err)
 	}
 	if cause := context.Cause(kctx); !errors.Is(cause, broker.ErrNotHeld) {
 		t.Errorf("job 1's keep-alive context after the release: cause %v, want ErrNotHeld (Release ran)", cause)
@@ -297,16 +282,7 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	}
 
 	// Job 2 now gets K, with a higher token.
-	var tk2 *broker.Ticket
-	for {
-		actx, acancel := context.WithTimeout(ctx, hangGuard)
-		tk2, err = harness.Acquire(actx, h, "job2", b2, key, 10*time.Second, acquireLease, 0)
-		acancel()
-		if !errors.Is(err, broker.ErrUnsent) && !errors.Is(err, broker.ErrNotActive) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tk2, err := acquireRetry(ctx, h, "job2", b2, key, 10*time.Second, acquireLease)
 	if err != nil {
 		t.Fatalf("job 2: acquire %s after job 1 released it: %v", key, err)
 	}
@@ -328,9 +304,19 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("job 1 held %s (token %d) for %v with %d confirmed refreshes (%d after the kill of %s); job 2 tried it %d times (%d answered held after the kill); deadline at acquire %v, at the end %v after it",
-		key, token, time.Since(holdStart).Round(time.Millisecond), refreshes.Load(), afterKill, l.ID, tries, heldAfterKill,
+	var granted2 time.Duration
+	for _, o := range ops {
+		if o.Kind == harness.KindAcquire && o.Outcome == harness.OutcomeOK && o.Token == tk2.Token() {
+			granted2 = o.Complete
+		}
+	}
+	hold0 := h.At(holdStart)
+	t.Logf("job 1 held %s (token %d) for %v with %d confirmed refreshes (%d before the kill, %d after it); %s killed %v into the hold, restarted %v into it; job 2 tried it %d times (%d answered held after the kill); deadline at acquire %v, at the end %v after it",
+		key, token, time.Since(holdStart).Round(time.Millisecond), refreshes.Load(), beforeKill, afterKill, l.ID,
+		(killed - hold0).Round(time.Millisecond), (restarted - hold0).Round(time.Millisecond), tries, heldAfterKill,
 		dl0.Sub(holdStart).Round(time.Millisecond), tk.Deadline().Sub(dl0).Round(time.Millisecond))
+	t.Logf("job 1's fenced write (token %d) committed %v into the hold, its release confirmed; job 2 then granted token %d, %v after the release began",
+		token, (op.Complete - hold0).Round(time.Millisecond), tk2.Token(), (granted2 - op.Invoke).Round(time.Millisecond))
 	if want := int64(leases - killAt - 1); afterKill < want {
 		t.Errorf("%d refreshes confirmed after the leader's kill, want at least %d (one per lease held after it)", afterKill, want)
 	}

@@ -51,10 +51,23 @@
 //     (held locks kept, tokens above); TestClusterCancelUnderContention
 //     cancels queued ACQUIREs during hand-offs (no node may exit).
 //     TestClusterKeepAliveAcrossFailover (refresh_test.go) holds one key
-//     with Ticket.KeepAlive (lease 6 s) for 48 s through a leader kill -9
-//     while a second job tries it: never granted to the second job, one
-//     token, the keep-alive context never cancelled, a fenced write at the
-//     end commits; the history carries the refreshed deadline.
+//     with Ticket.KeepAlive (lease 6 s) for 20 leases (120 s) through a
+//     leader kill -9 while a second job tries it: never granted to the
+//     second job, one token, the keep-alive context never cancelled, a
+//     fenced write at the end commits; the history carries the refreshed
+//     deadline. TICKETING_LONGJOB_LEASE and TICKETING_LONGJOB_LEASES set
+//     the lease and the count: 30s and 20 is the ten-minute job.
+//     TestClusterKeepAliveStopped (refresh_kill_test.go) stops a
+//     keep-alive without a release: the second job is granted the key only
+//     after the first job's last (refreshed) conservative deadline, and the
+//     first job's late fenced write is stale.
+//     TestClusterRefreshSurvivesLeaderKill refreshes a 3 s lease once to
+//     30 s and kills the leader: the new leader keeps the key from the
+//     second job past where a restart from the acquire's lease would have
+//     freed it, until the holder releases it.
+//   - TestPairIdentityTwoPairs (identity_test.go): a broker given the
+//     addresses of two pairs with cluster=pair-a in its URL uses only pair
+//     A (pair B's nodes apply no token) and logs the refusal of pair B.
 //   - TestPair*: a hot-standby pair (harness.StartPair: ticketingd serve
 //     --pair primary|backup, the peer link through fault proxies, mutual
 //     peer TLS) with the broker as its witness; the nodes' state is read

@@ -23,8 +23,9 @@ import (
 const (
 	KindAcquire = "acquire"
 	KindRelease = "release"
-	KindFence   = "fence" // a fenced database transaction
-	KindEvent   = "event" // a fault or a marker (kill, restart, pause, ...)
+	KindFence   = "fence"   // a fenced database transaction
+	KindRefresh = "refresh" // a Ticket.Refresh (see Refresh); the checkers ignore it
+	KindEvent   = "event"   // a fault or a marker (kill, restart, pause, ...)
 )
 
 // Outcomes, as given by Outcome. "ok" is success; KindEvent ops use free

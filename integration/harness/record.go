@@ -32,3 +32,15 @@ func Release(ctx context.Context, h *History, process string, t *broker.Ticket) 
 	h.Complete(i, t.Token(), err, "")
 	return err
 }
+
+// Refresh calls t.Refresh and records it in h as a KindRefresh op of
+// process, with the ticket's token and, in Note, its conservative
+// deadline after the call (History time). The checkers ignore the op: a
+// refresh moves the deadline of its ticket's grant, which the caller
+// records with SetDeadline. The error is returned unchanged.
+func Refresh(ctx context.Context, h *History, process string, t *broker.Ticket, lease time.Duration) error {
+	i := h.Invoke(process, KindRefresh, t.Key())
+	err := t.Refresh(ctx, lease)
+	h.Complete(i, t.Token(), err, "deadline "+h.At(t.Deadline()).String())
+	return err
+}

@@ -35,11 +35,22 @@
 //     a loopback address (403 otherwise): a web page in the operator's
 //     browser cannot make it post a change.
 //
+//   - The web console (package console), unless Options.NoConsole: GET /
+//     (the live page), /v1/overview (a console.Overview as JSON),
+//     /v1/events (server-sent events, one Overview a second), /deploy and
+//     /assets/..., and the handlers of Options.ConsoleRoutes (the lock
+//     browser's, the deployment page's). Without Options.Token the
+//     console answers only on a loopback address and for a loopback Host
+//     (403 otherwise); its answers carry a strict Content-Security-Policy,
+//     nosniff and Cache-Control: no-store.
+//
 // With Options.Token set, every request but GET /healthz must carry
 // "Authorization: Bearer TOKEN" (the scheme is case-insensitive; the
-// token is compared in constant time); anything else gets 401 with an
-// ErrorResponse that says whether no token, no Bearer token or a wrong
-// token was sent, and a WWW-Authenticate header. Every error answer but
+// token is compared in constant time) or, as a browser sends it after
+// asking, HTTP Basic authentication with the token as the password (any
+// user name); anything else gets 401 with an ErrorResponse that says
+// whether no token, no Bearer token or a wrong token was sent, and
+// WWW-Authenticate headers for Bearer and Basic (RequireToken). Every error answer but
 // the mux's own 404 and 405 is JSON: an ErrorResponse, or a
 // NotLeaderResponse for 409. The messages name ticketingd's flags
 // (--admin-token, --raft-advertise), which are what these settings are

@@ -67,13 +67,17 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 	t.Setenv(adminTokenEnv, "")
 	port := strconv.Itoa(freePort(t, ""))
 	var stdout, stderr strings.Builder
-	code := run(t.Context(), []string{"console", "--listen", "0.0.0.0:" + port}, &stdout, &stderr)
+	// A console that starts anyway is stopped after a while (and the test
+	// fails on its exit 0).
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"console", "--listen", "0.0.0.0:" + port}, &stdout, &stderr)
 	if code != exitUsage || !strings.Contains(stderr.String(), "is not a loopback address") || !strings.Contains(stderr.String(), "--admin-token") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 	if ip := nonLoopbackIP(); ip != "" {
 		stderr.Reset()
-		code := run(t.Context(), []string{"console", "--listen", net.JoinHostPort(ip, port)}, &stdout, &stderr)
+		code := run(ctx, []string{"console", "--listen", net.JoinHostPort(ip, port)}, &stdout, &stderr)
 		if code != exitUsage || !strings.Contains(stderr.String(), "is not a loopback address") {
 			t.Fatalf("on %s: exit %d, stderr:\n%s", ip, code, stderr.String())
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,57 +300,68 @@ func TestOverview(t *testing.T) {
 	}
 }
 
-// TestEventsEndWhenClientGoes: the event stream sends an overview at once
-// and one per interval, and its handler returns when the client goes
-// away (goleak in TestMain checks that nothing stays behind) or when
-// ShuttingDown says so.
-func TestEventsEndWhenClientGoes(t *testing.T) {
-	node := &fakeNode{}
-	var stopping sync.Mutex
-	shutting := false
-	h := console.New(console.Options{Node: node, Interval: 20 * time.Millisecond, ShuttingDown: func() bool {
-		stopping.Lock()
-		defer stopping.Unlock()
-		return shutting
-	}})
-	returned := make(chan struct{}, 2)
+// eventServer serves h and reports each return of its /v1/events
+// handler on the returned channel.
+func eventServer(t *testing.T, h http.Handler) (*httptest.Server, <-chan struct{}) {
+	returned := make(chan struct{}, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		if r.URL.Path == "/v1/events" {
 			returned <- struct{}{}
 		}
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, returned
+}
+
+// openEvents opens the event stream of srv.
+func openEvents(t *testing.T, ctx context.Context, srv *httptest.Server) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events", nil)
 	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("Content-Type %q, Cache-Control %q", ct, resp.Header.Get("Cache-Control"))
+	}
+	return resp, bufio.NewReader(resp.Body)
+}
 
-	open := func(ctx context.Context) (*http.Response, *bufio.Reader) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events", nil)
-		resp, err := client.Do(req)
+// readEvent reads the next event's overview.
+func readEvent(br *bufio.Reader) (console.Overview, error) {
+	var o console.Overview
+	for {
+		line, err := br.ReadString('\n')
 		if err != nil {
-			t.Fatal(err)
+			return o, err
 		}
-		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" || resp.Header.Get("Cache-Control") != "no-store" {
-			t.Fatalf("Content-Type %q, Cache-Control %q", ct, resp.Header.Get("Cache-Control"))
-		}
-		return resp, bufio.NewReader(resp.Body)
-	}
-	readEvent := func(br *bufio.Reader) (console.Overview, error) {
-		var o console.Overview
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return o, err
-			}
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				return o, json.Unmarshal([]byte(data), &o)
-			}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			return o, json.Unmarshal([]byte(data), &o)
 		}
 	}
+}
 
+// awaitReturn waits for the events handler to return (a hang guard).
+func awaitReturn(t *testing.T, returned <-chan struct{}, why string) {
+	t.Helper()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the events handler did not return %s", why)
+	}
+}
+
+// TestEventsFlow: the event stream sends an overview at once and one per
+// interval, each with the node's state of the moment.
+func TestEventsFlow(t *testing.T) {
+	node := &fakeNode{}
+	srv, returned := eventServer(t, console.New(console.Options{Node: node, Interval: 20 * time.Millisecond}))
 	ctx, cancel := context.WithCancel(t.Context())
-	resp, br := open(ctx)
+	_, br := openEvents(t, ctx, srv)
 	for i := range 3 {
 		node.set(func(st *server.Stats) { st.HeldLocks = i })
 		deadline := time.Now().Add(10 * time.Second) // a hang guard
@@ -367,26 +379,34 @@ func TestEventsEndWhenClientGoes(t *testing.T) {
 		}
 	}
 	cancel()
-	resp.Body.Close()
-	select {
-	case <-returned:
-	case <-time.After(10 * time.Second): // a hang guard
-		t.Fatal("the events handler did not return after the client went away")
-	}
+	awaitReturn(t, returned, "after the client went away")
+}
 
-	resp, br = open(t.Context())
-	defer resp.Body.Close()
+// TestEventsEndWhenClientGoes: the handler of a stream whose next event
+// is an hour away returns as soon as its client goes away (goleak in
+// TestMain checks that nothing stays behind).
+func TestEventsEndWhenClientGoes(t *testing.T) {
+	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: time.Hour}))
+	ctx, cancel := context.WithCancel(t.Context())
+	resp, br := openEvents(t, ctx, srv)
 	if _, err := readEvent(br); err != nil {
 		t.Fatal(err)
 	}
-	stopping.Lock()
-	shutting = true
-	stopping.Unlock()
-	select {
-	case <-returned:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the events handler did not return once ShuttingDown said so")
+	cancel()
+	resp.Body.Close()
+	awaitReturn(t, returned, "after the client went away")
+}
+
+// TestEventsEndOnShutdown: once ShuttingDown says so, the stream ends.
+func TestEventsEndOnShutdown(t *testing.T) {
+	var shutting atomic.Bool
+	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: 20 * time.Millisecond, ShuttingDown: shutting.Load}))
+	_, br := openEvents(t, t.Context(), srv)
+	if _, err := readEvent(br); err != nil {
+		t.Fatal(err)
 	}
+	shutting.Store(true)
+	awaitReturn(t, returned, "once ShuttingDown said so")
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		t.Fatalf("stream after shutdown: %v", err)
 	}

@@ -54,10 +54,15 @@ func (f *fakeNode) set(fn func(*server.Stats)) {
 func get(h http.Handler, method, path, local, host string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, nil)
 	req.Host = host
+	// An event stream served by mistake ends with this context instead
+	// of hanging the test.
+	ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+	defer cancel()
 	if local != "" {
 		la, _ := net.ResolveTCPAddr("tcp", local)
-		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, la))
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, la)
 	}
+	req = req.WithContext(ctx)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
@@ -310,7 +315,14 @@ func eventServer(t *testing.T, h http.Handler) (*httptest.Server, <-chan struct{
 			returned <- struct{}{}
 		}
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			// A handler that did not return would hold Close forever.
+			srv.CloseClientConnections()
+			return
+		}
+		srv.Close()
+	})
 	return srv, returned
 }
 

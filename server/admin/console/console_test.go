@@ -261,9 +261,16 @@ func TestOverview(t *testing.T) {
 	if len(o.Errors) != 2 || o.Errors[0] != want[0] || o.Errors[1] != want[1] {
 		t.Errorf("errors %+v, want %+v", o.Errors, want)
 	}
-	if o.Cluster != nil || o.ClusterError != "" {
-		t.Errorf("standalone: cluster %+v, %q", o.Cluster, o.ClusterError)
+	if o.Cluster != nil || o.ClusterError != "" || o.Pair != nil {
+		t.Errorf("standalone: cluster %+v, %q, pair %+v", o.Cluster, o.ClusterError, o.Pair)
 	}
+	node.set(func(st *server.Stats) {
+		st.Pair = &server.PairStatus{Role: "primary", State: "ACTIVE", Serving: true, PeerState: "PASSIVE", PeerAlive: true, Replicating: true}
+	})
+	if o = h.Overview(start.Add(12500 * time.Millisecond)); o.Pair == nil || o.Pair.State != "ACTIVE" || !o.Pair.Replicating || o.Pair.PeerState != "PASSIVE" {
+		t.Errorf("pair %+v", o.Pair)
+	}
+	node.set(func(st *server.Stats) { st.Pair = nil })
 
 	yes, no := true, false
 	ms, idx, lag := int64(12), uint64(40), uint64(2)
@@ -422,4 +429,25 @@ func TestEventsEndOnShutdown(t *testing.T) {
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		t.Fatalf("stream after shutdown: %v", err)
 	}
+}
+
+// TestEventsOutliveWriteTimeout: the stream goes on past the
+// http.Server's WriteTimeout (ticketingd's admin server has 30 s): each
+// event sets its own write deadline.
+func TestEventsOutliveWriteTimeout(t *testing.T) {
+	h := console.New(console.Options{Node: &fakeNode{}, Interval: 50 * time.Millisecond})
+	srv, returned := eventServer(t, h)
+	srv.Config.WriteTimeout = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	_, br := openEvents(t, ctx, srv)
+	start := time.Now()
+	n := 0
+	for time.Since(start) < time.Second {
+		if _, err := readEvent(br); err != nil {
+			t.Fatalf("after %v and %d events: %v", time.Since(start), n, err)
+		}
+		n++
+	}
+	cancel()
+	awaitReturn(t, returned, "after the client went away")
 }

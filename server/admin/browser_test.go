@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/internal/browsertest"
@@ -87,8 +88,11 @@ func TestBrowserConsoleLive(t *testing.T) {
 		fmt.Sprintf("%d", last)), describe, 30*time.Second)
 	browsertest.Screenshot(t, tab, "console.png")
 
-	// Paused, the page keeps its numbers; resumed, it catches up.
-	browsertest.Do(t, tab, chromedp.Click("#pause"))
+	// Keyboard only: Tab from the top of the page reaches the skip link,
+	// the navigation and then the pause button; Enter presses it. Paused,
+	// the page keeps its numbers; resumed, it catches up.
+	tabTo(t, tab, "pause", 10)
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Enter))
 	if _, err := b.Acquire(ctx, "orders/paused", 0, time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +101,7 @@ func TestBrowserConsoleLive(t *testing.T) {
 	if got := browsertest.Eval[string](t, tab, `document.querySelector('[data-k="held_locks"]').textContent`); got != "3" {
 		t.Errorf("paused: held locks %q, want 3 still", got)
 	}
-	browsertest.Do(t, tab, chromedp.Click("#pause"))
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Enter)) // the button still has the focus
 	browsertest.WaitJS(t, tab, `document.querySelector('[data-k="held_locks"]').textContent === "4"`, describe, 30*time.Second)
 
 	// A phone's screen: no sideways scrolling.
@@ -105,6 +109,23 @@ func TestBrowserConsoleLive(t *testing.T) {
 	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
 		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
 	browsertest.Screenshot(t, tab, "console-phone.png")
+}
+
+// tabTo presses Tab from the top of the page until the element with the
+// id has the focus, at most max times.
+func tabTo(t *testing.T, tab context.Context, id string, max int) {
+	t.Helper()
+	browsertest.Do(t, tab, chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur(); window.focus()`))
+	var seen []string
+	for range max {
+		browsertest.Do(t, tab, chromedp.KeyEvent(kb.Tab))
+		got := browsertest.Eval[string](t, tab, `(document.activeElement.id || document.activeElement.tagName) + ":" + document.activeElement.textContent.trim().slice(0, 40)`)
+		seen = append(seen, got)
+		if strings.HasPrefix(got, id+":") {
+			return
+		}
+	}
+	t.Fatalf("%d Tabs did not reach #%s; focus went to %q", max, id, seen)
 }
 
 // TestBrowserConsoleAsksForToken: without the admin token the browser

@@ -431,13 +431,16 @@ func TestEventsEndOnShutdown(t *testing.T) {
 	}
 }
 
-// TestEventsOutliveWriteTimeout: the stream goes on past the
-// http.Server's WriteTimeout (ticketingd's admin server has 30 s): each
-// event sets its own write deadline.
-func TestEventsOutliveWriteTimeout(t *testing.T) {
+// TestEventsOutliveServerTimeouts: the stream goes on past the
+// http.Server's WriteTimeout and ReadTimeout (ticketingd's admin server
+// has 30 s and 10 s): each event sets its own write deadline (net/http
+// itself clears the read deadline while the handler runs; an expired one
+// would cancel the request's context).
+func TestEventsOutliveServerTimeouts(t *testing.T) {
 	h := console.New(console.Options{Node: &fakeNode{}, Interval: 50 * time.Millisecond})
 	srv, returned := eventServer(t, h)
 	srv.Config.WriteTimeout = 200 * time.Millisecond
+	srv.Config.ReadTimeout = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(t.Context())
 	_, br := openEvents(t, ctx, srv)
 	start := time.Now()

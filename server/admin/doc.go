@@ -34,7 +34,6 @@
 //     (415 otherwise), and without Options.Token the request's Host must be
 //     a loopback address (403 otherwise): a web page in the operator's
 //     browser cannot make it post a change.
-//
 //   - The web console (package console), unless Options.NoConsole: GET /
 //     (the live page), /v1/overview (a console.Overview as JSON),
 //     /v1/events (server-sent events, one Overview a second), /deploy and

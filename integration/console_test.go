@@ -35,16 +35,9 @@ func TestBrowserConsoleClusterFailover(t *testing.T) {
 		browsertest.Do(t, nt, chromedp.Navigate("http://"+n.Admin+"/"))
 	}
 
-	b, err := broker.New(broker.Config{Addrs: c.Addrs(), Name: "console-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := newBroker(t, broker.Config{Addrs: c.Addrs(), Name: "console-test"})
 	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
 	defer cancel()
-	if err := b.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	tk, err := b.Acquire(ctx, "console/key", 0, time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,46 +2,18 @@ package browsertest
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/ticketing-dev/ticketing/internal/testdb/faketb"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// recTB records how New ended a test: Fatalf or Skipf (both stop the
-// goroutine, as testing's do).
-type recTB struct {
-	testing.TB
-	fatal, skip string
-}
-
-func (r *recTB) Helper() {}
-func (r *recTB) Fatalf(format string, args ...any) {
-	r.fatal = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (r *recTB) Skipf(format string, args ...any) {
-	r.skip = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
-func runNew(tb testing.TB) *recTB {
-	r := &recTB{TB: tb}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		New(r)
-	}()
-	<-done
-	return r
 }
 
 // TestNoBrowser: with no browser on PATH, New skips with a message that
@@ -53,12 +25,13 @@ func TestNoBrowser(t *testing.T) {
 		t.Fatalf("Find: %v, want ErrNoBrowser", err)
 	}
 	t.Setenv("CI", "")
-	if r := runNew(t); r.skip == "" || r.fatal != "" || !strings.Contains(r.skip, "apt-get install -y chromium") {
-		t.Errorf("without CI: skip %q, fatal %q", r.skip, r.fatal)
+	newTab := func(tb testing.TB) { New(tb) }
+	if r := faketb.Run(t, newTab); !r.WasSkipped || !strings.Contains(r.Msg, "apt-get install -y chromium") {
+		t.Errorf("without CI: skipped %v, failed %v: %q", r.WasSkipped, r.WasFailed, r.Msg)
 	}
 	t.Setenv("CI", "true")
-	if r := runNew(t); r.fatal == "" || r.skip != "" || !strings.Contains(r.fatal, "CI=true") {
-		t.Errorf("under CI=true: skip %q, fatal %q", r.skip, r.fatal)
+	if r := faketb.Run(t, newTab); !r.WasFailed || !strings.Contains(r.Msg, "CI=true") {
+		t.Errorf("under CI=true: skipped %v, failed %v: %q", r.WasSkipped, r.WasFailed, r.Msg)
 	}
 }
 

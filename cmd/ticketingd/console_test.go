@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,28 +9,6 @@ import (
 	"testing"
 	"time"
 )
-
-// consoleGet GETs url with the Authorization header auth (none if empty)
-// and returns the status and body.
-func consoleGet(t *testing.T, url, auth string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // TestConsoleLoopback: 'ticketingd console' on a loopback address starts
 // without a token, serves the planning page and the deployment page, and
@@ -44,14 +21,14 @@ func TestConsoleLoopback(t *testing.T) {
 	if rec["addr"] != addr || rec["admin_token"] != false {
 		t.Fatalf("listening line %v", rec)
 	}
-	code, body := consoleGet(t, "http://"+addr+"/", "")
+	code, body := adminDo(t, "GET", "http://"+addr+"/", "", "")
 	if code != 200 || !strings.Contains(body, "No server: planning only") || !strings.Contains(body, `href="/deploy"`) {
 		t.Fatalf("GET /: %d\n%s", code, body)
 	}
-	if code, body := consoleGet(t, "http://"+addr+"/deploy", ""); code != 200 || !strings.Contains(body, "ticketingd init") {
+	if code, body := adminDo(t, "GET", "http://"+addr+"/deploy", "", ""); code != 200 || !strings.Contains(body, "ticketingd init") {
 		t.Fatalf("GET /deploy: %d\n%s", code, body)
 	}
-	if code, body := consoleGet(t, "http://"+addr+"/v1/overview", ""); code != 200 || !strings.Contains(body, `"planning": true`) {
+	if code, body := adminDo(t, "GET", "http://"+addr+"/v1/overview", "", ""); code != 200 || !strings.Contains(body, `"planning": true`) {
 		t.Fatalf("GET /v1/overview: %d\n%s", code, body)
 	}
 	if code := p.stop(); code != exitOK {
@@ -101,15 +78,15 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 			t.Fatalf("listening line %v (the token must not be logged)\n%s", rec, p.stderr.String())
 		}
 		url := "http://127.0.0.1:" + port + "/"
-		if code, _ := consoleGet(t, url, ""); code != 401 {
+		if code, _ := adminDo(t, "GET", url, "", ""); code != 401 {
 			t.Fatalf("env %v: without the token: %d, want 401", viaEnv, code)
 		}
-		if code, body := consoleGet(t, url, "Bearer "+token); code != 200 || !strings.Contains(body, "planning only") {
+		if code, body := adminDo(t, "GET", url, "Bearer "+token, ""); code != 200 || !strings.Contains(body, "planning only") {
 			t.Fatalf("env %v: with the token: %d", viaEnv, code)
 		}
 		req, _ := http.NewRequestWithContext(context.Background(), "GET", url, nil)
 		req.SetBasicAuth("anyone", token)
-		if code, _ := consoleGet(t, url, req.Header.Get("Authorization")); code != 200 {
+		if code, _ := adminDo(t, "GET", url, req.Header.Get("Authorization"), ""); code != 200 {
 			t.Fatalf("env %v: with the token as a Basic password: %d", viaEnv, code)
 		}
 		if code := p.stop(); code != exitOK {

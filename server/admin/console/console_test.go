@@ -312,16 +312,19 @@ func TestOverview(t *testing.T) {
 	}
 }
 
-// eventServer serves h and reports each return of its /v1/events
-// handler on the returned channel.
-func eventServer(t *testing.T, h http.Handler) (*httptest.Server, <-chan struct{}) {
+// eventServer serves h with the timeouts of the http.Server (zero:
+// none) and reports each return of its /v1/events handler on the
+// returned channel.
+func eventServer(t *testing.T, h http.Handler, readTimeout, writeTimeout time.Duration) (*httptest.Server, <-chan struct{}) {
 	returned := make(chan struct{}, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		if r.URL.Path == "/v1/events" {
 			returned <- struct{}{}
 		}
 	}))
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = readTimeout, writeTimeout
+	srv.Start()
 	t.Cleanup(func() {
 		if t.Failed() {
 			// A handler that did not return would hold Close forever.
@@ -378,7 +381,7 @@ func awaitReturn(t *testing.T, returned <-chan struct{}, why string) {
 // interval, each with the node's state of the moment.
 func TestEventsFlow(t *testing.T) {
 	node := &fakeNode{}
-	srv, returned := eventServer(t, console.New(console.Options{Node: node, Interval: 20 * time.Millisecond}))
+	srv, returned := eventServer(t, console.New(console.Options{Node: node, Interval: 20 * time.Millisecond}), 0, 0)
 	ctx, cancel := context.WithCancel(t.Context())
 	_, br := openEvents(t, ctx, srv)
 	for i := range 3 {
@@ -405,7 +408,7 @@ func TestEventsFlow(t *testing.T) {
 // is an hour away returns as soon as its client goes away (goleak in
 // TestMain checks that nothing stays behind).
 func TestEventsEndWhenClientGoes(t *testing.T) {
-	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: time.Hour}))
+	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: time.Hour}), 0, 0)
 	ctx, cancel := context.WithCancel(t.Context())
 	resp, br := openEvents(t, ctx, srv)
 	if _, err := readEvent(br); err != nil {
@@ -419,7 +422,7 @@ func TestEventsEndWhenClientGoes(t *testing.T) {
 // TestEventsEndOnShutdown: once ShuttingDown says so, the stream ends.
 func TestEventsEndOnShutdown(t *testing.T) {
 	var shutting atomic.Bool
-	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: 20 * time.Millisecond, ShuttingDown: shutting.Load}))
+	srv, returned := eventServer(t, console.New(console.Options{Node: &fakeNode{}, Interval: 20 * time.Millisecond, ShuttingDown: shutting.Load}), 0, 0)
 	_, br := openEvents(t, t.Context(), srv)
 	if _, err := readEvent(br); err != nil {
 		t.Fatal(err)
@@ -438,9 +441,7 @@ func TestEventsEndOnShutdown(t *testing.T) {
 // would cancel the request's context).
 func TestEventsOutliveServerTimeouts(t *testing.T) {
 	h := console.New(console.Options{Node: &fakeNode{}, Interval: 50 * time.Millisecond})
-	srv, returned := eventServer(t, h)
-	srv.Config.WriteTimeout = 200 * time.Millisecond
-	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv, returned := eventServer(t, h, 300*time.Millisecond, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	_, br := openEvents(t, ctx, srv)
 	start := time.Now()

@@ -364,7 +364,7 @@ func checkRaftAddress(addr string) error {
 // not a Bearer token, and a Bearer token that is not this listener's.
 const (
 	msgNoToken    = "unauthorized: no admin token was sent; this admin listener requires Authorization: Bearer TOKEN (its --admin-token)"
-	msgNotBearer  = "unauthorized: the Authorization header is neither \"Bearer TOKEN\" nor Basic with the token as password; this admin listener requires Authorization: Bearer TOKEN (its --admin-token)"
+	msgNotBearer  = "unauthorized: the Authorization header is not \"Bearer TOKEN\"; this admin listener requires Authorization: Bearer TOKEN (its --admin-token)"
 	msgWrongToken = "unauthorized: the admin token sent is not this listener's --admin-token"
 )
 

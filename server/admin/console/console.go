@@ -76,6 +76,14 @@ type Options struct {
 	// /v1/locks", "/deploy"), served with the console's headers and
 	// access rule: the lock browser's JSON and the deployment page plug in
 	// here. A pattern for "/deploy" replaces the built-in placeholder.
+	//
+	// A route that changes anything (expire a lock) must refuse
+	// cross-site requests: a browser sends its Basic login with every
+	// request to the console's origin, a form that another site posts
+	// included. Require a JSON body (Content-Type: application/json,
+	// which a cross-origin page can send only after a CORS preflight that
+	// nothing here grants), as server/admin's cluster changes do, or a
+	// custom header the page's own script sets.
 	Routes map[string]http.Handler
 
 	// LockBrowser shows the lock browser's entry in the page's navigation

@@ -261,13 +261,22 @@ func TestOverview(t *testing.T) {
 	if len(o.Errors) != 2 || o.Errors[0] != want[0] || o.Errors[1] != want[1] {
 		t.Errorf("errors %+v, want %+v", o.Errors, want)
 	}
+	// Nobody watched for ten minutes: the samples are stale, and the
+	// window starts again (since start at first, then from the first new
+	// sample).
+	if o := h.Overview(start.Add(10 * time.Minute)); o.GrantWait.WindowS != 600 || o.GrantWait.Count != 150 {
+		t.Errorf("after ten idle minutes: window %+v, want since start", o.GrantWait)
+	}
+	if o := h.Overview(start.Add(10*time.Minute + time.Second)); o.GrantWait.WindowS != 1 || o.GrantWait.Count != 0 {
+		t.Errorf("a second later: window %+v, want 1 s and no grants", o.GrantWait)
+	}
 	if o.Cluster != nil || o.ClusterError != "" || o.Pair != nil {
 		t.Errorf("standalone: cluster %+v, %q, pair %+v", o.Cluster, o.ClusterError, o.Pair)
 	}
 	node.set(func(st *server.Stats) {
 		st.Pair = &server.PairStatus{Role: "primary", State: "ACTIVE", Serving: true, PeerState: "PASSIVE", PeerAlive: true, Replicating: true}
 	})
-	if o = h.Overview(start.Add(12500 * time.Millisecond)); o.Pair == nil || o.Pair.State != "ACTIVE" || !o.Pair.Replicating || o.Pair.PeerState != "PASSIVE" {
+	if o = h.Overview(start.Add(10*time.Minute + 1500*time.Millisecond)); o.Pair == nil || o.Pair.State != "ACTIVE" || !o.Pair.Replicating || o.Pair.PeerState != "PASSIVE" {
 		t.Errorf("pair %+v", o.Pair)
 	}
 	node.set(func(st *server.Stats) { st.Pair = nil })
@@ -281,7 +290,7 @@ func TestOverview(t *testing.T) {
 		{ID: "n3", Suffrage: "Voter", Reachable: &no, LastError: "connection refused"},
 	}}
 	node.mu.Unlock()
-	o = h.Overview(start.Add(13 * time.Second))
+	o = h.Overview(start.Add(11 * time.Minute))
 	if o.Cluster == nil || len(o.Cluster.Members) != 3 {
 		t.Fatalf("cluster %+v", o.Cluster)
 	}
@@ -304,7 +313,7 @@ func TestOverview(t *testing.T) {
 		{ID: "n1", Suffrage: "Voter", Leader: true}, {ID: "n2", Suffrage: "Voter"}, {ID: "n3", Suffrage: "Voter"},
 	}}
 	node.mu.Unlock()
-	o = h.Overview(start.Add(14 * time.Second))
+	o = h.Overview(start.Add(12 * time.Minute))
 	for i, want := range []string{console.HealthUp, console.HealthUp, console.HealthUnknown} {
 		if got := o.Cluster.Members[i].Health; got != want {
 			t.Errorf("follower's view: %s health %q, want %q", o.Cluster.Members[i].ID, got, want)

@@ -41,11 +41,12 @@ type Overview struct {
 	// until the console has two samples a little apart (the first event
 	// of a console nobody watched has none).
 	GrantsPerS *float64 `json:"grants_per_s"`
-	// GrantWait summarises the grant waits of the last minute (since
-	// start while the console has no sample that old).
+	// GrantWait summarises the grant waits of the last minute or so
+	// (WaitSummary.WindowS says how long: shorter while the console has
+	// no sample that old, since start before its first one).
 	GrantWait WaitSummary `json:"grant_wait"`
 	// Errors are the protocol errors by E code: every code sent since the
-	// server started, with the count of the last minute.
+	// server started, with its count in the GrantWait window.
 	Errors []ErrorCount `json:"errors"`
 	// TokenStoreError is server.Stats's: why no token can be reserved.
 	TokenStoreError string `json:"token_store_error,omitempty"`
@@ -76,7 +77,7 @@ type ErrorCount struct {
 	// Name is the code's meaning ("invalid argument").
 	Name string `json:"name"`
 	// Total is the count since the server started, Recent that of the
-	// last minute (the GrantWait window).
+	// GrantWait window.
 	Total  uint64 `json:"total"`
 	Recent uint64 `json:"recent"`
 }
@@ -163,9 +164,14 @@ func (s *sampler) take(now time.Time) (st server.Stats, rateBase, statsBase samp
 	cur := sample{at: now, grants: st.Grants, wait: st.GrantWait, codes: st.ProtocolErrorsByCode}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Forget what is older than the window, keeping one sample at least.
+	// Forget what is older than the window, keeping the newest of those
+	// (the window's start), unless it is much older (nobody watched for
+	// a while: then the window starts now).
 	cut := 0
 	for cut < len(s.hist)-1 && now.Sub(s.hist[cut+1].at) >= statsWindow {
+		cut++
+	}
+	if cut < len(s.hist) && now.Sub(s.hist[cut].at) > 2*statsWindow {
 		cut++
 	}
 	s.hist = slices.Delete(s.hist, 0, cut)

@@ -66,6 +66,7 @@
     set("grants", num(o.grants));
     set("grants_per_s", o.grants_per_s === null ? "–" : o.grants_per_s.toFixed(1));
     const w = o.grant_wait;
+    set("window", w.window_s >= 55 && w.window_s <= 65 ? "last minute" : "last " + duration(w.window_s));
     set("grant_wait", w.count === 0 ? "no grants" :
       ms(w.p50_ms) + " / " + ms(w.p90_ms) + " / " + ms(w.p99_ms));
     set("last_token", num(o.last_token));

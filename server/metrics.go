@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,8 @@ type counters struct {
 
 	protoErrs       atomic.Uint64          // E frames sent for violations and internal errors (not E(5))
 	protoErrsByCode *prometheus.CounterVec // the same, by code
+	protoCodesMu    sync.Mutex             // guards protoCodes
+	protoCodes      map[uint16]uint64      // the same, by code, for Stats
 	wait            prometheus.Histogram   // ACQUIRE read to grant
 
 	tokenUnavailable atomic.Uint64 // ACQUIREs answered B for want of a token
@@ -68,6 +71,27 @@ func (m *counters) protoError(code uint16) {
 	}
 	m.protoErrs.Add(1)
 	m.protoErrsByCode.WithLabelValues(strconv.Itoa(int(code))).Inc()
+	m.protoCodesMu.Lock()
+	if m.protoCodes == nil {
+		m.protoCodes = make(map[uint16]uint64)
+	}
+	m.protoCodes[code]++
+	m.protoCodesMu.Unlock()
+}
+
+// protoErrorsByCode returns a copy of the protocol error counts by code;
+// nil if none was sent.
+func (m *counters) protoErrorsByCode() map[uint16]uint64 {
+	m.protoCodesMu.Lock()
+	defer m.protoCodesMu.Unlock()
+	if len(m.protoCodes) == 0 {
+		return nil
+	}
+	out := make(map[uint16]uint64, len(m.protoCodes))
+	for c, n := range m.protoCodes {
+		out[c] = n
+	}
+	return out
 }
 
 // collectors returns the server's Prometheus collectors: counter and gauge

@@ -45,6 +45,16 @@ type Stats struct {
 	Cancelled        uint64 `json:"cancelled"`                   // waiting ACQUIREs removed by a CANCEL and answered T (included in TimedOut)
 	TokenStoreError  string `json:"token_store_error,omitempty"` // why the token store cannot reserve (TokenStoreErr); empty while it can
 
+	// ProtocolErrorsByCode is ProtocolErrors by E code (the
+	// ticketing_protocol_errors_total metric's code label); absent while
+	// it is 0. The console shows its recent changes.
+	ProtocolErrorsByCode map[uint16]uint64 `json:"protocol_errors_by_code,omitempty"`
+	// GrantWait is the histogram of the waits of the grants counted in
+	// Grants (the ticketing_grant_wait_seconds metric); the difference of
+	// two snapshots (WaitHistogram.Sub) gives the percentiles of the
+	// grants between them (WaitHistogram.Quantile).
+	GrantWait WaitHistogram `json:"grant_wait"`
+
 	Pair *PairStatus `json:"pair,omitempty"` // a pair node's view of its pair (Server.PairStatus)
 }
 
@@ -400,6 +410,8 @@ func (s *Server) Stats() Stats {
 	}
 	st.TokenUnavailable = s.m.tokenUnavailable.Load()
 	st.Cancelled = s.m.cancelled.Load()
+	st.ProtocolErrorsByCode = s.m.protoErrorsByCode()
+	st.GrantWait = s.m.grantWait()
 	if err := s.TokenStoreErr(); err != nil {
 		st.TokenStoreError = err.Error()
 	}

@@ -76,7 +76,7 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return usagef("missing command (serve, init, cluster, locks or version)")
+			return usagef("missing command (serve, init, cluster, locks, console or version)")
 		},
 	}
 	// --version prints what 'ticketingd version' prints.
@@ -87,7 +87,7 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{err}
 	})
-	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newClusterCmd(stdout), newLocksCmd(stdout, stderr), newVersionCmd(stdout))
+	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newClusterCmd(stdout), newLocksCmd(stdout, stderr), newConsoleCmd(stderr), newVersionCmd(stdout))
 	return root
 }
 

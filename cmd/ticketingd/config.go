@@ -121,7 +121,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off"),
 		opt(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)"),
 		opt(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0"),
-		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz and /status, and in cluster mode /cluster/add and /cluster/remove (off when empty)"),
+		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz, /status and the web console (/), and in cluster mode /cluster/add and /cluster/remove (off when empty)"),
 		opt(&o.AdminToken, "admin-token", "", "require 'Authorization: Bearer `TOKEN`' on every admin request but GET /healthz; required in cluster mode when --admin-listen is not a loopback address"),
 		opt(&o.ConsoleKeys, "console-keys", false, "turn on the lock browser of the admin listener (GET /v1/locks, GET /v1/locks/{key}, POST /v1/locks/{key}/expire; 'ticketingd locks'): it shows key names, which can be sensitive, and can expire a lock; needs --admin-listen and --admin-token, which it always requires, on loopback too"),
 		opt(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error"),

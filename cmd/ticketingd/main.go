@@ -7,6 +7,8 @@
 //	                   (with --cluster: a bundle for every node of a Raft cluster;
 //	                   with --pair: for the two nodes of a hot-standby pair)
 //	ticketingd cluster show or change a cluster's membership through a node's admin listener
+//	ticketingd console serve the web console without a server (planning: the deployment page);
+//	                   a server has it, live, on its admin listener
 //	ticketingd version print the module version, VCS revision and Go version (also --version)
 //
 // Exit status: 0 on success, 2 for a usage error (bad flag, bad config file

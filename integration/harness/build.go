@@ -1,13 +1,14 @@
 package harness
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/ticketing-dev/ticketing/internal/proctest"
 )
 
 // TicketingdPkg is the import path of the server binary.
@@ -17,20 +18,11 @@ const TicketingdPkg = "github.com/ticketing-dev/ticketing/cmd/ticketingd"
 // walking up from the working directory (a test's working directory is its
 // package directory).
 func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := proctest.ModuleRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("harness: %w", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("harness: no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // BuildPackage runs 'go build -o out pkg' in the module root. pkg is an

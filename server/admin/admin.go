@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/admin/console"
 )
 
 // Limits of the cluster endpoints.
@@ -80,6 +81,16 @@ type Options struct {
 	// turn it on; on, they require Token, even on loopback (403 without
 	// one).
 	ConsoleKeys bool
+
+	// NoConsole turns the web console (package console: GET /,
+	// /v1/overview, /v1/events, /deploy, /assets/) off: those paths are
+	// 404 then.
+	NoConsole bool
+
+	// ConsoleRoutes are further handlers of the console by http.ServeMux
+	// pattern (console.Options.Routes): the lock browser's and the
+	// deployment page's. They are behind the admin token like the rest.
+	ConsoleRoutes map[string]http.Handler
 }
 
 // node is the part of *server.Server every admin handler uses.
@@ -158,6 +169,20 @@ func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handle
 		}
 		writeJSON(w, http.StatusOK, body)
 	})
+	if !opts.NoConsole {
+		c := console.New(console.Options{
+			Node:         consoleNode{srv, cn},
+			Version:      build.Version,
+			Revision:     build.Revision,
+			ShuttingDown: opts.ShuttingDown,
+			LoopbackOnly: opts.Token == "",
+			Routes:       opts.ConsoleRoutes,
+			LockBrowser:  opts.ConsoleKeys && opts.Token != "",
+		})
+		for _, p := range c.Patterns() {
+			mux.Handle(p, c)
+		}
+	}
 	if cn != nil {
 		hasToken := opts.Token != ""
 		mux.HandleFunc("POST /cluster/add", func(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +234,21 @@ func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handle
 	if opts.Token == "" {
 		return mux
 	}
-	return requireToken(opts.Token, mux)
+	return RequireToken(opts.Token, mux)
+}
+
+// consoleNode is the console's view of the server: its Stats, and its
+// ClusterStatus on a cluster node.
+type consoleNode struct {
+	node
+	cn clusterNode
+}
+
+func (n consoleNode) ClusterStatus() (server.ClusterStatus, error) {
+	if n.cn == nil {
+		return server.ClusterStatus{}, server.ErrNotCluster
+	}
+	return n.cn.ClusterStatus()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -257,26 +296,12 @@ func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
 		return false
 	}
 	if !token {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if !isLoopbackHost(strings.Trim(host, "[]")) {
+		if !console.IsLoopbackHost(r.Host) {
 			writeJSON(w, http.StatusForbidden, ErrorResponse{Error: fmt.Sprintf("Host %q is not a loopback address: without --admin-token, cluster changes are accepted only for 127.0.0.1, ::1 or localhost", r.Host)})
 			return false
 		}
 	}
 	return true
-}
-
-// isLoopbackHost reports whether h names this machine's loopback
-// interface: localhost (with or without the final dot) or a loopback IP.
-func isLoopbackHost(h string) bool {
-	if strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // decodeBody reads a JSON request body of at most MaxRequestBody bytes
@@ -353,13 +378,17 @@ const (
 	msgWrongToken = "unauthorized: the admin token sent is not this listener's --admin-token"
 )
 
-// requireToken lets through GET /healthz, for probes that cannot send
-// headers, and any other request only with "Authorization: Bearer TOKEN".
-// The comparison is of SHA-256 digests in constant time, so that neither
-// the token's bytes nor its length leak through timing. The answer says
-// whether no token, no Bearer token, or a wrong token was sent (which
-// tells nothing about the right one).
-func requireToken(token string, next http.Handler) http.Handler {
+// RequireToken lets through GET /healthz, for probes that cannot send
+// headers, and any other request only with "Authorization: Bearer TOKEN"
+// or, for a web browser (the console), HTTP Basic authentication with
+// TOKEN as the password (any user name). The comparison is of SHA-256
+// digests in constant time, so that neither the token's bytes nor its
+// length leak through timing. The 401 answer says whether no token, no
+// Bearer token, or a wrong token was sent (which tells nothing about the
+// right one), and challenges Bearer and Basic, so that a browser asks for
+// the token. New uses it when Options.Token is set; ticketingd console
+// wraps the console in it.
+func RequireToken(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -368,6 +397,9 @@ func requireToken(token string, next http.Handler) http.Handler {
 		}
 		h := r.Header.Get("Authorization")
 		got, ok := bearerToken(h)
+		if !ok {
+			_, got, ok = r.BasicAuth()
+		}
 		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
 			msg := msgWrongToken
@@ -378,6 +410,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 				msg = msgNotBearer
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketingd admin"`)
+			w.Header().Add("WWW-Authenticate", `Basic realm="ticketingd admin", charset="UTF-8"`)
 			writeJSON(w, http.StatusUnauthorized, ErrorResponse{Error: msg})
 			return
 		}

@@ -58,6 +58,14 @@
 //     MisdirectedResponse on a cluster follower (naming the leader) or a
 //     pair's passive (naming the active); 504 if no answer came within
 //     10 s (it may still apply).
+//   - The web console (package console), unless Options.NoConsole: GET /
+//     (the live page), /v1/overview (a console.Overview as JSON),
+//     /v1/events (server-sent events, one Overview a second), /deploy and
+//     /assets/..., and the handlers of Options.ConsoleRoutes (further
+//     pages, such as the deployment page's). Without Options.Token the
+//     console answers only on a loopback address and for a loopback Host
+//     (403 otherwise); its answers carry a strict Content-Security-Policy,
+//     nosniff and Cache-Control: no-store.
 //
 // Keys in the lock browser's JSON are bytes: key_b64 always (standard
 // base64), key as text when they are valid UTF-8 (else ""). Tokens are
@@ -67,9 +75,11 @@
 //
 // With Options.Token set, every request but GET /healthz must carry
 // "Authorization: Bearer TOKEN" (the scheme is case-insensitive; the
-// token is compared in constant time); anything else gets 401 with an
-// ErrorResponse that says whether no token, no Bearer token or a wrong
-// token was sent, and a WWW-Authenticate header. Every error answer but
+// token is compared in constant time) or, as a browser sends it after
+// asking, HTTP Basic authentication with the token as the password (any
+// user name); anything else gets 401 with an ErrorResponse that says
+// whether no token, no Bearer token or a wrong token was sent, and
+// WWW-Authenticate headers for Bearer and Basic (RequireToken). Every error answer but
 // the mux's own 404 and 405 is JSON: an ErrorResponse, a
 // NotLeaderResponse for a membership change's 409, or a
 // MisdirectedResponse for 421. The messages name ticketingd's flags

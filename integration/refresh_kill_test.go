@@ -251,23 +251,7 @@ func TestClusterRefreshSurvivesLeaderKill(t *testing.T) {
 		key, token, acquireLease, refreshLease, l.ID, killed, nl.ID, tookOver, nHeld, unrefreshedEnd, lastHeld,
 		h.At(relAt), dl1.Sub(relAt).Round(time.Millisecond), tk2.Token())
 	t.Logf("outcomes: %v", h.Counts())
-	for _, err := range []error{
-		harness.CheckTokensUnique(h),
-		harness.CheckNoTicketAfterIndeterminate(h),
-		harness.CheckTokensFollowRealTime(h),
-		harness.CheckLeaseExclusion(h),
-		harness.CheckReleasedIntervals(h),
-		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire),
-			harness.OutcomeOK, harness.OutcomeTimedOut, harness.OutcomeIndeterminate,
-			harness.OutcomeUnsent, harness.OutcomeNotActive, harness.OutcomeBusy),
-	} {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if !t.Failed() {
-		refreshedExclusionCatches(t, h, gi, tk2.Token(), lastHeld, dl0)
-	}
+	checkRefreshHistory(t, h, false, gi, tk2.Token(), lastHeld, dl0)
 }
 
 // TestClusterKeepAliveStopped: the other half of the "done when":
@@ -410,22 +394,5 @@ func TestClusterKeepAliveStopped(t *testing.T) {
 		tk2.Token(), g2.Complete, (g2.Complete - h.At(dlLast)).Round(time.Millisecond), len(h.Filter(func(o harness.Op) bool { return o.Process == "job2" && o.Kind == harness.KindAcquire })),
 		late.Outcome)
 	t.Logf("outcomes: %v", h.Counts())
-	for _, err := range []error{
-		harness.CheckTokensUnique(h),
-		harness.CheckNoTicketAfterIndeterminate(h),
-		harness.CheckTokensFollowRealTime(h),
-		harness.CheckLeaseExclusion(h),
-		harness.CheckReleasedIntervals(h),
-		harness.CheckFencedIncreasing(h),
-		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire),
-			harness.OutcomeOK, harness.OutcomeTimedOut, harness.OutcomeIndeterminate,
-			harness.OutcomeUnsent, harness.OutcomeNotActive, harness.OutcomeBusy),
-	} {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if !t.Failed() {
-		refreshedExclusionCatches(t, h, gi, tk2.Token(), stopped, dl0)
-	}
+	checkRefreshHistory(t, h, true, gi, tk2.Token(), stopped, dl0)
 }

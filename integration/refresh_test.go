@@ -335,7 +335,17 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	}
 	t.Logf("outcomes: %v", h.Counts())
 
-	for _, err := range []error{
+	checkRefreshHistory(t, h, false, gi, tk2.Token(), killed, dl0)
+}
+
+// checkRefreshHistory runs the history checkers on a refresh scenario's
+// History (with fenced, the fenced writes' order too) and, if they pass,
+// shows that the lease-exclusion checker would catch the second job's
+// grant (token late) moved to at, inside the first job's lease (its
+// acquire gi, deadline dl0).
+func checkRefreshHistory(t *testing.T, h *harness.History, fenced bool, gi int, late uint64, at time.Duration, dl0 time.Time) {
+	t.Helper()
+	errs := []error{
 		harness.CheckTokensUnique(h),
 		harness.CheckNoTicketAfterIndeterminate(h),
 		harness.CheckTokensFollowRealTime(h),
@@ -344,13 +354,17 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 		harness.CheckOutcomes(h, harness.OfKind(harness.KindAcquire),
 			harness.OutcomeOK, harness.OutcomeTimedOut, harness.OutcomeIndeterminate,
 			harness.OutcomeUnsent, harness.OutcomeNotActive, harness.OutcomeBusy),
-	} {
+	}
+	if fenced {
+		errs = append(errs, harness.CheckFencedIncreasing(h))
+	}
+	for _, err := range errs {
 		if err != nil {
 			t.Error(err)
 		}
 	}
 	if !t.Failed() {
-		refreshedExclusionCatches(t, h, gi, tk2.Token(), killed, dl0)
+		refreshedExclusionCatches(t, h, gi, late, at, dl0)
 	}
 }
 

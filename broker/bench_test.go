@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -102,11 +103,21 @@ func benchCycles(b *testing.B, addr string, cancellable bool) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
 }
 
-// BenchmarkAcquireRelease: through the real in-process server (its
-// allocations count in the same process).
+// benchAddr is the server the benchmarks through a real server use: the
+// address in TICKETING_BENCH_ADDR (a standalone ticketingd, so that this
+// benchmark and ticketing-bench can be pointed at the same server, see
+// bench/client.sh), or else a real server started in this process (its
+// CPU and allocations then count in the same process).
+func benchAddr(b *testing.B) string {
+	if addr := os.Getenv("TICKETING_BENCH_ADDR"); addr != "" {
+		return addr
+	}
+	return startServer(b, server.Config{}, "127.0.0.1:0").Addr
+}
+
+// BenchmarkAcquireRelease: through a real server (see benchAddr).
 func BenchmarkAcquireRelease(b *testing.B) {
-	rs := startServer(b, server.Config{}, "127.0.0.1:0")
-	benchCycles(b, rs.Addr, true)
+	benchCycles(b, benchAddr(b), true)
 }
 
 // BenchmarkAcquireReleaseBackground is BenchmarkAcquireRelease with
@@ -114,8 +125,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // it: each wait is then a plain channel receive instead of a select on
 // the reply and ctx.Done, which shows what cancellation costs.
 func BenchmarkAcquireReleaseBackground(b *testing.B) {
-	rs := startServer(b, server.Config{}, "127.0.0.1:0")
-	benchCycles(b, rs.Addr, false)
+	benchCycles(b, benchAddr(b), false)
 }
 
 // BenchmarkAcquireReleaseFake: against a minimal fake server that grants and

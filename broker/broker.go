@@ -591,18 +591,21 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 				return nil, newErr(ErrIndeterminate, "cancelled after a possible send; CANCEL sent, a late grant is released", ctx.Err())
 			}
 			b.recv(r)
-			res := r.res
+			t, err := b.cancelledOutcome(ctx, key, owner, &r.res, leaseS, workS)
 			b.putReq(r)
-			return b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
+			return t, err
 		}
-		res := r.res
+		// r.res is read in place (r goes back to the pool afterwards):
+		// no copies of the result on the way to the Ticket.
+		res := &r.res
 		if b.debugOn() {
-			b.debugReply(c, "ACQUIRE", r.id, key, 0, res)
+			b.debugReply(c, "ACQUIRE", r.id, key, 0, *res)
 		}
 		if res.typ == wire.TypeGranted && ctx.Err() != nil {
 			// Cancelled while the grant was being read: never a Ticket.
+			t, err := b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
 			b.putReq(r)
-			return b.cancelledOutcome(ctx, key, owner, res, leaseS, workS)
+			return t, err
 		}
 		if res.typ == 0 && !res.sent {
 			// The session ended before our bytes were written: definitely
@@ -610,8 +613,9 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 			lastCause = res.cause
 			continue
 		}
+		t, err := b.outcome(key, owner, res, leaseS, workS)
 		b.putReq(r)
-		return b.outcome(key, owner, res, leaseS, workS)
+		return t, err
 	}
 	b.putReq(r)
 	if b.closing.Load() {
@@ -626,7 +630,7 @@ func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time
 // cancelledOutcome: ctx ended, but a final reply had already been read.
 // T, B, M and E stand; a grant is released (bounded, in the background) and
 // the caller gets Indeterminate, never a Ticket.
-func (b *Broker) cancelledOutcome(ctx context.Context, key string, owner [wire.OwnerLen]byte, res result, leaseS, workS int64) (*Ticket, error) {
+func (b *Broker) cancelledOutcome(ctx context.Context, key string, owner [wire.OwnerLen]byte, res *result, leaseS, workS int64) (*Ticket, error) {
 	if res.typ == wire.TypeGranted {
 		b.compensate(key, res.token, owner, "grant read concurrently with cancellation")
 		return nil, newErr(ErrIndeterminate, "cancelled; the concurrent grant is being released", ctx.Err())
@@ -640,7 +644,7 @@ func (b *Broker) cancelledOutcome(ctx context.Context, key string, owner [wire.O
 	return b.outcome(key, owner, res, leaseS, workS)
 }
 
-func (b *Broker) outcome(key string, owner [wire.OwnerLen]byte, res result, leaseS, workS int64) (*Ticket, error) {
+func (b *Broker) outcome(key string, owner [wire.OwnerLen]byte, res *result, leaseS, workS int64) (*Ticket, error) {
 	switch res.typ {
 	case wire.TypeGranted:
 		// Rule 15a: the server cannot have waited longer than the time
@@ -678,7 +682,6 @@ func (b *Broker) outcome(key string, owner [wire.OwnerLen]byte, res result, leas
 
 func (b *Broker) newTicket(key string, token uint64, owner [wire.OwnerLen]byte, deadline time.Time) (*Ticket, error) {
 	st := &ticketState{key: key, token: token, owner: owner, deadline: deadline}
-	st.lost.Store(notLost)
 	sh := b.shard(st)
 	sh.mu.Lock()
 	if b.closing.Load() { // Close has collected, or will not see, this shard
@@ -808,9 +811,9 @@ func (b *Broker) release(ctx context.Context, key string, token uint64, owner [w
 			}
 			b.recv(r) // the result raced with the cancel: use it
 		}
-		res := r.res
+		res := &r.res // read in place, before r is reused or pooled
 		if b.debugOn() {
-			b.debugReply(c, "RELEASE", r.id, key, token, res)
+			b.debugReply(c, "RELEASE", r.id, key, token, *res)
 		}
 		sentAny = sentAny || res.sent
 		if res.expired {

@@ -1082,10 +1082,11 @@ func (c *conn) peekFrame(block bool) (int, error) {
 }
 
 // delivery is work that dispatchLocked leaves for after c.mu is released:
-// a result for its request, or a compensating release.
+// the signal of a request whose result dispatchLocked has set (r.res: the
+// request is out of the in-flight table, so nothing else touches it until
+// its caller receives the signal), or a compensating release.
 type delivery struct {
-	r   *request
-	res result
+	r *request
 	// compensation: the grant nobody uses, and why
 	lost  lostGrant
 	token uint64
@@ -1094,7 +1095,7 @@ type delivery struct {
 
 func (d *delivery) run(c *conn) {
 	if d.r != nil {
-		d.r.handOver(d.res) // counted in woken by readLoop
+		d.r.ch <- struct{}{} // r.res is set; counted in woken by readLoop
 		return
 	}
 	c.b.compensate(d.lost.key, d.token, d.lost.owner, d.why)
@@ -1172,7 +1173,8 @@ func (c *conn) dispatchLocked(resp *wire.Response, ready []delivery) []delivery 
 			c.inflight.del(r)
 			switch {
 			case !r.abandoned:
-				ready = append(ready, delivery{r: r, res: result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0}})
+				r.res = result{typ: resp.Type, token: resp.Token, waitedMS: resp.WaitedMS, sent: true, t0: r.t0}
+				ready = append(ready, delivery{r: r})
 			case r.typ == wire.TypeAcquire && resp.Type == wire.TypeGranted:
 				// Granted before the server read our CANCEL: nobody
 				// holds this Ticket, release it (T and B need nothing).

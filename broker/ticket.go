@@ -41,8 +41,10 @@ type ticketState struct {
 	// this ticket's, as the broker learned it (see lose): a RELEASE sent
 	// (answered R or N, or unconfirmed), an EXTEND answered N; kept as
 	// its offset from deadline (no allocation, and the monotonic clock
-	// reading is kept), notLost for none. The conservative deadline is
-	// never later than it.
+	// reading is kept), stored with its sign bit flipped (see lostEnc) so
+	// that the zero value is "nothing learned" (notLost) and a new state
+	// needs no atomic store. The conservative deadline is never later
+	// than it.
 	lost atomic.Int64
 
 	// The running KeepAlives (see keeper), a list through keeper.nextK,
@@ -70,8 +72,13 @@ type ticketState struct {
 	err                     error // the first release's result, guarded by relMu
 }
 
-// notLost is ticketState.lost's "nothing learned".
+// notLost is the offset that stands for "nothing learned"; stored in
+// ticketState.lost as 0 (see lostEnc).
 const notLost = math.MinInt64
+
+// lostEnc maps an offset to its stored form in ticketState.lost and back
+// (its own inverse): notLost is stored as 0, the zero value.
+func lostEnc(v int64) int64 { return v ^ notLost }
 
 // Key returns the lock's key.
 func (t *Ticket) Key() string { return t.st.key }
@@ -106,7 +113,7 @@ func (st *ticketState) currentDeadline() time.Time {
 	if p := st.ext.Load(); p != nil {
 		d = *p
 	}
-	if off := st.lost.Load(); off != notLost {
+	if off := lostEnc(st.lost.Load()); off != notLost {
 		if l := st.deadline.Add(time.Duration(off)); l.Before(d) {
 			return l
 		}
@@ -125,7 +132,7 @@ func (st *ticketState) lose(at time.Time) {
 	}
 	for {
 		cur := st.lost.Load()
-		if cur != notLost && cur <= off || st.lost.CompareAndSwap(cur, off) {
+		if cur != 0 && lostEnc(cur) <= off || st.lost.CompareAndSwap(cur, lostEnc(off)) {
 			return
 		}
 	}

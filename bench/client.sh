@@ -12,7 +12,10 @@
 #   bench/client.sh                                  # the broker of this checkout
 #   OLD=/path/old-broker.test bench/client.sh        # and an older one, alternating
 #
-# Settings: ROUNDS=8 DURATION=4s N=800000 CLIENTS=64; BENCHFLAGS (extra
+# Settings: ROUNDS=8 DURATION=4s N=800000 CLIENTS=64;
+# BENCH=BenchmarkAcquireReleaseBackground measures the broker with
+# context.Background() (plain receives instead of a select on the reply
+# and ctx.Done) instead of BenchmarkAcquireRelease; BENCHFLAGS (extra
 # flags of the broker test binaries, e.g. -test.cpuprofile=FILE). A test
 # binary is built with `go test -c -o FILE ./broker/`.
 set -euo pipefail
@@ -20,6 +23,7 @@ ROUNDS=${ROUNDS:-8}
 DURATION=${DURATION:-4s}
 N=${N:-800000}
 CLIENTS=${CLIENTS:-64}
+BENCH=${BENCH:-BenchmarkAcquireRelease}
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 srv=
@@ -57,7 +61,7 @@ PY
   for i in "${!bins[@]}"; do
     s0=$(srvcpu)
     TICKETING_BENCH_ADDR=$addr /usr/bin/time -f '%U %S' -o "$tmp/time" "${bins[$i]}" -test.run '^$' \
-      -test.bench '^BenchmarkAcquireRelease$' -test.benchmem -test.benchtime "${N}x" ${BENCHFLAGS:-} >"$tmp/bench.out"
+      -test.bench "^$BENCH\$" -test.benchmem -test.benchtime "${N}x" ${BENCHFLAGS:-} >"$tmp/bench.out"
     s1=$(srvcpu)
     python3 - "$tmp/bench.out" "$tmp/time" "$s0" "$s1" "$N" "$r" "${names[$i]}" >>"$results" <<'PY'
 import re, sys

@@ -15,7 +15,10 @@
 # Settings: ROUNDS=8 DURATION=4s N=800000 CLIENTS=64;
 # BENCH=BenchmarkAcquireReleaseBackground measures the broker with
 # context.Background() (plain receives instead of a select on the reply
-# and ctx.Done) instead of BenchmarkAcquireRelease; BENCHFLAGS (extra
+# and ctx.Done) instead of BenchmarkAcquireRelease, OLDBENCH the same for
+# OLD (default: BENCH; with OLD set to the same binary as NEW, it compares
+# the two benchmarks of one binary); NEW=path of the broker test binary
+# (default: built from this checkout); BENCHFLAGS (extra
 # flags of the broker test binaries, e.g. -test.cpuprofile=FILE). A test
 # binary is built with `go test -c -o FILE ./broker/`.
 set -euo pipefail
@@ -29,11 +32,15 @@ tmp=$(mktemp -d)
 srv=
 cleanup() { [ -n "$srv" ] && kill "$srv" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-(cd "$here" && go build -o "$tmp/ticketingd" ./cmd/ticketingd && go build -o "$tmp/ticketing-bench" ./cmd/ticketing-bench \
-  && go test -c -o "$tmp/new.test" ./broker/)
+(cd "$here" && go build -o "$tmp/ticketingd" ./cmd/ticketingd && go build -o "$tmp/ticketing-bench" ./cmd/ticketing-bench)
+if [ -z "${NEW:-}" ]; then
+  (cd "$here" && go test -c -o "$tmp/new.test" ./broker/)
+  NEW=$tmp/new.test
+fi
 names=(new)
-bins=("$tmp/new.test")
-if [ -n "${OLD:-}" ]; then names+=(old); bins+=("$OLD"); fi
+bins=("$NEW")
+benches=("$BENCH")
+if [ -n "${OLD:-}" ]; then names+=(old); bins+=("$OLD"); benches+=("${OLDBENCH:-$BENCH}"); fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 "$tmp/ticketingd" serve --listen "127.0.0.1:$port" --data-dir "$tmp/data" >"$tmp/server.log" 2>&1 &
 srv=$!
@@ -58,10 +65,12 @@ cycles = cps * dur
 srv = float(sys.argv[4]) - float(sys.argv[3])
 print(f"{sys.argv[6]} tool {cps:.0f} {(u+s)/cycles*1e6:.2f} {srv/cycles*1e6:.2f}")
 PY
-  for i in "${!bins[@]}"; do
+  order=("${!bins[@]}")
+  if [ $((r % 2)) -eq 0 ] && [ ${#bins[@]} -eq 2 ]; then order=(1 0); fi # the second slot runs on a warmer server: alternate
+  for i in "${order[@]}"; do
     s0=$(srvcpu)
     TICKETING_BENCH_ADDR=$addr /usr/bin/time -f '%U %S' -o "$tmp/time" "${bins[$i]}" -test.run '^$' \
-      -test.bench "^$BENCH\$" -test.benchmem -test.benchtime "${N}x" ${BENCHFLAGS:-} >"$tmp/bench.out"
+      -test.bench "^${benches[$i]}\$" -test.benchmem -test.benchtime "${N}x" ${BENCHFLAGS:-} >"$tmp/bench.out"
     s1=$(srvcpu)
     python3 - "$tmp/bench.out" "$tmp/time" "$s0" "$s1" "$N" "$r" "${names[$i]}" >>"$results" <<'PY'
 import re, sys

@@ -69,6 +69,12 @@ import (
 // batch or before a wave is complete (slower), padding hot atomics onto
 // their own cache lines, registry shards chosen per P, skipping the
 // writer's yields after a complete wave.
+//
+// Issue 24 measures this benchmark and ticketing-bench against one
+// standalone ticketingd (TICKETING_BENCH_ADDR, bench/client.sh): 0.80 of
+// the tool's cycles/s, 0.83 with context.Background(); the account per
+// cycle, and what was tried (per-session wave counts, waking the writer
+// at the first queued request), is in bench/RESULTS.md.
 func benchCycles(b *testing.B, addr string, cancellable bool) {
 	cfg := broker.Config{Addrs: []string{addr}}
 	br := newBroker(b, cfg)

@@ -71,7 +71,7 @@ import (
 // writer's yields after a complete wave.
 //
 // Issue 24 measures this benchmark and ticketing-bench against one
-// standalone ticketingd (TICKETING_BENCH_ADDR, bench/client.sh): 0.80 of
+// standalone ticketingd (TICKETING_BENCH_ADDR, bench/client.sh): 0.79 of
 // the tool's cycles/s, 0.83 with context.Background(); the account per
 // cycle, and what was tried (per-session wave counts, waking the writer
 // at the first queued request), is in bench/RESULTS.md.

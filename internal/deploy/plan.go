@@ -298,7 +298,8 @@ func (p *planner) single() error {
 	}
 
 	cfg := Config{Listen: a.listen, DataDir: DataDir, ClientTokensFile: TokensFile, LogLevel: "info", LogFormat: "text",
-		ShutdownTimeout: 10 * time.Second, TokenStart: p.s.TokenStart, AdminListen: run.admin, AdminToken: p.adm}
+		ShutdownTimeout: 10 * time.Second, TokenStart: p.s.TokenStart, AdminListen: run.admin, AdminToken: p.adm,
+		ConsoleKeys: p.s.ConsoleKeys}
 	cfg.TLSCert, cfg.TLSKey = p.tlsFiles(ServerCert, ServerKey)
 	where := "that address only"
 	if a.wildcard {
@@ -319,6 +320,7 @@ func (p *planner) single() error {
 		before += fmt.Sprintf("# admin-listen: \"127.0.0.1:%d\"   # /metrics, /healthz, /status\n", p.s.AdminPort)
 	} else {
 		comments["admin-listen"] = comment{head: "# /metrics, /healthz, /status; every request but\n# GET /healthz needs 'Authorization: Bearer <admin-token>'."}
+		comments["console-keys"] = comment{line: consoleKeysComment}
 	}
 	comments["log-level"] = comment{head: strings.TrimSuffix(before, "\n")}
 	comments["token-start"] = comment{head: "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n" +
@@ -477,7 +479,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		run.ports = append(run.ports, port)
 	}
 	cfg := Config{Listen: n.listen, DataDir: DataDir, ClientTokensFile: TokensFile, NodeName: n.id, Advertise: n.listen,
-		AdminListen: n.admin, AdminToken: p.adm, TokenStart: p.s.TokenStart, LogLevel: "info", LogFormat: "text", ShutdownTimeout: 10 * time.Second}
+		AdminListen: n.admin, AdminToken: p.adm, ConsoleKeys: p.s.ConsoleKeys, TokenStart: p.s.TokenStart, LogLevel: "info", LogFormat: "text", ShutdownTimeout: 10 * time.Second}
 	add := func(name string, kp *pki.KeyPair, key bool) error {
 		run.files = append(run.files, name)
 		return p.pem(path.Join(d, name), kp, key)
@@ -571,6 +573,9 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		b.note(fmt.Sprintf("\n# %s; on loopback, without an admin token.", endpoints))
 	}
 	b.key("admin-listen", "")
+	if p.s.ConsoleKeys {
+		b.key("console-keys", consoleKeysComment)
+	}
 	b.note("\n" + strings.TrimSuffix(p.tokenStartComment(), "\n"))
 	b.key("token-start", "")
 	b.note("\n")
@@ -614,6 +619,9 @@ func (b *commentBuilder) key(k, line string) {
 	b.comments[k] = comment{head: strings.Join(b.pending, "\n"), line: line}
 	b.pending = nil
 }
+
+// consoleKeysComment is what a config says beside console-keys: true.
+const consoleKeysComment = "# the lock browser (console's Locks, /v1/locks): key names, expire now"
 
 // absPath is the absolute path of name in the bundle directory dir.
 func absPath(dir, name string) string {

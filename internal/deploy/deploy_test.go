@@ -945,3 +945,43 @@ func TestDockerBuild(t *testing.T) {
 		t.Errorf("docker run %s version: %v\n%s", tag, err, out)
 	}
 }
+
+// TestPreviewMasks: a preview of every file of a bundle, its guide and URL
+// shows no token and no private key, and every secret file is masked.
+func TestPreviewMasks(t *testing.T) {
+	s1 := single(t.TempDir())
+	s1.AdminToken, s1.ClientTokens, s1.TLS = true, 3, TLSPrivateCA
+	for _, s := range []Spec{cluster3(t.TempDir()), pair2(t.TempDir()), s1} {
+		p := mustPlan(t, s)
+		secrets := tokens(p.files[TokensFile].Data)
+		if f, ok := p.files[AdminTokenFile]; ok {
+			secrets = append(secrets, strings.TrimSpace(string(f.Data)))
+		}
+		if len(secrets) < 2 {
+			t.Fatalf("%s: secrets %d", s.Topology, len(secrets))
+		}
+		texts := map[string]string{"guide": p.Mask(p.Guide), "url": p.Mask(p.URL)}
+		for _, f := range p.Files {
+			if f.Mode.IsDir() {
+				continue
+			}
+			texts[f.Path] = p.Preview(f)
+			if f.Secret && texts[f.Path] == string(f.Data) {
+				t.Errorf("%s: %s is secret and shown as it is", s.Topology, f.Path)
+			}
+		}
+		for name, text := range texts {
+			for _, sec := range secrets {
+				if strings.Contains(text, sec) {
+					t.Errorf("%s: the preview of %s shows a token", s.Topology, name)
+				}
+			}
+			if strings.Contains(text, "PRIVATE KEY-----") {
+				t.Errorf("%s: the preview of %s shows a private key", s.Topology, name)
+			}
+		}
+		if !strings.Contains(texts["url"], Hidden+"@") {
+			t.Errorf("%s: masked URL %q", s.Topology, texts["url"])
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -90,6 +91,32 @@ type Bundle struct {
 	// Warnings are what the deployment will lack (no TLS on a network,
 	// an even cluster size, ...), one sentence each.
 	Warnings []string
+
+	// tokens are the bundle's client and admin tokens, for Mask.
+	tokens []string
+}
+
+// Hidden is what Mask and Preview show in place of a secret.
+const Hidden = "•••hidden•••"
+
+// Mask returns text with every client and admin token of the bundle
+// replaced by Hidden: the guide, the URL or a file shown where secrets
+// must not be.
+func (b *Bundle) Mask(text string) string {
+	for _, t := range b.tokens {
+		text = strings.ReplaceAll(text, t, Hidden)
+	}
+	return text
+}
+
+// Preview returns the text of a file for a preview without secrets: a
+// private key is replaced by a line that says what it is, tokens (in a
+// tokens file, a config, the README) by Hidden.
+func (b *Bundle) Preview(f File) string {
+	if f.Secret && bytes.Contains(f.Data, []byte("PRIVATE KEY-----")) {
+		return fmt.Sprintf("%s (a private key, %d bytes, mode %04o)\n", Hidden, len(f.Data), f.Mode.Perm())
+	}
+	return b.Mask(string(f.Data))
 }
 
 // Plan checks s (errors as Validate) and plans its bundle, with new keys
@@ -111,6 +138,10 @@ func Plan(s Spec) (*Bundle, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	p.b.tokens = p.tok
+	if p.adm != "" {
+		p.b.tokens = append(p.b.tokens, p.adm)
 	}
 	return p.b, nil
 }

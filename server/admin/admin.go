@@ -70,8 +70,9 @@ type Options struct {
 	ClusterChangeTimeout time.Duration
 
 	// Logger gets a line per membership change ("admin: cluster add",
-	// "admin: cluster remove") with its outcome and the remote address;
-	// nil: discard. (An expire now is logged by the server, at Warn, with
+	// "admin: cluster remove") with its outcome and the remote address,
+	// and the console's line per deployment plan (never a key or a
+	// token); nil: discard. (An expire now is logged by the server, at Warn, with
 	// the remote address and the X-Ticketing-Operator header.)
 	Logger *slog.Logger
 
@@ -178,6 +179,7 @@ func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handle
 			LoopbackOnly: opts.Token == "",
 			Routes:       opts.ConsoleRoutes,
 			LockBrowser:  opts.ConsoleKeys && opts.Token != "",
+			Logger:       log,
 		})
 		for _, p := range c.Patterns() {
 			mux.Handle(p, c)

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"archive/zip"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -143,4 +145,100 @@ func TestBrowserConsoleAsksForToken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ERR_INVALID_AUTH_CREDENTIALS") {
 		t.Fatalf("navigation without the token: response %+v, error %v; want the browser's auth error", resp, err)
 	}
+}
+
+// TestBrowserDeployPage fills the deployment form in headless chromium,
+// typing and clicking: a cluster with a node's host missing and a
+// relative directory gets its messages beside those fields (and the list on top); put
+// right, it previews every file with the secrets masked until "Show
+// secrets", and the .zip button downloads that same bundle, whose client
+// tokens hold the token of the URL shown. An edit after the preview says
+// the downloads no longer match. On a phone's screen the page does not
+// scroll sideways.
+func TestBrowserDeployPage(t *testing.T) {
+	tab := browsertest.New(t)
+	const token = "d3ploy-br0wser"
+	srv, _ := startServer(t, server.Config{DataDir: t.TempDir()})
+	base := serveAdmin(t, New(srv, Options{Token: token}))
+	browsertest.SetHeaders(t, tab, map[string]string{"Authorization": browsertest.BasicAuth("operator", token)})
+	browsertest.Do(t, tab, chromedp.Navigate(base+"/deploy"),
+		chromedp.Click(chromedp.CSS(`input[name="topology"][value="cluster"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#nodes-2-host")),
+		browsertest.Fill("#nodes-0-host", "127.0.0.1"),
+		browsertest.Fill("#nodes-1-host", "127.0.0.1"),
+		browsertest.Fill("#dir", "srv/locks"),
+		chromedp.Click(chromedp.CSS("#plan")))
+	const describe = `[...document.querySelectorAll("p.err")].filter(p => p.textContent).map(p => p.dataset.errorFor + ": " + p.textContent).join(" | ") +
+		"; summary " + document.getElementById("form-errors").textContent.replace(/\s+/g, " ") + "; status " + document.getElementById("plan-status").textContent + "; dir " + document.getElementById("dir").value`
+	errIs := func(field, text string) string {
+		return fmt.Sprintf(`document.querySelector('p.err[data-error-for=%q]').textContent.includes(%q)`, field, text)
+	}
+	browsertest.WaitJS(t, tab, errIs("nodes[2].host", "DNS name or an IP address")+" && "+errIs("dir", "want an absolute path")+
+		` && !document.getElementById("form-errors").hidden && document.getElementById("nodes-2-host").getAttribute("aria-invalid") === "true"`+
+		` && document.getElementById("nodes-2-host").getAttribute("aria-describedby") !== null && document.getElementById("preview").hidden`,
+		describe, 30*time.Second)
+	browsertest.Screenshot(t, tab, "deploy-form.png")
+
+	browsertest.Do(t, tab,
+		browsertest.Fill("#nodes-2-host", "127.0.0.1"),
+		browsertest.Fill("#client_tokens", "2"),
+		chromedp.Click(chromedp.CSS("#console_keys")),
+		browsertest.Fill("#dir", "/srv/locks-test"),
+		chromedp.Click(chromedp.CSS("#plan")))
+	browsertest.WaitJS(t, tab, `!document.getElementById("preview").hidden && document.getElementById("form-errors").hidden &&
+		document.getElementById("url").textContent.startsWith("ticketing://•••hidden•••@127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227?ca=/srv/locks-test/ca.pem") &&
+		document.querySelector('#files details[data-path="n1/ticketingd.yaml"]') !== null`, describe, 30*time.Second)
+	if errs := browsertest.Eval[int](t, tab, `document.querySelectorAll("p.err:not(:empty)").length`); errs != 0 {
+		t.Errorf("%d field messages left after a good preview", errs)
+	}
+	// Masked: a key file, a config's admin token; shown on demand.
+	keyText := `document.querySelector('#files details[data-path="n2/node-key.pem"] pre').textContent`
+	cfgText := `document.querySelector('#files details[data-path="n2/ticketingd.yaml"] pre').textContent`
+	if k, c := browsertest.Eval[string](t, tab, keyText), browsertest.Eval[string](t, tab, cfgText); strings.Contains(k, "PRIVATE KEY") ||
+		!strings.Contains(k, "•••hidden•••") || !strings.Contains(c, `admin-token: "•••hidden•••"`) || !strings.Contains(c, "console-keys: true") {
+		t.Errorf("masked preview: key %q, config:\n%s", k, c)
+	}
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#files details[data-path="n1/ticketingd.yaml"] summary`)))
+	browsertest.Screenshot(t, tab, "deploy-preview.png")
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#show-secrets")))
+	url := browsertest.Eval[string](t, tab, `document.getElementById("url").textContent`)
+	if k := browsertest.Eval[string](t, tab, keyText); strings.Contains(url, "hidden") || !strings.Contains(k, "BEGIN EC PRIVATE KEY") && !strings.Contains(k, "BEGIN PRIVATE KEY") {
+		t.Errorf("shown: URL %q, key %q", url, k)
+	}
+	clientToken := strings.TrimPrefix(url[:strings.Index(url, "@")], "ticketing://")
+
+	file, name := browsertest.Download(t, tab, t.TempDir(), "#dl-zip", time.Minute)
+	if name != "locks-test.zip" {
+		t.Errorf("suggested name %q", name)
+	}
+	zr, err := zip.OpenReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	found := map[string]bool{}
+	for _, f := range zr.File {
+		found[f.Name] = true
+		if f.Name == "locks-test/client-tokens" {
+			rc, err := f.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(rc)
+			rc.Close()
+			if !strings.Contains(string(data), "\n"+clientToken+"\n") || f.Mode().Perm() != 0o600 {
+				t.Errorf("the downloaded client-tokens (mode %v) lack the token of the URL shown", f.Mode())
+			}
+		}
+	}
+	if n := browsertest.Eval[int](t, tab, `document.querySelectorAll("#files details").length`); !found["locks-test/n3/ticketingd.yaml"] || len(zr.File) < n {
+		t.Errorf("zip of %d entries (%v), preview of %d files", len(zr.File), found, n)
+	}
+
+	browsertest.Do(t, tab, browsertest.Fill("#nodes-0-client_port", "6000"))
+	browsertest.WaitJS(t, tab, `!document.getElementById("stale").hidden`, describe, 10*time.Second)
+
+	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
+		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
 }

@@ -119,6 +119,7 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 			return
 		}
 		var fes deploy.FieldErrors
+		errors.As(deploy.Validate(spec), &fes)
 		if spec.Dir != "" && !path.IsAbs(spec.Dir) && !filepath.IsAbs(spec.Dir) {
 			// A relative directory would be taken from the console's own
 			// working directory, which is not where the operator unpacks.
@@ -133,7 +134,7 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 			fields := fes.ByField()
 			names := slices.Sorted(maps.Keys(fields))
 			log.Info("console: deploy form has problems", "topology", string(spec.Topology), "fields", strings.Join(names, ","), "remote", r.RemoteAddr)
-			writeJSONError(w, http.StatusBadRequest, DeployErrorResponse{Error: fmt.Sprintf("%d problems in the form", len(fes)), Fields: fields})
+			writeJSONError(w, http.StatusBadRequest, DeployErrorResponse{Error: problems(len(fes)), Fields: fields})
 			return
 		}
 		if err != nil {
@@ -153,6 +154,14 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(resp)
 	}
+}
+
+// problems says how many problems the form has.
+func problems(n int) string {
+	if n == 1 {
+		return "1 problem in the form"
+	}
+	return fmt.Sprintf("%d problems in the form", n)
 }
 
 // deployResponse is the preview and the archives of b.

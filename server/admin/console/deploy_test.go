@@ -74,16 +74,16 @@ func TestDeployBadInput(t *testing.T) {
 		fields     []string // the fields with a message, exactly
 		msg        string   // in the error
 	}{
-		{"empty spec", `{}`, 400, []string{"dir", "client_tokens", "topology"}, "problems"},
-		{"bad topology and tls", `{"topology":"ring","tls":"maybe","dir":"/d","client_tokens":1}`, 400, []string{"topology", "tls"}, "problems"},
-		{"relative dir", `{"topology":"single","dir":"bundle","client_tokens":1}`, 400, []string{"dir"}, "problems"},
+		{"empty spec", `{}`, 400, []string{"dir", "client_tokens", "topology"}, "in the form"},
+		{"bad topology and tls", `{"topology":"ring","tls":"maybe","dir":"/d","client_tokens":1}`, 400, []string{"topology", "tls"}, "in the form"},
+		{"relative dir", `{"topology":"single","dir":"bundle","client_tokens":1}`, 400, []string{"dir"}, "in the form"},
 		{"node fields", `{"topology":"cluster","dir":"/d","client_tokens":1,"tls":"private-ca",
 			"nodes":[{"id":"n/1","host":"127.0.0.1"},{"id":"n2","host":"127.0.0.1:5"},{"id":"n3","host":"127.0.0.1","admin_port":70000}]}`,
-			400, []string{"nodes[0].id", "nodes[1].host", "nodes[2].admin_port"}, "problems"},
+			400, []string{"nodes[0].id", "nodes[1].host", "nodes[2].admin_port"}, "in the form"},
 		{"own TLS files", `{"topology":"single","dir":"/d","client_tokens":1,"tls":"own","own_tls":{"key_file":"k.pem"}}`, 400,
-			[]string{"own_tls.cert_file", "own_tls.key_file"}, "problems"},
-		{"lock browser without admin token", `{"topology":"single","dir":"/d","client_tokens":1,"console_keys":true}`, 400, []string{"console_keys"}, "problems"},
-		{"ports", `{"topology":"single","dir":"/d","client_tokens":500,"port":70000,"admin_port":-1}`, 400, []string{"client_tokens", "port", "admin_port"}, "problems"},
+			[]string{"own_tls.cert_file", "own_tls.key_file"}, "in the form"},
+		{"lock browser without admin token", `{"topology":"single","dir":"/d","client_tokens":1,"console_keys":true}`, 400, []string{"console_keys"}, "in the form"},
+		{"ports", `{"topology":"single","dir":"/d","client_tokens":500,"port":70000,"admin_port":-1}`, 400, []string{"client_tokens", "port", "admin_port"}, "in the form"},
 		{"not JSON", `topology=single`, 400, nil, "invalid request body"},
 		{"a wrong type", `{"topology":"single","dir":"/d","port":"5225"}`, 400, nil, "invalid request body"},
 		{"an unknown field", `{"topology":"single","dir":"/d","admin":true}`, 400, nil, `unknown field "admin"`},

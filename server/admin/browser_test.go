@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,4 +243,127 @@ func TestBrowserDeployPage(t *testing.T) {
 	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
 	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
 		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
+}
+
+// TestBrowserLockBrowser: the Locks page of a node with the lock browser
+// shows a broker's locks with their tokens and holders, filters them by
+// key prefix, shows a key's waiter, and expires the lock after a
+// confirmation (sending the exact token and the operator's name): the
+// waiter is granted with a higher token, which the page and the waiting
+// broker both see. Without console-keys the page says the browser is off.
+func TestBrowserLockBrowser(t *testing.T) {
+	tab := browsertest.New(t)
+	const token = "l0cks-br0wser"
+	var logs strings.Builder
+	var mu sync.Mutex
+	srv, addr := startServer(t, server.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	base := serveAdmin(t, New(srv, Options{Token: token, ConsoleKeys: true}))
+	browsertest.SetHeaders(t, tab, map[string]string{"Authorization": browsertest.BasicAuth("operator", token)})
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a hang guard
+	defer cancel()
+	newBroker := func(name string) *broker.Broker {
+		b, err := broker.New(broker.Config{Addrs: []string{addr}, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if err := b.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	holder, waiter := newBroker("holder-app"), newBroker("waiter-app")
+	held, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Acquire(ctx, "jobs/nightly", 0, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan *broker.Ticket, 1)
+	go func() {
+		tk, err := waiter.Acquire(ctx, "orders/42", 50*time.Second, time.Minute, 0)
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		granted <- tk
+	}()
+
+	browsertest.Do(t, tab, chromedp.Navigate(base+"/locks"))
+	const describe = `[...document.querySelectorAll("#locks-table tbody tr")].map(r => r.textContent.replace(/\s+/g, " ")).join(" | ") +
+		"; " + document.getElementById("locks-status").textContent + "; off: " + document.getElementById("locks-off").textContent +
+		"; queue: " + document.getElementById("queue").textContent.replace(/\s+/g, " ") + "; result: " + document.getElementById("expire-result").textContent`
+	row := fmt.Sprintf(`document.querySelector('#locks-table tr[data-key="orders/42"][data-token="%d"]')`, held.Token())
+	browsertest.WaitJS(t, tab, row+` !== null && `+row+`.textContent.includes("holder-app (") && `+row+`.querySelector("td.waiters").textContent === "1" &&
+		document.querySelector('#locks-table tr[data-key="jobs/nightly"]') !== null`, describe, 30*time.Second)
+
+	browsertest.Do(t, tab, browsertest.Fill("#prefix", "orders/"), chromedp.Click(chromedp.CSS(`#locks-filter button`)))
+	browsertest.WaitJS(t, tab, `document.querySelector('#locks-table tr[data-key="jobs/nightly"]') === null && `+row+` !== null`, describe, 30*time.Second)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.link`)))
+	browsertest.WaitJS(t, tab, `!document.getElementById("queue").hidden && document.querySelectorAll("#queue-list li").length === 1 &&
+		document.querySelector("#queue-list li").textContent.startsWith("waiter-app (")`, describe, 30*time.Second)
+	browsertest.Screenshot(t, tab, "locks.png")
+
+	// Expire now: the dialog first; Cancel leaves the lock as it is.
+	browsertest.Do(t, tab, browsertest.Fill("#operator", "alice on call"),
+		chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
+	browsertest.WaitJS(t, tab, fmt.Sprintf(`document.getElementById("expire-dialog").open && document.getElementById("x-token").textContent === "%d"`, held.Token()), describe, 10*time.Second)
+	browsertest.Screenshot(t, tab, "locks-expire.png")
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-cancel")))
+	browsertest.WaitJS(t, tab, `!document.getElementById("expire-dialog").open`, describe, 10*time.Second)
+	select {
+	case <-granted:
+		t.Fatal("granted after Cancel")
+	case <-time.After(500 * time.Millisecond):
+	}
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)),
+		chromedp.WaitVisible(chromedp.CSS("#x-confirm")), chromedp.Click(chromedp.CSS("#x-confirm")))
+	var tk *broker.Ticket
+	select {
+	case tk = <-granted:
+	case <-ctx.Done():
+		t.Fatal("the waiter was not granted")
+	}
+	if tk == nil || tk.Token() <= held.Token() {
+		t.Fatalf("the waiter's ticket %v after %d", tk, held.Token())
+	}
+	browsertest.WaitJS(t, tab, fmt.Sprintf(`document.getElementById("expire-result").textContent.includes("with token %d") &&
+		document.querySelector('#locks-table tr[data-key="orders/42"][data-token="%d"]') !== null &&
+		document.querySelector('#locks-table tr[data-key="orders/42"]').textContent.includes("waiter-app (")`, tk.Token(), tk.Token()), describe, 30*time.Second)
+	mu.Lock()
+	if !strings.Contains(logs.String(), `operator \"alice on call\"`) {
+		t.Errorf("the server's log has no line naming the operator:\n%s", logs.String())
+	}
+	mu.Unlock()
+
+	// An expire of a token that changed meanwhile: 409, said as such.
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)),
+		chromedp.WaitVisible(chromedp.CSS("#x-confirm")))
+	if err := tk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-confirm")))
+	browsertest.WaitJS(t, tab, `document.getElementById("expire-result").textContent.includes("held with another token")`, describe, 30*time.Second)
+
+	// Off: the page says so.
+	offBase := serveAdmin(t, New(srv, Options{Token: token}))
+	browsertest.Do(t, tab, chromedp.Navigate(offBase+"/locks"))
+	browsertest.WaitJS(t, tab, `!document.getElementById("locks-off").hidden && document.getElementById("locks-off").textContent.includes("--console-keys") &&
+		document.querySelector('nav a[href="/locks"]') === null`, describe, 30*time.Second)
+}
+
+// lockedWriter serializes writes to w, for a logger read by the test.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -127,6 +127,16 @@
     box.querySelector("ul").replaceChildren();
   }
 
+  // labelOf names an input as the page does: its node's legend and its
+  // label ("Node 3, Host"), else the field's name.
+  function labelOf(input, field) {
+    const label = input.labels && input.labels[0];
+    if (!label) return field;
+    const text = label.textContent.trim();
+    const node = input.closest("fieldset.node");
+    return node ? node.querySelector("legend").textContent + ", " + text : text;
+  }
+
   function showErrors(message, fields) {
     const box = document.getElementById("form-errors");
     const list = box.querySelector("ul");
@@ -146,7 +156,7 @@
           input.setAttribute("aria-describedby", (d ? d + " " : "") + p.id);
           const a = document.createElement("a");
           a.href = "#" + input.id;
-          a.textContent = field + ": " + msgs;
+          a.textContent = labelOf(input, field) + ": " + msgs;
           li.appendChild(a);
         } else {
           li.textContent = field + ": " + msgs;

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ticketing-dev/ticketing/internal/httpjson"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/admin/console"
 )
@@ -293,7 +294,7 @@ func changeResponse(cn clusterNode, id, addr string) ClusterChangeResponse {
 // host (which a page that rebinds its own DNS name to 127.0.0.1 does not).
 // It answers 415 or 403 and returns false otherwise.
 func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
-	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+	if !httpjson.IsJSON(r) {
 		writeJSON(w, http.StatusUnsupportedMediaType, ErrorResponse{Error: "want Content-Type: application/json"})
 		return false
 	}
@@ -310,19 +311,8 @@ func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
 // into v, refusing unknown fields; on failure it answers 400 (413 if too
 // large) and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
-		code := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			code = http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, code, ErrorResponse{Error: "invalid request body: " + err.Error()})
+	if code, err := httpjson.Decode(w, r, MaxRequestBody, v); err != nil {
+		writeJSON(w, code, ErrorResponse{Error: err.Error()})
 		return false
 	}
 	return true

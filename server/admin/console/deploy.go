@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/ticketing-dev/ticketing/internal/deploy"
+	"github.com/ticketing-dev/ticketing/internal/httpjson"
 )
 
 // The deployment page's planner: POST /v1/deploy (DeployPath).
@@ -86,7 +87,7 @@ func sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 	}
-	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+	if !httpjson.IsJSON(r) {
 		writeJSONError(w, http.StatusUnsupportedMediaType, DeployErrorResponse{Error: "want Content-Type: application/json"})
 		return false
 	}
@@ -103,19 +104,8 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 			return
 		}
 		var spec deploy.Spec
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxDeployBody))
-		dec.DisallowUnknownFields()
-		err := dec.Decode(&spec)
-		if err == nil && dec.More() {
-			err = errors.New("more than one JSON value")
-		}
-		if err != nil {
-			code := http.StatusBadRequest
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				code = http.StatusRequestEntityTooLarge
-			}
-			writeJSONError(w, code, DeployErrorResponse{Error: "invalid request body: " + err.Error()})
+		if code, err := httpjson.Decode(w, r, MaxDeployBody, &spec); err != nil {
+			writeJSONError(w, code, DeployErrorResponse{Error: err.Error()})
 			return
 		}
 		var fes deploy.FieldErrors
@@ -126,6 +116,7 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 			fes = append(fes, &deploy.FieldError{Field: "dir", Msg: "want an absolute path: where the bundle will be unpacked on the server machines"})
 		}
 		var b *deploy.Bundle
+		var err error
 		if len(fes) == 0 {
 			b, err = deploy.Plan(spec)
 			errors.As(err, &fes)

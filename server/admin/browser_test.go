@@ -186,7 +186,7 @@ func TestBrowserDeployPage(t *testing.T) {
 		browsertest.Fill("#client_tokens", "2"),
 		chromedp.Click(chromedp.CSS("#console_keys")),
 		browsertest.Fill("#dir", "/srv/locks-test"),
-		chromedp.Click(chromedp.CSS("#plan")))
+		chromedp.KeyEvent(kb.Enter)) // from the keyboard: Enter in a field submits the form
 	browsertest.WaitJS(t, tab, `!document.getElementById("preview").hidden && document.getElementById("form-errors").hidden &&
 		document.getElementById("url").textContent.startsWith("ticketing://•••hidden•••@127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227?ca=/srv/locks-test/ca.pem") &&
 		document.querySelector('#files details[data-path="n1/ticketingd.yaml"]') !== null`, describe, 30*time.Second)
@@ -305,9 +305,20 @@ func TestBrowserLockBrowser(t *testing.T) {
 		document.querySelector("#queue-list li").textContent.startsWith("waiter-app (")`, describe, 30*time.Second)
 	browsertest.Screenshot(t, tab, "locks.png")
 
-	// Expire now: the dialog first; Cancel leaves the lock as it is.
+	// Expire now: the dialog first, from the keyboard (Enter on the
+	// button; Esc closes it) or the mouse; Cancel leaves the lock as it is.
 	browsertest.Do(t, tab, browsertest.Fill("#operator", "alice on call"),
-		chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
+		chromedp.Focus(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
+	// A refresh (every 2 s) keeps the focus where it was.
+	browsertest.Do(t, tab, chromedp.Evaluate[chromedp.Void](`window.seenStatus = document.getElementById("locks-status").textContent`))
+	browsertest.WaitJS(t, tab, `document.getElementById("locks-status").textContent !== window.seenStatus`, describe, 10*time.Second)
+	browsertest.WaitJS(t, tab, `document.activeElement === document.querySelector('#locks-table tr[data-key="orders/42"] button.danger')`,
+		`document.activeElement.outerHTML`, 5*time.Second)
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Enter))
+	browsertest.WaitJS(t, tab, `document.getElementById("expire-dialog").open && document.activeElement.id === "x-cancel"`, describe, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Escape))
+	browsertest.WaitJS(t, tab, `!document.getElementById("expire-dialog").open`, describe, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
 	browsertest.WaitJS(t, tab, fmt.Sprintf(`document.getElementById("expire-dialog").open && document.getElementById("x-token").textContent === "%d"`, held.Token()), describe, 10*time.Second)
 	browsertest.Screenshot(t, tab, "locks-expire.png")
 	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-cancel")))

@@ -114,6 +114,11 @@
     say(view, applied ? "This node does not serve: it shows the locks as applied from the " +
       (page.view === "follower-applied" ? "leader's log" : "active's replication") +
       ", without leases or waiters. Open the serving node's console for them and to expire a lock." : "");
+    // A refresh replaces the rows: the focus stays on the same button of
+    // the same key, so that a keyboard user does not lose the place.
+    const active = document.activeElement;
+    const refocus = active && tbody.contains(active) && active.closest("tr") ?
+      { key: active.closest("tr").dataset.key, cls: active.classList[0] } : null;
     tbody.replaceChildren(...page.locks.map(function (l) {
       const tr = document.createElement("tr");
       tr.dataset.key = keyText(l);
@@ -143,6 +148,11 @@
       tr.appendChild(a);
       return tr;
     }));
+    if (refocus) {
+      const tr = [...tbody.rows].find(function (r) { return r.dataset.key === refocus.key; });
+      const b = tr && tr.querySelector("button." + refocus.cls);
+      if (b) b.focus();
+    }
     none.hidden = page.locks.length > 0;
     say(none, prefix ? "No lock is held with a key starting " + JSON.stringify(prefix) + (pages.length > 1 ? " on this page." : ".") : "No lock is held" + (pages.length > 1 ? " on this page." : "."));
     next = page.more ? page.next_b64 : "";

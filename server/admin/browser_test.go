@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -278,9 +279,14 @@ func TestBrowserLockBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Acquire(ctx, "jobs/nightly", 0, time.Minute, 0); err != nil {
+	nightly, err := holder.Acquire(ctx, "jobs/nightly", 0, time.Minute, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Held to the end: a Ticket the program drops is released by the
+	// broker after a garbage collection.
+	defer runtime.KeepAlive(nightly)
+	defer runtime.KeepAlive(held)
 	granted := make(chan *broker.Ticket, 1)
 	go func() {
 		tk, err := waiter.Acquire(ctx, "orders/42", 50*time.Second, time.Minute, 0)
@@ -354,9 +360,11 @@ func TestBrowserLockBrowser(t *testing.T) {
 	if err := tk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0); err != nil {
+	again, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer runtime.KeepAlive(again)
 	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-confirm")))
 	browsertest.WaitJS(t, tab, `document.getElementById("expire-result").textContent.includes("held with another token")`, describe, 30*time.Second)
 

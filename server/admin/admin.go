@@ -90,8 +90,9 @@ type Options struct {
 	NoConsole bool
 
 	// ConsoleRoutes are further handlers of the console by http.ServeMux
-	// pattern (console.Options.Routes): the lock browser's and the
-	// deployment page's. They are behind the admin token like the rest.
+	// pattern (console.Options.Routes), behind the admin token like the
+	// rest. (The lock browser's JSON is this handler's own, and the
+	// deployment page the console's.)
 	ConsoleRoutes map[string]http.Handler
 }
 

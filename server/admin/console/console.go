@@ -74,9 +74,9 @@ type Options struct {
 	LoopbackOnly bool
 
 	// Routes are further handlers by http.ServeMux pattern ("GET
-	// /v1/locks", "/deploy"), served with the console's headers and
-	// access rule: the lock browser's JSON and the deployment page plug in
-	// here. A pattern for "/deploy" replaces the built-in placeholder.
+	// /v1/example"), served with the console's headers and access rule.
+	// A pattern for "/deploy" (or "GET /deploy") replaces the built-in
+	// deployment page and its planner (POST /v1/deploy).
 	//
 	// A route that changes anything (expire a lock) must refuse
 	// cross-site requests: a browser sends its Basic login with every

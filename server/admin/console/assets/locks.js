@@ -67,7 +67,8 @@
     }
     off.hidden = false;
     if (resp.status === 404 && path.startsWith("/v1/locks?")) {
-      say(off, "The lock browser is off on this node: " + (body.error || "start ticketingd serve with --console-keys and --admin-token."));
+      say(off, "The lock browser is off on this node: " +
+        (body.error ? body.error.replace(/^the lock browser is off: /, "") : "start ticketingd serve with --console-keys and --admin-token."));
     } else if (resp.status === 421) {
       say(off, misdirected(body));
     } else {

@@ -251,7 +251,8 @@ func TestBrowserDeployPage(t *testing.T) {
 // key prefix, shows a key's waiter, and expires the lock after a
 // confirmation (sending the exact token and the operator's name): the
 // waiter is granted with a higher token, which the page and the waiting
-// broker both see. Without console-keys the page says the browser is off.
+// broker both see. It reads on a phone's screen. Without console-keys
+// the page says the browser is off.
 func TestBrowserLockBrowser(t *testing.T) {
 	tab := browsertest.New(t)
 	const token = "l0cks-br0wser"
@@ -367,6 +368,13 @@ func TestBrowserLockBrowser(t *testing.T) {
 	defer runtime.KeepAlive(again)
 	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-confirm")))
 	browsertest.WaitJS(t, tab, `document.getElementById("expire-result").textContent.includes("held with another token")`, describe, 30*time.Second)
+
+	// A phone's screen: the page does not scroll sideways (the table
+	// scrolls in its box).
+	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
+		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.EmulateViewport(1280, 900))
 
 	// Off: the page says so.
 	offBase := serveAdmin(t, New(srv, Options{Token: token}))

@@ -87,6 +87,7 @@ func runConsole(ctx context.Context, o *consoleOptions, stderr io.Writer) error 
 		Revision:     build.Revision,
 		ShuttingDown: shuttingDown.Load,
 		LoopbackOnly: o.Token == "",
+		Logger:       log,
 	})
 	if o.Token != "" {
 		h = admin.RequireToken(o.Token, h)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strconv"
@@ -30,6 +31,17 @@ func TestConsoleLoopback(t *testing.T) {
 	}
 	if code, body := adminDo(t, "GET", "http://"+addr+"/v1/overview", "", ""); code != 200 || !strings.Contains(body, `"planning": true`) {
 		t.Fatalf("GET /v1/overview: %d\n%s", code, body)
+	}
+	// The deployment page's planner: a bundle, logged without its secrets.
+	code, body = adminDo(t, "POST", "http://"+addr+"/v1/deploy", "", `{"topology":"single","dir":"/srv/t","client_tokens":1,"admin_token":true,"console_keys":true}`)
+	var plan struct{ URL, Guide string }
+	if err := json.Unmarshal([]byte(body), &plan); code != 200 || err != nil || !strings.HasPrefix(plan.URL, "ticketing://") {
+		t.Fatalf("POST /v1/deploy: %d %v\n%.300s", code, err, body)
+	}
+	p.stderr.waitJSON(t, "console: deploy bundle planned", p.done)
+	token := strings.TrimPrefix(plan.URL[:strings.Index(plan.URL, "@")], "ticketing://")
+	if strings.Contains(p.stderr.String(), token) || strings.Contains(p.stderr.String(), "PRIVATE") {
+		t.Fatalf("the console's log has a secret:\n%s", p.stderr.String())
 	}
 	if code := p.stop(); code != exitOK {
 		t.Fatalf("exit %d\n%s", code, p.stderr.String())

@@ -630,3 +630,40 @@ func TestInitClusterAddKeepsBasePorts(t *testing.T) {
 		t.Errorf("n5 with --raft-port 18000: %v, raft %s, listen %s", err, o5.RaftListen, o5.Listen)
 	}
 }
+
+// TestInitConsoleKeys: --console-keys turns the lock browser on in every
+// node's config of a cluster or a pair; without them it is not written,
+// and a single server's init refuses it (it writes no admin token).
+func TestInitConsoleKeys(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		nodes []string
+	}{
+		{[]string{"--cluster", "--node", "n1=127.0.0.1", "--node", "n2=127.0.0.1", "--node", "n3=127.0.0.1"}, []string{"n1", "n2", "n3"}},
+		{[]string{"--pair", "--node", "primary=127.0.0.1", "--node", "backup=127.0.0.1"}, []string{"primary", "backup"}},
+	} {
+		for _, on := range []bool{false, true} {
+			dir := t.TempDir()
+			args := append([]string{"init", "--dir", dir}, c.args...)
+			if on {
+				args = append(args, "--console-keys")
+			}
+			if code, _, stderr := runCapture(t, args...); code != 0 {
+				t.Fatalf("%v: exit %d: %s", args, code, stderr)
+			}
+			for _, id := range c.nodes {
+				cfg, err := os.ReadFile(filepath.Join(dir, id, initConfigFile))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Contains(string(cfg), "\nconsole-keys: true"); got != on {
+					t.Errorf("%v: %s's config has console-keys %v:\n%s", args, id, got, cfg)
+				}
+			}
+		}
+	}
+	code, _, stderr := runCapture(t, "init", "--dir", t.TempDir(), "--console-keys")
+	if code != exitUsage || !strings.Contains(stderr, "--console-keys needs --cluster or --pair") {
+		t.Errorf("single server: exit %d: %s", code, stderr)
+	}
+}

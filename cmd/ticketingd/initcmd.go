@@ -58,6 +58,10 @@ type initOptions struct {
 	// backup, on AdminPort too.
 	Pair     bool
 	PeerPort int
+
+	// ConsoleKeys (--cluster, --pair): console-keys: true in every
+	// node's config, the lock browser.
+	ConsoleKeys bool
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
@@ -125,7 +129,7 @@ two share a host the backup gets the next ports. The output is as for
 			}
 			for _, f := range []struct{ name, needs string }{
 				{"node", "--cluster or --pair"}, {"raft-port", "--cluster"}, {"peer-port", "--pair"},
-				{"admin-port", "--cluster or --pair"}, {"add", "--cluster"},
+				{"admin-port", "--cluster or --pair"}, {"add", "--cluster"}, {"console-keys", "--cluster or --pair (a single server's init writes no admin token, which the lock browser needs)"},
 			} {
 				if cmd.Flags().Changed(f.name) {
 					return usagef("--%s needs %s", f.name, f.needs)
@@ -159,5 +163,6 @@ two share a host the backup gets the next ports. The output is as for
 	f.BoolVar(&o.Pair, "pair", false, "write a bundle for a hot-standby pair of the --node nodes primary and backup (always with TLS)")
 	f.IntVar(&o.PeerPort, "peer-port", defaultPeerPort, "with --pair: TCP `port` of each node's peer link (nodes sharing a host: the next one)")
 	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster or --pair: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
+	f.BoolVar(&o.ConsoleKeys, "console-keys", false, "with --cluster or --pair: turn on the lock browser of every node's admin listener (console-keys: true): key names, expire now, behind the admin token")
 	return cmd
 }

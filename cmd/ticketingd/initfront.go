@@ -71,6 +71,8 @@ func initSpecError(err error, o *initOptions, nodes []string) error {
 	case name == "peer_port":
 		port, _, _ := o.linkPort()
 		return usagef("invalid --%s %d: %s", linkFlag, port, fe.Msg)
+	case name == "console_keys":
+		return usagef("--console-keys: %s", fe.Msg)
 	case name == "admin_port":
 		return usagef("invalid --admin-port %d: %s", o.AdminPort, fe.Msg)
 	}
@@ -163,6 +165,7 @@ func initClusterCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error 
 		return err
 	}
 	spec.Dir, spec.Nodes, spec.Port, spec.PeerPort, spec.AdminPort = o.Dir, nodes, o.Port, o.RaftPort, o.AdminPort
+	spec.ConsoleKeys = o.ConsoleKeys
 	return initWrite(cmd, o, spec, o.Nodes, stdout)
 }
 
@@ -190,6 +193,7 @@ func initPairCmd(cmd *cobra.Command, o *initOptions, stdout io.Writer) error {
 	}
 	spec := deploy.DefaultSpec(deploy.Pair)
 	spec.Dir, spec.Nodes, spec.Port, spec.PeerPort, spec.AdminPort = o.Dir, nodes, o.Port, o.PeerPort, o.AdminPort
+	spec.ConsoleKeys = o.ConsoleKeys
 	return initWrite(cmd, o, spec, entries, stdout)
 }
 

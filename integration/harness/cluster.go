@@ -51,6 +51,8 @@ type Cluster struct {
 	// Nodes are the nodes, Nodes[i].Index == i.
 	Nodes []*ClusterNode
 	http  *http.Client
+	// adminToken is the nodes' --admin-token, sent by Status.
+	adminToken string
 
 	mu        sync.Mutex
 	cuts      map[[2]int]bool
@@ -140,6 +142,34 @@ func StartCluster(tb testing.TB, bin string, opts ClusterOptions) *Cluster {
 			Args:    args,
 		})
 		n.setPid()
+	}
+	return c
+}
+
+// AttachedNode is a cluster node started otherwise than by StartCluster
+// (from a deployment bundle, say): its --node-id, its process and its
+// admin listener.
+type AttachedNode struct {
+	ID     string
+	Server *Server
+	Admin  string // host:port
+}
+
+// AttachCluster makes a Cluster of nodes started otherwise, for
+// WaitLeader, WaitConverged, Status and Node; adminToken is their admin
+// listeners' --admin-token ("" for none). Their Raft links have no
+// proxies: Cut, Isolate and Heal do not apply (they panic).
+func AttachCluster(nodes []AttachedNode, adminToken string) *Cluster {
+	c := &Cluster{
+		cuts:       map[[2]int]bool{},
+		holed:      map[*faultproxy.Conn]bool{},
+		http:       &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		adminToken: adminToken,
+	}
+	for i, n := range nodes {
+		cn := &ClusterNode{Server: n.Server, Index: i, ID: n.ID, Admin: n.Admin, c: c}
+		cn.setPid()
+		c.Nodes = append(c.Nodes, cn)
 	}
 	return c
 }
@@ -265,7 +295,14 @@ func (c *Cluster) Servers() []*Server {
 // /status). It fails if the node does not answer within 2 s (it is dead or
 // stopped).
 func (n *ClusterNode) Status() (server.ClusterStatus, error) {
-	resp, err := n.c.http.Get("http://" + n.Admin + "/status")
+	req, err := http.NewRequest("GET", "http://"+n.Admin+"/status", nil)
+	if err != nil {
+		return server.ClusterStatus{}, err
+	}
+	if n.c.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.c.adminToken)
+	}
+	resp, err := n.c.http.Do(req)
 	if err != nil {
 		return server.ClusterStatus{}, err
 	}

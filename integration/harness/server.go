@@ -38,6 +38,10 @@ type ServerOptions struct {
 	// RestartRetryFor is how long Restart keeps retrying while the port is
 	// still in use (default 10 s).
 	RestartRetryFor time.Duration
+	// Config, if set, starts "serve --config CONFIG --log-format json"
+	// and Args: the listen address and data directory are the file's
+	// (Listen and DataDir then only name the server in messages).
+	Config string
 }
 
 // Server is a ticketingd subprocess ("serve"), restartable on the same port
@@ -79,6 +83,9 @@ func StartServer(tb testing.TB, bin string, opts ServerOptions) *Server {
 	}
 	s := &Server{tb: tb, bin: bin, opts: opts, log: NewLogBuffer()}
 	s.args = append([]string{"serve", "--listen", opts.Listen, "--data-dir", opts.DataDir, "--log-format", "json"}, opts.Args...)
+	if opts.Config != "" {
+		s.args = append([]string{"serve", "--config", opts.Config, "--log-format", "json"}, opts.Args...)
+	}
 	tb.Cleanup(func() {
 		s.Kill9()
 		if tb.Failed() {

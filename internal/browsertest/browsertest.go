@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -198,6 +199,70 @@ func SetHeaders(tb testing.TB, tab context.Context, headers map[string]string) {
 	}
 	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: h}); err != nil {
 		tb.Fatalf("browsertest: Network.setExtraHTTPHeaders: %v", err)
+	}
+}
+
+// Fill replaces the value of the input that the CSS selector sel names
+// by typing text into it (key events, as a user types), after emptying it
+// (chromedp.Clear empties only an input whose value is its value
+// attribute's).
+func Fill(sel, text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		return chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel)),
+			chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).value = ""`, sel)),
+			chromedp.SendKeys(chromedp.CSS(sel), text))
+	})
+}
+
+// Download clicks the element that the CSS selector sel names (a button
+// or link that downloads a file, a blob: URL included), waits at most
+// timeout (a hang guard) for the browser to save the file into dir, and
+// returns the saved file's path and the name the page suggested for it.
+func Download(tb testing.TB, tab context.Context, dir, sel string, timeout time.Duration) (path, suggested string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tab, timeout)
+	defer cancel()
+	names := make(chan string, 1)
+	done := make(chan *browser.EventDownloadProgress, 1)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *browser.EventDownloadWillBegin:
+			select {
+			case names <- ev.SuggestedFilename:
+			default:
+			}
+		case *browser.EventDownloadProgress:
+			if ev.State == browser.DownloadProgressStateCompleted || ev.State == browser.DownloadProgressStateCanceled {
+				select {
+				case done <- ev:
+				default:
+				}
+			}
+		}
+	}); err != nil {
+		tb.Fatalf("browsertest: %v", err)
+	}
+	yes := true
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: &yes})
+		return err
+	}), chromedp.Click(chromedp.CSS(sel))); err != nil {
+		tb.Fatalf("browsertest: download with %s: %v", sel, err)
+	}
+	select {
+	case ev := <-done:
+		if ev.State != browser.DownloadProgressStateCompleted {
+			tb.Fatalf("browsertest: download with %s: %s", sel, ev.State)
+		}
+		select {
+		case suggested = <-names:
+		default:
+		}
+		return filepath.Join(dir, ev.GUID), suggested
+	case <-ctx.Done():
+		tb.Fatalf("browsertest: download with %s: not saved within %v", sel, timeout)
+		return "", ""
 	}
 }
 

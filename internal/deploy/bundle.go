@@ -69,10 +69,10 @@ func writeFile(path string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
-// root is the directory the archives put the bundle in: the base name of
+// Root is the directory the archives put the bundle in: the base name of
 // its Dir, so that unpacked beside Dir's parent it is where the guide
 // says.
-func (b *Bundle) root() string {
+func (b *Bundle) Root() string {
 	r := filepath.Base(filepath.Clean(b.Dir))
 	if r == "." || r == "/" || r == string(filepath.Separator) {
 		return "ticketing"
@@ -87,7 +87,7 @@ func (b *Bundle) WriteTarGz(w io.Writer) error {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	now := time.Now()
-	root := b.root()
+	root := b.Root()
 	err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: root + "/", Mode: 0o755, ModTime: now})
 	for _, f := range b.Files {
 		if err != nil {
@@ -117,7 +117,7 @@ func (b *Bundle) WriteTarGz(w io.Writer) error {
 func (b *Bundle) WriteZip(w io.Writer) error {
 	zw := zip.NewWriter(w)
 	now := time.Now()
-	root := b.root()
+	root := b.Root()
 	entry := func(name string, mode fs.FileMode, data []byte) error {
 		h := &zip.FileHeader{Name: name, Method: zip.Deflate, Modified: now}
 		if mode.IsDir() {

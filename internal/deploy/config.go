@@ -40,6 +40,7 @@ type Config struct {
 
 	AdminListen string `yaml:"admin-listen,omitempty"`
 	AdminToken  string `yaml:"admin-token,omitempty"`
+	ConsoleKeys bool   `yaml:"console-keys,omitempty"`
 
 	TokenStart      string        `yaml:"token-start,omitempty"`
 	LogLevel        string        `yaml:"log-level"`

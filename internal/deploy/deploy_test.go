@@ -97,6 +97,8 @@ func TestValidate(t *testing.T) {
 		{"too many on a host", with(cluster3("d"), func(s *Spec) { s.Port = 65534 }), "nodes[2].client_port", "too many nodes on 127.0.0.1"},
 		{"pair of three", with(pair2("d"), func(s *Spec) { s.Nodes = append(s.Nodes, Node{ID: "x", Host: "h"}) }), "nodes", "two nodes"},
 		{"pair role", with(pair2("d"), func(s *Spec) { s.Nodes[1].ID = "secondary" }), "nodes[1].id", "primary and backup"},
+		{"console keys without the admin token", with(single("d"), func(s *Spec) { s.ConsoleKeys = true }), "console_keys", "needs the admin token"},
+		{"console keys with it", with(cluster3("d"), func(s *Spec) { s.ConsoleKeys = true }), "", ""},
 		{"pair role twice", with(pair2("d"), func(s *Spec) { s.Nodes[1].ID = "backup" }), "nodes[1].id", "backup is given twice"},
 	}
 	for _, tc := range tests {
@@ -470,9 +472,31 @@ func TestPlanCluster(t *testing.T) {
 		p.verify(t, path.Join(id, NodeCert), path.Join(id, ClusterCACert), "127.0.0.1", x509.ExtKeyUsageServerAuth)
 	}
 
+	// The lock browser on: console-keys in every node's config, a single
+	// server's too; off, no such key.
+	if c := p.config(t, path.Join("n1", ConfigFile)); c.ConsoleKeys {
+		t.Errorf("console-keys without ConsoleKeys")
+	}
+	s := cluster3(dir)
+	s.ConsoleKeys = true
+	p = mustPlan(t, s)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if c := p.config(t, path.Join(id, ConfigFile)); !c.ConsoleKeys {
+			t.Errorf("%s: no console-keys", id)
+		}
+		if data := string(p.files[path.Join(id, ConfigFile)].Data); !strings.Contains(data, "console-keys: true # the lock browser") {
+			t.Errorf("%s: config\n%s", id, data)
+		}
+	}
+	s1 := single(dir)
+	s1.AdminToken, s1.ConsoleKeys = true, true
+	if c := mustPlan(t, s1).config(t, ConfigFile); !c.ConsoleKeys || c.AdminListen == "" {
+		t.Errorf("single: config %+v", redact(c))
+	}
+
 	// Five nodes on their own hosts, plain client listeners, peer TLS: no
 	// client CA, the base ports everywhere, each certificate for its host.
-	s := DefaultSpec(Cluster)
+	s = DefaultSpec(Cluster)
 	s.Dir, s.TLS = dir, TLSOff
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		s.Nodes = append(s.Nodes, Node{ID: id, Host: id + ".example.test"})
@@ -919,5 +943,45 @@ func TestDockerBuild(t *testing.T) {
 	out, err := exec.Command(docker, "run", "--rm", "--network", "none", tag, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "ticketingd ") {
 		t.Errorf("docker run %s version: %v\n%s", tag, err, out)
+	}
+}
+
+// TestPreviewMasks: a preview of every file of a bundle, its guide and URL
+// shows no token and no private key, and every secret file is masked.
+func TestPreviewMasks(t *testing.T) {
+	s1 := single(t.TempDir())
+	s1.AdminToken, s1.ClientTokens, s1.TLS = true, 3, TLSPrivateCA
+	for _, s := range []Spec{cluster3(t.TempDir()), pair2(t.TempDir()), s1} {
+		p := mustPlan(t, s)
+		secrets := tokens(p.files[TokensFile].Data)
+		if f, ok := p.files[AdminTokenFile]; ok {
+			secrets = append(secrets, strings.TrimSpace(string(f.Data)))
+		}
+		if len(secrets) < 2 {
+			t.Fatalf("%s: secrets %d", s.Topology, len(secrets))
+		}
+		texts := map[string]string{"guide": p.Mask(p.Guide), "url": p.Mask(p.URL)}
+		for _, f := range p.Files {
+			if f.Mode.IsDir() {
+				continue
+			}
+			texts[f.Path] = p.Preview(f)
+			if f.Secret && texts[f.Path] == string(f.Data) {
+				t.Errorf("%s: %s is secret and shown as it is", s.Topology, f.Path)
+			}
+		}
+		for name, text := range texts {
+			for _, sec := range secrets {
+				if strings.Contains(text, sec) {
+					t.Errorf("%s: the preview of %s shows a token", s.Topology, name)
+				}
+			}
+			if strings.Contains(text, "PRIVATE KEY-----") {
+				t.Errorf("%s: the preview of %s shows a private key", s.Topology, name)
+			}
+		}
+		if !strings.Contains(texts["url"], Hidden+"@") {
+			t.Errorf("%s: masked URL %q", s.Topology, texts["url"])
+		}
 	}
 }

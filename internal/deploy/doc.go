@@ -16,8 +16,9 @@
 // A Spec is the topology (a single server, a hot-standby pair, a Raft
 // cluster of 3 or 5 nodes), each node's host and ports, the client TLS
 // (off, a generated private CA, or the operator's own files), mutual TLS
-// on the peer links, the number of client tokens, an admin token and where
-// tokens start. Validate reports every problem as a FieldError naming its
+// on the peer links, the number of client tokens, an admin token, the lock
+// browser (console-keys, which needs the admin token) and where tokens
+// start. Validate reports every problem as a FieldError naming its
 // field by the Spec's JSON names ("nodes[1].host"), so that a web form
 // can show it next to the input.
 //
@@ -32,5 +33,8 @@
 //
 // Every Plan draws new keys (internal/pki) and tokens from crypto/rand.
 // The package logs nothing; a Bundle holds secrets (File.Secret marks
-// them) and is not to be logged, cached or kept beyond its use.
+// them) and is not to be logged, cached or kept beyond its use. For a
+// preview that must not show them, Bundle.Preview gives a file's text
+// with its private key or tokens hidden, and Bundle.Mask hides the tokens
+// in the guide or the URL.
 package deploy

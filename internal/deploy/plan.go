@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -90,6 +91,32 @@ type Bundle struct {
 	// Warnings are what the deployment will lack (no TLS on a network,
 	// an even cluster size, ...), one sentence each.
 	Warnings []string
+
+	// tokens are the bundle's client and admin tokens, for Mask.
+	tokens []string
+}
+
+// Hidden is what Mask and Preview show in place of a secret.
+const Hidden = "•••hidden•••"
+
+// Mask returns text with every client and admin token of the bundle
+// replaced by Hidden: the guide, the URL or a file shown where secrets
+// must not be.
+func (b *Bundle) Mask(text string) string {
+	for _, t := range b.tokens {
+		text = strings.ReplaceAll(text, t, Hidden)
+	}
+	return text
+}
+
+// Preview returns the text of a file for a preview without secrets: a
+// private key is replaced by a line that says what it is, tokens (in a
+// tokens file, a config, the README) by Hidden.
+func (b *Bundle) Preview(f File) string {
+	if f.Secret && bytes.Contains(f.Data, []byte("PRIVATE KEY-----")) {
+		return fmt.Sprintf("%s (a private key, %d bytes, mode %04o)\n", Hidden, len(f.Data), f.Mode.Perm())
+	}
+	return b.Mask(string(f.Data))
 }
 
 // Plan checks s (errors as Validate) and plans its bundle, with new keys
@@ -111,6 +138,10 @@ func Plan(s Spec) (*Bundle, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	p.b.tokens = p.tok
+	if p.adm != "" {
+		p.b.tokens = append(p.b.tokens, p.adm)
 	}
 	return p.b, nil
 }
@@ -298,7 +329,8 @@ func (p *planner) single() error {
 	}
 
 	cfg := Config{Listen: a.listen, DataDir: DataDir, ClientTokensFile: TokensFile, LogLevel: "info", LogFormat: "text",
-		ShutdownTimeout: 10 * time.Second, TokenStart: p.s.TokenStart, AdminListen: run.admin, AdminToken: p.adm}
+		ShutdownTimeout: 10 * time.Second, TokenStart: p.s.TokenStart, AdminListen: run.admin, AdminToken: p.adm,
+		ConsoleKeys: p.s.ConsoleKeys}
 	cfg.TLSCert, cfg.TLSKey = p.tlsFiles(ServerCert, ServerKey)
 	where := "that address only"
 	if a.wildcard {
@@ -319,6 +351,7 @@ func (p *planner) single() error {
 		before += fmt.Sprintf("# admin-listen: \"127.0.0.1:%d\"   # /metrics, /healthz, /status\n", p.s.AdminPort)
 	} else {
 		comments["admin-listen"] = comment{head: "# /metrics, /healthz, /status; every request but\n# GET /healthz needs 'Authorization: Bearer <admin-token>'."}
+		comments["console-keys"] = comment{line: consoleKeysComment}
 	}
 	comments["log-level"] = comment{head: strings.TrimSuffix(before, "\n")}
 	comments["token-start"] = comment{head: "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n" +
@@ -477,7 +510,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		run.ports = append(run.ports, port)
 	}
 	cfg := Config{Listen: n.listen, DataDir: DataDir, ClientTokensFile: TokensFile, NodeName: n.id, Advertise: n.listen,
-		AdminListen: n.admin, AdminToken: p.adm, TokenStart: p.s.TokenStart, LogLevel: "info", LogFormat: "text", ShutdownTimeout: 10 * time.Second}
+		AdminListen: n.admin, AdminToken: p.adm, ConsoleKeys: p.s.ConsoleKeys, TokenStart: p.s.TokenStart, LogLevel: "info", LogFormat: "text", ShutdownTimeout: 10 * time.Second}
 	add := func(name string, kp *pki.KeyPair, key bool) error {
 		run.files = append(run.files, name)
 		return p.pem(path.Join(d, name), kp, key)
@@ -571,6 +604,9 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		b.note(fmt.Sprintf("\n# %s; on loopback, without an admin token.", endpoints))
 	}
 	b.key("admin-listen", "")
+	if p.s.ConsoleKeys {
+		b.key("console-keys", consoleKeysComment)
+	}
 	b.note("\n" + strings.TrimSuffix(p.tokenStartComment(), "\n"))
 	b.key("token-start", "")
 	b.note("\n")
@@ -614,6 +650,9 @@ func (b *commentBuilder) key(k, line string) {
 	b.comments[k] = comment{head: strings.Join(b.pending, "\n"), line: line}
 	b.pending = nil
 }
+
+// consoleKeysComment is what a config says beside console-keys: true.
+const consoleKeysComment = "# the lock browser (console's Locks, /v1/locks): key names, expire now"
 
 // absPath is the absolute path of name in the bundle directory dir.
 func absPath(dir, name string) string {

@@ -130,6 +130,11 @@ type Spec struct {
 	// AdminToken generates an admin token for the admin listeners, which
 	// then need it for every request but GET /healthz.
 	AdminToken bool `json:"admin_token"`
+	// ConsoleKeys turns on the lock browser of the admin listeners (the
+	// config's console-keys: the console's Locks page, /v1/locks and an
+	// operator's expire now). It needs AdminToken: key names can be
+	// sensitive, so the lock browser is served only behind the token.
+	ConsoleKeys bool `json:"console_keys,omitempty"`
 	// TokenStart is where a new data dir or cluster starts its fencing
 	// tokens: "clock" (above the wall clock in microseconds) or "one";
 	// "" means clock.
@@ -302,6 +307,9 @@ func place(s Spec) (*layout, FieldErrors) {
 	}
 	if s.ClientTokens < 1 || s.ClientTokens > MaxClientTokens {
 		errs.add("client_tokens", "want 1 to %d", MaxClientTokens)
+	}
+	if s.ConsoleKeys && !s.AdminToken {
+		errs.add("console_keys", "the lock browser needs the admin token: key names can be sensitive")
 	}
 	if _, err := server.ParseTokenStart(s.TokenStart); err != nil {
 		errs.add("token_start", "want one or clock")

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ticketing-dev/ticketing/internal/httpjson"
 	"github.com/ticketing-dev/ticketing/server"
 	"github.com/ticketing-dev/ticketing/server/admin/console"
 )
@@ -70,8 +71,9 @@ type Options struct {
 	ClusterChangeTimeout time.Duration
 
 	// Logger gets a line per membership change ("admin: cluster add",
-	// "admin: cluster remove") with its outcome and the remote address;
-	// nil: discard. (An expire now is logged by the server, at Warn, with
+	// "admin: cluster remove") with its outcome and the remote address,
+	// and the console's line per deployment plan (never a key or a
+	// token); nil: discard. (An expire now is logged by the server, at Warn, with
 	// the remote address and the X-Ticketing-Operator header.)
 	Logger *slog.Logger
 
@@ -88,8 +90,9 @@ type Options struct {
 	NoConsole bool
 
 	// ConsoleRoutes are further handlers of the console by http.ServeMux
-	// pattern (console.Options.Routes): the lock browser's and the
-	// deployment page's. They are behind the admin token like the rest.
+	// pattern (console.Options.Routes), behind the admin token like the
+	// rest. (The lock browser's JSON is this handler's own, and the
+	// deployment page the console's.)
 	ConsoleRoutes map[string]http.Handler
 }
 
@@ -178,6 +181,7 @@ func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handle
 			LoopbackOnly: opts.Token == "",
 			Routes:       opts.ConsoleRoutes,
 			LockBrowser:  opts.ConsoleKeys && opts.Token != "",
+			Logger:       log,
 		})
 		for _, p := range c.Patterns() {
 			mux.Handle(p, c)
@@ -291,7 +295,7 @@ func changeResponse(cn clusterNode, id, addr string) ClusterChangeResponse {
 // host (which a page that rebinds its own DNS name to 127.0.0.1 does not).
 // It answers 415 or 403 and returns false otherwise.
 func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
-	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+	if !httpjson.IsJSON(r) {
 		writeJSON(w, http.StatusUnsupportedMediaType, ErrorResponse{Error: "want Content-Type: application/json"})
 		return false
 	}
@@ -308,19 +312,8 @@ func changeAllowed(w http.ResponseWriter, r *http.Request, token bool) bool {
 // into v, refusing unknown fields; on failure it answers 400 (413 if too
 // large) and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
-		code := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			code = http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, code, ErrorResponse{Error: "invalid request body: " + err.Error()})
+	if code, err := httpjson.Decode(w, r, MaxRequestBody, v); err != nil {
+		writeJSON(w, code, ErrorResponse{Error: err.Error()})
 		return false
 	}
 	return true

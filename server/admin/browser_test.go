@@ -1,11 +1,16 @@
 package admin
 
 import (
+	"archive/zip"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,4 +148,249 @@ func TestBrowserConsoleAsksForToken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ERR_INVALID_AUTH_CREDENTIALS") {
 		t.Fatalf("navigation without the token: response %+v, error %v; want the browser's auth error", resp, err)
 	}
+}
+
+// TestBrowserDeployPage fills the deployment form in headless chromium,
+// typing and clicking: a cluster with a node's host missing and a
+// relative directory gets its messages beside those fields (and the list on top); put
+// right, it previews every file with the secrets masked until "Show
+// secrets", and the .zip button downloads that same bundle, whose client
+// tokens hold the token of the URL shown. An edit after the preview says
+// the downloads no longer match. On a phone's screen the page does not
+// scroll sideways.
+func TestBrowserDeployPage(t *testing.T) {
+	tab := browsertest.New(t)
+	const token = "d3ploy-br0wser"
+	srv, _ := startServer(t, server.Config{DataDir: t.TempDir()})
+	base := serveAdmin(t, New(srv, Options{Token: token}))
+	browsertest.SetHeaders(t, tab, map[string]string{"Authorization": browsertest.BasicAuth("operator", token)})
+	browsertest.Do(t, tab, chromedp.Navigate(base+"/deploy"),
+		chromedp.Click(chromedp.CSS(`input[name="topology"][value="cluster"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#nodes-2-host")),
+		browsertest.Fill("#nodes-0-host", "127.0.0.1"),
+		browsertest.Fill("#nodes-1-host", "127.0.0.1"),
+		browsertest.Fill("#dir", "srv/locks"),
+		chromedp.Click(chromedp.CSS("#plan")))
+	const describe = `[...document.querySelectorAll("p.err")].filter(p => p.textContent).map(p => p.dataset.errorFor + ": " + p.textContent).join(" | ") +
+		"; summary " + document.getElementById("form-errors").textContent.replace(/\s+/g, " ") + "; status " + document.getElementById("plan-status").textContent + "; dir " + document.getElementById("dir").value`
+	errIs := func(field, text string) string {
+		return fmt.Sprintf(`document.querySelector('p.err[data-error-for=%q]').textContent.includes(%q)`, field, text)
+	}
+	browsertest.WaitJS(t, tab, errIs("nodes[2].host", "DNS name or an IP address")+" && "+errIs("dir", "want an absolute path")+
+		` && !document.getElementById("form-errors").hidden && document.getElementById("nodes-2-host").getAttribute("aria-invalid") === "true"`+
+		` && document.getElementById("nodes-2-host").getAttribute("aria-describedby") !== null && document.getElementById("preview").hidden`,
+		describe, 30*time.Second)
+	browsertest.Screenshot(t, tab, "deploy-form.png")
+
+	browsertest.Do(t, tab,
+		browsertest.Fill("#nodes-2-host", "127.0.0.1"),
+		browsertest.Fill("#client_tokens", "2"),
+		chromedp.Click(chromedp.CSS("#console_keys")),
+		browsertest.Fill("#dir", "/srv/locks-test"),
+		chromedp.KeyEvent(kb.Enter)) // from the keyboard: Enter in a field submits the form
+	browsertest.WaitJS(t, tab, `!document.getElementById("preview").hidden && document.getElementById("form-errors").hidden &&
+		document.getElementById("url").textContent.startsWith("ticketing://•••hidden•••@127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227?ca=/srv/locks-test/ca.pem") &&
+		document.querySelector('#files details[data-path="n1/ticketingd.yaml"]') !== null`, describe, 30*time.Second)
+	if errs := browsertest.Eval[int](t, tab, `document.querySelectorAll("p.err:not(:empty)").length`); errs != 0 {
+		t.Errorf("%d field messages left after a good preview", errs)
+	}
+	// Masked: a key file, a config's admin token; shown on demand.
+	keyText := `document.querySelector('#files details[data-path="n2/node-key.pem"] pre').textContent`
+	cfgText := `document.querySelector('#files details[data-path="n2/ticketingd.yaml"] pre').textContent`
+	if k, c := browsertest.Eval[string](t, tab, keyText), browsertest.Eval[string](t, tab, cfgText); strings.Contains(k, "PRIVATE KEY") ||
+		!strings.Contains(k, "•••hidden•••") || !strings.Contains(c, `admin-token: "•••hidden•••"`) || !strings.Contains(c, "console-keys: true") {
+		t.Errorf("masked preview: key %q, config:\n%s", k, c)
+	}
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#files details[data-path="n1/ticketingd.yaml"] summary`)))
+	browsertest.Screenshot(t, tab, "deploy-preview.png")
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#show-secrets")))
+	url := browsertest.Eval[string](t, tab, `document.getElementById("url").textContent`)
+	if k := browsertest.Eval[string](t, tab, keyText); strings.Contains(url, "hidden") || !strings.Contains(k, "BEGIN EC PRIVATE KEY") && !strings.Contains(k, "BEGIN PRIVATE KEY") {
+		t.Errorf("shown: URL %q, key %q", url, k)
+	}
+	clientToken := strings.TrimPrefix(url[:strings.Index(url, "@")], "ticketing://")
+
+	file, name := browsertest.Download(t, tab, t.TempDir(), "#dl-zip", time.Minute)
+	if name != "locks-test.zip" {
+		t.Errorf("suggested name %q", name)
+	}
+	zr, err := zip.OpenReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	found := map[string]bool{}
+	for _, f := range zr.File {
+		found[f.Name] = true
+		if f.Name == "locks-test/client-tokens" {
+			rc, err := f.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(rc)
+			rc.Close()
+			if !strings.Contains(string(data), "\n"+clientToken+"\n") || f.Mode().Perm() != 0o600 {
+				t.Errorf("the downloaded client-tokens (mode %v) lack the token of the URL shown", f.Mode())
+			}
+		}
+	}
+	if n := browsertest.Eval[int](t, tab, `document.querySelectorAll("#files details").length`); !found["locks-test/n3/ticketingd.yaml"] || len(zr.File) < n {
+		t.Errorf("zip of %d entries (%v), preview of %d files", len(zr.File), found, n)
+	}
+
+	browsertest.Do(t, tab, browsertest.Fill("#nodes-0-client_port", "6000"))
+	browsertest.WaitJS(t, tab, `!document.getElementById("stale").hidden`, describe, 10*time.Second)
+
+	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
+		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
+}
+
+// TestBrowserLockBrowser: the Locks page of a node with the lock browser
+// shows a broker's locks with their tokens and holders, filters them by
+// key prefix, shows a key's waiter, and expires the lock after a
+// confirmation (sending the exact token and the operator's name): the
+// waiter is granted with a higher token, which the page and the waiting
+// broker both see. It reads on a phone's screen. Without console-keys
+// the page says the browser is off.
+func TestBrowserLockBrowser(t *testing.T) {
+	tab := browsertest.New(t)
+	const token = "l0cks-br0wser"
+	var logs strings.Builder
+	var mu sync.Mutex
+	srv, addr := startServer(t, server.Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	base := serveAdmin(t, New(srv, Options{Token: token, ConsoleKeys: true}))
+	browsertest.SetHeaders(t, tab, map[string]string{"Authorization": browsertest.BasicAuth("operator", token)})
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a hang guard
+	defer cancel()
+	newBroker := func(name string) *broker.Broker {
+		b, err := broker.New(broker.Config{Addrs: []string{addr}, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if err := b.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	holder, waiter := newBroker("holder-app"), newBroker("waiter-app")
+	held, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nightly, err := holder.Acquire(ctx, "jobs/nightly", 0, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held to the end: a Ticket the program drops is released by the
+	// broker after a garbage collection.
+	defer runtime.KeepAlive(nightly)
+	defer runtime.KeepAlive(held)
+	granted := make(chan *broker.Ticket, 1)
+	go func() {
+		tk, err := waiter.Acquire(ctx, "orders/42", 50*time.Second, time.Minute, 0)
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		granted <- tk
+	}()
+
+	browsertest.Do(t, tab, chromedp.Navigate(base+"/locks"))
+	const describe = `[...document.querySelectorAll("#locks-table tbody tr")].map(r => r.textContent.replace(/\s+/g, " ")).join(" | ") +
+		"; " + document.getElementById("locks-status").textContent + "; off: " + document.getElementById("locks-off").textContent +
+		"; queue: " + document.getElementById("queue").textContent.replace(/\s+/g, " ") + "; result: " + document.getElementById("expire-result").textContent`
+	row := fmt.Sprintf(`document.querySelector('#locks-table tr[data-key="orders/42"][data-token="%d"]')`, held.Token())
+	browsertest.WaitJS(t, tab, row+` !== null && `+row+`.textContent.includes("holder-app (") && `+row+`.querySelector("td.waiters").textContent === "1" &&
+		document.querySelector('#locks-table tr[data-key="jobs/nightly"]') !== null`, describe, 30*time.Second)
+
+	browsertest.Do(t, tab, browsertest.Fill("#prefix", "orders/"), chromedp.Click(chromedp.CSS(`#locks-filter button`)))
+	browsertest.WaitJS(t, tab, `document.querySelector('#locks-table tr[data-key="jobs/nightly"]') === null && `+row+` !== null`, describe, 30*time.Second)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.link`)))
+	browsertest.WaitJS(t, tab, `!document.getElementById("queue").hidden && document.querySelectorAll("#queue-list li").length === 1 &&
+		document.querySelector("#queue-list li").textContent.startsWith("waiter-app (")`, describe, 30*time.Second)
+	browsertest.Screenshot(t, tab, "locks.png")
+
+	// Expire now: the dialog first, from the keyboard (Enter on the
+	// button; Esc closes it) or the mouse; Cancel leaves the lock as it is.
+	browsertest.Do(t, tab, browsertest.Fill("#operator", "alice on call"),
+		chromedp.Focus(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
+	// A refresh (every 2 s) keeps the focus where it was.
+	browsertest.Do(t, tab, chromedp.Evaluate[chromedp.Void](`window.seenStatus = document.getElementById("locks-status").textContent`))
+	browsertest.WaitJS(t, tab, `document.getElementById("locks-status").textContent !== window.seenStatus`, describe, 10*time.Second)
+	browsertest.WaitJS(t, tab, `document.activeElement === document.querySelector('#locks-table tr[data-key="orders/42"] button.danger')`,
+		`document.activeElement.outerHTML`, 5*time.Second)
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Enter))
+	browsertest.WaitJS(t, tab, `document.getElementById("expire-dialog").open && document.activeElement.id === "x-cancel"`, describe, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Escape))
+	browsertest.WaitJS(t, tab, `!document.getElementById("expire-dialog").open`, describe, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)))
+	browsertest.WaitJS(t, tab, fmt.Sprintf(`document.getElementById("expire-dialog").open && document.getElementById("x-token").textContent === "%d"`, held.Token()), describe, 10*time.Second)
+	browsertest.Screenshot(t, tab, "locks-expire.png")
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-cancel")))
+	browsertest.WaitJS(t, tab, `!document.getElementById("expire-dialog").open`, describe, 10*time.Second)
+	select {
+	case <-granted:
+		t.Fatal("granted after Cancel")
+	case <-time.After(500 * time.Millisecond):
+	}
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)),
+		chromedp.WaitVisible(chromedp.CSS("#x-confirm")), chromedp.Click(chromedp.CSS("#x-confirm")))
+	var tk *broker.Ticket
+	select {
+	case tk = <-granted:
+	case <-ctx.Done():
+		t.Fatal("the waiter was not granted")
+	}
+	if tk == nil || tk.Token() <= held.Token() {
+		t.Fatalf("the waiter's ticket %v after %d", tk, held.Token())
+	}
+	browsertest.WaitJS(t, tab, fmt.Sprintf(`document.getElementById("expire-result").textContent.includes("with token %d") &&
+		document.querySelector('#locks-table tr[data-key="orders/42"][data-token="%d"]') !== null &&
+		document.querySelector('#locks-table tr[data-key="orders/42"]').textContent.includes("waiter-app (")`, tk.Token(), tk.Token()), describe, 30*time.Second)
+	mu.Lock()
+	if !strings.Contains(logs.String(), `operator \"alice on call\"`) {
+		t.Errorf("the server's log has no line naming the operator:\n%s", logs.String())
+	}
+	mu.Unlock()
+
+	// An expire of a token that changed meanwhile: 409, said as such.
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#locks-table tr[data-key="orders/42"] button.danger`)),
+		chromedp.WaitVisible(chromedp.CSS("#x-confirm")))
+	if err := tk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.KeepAlive(again)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#x-confirm")))
+	browsertest.WaitJS(t, tab, `document.getElementById("expire-result").textContent.includes("held with another token")`, describe, 30*time.Second)
+
+	// A phone's screen: the page does not scroll sideways (the table
+	// scrolls in its box).
+	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
+		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
+	browsertest.Do(t, tab, chromedp.EmulateViewport(1280, 900))
+
+	// Off: the page says so.
+	offBase := serveAdmin(t, New(srv, Options{Token: token}))
+	browsertest.Do(t, tab, chromedp.Navigate(offBase+"/locks"))
+	browsertest.WaitJS(t, tab, `!document.getElementById("locks-off").hidden && document.getElementById("locks-off").textContent.includes("--console-keys") &&
+		document.querySelector('nav a[href="/locks"]') === null`, describe, 30*time.Second)
+}
+
+// lockedWriter serializes writes to w, for a logger read by the test.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

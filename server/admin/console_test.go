@@ -52,7 +52,7 @@ func TestConsoleMounted(t *testing.T) {
 		{basic("", token), 200},
 		{"Bearer " + token, 200},
 	} {
-		for _, path := range []string{"/", "/v1/overview", "/deploy", "/assets/console.js"} {
+		for _, path := range []string{"/", "/v1/overview", "/deploy", "/locks", "/assets/console.js", "/assets/deploy.js", "/assets/locks.js"} {
 			rec := doOn(h, "192.0.2.1:9225", path, map[string]string{"Authorization": c.auth})
 			if rec.Code != c.code {
 				t.Errorf("%s with %q: %d, want %d", path, c.auth, rec.Code, c.code)
@@ -110,5 +110,50 @@ func TestConsoleCluster(t *testing.T) {
 	}
 	if len(o.Cluster.Members) != 2 || o.Cluster.Members[1].Health != console.HealthUnreachable || o.Cluster.Leader != "n1" {
 		t.Errorf("members %+v", o.Cluster.Members)
+	}
+}
+
+// TestDeployBehindToken: the deployment planner, which answers with keys
+// and tokens, needs the admin token like the rest of the admin listener,
+// and answers no-store; without a token it answers on loopback only.
+func TestDeployBehindToken(t *testing.T) {
+	const token = "d3ploy-t0ken"
+	srv, _ := startServer(t, server.Config{DataDir: t.TempDir()})
+	h := New(srv, Options{Token: token})
+	const spec = `{"topology":"single","dir":"/srv/t","client_tokens":1,"admin_token":true,"console_keys":true}`
+	send := func(h http.Handler, local string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", console.DeployPath, strings.NewReader(spec))
+		la, _ := net.ResolveTCPAddr("tcp", local)
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, la))
+		req.Host = local
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, c := range []struct {
+		auth string
+		code int
+	}{{"", 401}, {basic("x", "wrong"), 401}, {"Bearer nope", 401}, {basic("operator", token), 200}, {"Bearer " + token, 200}} {
+		rec := send(h, "192.0.2.1:9225", map[string]string{"Authorization": c.auth})
+		if rec.Code != c.code {
+			t.Errorf("POST %s with %q: %d, want %d: %.200s", console.DeployPath, c.auth, rec.Code, c.code, rec.Body)
+		}
+		if c.code == 401 && strings.Contains(rec.Body.String(), "BEGIN") {
+			t.Errorf("401 with a bundle")
+		}
+		if c.code == 200 && rec.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("200 without no-store: %v", rec.Header())
+		}
+	}
+	open := New(srv, Options{})
+	if rec := send(open, "192.0.2.1:9225", nil); rec.Code != 403 {
+		t.Errorf("no token, not loopback: %d, want 403", rec.Code)
+	}
+	if rec := send(open, "127.0.0.1:9225", nil); rec.Code != 200 {
+		t.Errorf("no token, loopback: %d, want 200", rec.Code)
 	}
 }

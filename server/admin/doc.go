@@ -60,7 +60,9 @@
 //     10 s (it may still apply).
 //   - The web console (package console), unless Options.NoConsole: GET /
 //     (the live page), /v1/overview (a console.Overview as JSON),
-//     /v1/events (server-sent events, one Overview a second), /deploy and
+//     /v1/events (server-sent events, one Overview a second), /locks (the
+//     lock browser's page), /deploy and POST /v1/deploy (the deployment
+//     page and its planner, whose answers carry keys and tokens), and
 //     /assets/..., and the handlers of Options.ConsoleRoutes (further
 //     pages, such as the deployment page's). Without Options.Token the
 //     console answers only on a loopback address and for a loopback Host

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -73,9 +74,9 @@ type Options struct {
 	LoopbackOnly bool
 
 	// Routes are further handlers by http.ServeMux pattern ("GET
-	// /v1/locks", "/deploy"), served with the console's headers and
-	// access rule: the lock browser's JSON and the deployment page plug in
-	// here. A pattern for "/deploy" replaces the built-in placeholder.
+	// /v1/example"), served with the console's headers and access rule.
+	// A pattern for "/deploy" (or "GET /deploy") replaces the built-in
+	// deployment page and its planner (POST /v1/deploy).
 	//
 	// A route that changes anything (expire a lock) must refuse
 	// cross-site requests: a browser sends its Basic login with every
@@ -87,8 +88,13 @@ type Options struct {
 	Routes map[string]http.Handler
 
 	// LockBrowser shows the lock browser's entry in the page's navigation
-	// (the browser itself comes through Routes).
+	// (its JSON, /v1/locks, comes through Routes or the mux the handler is
+	// mounted on).
 	LockBrowser bool
+
+	// Logger gets a line per deployment plan (POST /v1/deploy): its
+	// topology and outcome, never a key or a token. Nil: discard.
+	Logger *slog.Logger
 }
 
 // Handler is the console (see the package documentation). It is safe for
@@ -112,11 +118,17 @@ func New(opts Options) *Handler {
 	if opts.Node != nil {
 		c.sampler = newSampler(opts.Node)
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.page("index.html"))
+	mux.HandleFunc("GET /locks", c.page("locks.html"))
 	if _, ok := opts.Routes["/deploy"]; !ok {
 		if _, ok := opts.Routes["GET /deploy"]; !ok {
 			mux.HandleFunc("GET /deploy", c.page("deploy.html"))
+			mux.HandleFunc("POST "+DeployPath, deployHandler(log))
 		}
 	}
 	static, _ := fs.Sub(assets, "assets")
@@ -149,7 +161,7 @@ func New(opts Options) *Handler {
 // mux of other paths (server/admin's): the console's own paths and the
 // patterns of Options.Routes.
 func (c *Handler) Patterns() []string {
-	ps := []string{"/{$}", "/deploy", "/assets/", "/v1/"}
+	ps := []string{"/{$}", "/deploy", "/locks", "/assets/", "/v1/"}
 	for p := range c.opts.Routes {
 		if !slices.Contains(ps, p) {
 			ps = append(ps, p)

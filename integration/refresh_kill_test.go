@@ -170,18 +170,8 @@ func TestClusterRefreshSurvivesLeaderKill(t *testing.T) {
 	defer cancel()
 	l := r.c.WaitConverged(t, hangGuard)
 
-	gi := h.Invoke("job1", harness.KindAcquire, key)
-	tk, err := r.b.Acquire(ctx, key, 0, acquireLease, 0)
-	var token uint64
-	if tk != nil {
-		token = tk.Token()
-	}
-	h.Complete(gi, token, err, "")
-	if err != nil {
-		t.Fatalf("job 1: acquire %s: %v", key, err)
-	}
-	dl0 := tk.Deadline()
-	h.SetDeadline(gi, dl0)
+	tk, gi := job1Acquire(ctx, t, h, r.b, key, acquireLease)
+	token, dl0 := tk.Token(), tk.Deadline()
 	if err := harness.Refresh(ctx, h, "job1", tk, refreshLease); err != nil {
 		t.Fatalf("job 1: refresh %s (token %d) to %v: %v", key, token, refreshLease, err)
 	}
@@ -299,18 +289,8 @@ func TestClusterKeepAliveStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*hangGuard+(holdLeases+1)*lease)
 	defer cancel()
 
-	gi := h.Invoke("job1", harness.KindAcquire, key)
-	tk, err := r.b.Acquire(ctx, key, 0, acquireLease, 0)
-	var token uint64
-	if tk != nil {
-		token = tk.Token()
-	}
-	h.Complete(gi, token, err, "")
-	if err != nil {
-		t.Fatalf("job 1: acquire %s: %v", key, err)
-	}
-	dl0 := tk.Deadline()
-	h.SetDeadline(gi, dl0)
+	tk, gi := job1Acquire(ctx, t, h, r.b, key, acquireLease)
+	token, dl0 := tk.Token(), tk.Deadline()
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
 	kctx, err := tk.KeepAlive(jobCtx, lease)
@@ -395,4 +375,23 @@ func TestClusterKeepAliveStopped(t *testing.T) {
 		late.Outcome)
 	t.Logf("outcomes: %v", h.Counts())
 	checkRefreshHistory(t, h, true, gi, tk2.Token(), stopped, dl0)
+}
+
+// job1Acquire takes key for job 1 with lease (no wait), recorded in h
+// with its deadline, and returns the ticket and its op's index; it fails
+// the test if the key is not granted.
+func job1Acquire(ctx context.Context, t *testing.T, h *harness.History, b *broker.Broker, key string, lease time.Duration) (*broker.Ticket, int) {
+	t.Helper()
+	gi := h.Invoke("job1", harness.KindAcquire, key)
+	tk, err := b.Acquire(ctx, key, 0, lease, 0)
+	var token uint64
+	if tk != nil {
+		token = tk.Token()
+	}
+	h.Complete(gi, token, err, "")
+	if err != nil {
+		t.Fatalf("job 1: acquire %s: %v", key, err)
+	}
+	h.SetDeadline(gi, tk.Deadline())
+	return tk, gi
 }

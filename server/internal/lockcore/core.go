@@ -3,6 +3,7 @@ package lockcore
 import (
 	"container/heap"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -404,8 +405,10 @@ func (c *Core) Next() int64 {
 // takeover's restart) keeps a timer at it, others sweep now and then.
 func (c *Core) NextExpiry() int64 {
 	n := int64(NoDeadline)
-	for i := range numLists {
-		if c.nonempty[i>>6]&(1<<(i&63)) != 0 {
+	for w, bitsSet := range c.nonempty {
+		for bitsSet != 0 {
+			i := w<<6 + bits.TrailingZeros64(bitsSet)
+			bitsSet &= bitsSet - 1
 			n = min(n, c.lists[i].head.end)
 		}
 	}

@@ -72,3 +72,22 @@ func BenchmarkCoreLocks(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNextExpiry is the earliest lease end over a core holding 64
+// locks with leases of 30 s and 250 s: a replicated driver asks it after
+// every batch of effects (Server.rearm), so its cost is per request.
+func BenchmarkNextExpiry(b *testing.B) {
+	c := New(Config{Capacity: &Capacity{MaxLocks: 1 << 20, MaxWaiters: 1 << 20}, MaxKeyWaiters: 16}, &benchLog{})
+	for i := range 64 {
+		a := Acquire{S: benchSession{}, ReqID: uint32(i + 1), Owner: Owner{1}, LeaseS: uint8(30 + 220*(i%2)), Key: []byte(fmt.Sprintf("k%d", i)), Arrived: 1}
+		c.Acquire(1, &a)
+		c.Effects()
+	}
+	var n int64
+	for b.Loop() {
+		n += c.NextExpiry()
+	}
+	if n == 0 {
+		b.Fatal("no lease end")
+	}
+}

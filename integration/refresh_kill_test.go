@@ -103,6 +103,25 @@ func acquireRetry(ctx context.Context, h *harness.History, proc string, b *broke
 	}
 }
 
+// job2TakesOver is the end of the refresh scenarios: once job 1 has
+// released key (its token token), job 2 acquires it (retrying while the
+// cluster has no leader) with lease, must get a higher token, and releases it. It
+// returns job 2's ticket (nil after a failure that ends the test).
+func job2TakesOver(ctx context.Context, t *testing.T, h *harness.History, b2 *broker.Broker, key string, token uint64, lease time.Duration) *broker.Ticket {
+	t.Helper()
+	tk2, err := acquireRetry(ctx, h, "job2", b2, key, 10*time.Second, lease)
+	if err != nil {
+		t.Fatalf("job 2: acquire %s after job 1 released it: %v", key, err)
+	}
+	if tk2.Token() <= token {
+		t.Errorf("job 2's token %d after job 1's release is not above job 1's %d", tk2.Token(), token)
+	}
+	if err := harness.Release(ctx, h, "job2", tk2); err != nil {
+		t.Errorf("job 2: release: %v", err)
+	}
+	return tk2
+}
+
 // fencedWrite writes (key, tk's token) to kept_write through the fence
 // (SQLite, sqlfence.Run, which releases tk) under ctx, and records it in
 // h as a KindFence op of proc with the release's outcome. It returns the
@@ -226,16 +245,7 @@ func TestClusterRefreshSurvivesLeaderKill(t *testing.T) {
 	if err := harness.Release(ctx, h, "job1", tk); err != nil {
 		t.Errorf("job 1: release %s (token %d, %v before its refreshed deadline): %v, want confirmed", key, token, dl1.Sub(relAt).Round(time.Millisecond), err)
 	}
-	tk2, err := acquireRetry(ctx, h, "job2", b2, key, 10*time.Second, acquireLease)
-	if err != nil {
-		t.Fatalf("job 2: acquire %s after job 1 released it: %v", key, err)
-	}
-	if tk2.Token() <= token {
-		t.Errorf("job 2's token %d after job 1's release is not above job 1's %d", tk2.Token(), token)
-	}
-	if err := harness.Release(ctx, h, "job2", tk2); err != nil {
-		t.Errorf("job 2: release: %v", err)
-	}
+	tk2 := job2TakesOver(ctx, t, h, b2, key, token, acquireLease)
 
 	t.Logf("job 1 held %s (token %d) from a %v lease refreshed once to %v; %s killed at %v, %s serving by %v; job 2 answered 'held' %d times after %v (the end an unrefreshed restart would give), the last at %v; job 1 released at %v (%v before its refreshed deadline); job 2 then granted token %d",
 		key, token, acquireLease, refreshLease, l.ID, killed, nl.ID, tookOver, nHeld, unrefreshedEnd, lastHeld,

@@ -289,16 +289,7 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	}
 
 	// Job 2 now gets K, with a higher token.
-	tk2, err := acquireRetry(ctx, h, "job2", b2, key, 10*time.Second, acquireLease)
-	if err != nil {
-		t.Fatalf("job 2: acquire %s after job 1 released it: %v", key, err)
-	}
-	if tk2.Token() <= token {
-		t.Errorf("job 2's token %d after job 1's release is not above job 1's %d", tk2.Token(), token)
-	}
-	if err := harness.Release(ctx, h, "job2", tk2); err != nil {
-		t.Errorf("job 2: release: %v", err)
-	}
+	tk2 := job2TakesOver(ctx, t, h, b2, key, token, acquireLease)
 
 	// What the hold showed.
 	ops := h.Ops()

@@ -1,10 +1,7 @@
 package deploy
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -25,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/ticketing-dev/ticketing/broker"
+	"github.com/ticketing-dev/ticketing/internal/deploy/deploytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -722,24 +720,12 @@ func TestArchives(t *testing.T) {
 	if err := p.WriteTarGz(&buf); err != nil {
 		t.Fatal(err)
 	}
-	gz, err := gzip.NewReader(&buf)
+	entries, err := deploytest.ReadTarGz(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("tar.gz", h.Name, h.FileInfo().Mode(), data)
+	for _, e := range entries {
+		check("tar.gz", e.Name, e.Mode, e.Data)
 	}
 	if len(want) != 0 {
 		t.Errorf("tar.gz lacks %v", slices.Sorted(maps.Keys(want)))
@@ -753,21 +739,11 @@ func TestArchives(t *testing.T) {
 	if err := p.WriteZip(&buf); err != nil {
 		t.Fatal(err)
 	}
-	zr, err := zip.NewReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	if err != nil {
+	if entries, err = deploytest.ReadZip(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	for _, zf := range zr.File {
-		rc, err := zf.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		check("zip", zf.Name, zf.Mode(), data)
+	for _, e := range entries {
+		check("zip", e.Name, e.Mode, e.Data)
 	}
 	if len(want) != 0 {
 		t.Errorf("zip lacks %v", slices.Sorted(maps.Keys(want)))

@@ -1,14 +1,10 @@
 package console_test
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -20,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/ticketing-dev/ticketing/internal/deploy"
+	"github.com/ticketing-dev/ticketing/internal/deploy/deploytest"
 	"github.com/ticketing-dev/ticketing/server/admin/console"
 )
 
@@ -238,61 +235,30 @@ type archived struct {
 
 func untar(t *testing.T, b64 string) map[string]archived {
 	t.Helper()
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gz, err := gzip.NewReader(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	out := map[string]archived{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[h.Name] = archived{string(data), modeText(h.FileInfo().Mode())}
-	}
-	return out
+	return unpacked(t, b64, func(raw []byte) ([]deploytest.Entry, error) { return deploytest.ReadTarGz(bytes.NewReader(raw)) })
 }
 
 func unzip(t *testing.T, b64 string) map[string]archived {
+	t.Helper()
+	return unpacked(t, b64, deploytest.ReadZip)
+}
+
+// unpacked is the regular files of the base64 archive b64, read by read.
+func unpacked(t *testing.T, b64 string, read func([]byte) ([]deploytest.Entry, error)) map[string]archived {
 	t.Helper()
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	entries, err := read(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]archived{}
-	for _, f := range zr.File {
-		if f.Mode().IsDir() {
-			continue
+	for _, e := range entries {
+		if e.Mode.IsRegular() {
+			out[e.Name] = archived{string(e.Data), modeText(e.Mode)}
 		}
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[f.Name] = archived{string(data), modeText(f.Mode())}
 	}
 	return out
 }

@@ -64,6 +64,20 @@ func mustNotBeDone(t *testing.T, ctx context.Context, what string) {
 	}
 }
 
+// heldV3 is the start of most tests here: a fake version-3 node, a
+// broker with one session to it (its config changed by cfg, if not nil)
+// and a ticket of key with lease, acquired.
+func heldV3(t *testing.T, cfg func(*broker.Config), key string, lease time.Duration) (*fakeServer, *broker.Broker, *broker.Ticket) {
+	t.Helper()
+	f := newFakeV3(t)
+	b := oneSession(t, f, cfg)
+	tk, err := b.Acquire(t.Context(), key, 0, lease, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, b, tk
+}
+
 func TestV3_Negotiation(t *testing.T) {
 	t.Run("version-3 node: version 3 at once", func(t *testing.T) {
 		f := newFakeV3(t)
@@ -363,12 +377,7 @@ func TestV3_Refresh(t *testing.T) {
 		}
 	})
 	t.Run("EXTEND carries the key, the token, the acquire's owner and the rounded lease", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, _, tk := heldV3(t, nil, "k", 5*s)
 		if err := tk.Refresh(t.Context(), 1200*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
@@ -378,12 +387,7 @@ func TestV3_Refresh(t *testing.T) {
 		}
 	})
 	t.Run("invalid lease, released ticket: refused, nothing sent", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, _, tk := heldV3(t, nil, "k", 5*s)
 		d0 := tk.Deadline()
 		for _, l := range []time.Duration{0, -s, 251 * s, 250*s + time.Millisecond} {
 			mustIs(t, tk.Refresh(t.Context(), l), broker.ErrInvalidArgument)
@@ -394,7 +398,7 @@ func TestV3_Refresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustIs(t, tk.Refresh(t.Context(), 5*s), broker.ErrNotHeld)
-		_, err = tk.KeepAlive(t.Context(), 5*s)
+		_, err := tk.KeepAlive(t.Context(), 5*s)
 		mustIs(t, err, broker.ErrNotHeld)
 		if n := f.Count(wire.TypeExtend); n != 0 || tk.Remaining() >= 0 || tk.Deadline().After(d0) {
 			t.Fatalf("%d EXTENDs sent; remaining %v after the release", n, tk.Remaining())
@@ -426,12 +430,7 @@ func TestV3_Refresh(t *testing.T) {
 		mustIs(t, err, broker.ErrTimedOut)
 	})
 	t.Run("never answered: ErrRefreshUnconfirmed and ctx's error, the deadline unchanged", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "ext-never", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, _, tk := heldV3(t, nil, "ext-never", 5*s)
 		d0 := tk.Deadline()
 		mustIs(t, tk.Refresh(within(t, 200*time.Millisecond), 10*s), broker.ErrRefreshUnconfirmed, context.DeadlineExceeded)
 		if !tk.Deadline().Equal(d0) || f.Count(wire.TypeExtend) != 1 {
@@ -439,25 +438,15 @@ func TestV3_Refresh(t *testing.T) {
 		}
 	})
 	t.Run("no reply within ReplyGrace: the session closed, ErrRefreshUnconfirmed", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, func(c *broker.Config) { c.ReplyGrace = 300 * time.Millisecond })
-		tk, err := b.Acquire(t.Context(), "ext-never", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = tk.Refresh(t.Context(), 10*s)
+		_, _, tk := heldV3(t, func(c *broker.Config) { c.ReplyGrace = 300 * time.Millisecond }, "ext-never", 5*s)
+		err := tk.Refresh(t.Context(), 10*s)
 		mustIs(t, err, broker.ErrRefreshUnconfirmed)
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%v: the call was not cancelled", err)
 		}
 	})
 	t.Run("no ready session: ErrUnsent", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, b, tk := heldV3(t, nil, "k", 5*s)
 		f.Close()
 		eventually(t, "no ready session", func() bool { return b.ReadySessions() == 0 })
 		mustIs(t, tk.Refresh(t.Context(), 5*s), broker.ErrUnsent)
@@ -650,12 +639,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		}
 	})
 	t.Run("Release with the keep-alive's own context is still made", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f, _, tk := heldV3(t, nil, "k", 5*s)
 		held, err := tk.KeepAlive(t.Context(), 5*s)
 		if err != nil {
 			t.Fatal(err)
@@ -671,12 +655,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		mustIs(t, context.Cause(held), broker.ErrNotHeld)
 	})
 	t.Run("Close: the signal fires (ErrClosed), the goroutine has exited", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, b, tk := heldV3(t, nil, "k", 5*s)
 		lost, err := tk.KeepAlive(t.Context(), 5*s)
 		if err != nil {
 			t.Fatal(err)
@@ -702,12 +681,7 @@ func TestV3_KeepAlive(t *testing.T) {
 func TestV3_LostTicketIsRefusedByTheFence(t *testing.T) {
 	const s = time.Second
 	t.Run("EXTEND answered N", func(t *testing.T) {
-		f := newFakeV3(t)
-		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k-ext-notheld", 0, 30*s, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, _, tk := heldV3(t, nil, "k-ext-notheld", 30*s)
 		if err := fence.CheckLease(tk); err != nil {
 			t.Fatalf("a fresh 30 s ticket: %v", err)
 		}

@@ -33,6 +33,7 @@ type options struct {
 	wait     time.Duration
 	backoff  time.Duration
 	pings    int
+	pool     int
 	flush    bool
 	jsonOut  bool
 }
@@ -52,6 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.wait, "wait", 10*time.Second, "how long an acquire may wait for the lock, whole seconds (broker: the ACQUIRE's wait; redislock: Obtain's context timeout)")
 	fs.DurationVar(&o.backoff, "backoff", time.Millisecond, "redislock: the interval of its LinearBackoff retry strategy (how often a waiter polls)")
 	fs.IntVar(&o.pings, "pings", 2000, "idle round trips measured before the run")
+	fs.IntVar(&o.pool, "pool", 0, "redislock: go-redis's PoolSize; 0: the larger of --clients and go-redis's default (10 per GOMAXPROCS)")
 	fs.BoolVar(&o.flush, "flush", false, "redislock: delete the Redis keys under "+keyPrefix+" before the run")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -74,8 +76,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	default:
 		return nil, fmt.Errorf("invalid --mode %q: want uncontended or contended", o.mode)
 	}
-	if o.clients < 1 || o.pings < 1 {
-		return nil, fmt.Errorf("--clients and --pings must be >= 1")
+	if o.clients < 1 || o.pings < 1 || o.pool < 0 {
+		return nil, fmt.Errorf("--clients and --pings must be >= 1, --pool >= 0")
 	}
 	if o.duration <= 0 || o.warmup < 0 {
 		return nil, fmt.Errorf("--duration must be > 0 and --warmup >= 0")
@@ -95,16 +97,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // result is what one run reports; it is also the --json output. The
 // fields shared with ticketing-bench and etcd-bench have their names.
 type result struct {
-	Target     string  `json:"target"`
-	Mode       string  `json:"mode"`
-	Addr       string  `json:"addr"`
-	Library    string  `json:"library"` // what the clients call, with its version
-	Clients    int     `json:"clients"`
-	Conns      int     `json:"conns"`                // broker: sessions; redislock: go-redis PoolSize
-	BackoffMS  float64 `json:"backoff_ms,omitempty"` // redislock: the polling interval
-	LeaseS     int     `json:"lease_s"`
-	WaitS      int     `json:"wait_s"`
-	GOMAXPROCS int     `json:"gomaxprocs"`
+	Target    string  `json:"target"`
+	Mode      string  `json:"mode"`
+	Addr      string  `json:"addr"`
+	Library   string  `json:"library"` // what the clients call, with its version
+	Clients   int     `json:"clients"`
+	Conns     int     `json:"conns"`                // broker: sessions; redislock: go-redis PoolSize
+	BackoffMS float64 `json:"backoff_ms,omitempty"` // redislock: the polling interval
+	// redislock: Redis's appendonly, appendfsync and save settings.
+	Persistence string `json:"redis_persistence,omitempty"`
+	LeaseS      int    `json:"lease_s"`
+	WaitS       int    `json:"wait_s"`
+	GOMAXPROCS  int    `json:"gomaxprocs"`
 
 	Seconds      float64                  `json:"seconds"`
 	Cycles       uint64                   `json:"cycles"`
@@ -330,6 +334,9 @@ func printHuman(w io.Writer, r *result) {
 	}
 	fmt.Fprintf(w, "%s, mode %s: %d clients over %s, %s at %s, lease %d s, wait %d s, GOMAXPROCS %d\n",
 		r.Target, r.Mode, r.Clients, conns, r.Library, r.Addr, r.LeaseS, r.WaitS, r.GOMAXPROCS)
+	if r.Persistence != "" {
+		fmt.Fprintf(w, "  Redis persistence: %s\n", r.Persistence)
+	}
 	lat := func(name string, s *benchkit.LatencySummary) {
 		if s == nil || s.Count == 0 {
 			return

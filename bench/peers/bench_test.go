@@ -100,7 +100,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"--target", "etcd"}, {"--target", "broker"}, {"--target", "redislock", "--mode", "hold"},
 		{"--target", "redislock", "--clients", "0"}, {"--target", "redislock", "--lease", "1500ms"},
-		{"--target", "redislock", "--wait", "300s"}, {"--target", "redislock", "--backoff", "0"},
+		{"--target", "redislock", "--wait", "300s"}, {"--target", "redislock", "--backoff", "0"}, {"--target", "redislock", "--pool", "-1"},
 		{"--target", "redislock", "extra"},
 	} {
 		var out, errb bytes.Buffer

@@ -19,7 +19,8 @@
 //	redislock  one redislock.Client over one go-redis client (its pool
 //	           sized to the larger of --clients and go-redis's default,
 //	           10 per GOMAXPROCS: a connection per client, so the pool is
-//	           never what the clients wait for) against --redis.
+//	           never what the clients wait for; --pool sets another size)
+//	           against --redis.
 //	           Obtain(ctx with a --wait timeout, key, --lease,
 //	           RetryStrategy LinearBackoff(--backoff)), then Lock.Release.
 //

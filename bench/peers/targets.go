@@ -194,11 +194,15 @@ type redisTarget struct {
 }
 
 // openRedislock makes one go-redis client, its pool at least --clients
-// connections (go-redis's default is 10 per GOMAXPROCS), and one
+// connections (go-redis's default is 10 per GOMAXPROCS) unless --pool
+// says otherwise, and one
 // redislock.Client over it; with --flush it deletes the keys under
 // keyPrefix first.
 func openRedislock(ctx context.Context, o *options, res *result) (target, error) {
-	pool := max(o.clients, 10*runtime.GOMAXPROCS(0))
+	pool := o.pool
+	if pool == 0 {
+		pool = max(o.clients, 10*runtime.GOMAXPROCS(0))
+	}
 	rc := redis.NewClient(&redis.Options{Addr: o.redis, PoolSize: pool})
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
@@ -219,8 +223,23 @@ func openRedislock(ctx context.Context, o *options, res *result) (target, error)
 			res.Library += " " + strings.TrimSpace(strings.SplitN(v[i+len("redis_version:"):], "\n", 2)[0])
 		}
 	}
+	res.Persistence = redisPersistence(sctx, rc)
 	res.BackoffMS = float64(o.backoff) / float64(time.Millisecond)
 	return &redisTarget{rc: rc, locker: redislock.New(rc), opts: &redislock.Options{RetryStrategy: redislock.LinearBackoff(o.backoff)}, ctx: ctx, o: o}, nil
+}
+
+// redisPersistence says what Redis writes to disk: its appendonly and
+// save settings (CONFIG GET), or why it cannot tell.
+func redisPersistence(ctx context.Context, rc *redis.Client) string {
+	var parts []string
+	for _, k := range []string{"appendonly", "appendfsync", "save"} {
+		m, err := rc.ConfigGet(ctx, k).Result()
+		if err != nil {
+			return "unknown: " + err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("%s=%q", k, m[k]))
+	}
+	return strings.Join(parts, " ")
 }
 
 // flushKeys deletes every key under keyPrefix (not the whole database).

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/benchkit"
@@ -130,8 +128,7 @@ type result struct {
 
 // client is one benchmark client of a target: it holds at most one lock.
 type client interface {
-	acquire(key string) error // takes the lock; the error of the library
-	release() error           // releases the lock acquire took
+	benchkit.CycleClient // Acquire and Release, with the library's errors
 	close()
 }
 
@@ -219,111 +216,38 @@ func bench(ctx context.Context, o *options) (*result, error) {
 	return res, nil
 }
 
-type clientStats struct {
-	acq, cycle, handoff benchkit.Hist
-	cycles, all         uint64 // measured; and all, warmup included
-	notObtained         uint64
-}
-
-// runCycles runs the workload: each client loops acquire, then release,
-// on its own key (uncontended) or on the shared one (contended). It
-// returns every completed cycle's count, warmup included.
+// runCycles runs the workload through benchkit.RunCycles (the loop of
+// etcd-bench): each client loops acquire, then release, on its own key
+// (uncontended) or on the shared one (contended). It returns every
+// completed cycle's count, warmup included.
 func runCycles(ctx context.Context, o *options, t target, clients []client, res *result) (uint64, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := keyPrefix + hex.EncodeToString(b[:])
-	contended := o.mode == "contended"
-	start := time.Now()
-	now := func() time.Duration { return time.Since(start) }
-	measureFrom := o.warmup
-	end := measureFrom + o.duration
-	var lastRelease atomic.Int64 // contended: when the holder called release
-	var holders atomic.Int32     // contended: clients holding the shared key; more than 1 is a bug
-
-	stats := make([]clientStats, len(clients))
-	errs := make(chan error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() {
-			st := &stats[i]
-			key := fmt.Sprintf("%s:%d", id, i)
-			if contended {
-				key = id + ":hot"
-			}
-			for {
-				t0 := now()
-				if t0 >= end || ctx.Err() != nil {
-					return
-				}
-				measured := t0 >= measureFrom
-				if err := c.acquire(key); err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					if t.notObtained(err) {
-						st.notObtained++
-						continue
-					}
-					errs <- fmt.Errorf("%s acquire of %s (wait %v): %w", o.target, key, o.wait, err)
-					return
-				}
-				t1 := now()
-				if contended {
-					if n := holders.Add(1); n != 1 {
-						errs <- fmt.Errorf("mutual exclusion broken: %d holders of %s", n, key)
-						return
-					}
-					if rel := lastRelease.Load(); rel > 0 && measured {
-						st.handoff.Record(t1 - time.Duration(rel))
-					}
-					holders.Add(-1)
-					lastRelease.Store(int64(now()))
-				}
-				if err := c.release(); err != nil {
-					errs <- fmt.Errorf("%s release of %s: %w", o.target, key, err)
-					return
-				}
-				t2 := now()
-				st.all++
-				if measured {
-					st.acq.Record(t1 - t0)
-					st.cycle.Record(t2 - t0)
-					st.cycles++
-				}
-			}
-		})
+	w := benchkit.Cycles{
+		Contended: o.mode == "contended",
+		Warmup:    o.warmup,
+		Duration:  o.duration,
+		Key:       func(i int) string { return fmt.Sprintf("%s:%d", id, i) },
+		Skip:      t.notObtained,
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
+	if w.Contended {
+		w.Key = func(int) string { return id + ":hot" }
+	}
+	cc := make([]benchkit.CycleClient, len(clients))
+	for i, c := range clients {
+		cc[i] = c
+	}
+	cr, err := benchkit.RunCycles(ctx, w, cc)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w (wait %v)", o.target, err, o.wait)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("interrupted: %w", err)
 	}
-	elapsed := min(now(), end) - measureFrom
-	var acq, cyc, hand benchkit.Hist
-	var all uint64
-	for i := range stats {
-		st := &stats[i]
-		acq.Merge(&st.acq)
-		cyc.Merge(&st.cycle)
-		hand.Merge(&st.handoff)
-		res.Cycles += st.cycles
-		res.NotObtained += st.notObtained
-		all += st.all
-	}
-	res.Seconds = elapsed.Seconds()
-	if res.Seconds > 0 {
-		res.CyclesPerSec = float64(res.Cycles) / res.Seconds
-	}
-	a, c := acq.Summary(), cyc.Summary()
-	res.Acquire, res.Cycle = &a, &c
-	if contended {
-		h := hand.Summary()
-		res.Handoff = &h
-	}
-	return all, nil
+	res.Seconds, res.Cycles, res.CyclesPerSec, res.NotObtained = cr.Seconds, cr.Cycles, cr.CyclesPerSec, cr.Skipped
+	res.Acquire, res.Cycle, res.Handoff = cr.Acquire, cr.Cycle, cr.Handoff
+	return cr.All, nil
 }
 
 // printHuman prints r in ticketing-bench's format.
@@ -337,18 +261,11 @@ func printHuman(w io.Writer, r *result) {
 	if r.Persistence != "" {
 		fmt.Fprintf(w, "  Redis persistence: %s\n", r.Persistence)
 	}
-	lat := func(name string, s *benchkit.LatencySummary) {
-		if s == nil || s.Count == 0 {
-			return
-		}
-		fmt.Fprintf(w, "  %-16s p50 %8.1f µs  p90 %8.1f µs  p99 %8.1f µs  p99.9 %8.1f µs  max %9.1f µs  (n=%d)\n",
-			name, s.P50US, s.P90US, s.P99US, s.P999US, s.MaxUS, s.Count)
-	}
 	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)\n", r.Cycles, r.Seconds, r.CyclesPerSec)
-	lat("acquire", r.Acquire)
-	lat("acquire+release", r.Cycle)
-	lat("hand-off", r.Handoff)
-	lat("idle round trip", r.PingRTT)
+	r.Acquire.WriteLine(w, "acquire")
+	r.Cycle.WriteLine(w, "acquire+release")
+	r.Handoff.WriteLine(w, "hand-off")
+	r.PingRTT.WriteLine(w, "idle round trip")
 	if r.BoundPerSec > 0 {
 		fmt.Fprintf(w, "  round-trip bound %.0f cycles/s (1 / round-trip p50): %.2f of it\n", r.BoundPerSec, r.OfBound)
 	}
@@ -358,8 +275,5 @@ func printHuman(w io.Writer, r *result) {
 	if r.ScriptsPerCycle > 0 {
 		fmt.Fprintf(w, "  %.1f Redis scripts per cycle (2 without retries: Obtain's and Release's)\n", r.ScriptsPerCycle)
 	}
-	if h := r.Host; h != nil {
-		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
-			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
-	}
+	r.Host.WriteLine(w)
 }

@@ -85,13 +85,13 @@ type brokerClient struct {
 	tk          *broker.Ticket
 }
 
-func (c *brokerClient) acquire(key string) error {
+func (c *brokerClient) Acquire(key string) error {
 	tk, err := c.b.Acquire(c.ctx, key, c.wait, c.lease, 0)
 	c.tk = tk
 	return err
 }
 
-func (c *brokerClient) release() error {
+func (c *brokerClient) Release() error {
 	err := c.tk.Release(c.ctx)
 	c.tk = nil
 	return err
@@ -316,7 +316,7 @@ type redisClient struct {
 	lock *redislock.Lock
 }
 
-func (c *redisClient) acquire(key string) error {
+func (c *redisClient) Acquire(key string) error {
 	ctx, cancel := context.WithTimeout(c.t.ctx, c.t.o.wait)
 	lock, err := c.t.locker.Obtain(ctx, key, c.t.o.lease, c.t.opts)
 	cancel()
@@ -324,7 +324,7 @@ func (c *redisClient) acquire(key string) error {
 	return err
 }
 
-func (c *redisClient) release() error {
+func (c *redisClient) Release() error {
 	err := c.lock.Release(c.t.ctx)
 	c.lock = nil
 	return err

@@ -138,7 +138,7 @@ type target interface {
 	newClient() client
 	ping(n int) (*benchkit.LatencySummary, error)
 	notObtained(err error) bool // the error is the library's "not obtained": counted, not fatal
-	commands() (uint64, bool)   // how many lock commands the server has run, if it tells
+	scripts() (uint64, bool)    // how many lock scripts the server has run, if it tells (Redis)
 	close()
 }
 
@@ -190,7 +190,7 @@ func bench(ctx context.Context, o *options) (*result, error) {
 	if o.mode == "contended" && res.PingRTT.P50US > 0 {
 		res.BoundPerSec = 1e6 / res.PingRTT.P50US
 	}
-	cmd0, haveCmds := t.commands()
+	scr0, haveScr := t.scripts()
 
 	clients := make([]client, o.clients)
 	for i := range clients {
@@ -207,8 +207,8 @@ func bench(ctx context.Context, o *options) (*result, error) {
 		return nil, err
 	}
 	res.Host = endHost()
-	if cmd1, ok := t.commands(); ok && haveCmds && all > 0 {
-		res.ScriptsPerCycle = float64(cmd1-cmd0) / float64(all)
+	if scr1, ok := t.scripts(); ok && haveScr && all > 0 {
+		res.ScriptsPerCycle = float64(scr1-scr0) / float64(all)
 	}
 	if res.BoundPerSec > 0 {
 		res.OfBound = res.CyclesPerSec / res.BoundPerSec

@@ -71,9 +71,9 @@ func (t *brokerTarget) newClient() client {
 	return &brokerClient{b: t.b, ctx: ctx, cancel: cancel, wait: t.o.wait, lease: t.o.lease}
 }
 
-func (t *brokerTarget) notObtained(error) bool   { return false }
-func (t *brokerTarget) commands() (uint64, bool) { return 0, false }
-func (t *brokerTarget) close()                   { _ = t.b.Close() }
+func (t *brokerTarget) notObtained(error) bool  { return false }
+func (t *brokerTarget) scripts() (uint64, bool) { return 0, false }
+func (t *brokerTarget) close()                  { _ = t.b.Close() }
 
 // brokerClient is one goroutine's use of the shared broker, with a
 // cancellable context of its own (as broker's BenchmarkAcquireRelease).
@@ -267,9 +267,9 @@ func (t *redisTarget) newClient() client {
 func (t *redisTarget) notObtained(err error) bool { return errors.Is(err, redislock.ErrNotObtained) }
 func (t *redisTarget) close()                     { _ = t.rc.Close() }
 
-// commands is how many scripts Redis has run (INFO commandstats: the calls
+// scripts is how many scripts Redis has run (INFO commandstats: the calls
 // of EVALSHA and EVAL; Obtain and Release are one script each).
-func (t *redisTarget) commands() (uint64, bool) {
+func (t *redisTarget) scripts() (uint64, bool) {
 	ctx, cancel := context.WithTimeout(t.ctx, setupTimeout)
 	defer cancel()
 	v, err := t.rc.Info(ctx, "commandstats").Result()

@@ -14,8 +14,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/version"
@@ -266,104 +264,64 @@ func findLeader(ctx context.Context, endpoints []string, tlsConf *tls.Config) (s
 	}
 }
 
-type clientStats struct {
-	acq, cycle, handoff benchkit.Hist
-	cycles              uint64
+// mutexClient is one client of the workload: a concurrency.Mutex of its
+// own session, made on its first Acquire (its key is the workload's).
+type mutexClient struct {
+	ctx       context.Context
+	s         *concurrency.Session
+	m         *concurrency.Mutex
+	contended bool
 }
 
-// runCycles runs the workload: each client loops Lock, then Unlock, on
-// its own key (uncontended) or on the shared one (contended).
+func (c *mutexClient) Acquire(key string) error {
+	if c.m == nil {
+		c.m = concurrency.NewMutex(c.s, key)
+	}
+	lctx, cancel := c.ctx, context.CancelFunc(func() {})
+	if c.contended {
+		lctx, cancel = context.WithTimeout(c.ctx, 60*time.Second) // ticketing-bench's wait_s
+	}
+	err := c.m.Lock(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("Lock: %w", err)
+	}
+	return nil
+}
+
+func (c *mutexClient) Release() error {
+	if err := c.m.Unlock(context.WithoutCancel(c.ctx)); err != nil {
+		return fmt.Errorf("Unlock: %w", err)
+	}
+	return nil
+}
+
+// runCycles runs the workload through benchkit.RunCycles: each client
+// loops Lock, then Unlock, on its own key (uncontended) or on the shared
+// one (contended).
 func runCycles(ctx context.Context, o *options, sessions []*concurrency.Session, res *result) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	contended := o.mode == "contended"
-	start := time.Now()
-	now := func() time.Duration { return time.Since(start) }
-	measureFrom := o.warmup
-	end := measureFrom + o.duration
-	var lastRelease atomic.Int64 // contended: when the holder called Unlock
-	var holders atomic.Int32     // contended: clients holding the shared key; more than 1 is a bug
-
-	stats := make([]clientStats, len(sessions))
-	errs := make(chan error, len(sessions))
-	var wg sync.WaitGroup
-	for i, s := range sessions {
-		wg.Go(func() {
-			st := &stats[i]
-			key := fmt.Sprintf("/bench-%s-%d", id, i)
-			if contended {
-				key = "/bench-" + id + "-hot"
-			}
-			m := concurrency.NewMutex(s, key)
-			for {
-				t0 := now()
-				if t0 >= end || ctx.Err() != nil {
-					return
-				}
-				measured := t0 >= measureFrom
-				lctx, cancel := ctx, context.CancelFunc(func() {})
-				if contended {
-					lctx, cancel = context.WithTimeout(ctx, 60*time.Second) // ticketing-bench's wait_s
-				}
-				err := m.Lock(lctx)
-				cancel()
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					errs <- fmt.Errorf("Lock: %w", err)
-					return
-				}
-				t1 := now()
-				if contended {
-					if n := holders.Add(1); n != 1 {
-						errs <- fmt.Errorf("mutual exclusion broken: %d holders of %s", n, key)
-						return
-					}
-					if rel := lastRelease.Load(); rel > 0 && measured {
-						st.handoff.Record(t1 - time.Duration(rel))
-					}
-					holders.Add(-1)
-					lastRelease.Store(int64(now()))
-				}
-				if err := m.Unlock(context.WithoutCancel(ctx)); err != nil {
-					errs <- fmt.Errorf("Unlock: %w", err)
-					return
-				}
-				t2 := now()
-				if measured {
-					st.acq.Record(t1 - t0)
-					st.cycle.Record(t2 - t0)
-					st.cycles++
-				}
-			}
-		})
+	w := benchkit.Cycles{
+		Contended: o.mode == "contended",
+		Warmup:    o.warmup,
+		Duration:  o.duration,
+		Key:       func(i int) string { return fmt.Sprintf("/bench-%s-%d", id, i) },
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if w.Contended {
+		w.Key = func(int) string { return "/bench-" + id + "-hot" }
+	}
+	clients := make([]benchkit.CycleClient, len(sessions))
+	for i, s := range sessions {
+		clients[i] = &mutexClient{ctx: ctx, s: s, contended: w.Contended}
+	}
+	cr, err := benchkit.RunCycles(ctx, w, clients)
+	if err != nil {
 		return err
 	}
-	elapsed := min(now(), end) - measureFrom
-	var acq, cyc, hand benchkit.Hist
-	for i := range stats {
-		st := &stats[i]
-		acq.Merge(&st.acq)
-		cyc.Merge(&st.cycle)
-		hand.Merge(&st.handoff)
-		res.Cycles += st.cycles
-	}
-	res.Seconds = elapsed.Seconds()
-	if res.Seconds > 0 {
-		res.CyclesPerSec = float64(res.Cycles) / res.Seconds
-	}
-	a, c := acq.Summary(), cyc.Summary()
-	res.Acquire, res.Cycle = &a, &c
-	if contended {
-		h := hand.Summary()
-		res.Handoff = &h
-	}
+	res.Seconds, res.Cycles, res.CyclesPerSec = cr.Seconds, cr.Cycles, cr.CyclesPerSec
+	res.Acquire, res.Cycle, res.Handoff = cr.Acquire, cr.Cycle, cr.Handoff
 	return nil
 }
 
@@ -378,19 +336,9 @@ func printHuman(w io.Writer, r *result) {
 		where = fmt.Sprintf("%d-member etcd %s (member subprocesses, fsync on%s), clients to %s", r.Members, r.Etcd, tlsNote, r.Addr)
 	}
 	fmt.Fprintf(w, "mode %s: %d clients (a session each) over %d connections, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
-	lat := func(name string, s *benchkit.LatencySummary) {
-		if s == nil || s.Count == 0 {
-			return
-		}
-		fmt.Fprintf(w, "  %-16s p50 %8.1f µs  p90 %8.1f µs  p99 %8.1f µs  p99.9 %8.1f µs  max %9.1f µs  (n=%d)\n",
-			name, s.P50US, s.P90US, s.P99US, s.P999US, s.MaxUS, s.Count)
-	}
 	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)\n", r.Cycles, r.Seconds, r.CyclesPerSec)
-	lat("acquire", r.Acquire)
-	lat("acquire+release", r.Cycle)
-	lat("hand-off", r.Handoff)
-	if h := r.Host; h != nil {
-		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
-			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
-	}
+	r.Acquire.WriteLine(w, "acquire")
+	r.Cycle.WriteLine(w, "acquire+release")
+	r.Handoff.WriteLine(w, "hand-off")
+	r.Host.WriteLine(w)
 }

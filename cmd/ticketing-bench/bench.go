@@ -672,13 +672,6 @@ func printHuman(w io.Writer, r *result) {
 		where += " over TLS"
 	}
 	fmt.Fprintf(w, "mode %s: %d clients over %d sessions, %s, GOMAXPROCS %d\n", r.Mode, r.Clients, r.Conns, where, r.GOMAXPROCS)
-	lat := func(name string, s *benchkit.LatencySummary) {
-		if s == nil || s.Count == 0 {
-			return
-		}
-		fmt.Fprintf(w, "  %-16s p50 %8.1f µs  p90 %8.1f µs  p99 %8.1f µs  p99.9 %8.1f µs  max %9.1f µs  (n=%d)\n",
-			name, s.P50US, s.P90US, s.P99US, s.P999US, s.MaxUS, s.Count)
-	}
 	if r.Hold != nil {
 		h := r.Hold
 		fmt.Fprintf(w, "  acquired %d of %d locks (%d busy) in %.2f s: %.0f acquires/s\n",
@@ -692,8 +685,8 @@ func printHuman(w io.Writer, r *result) {
 			fmt.Fprintf(w, "  Go heap in use: before %.1f MB, after %.1f MB: %.0f bytes per lock\n",
 				mb(int64(h.HeapBeforeBytes)), mb(int64(h.HeapAfterBytes)), h.HeapPerLock)
 		}
-		lat("ping RTT", r.PingRTT)
-		printHost(w, r)
+		r.PingRTT.WriteLine(w, "ping RTT")
+		r.Host.WriteLine(w)
 		return
 	}
 	fmt.Fprintf(w, "  %d cycles in %.2f s: %.0f cycles/s (acquire+release)", r.Cycles, r.Seconds, r.CyclesPerSec)
@@ -701,22 +694,15 @@ func printHuman(w io.Writer, r *result) {
 		fmt.Fprintf(w, ", target %.0f/s", r.TargetRate)
 	}
 	fmt.Fprintln(w)
-	lat("acquire", r.Acquire)
-	lat("acquire+release", r.Cycle)
-	lat("hand-off", r.Handoff)
-	lat("ping RTT idle", r.PingRTT)
-	lat("ping RTT loaded", r.PingLoaded)
+	r.Acquire.WriteLine(w, "acquire")
+	r.Cycle.WriteLine(w, "acquire+release")
+	r.Handoff.WriteLine(w, "hand-off")
+	r.PingRTT.WriteLine(w, "ping RTT idle")
+	r.PingLoaded.WriteLine(w, "ping RTT loaded")
 	if r.TimedOut+r.Busy+r.NotHeld > 0 {
 		fmt.Fprintf(w, "  timed out %d, busy %d, not held %d\n", r.TimedOut, r.Busy, r.NotHeld)
 	}
-	printHost(w, r)
-}
-
-func printHost(w io.Writer, r *result) {
-	if h := r.Host; h != nil {
-		fmt.Fprintf(w, "  host: this process used %.1f CPU-s and its threads waited %.1f s for a CPU (load average %.1f)\n",
-			h.CPUSeconds, h.RunqWaitSeconds, h.LoadAvg1)
-	}
+	r.Host.WriteLine(w)
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

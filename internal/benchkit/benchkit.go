@@ -1,6 +1,8 @@
 // Package benchkit has what the project's load tools share, so that
-// ticketing-bench and bench/etcd's etcd-bench measure alike: a latency
-// histogram and its summary, and a reading of the host's load.
+// ticketing-bench, bench/etcd's etcd-bench and bench/peers's peers-bench
+// measure alike: a latency histogram and its summary, a reading of the
+// host's load, their lines of human output, and the acquire+release loop
+// of the tools that drive a client library (RunCycles).
 package benchkit
 
 import (

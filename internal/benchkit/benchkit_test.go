@@ -1,9 +1,13 @@
 package benchkit
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -68,5 +72,101 @@ func TestStartHostLoad(t *testing.T) {
 	}
 	if h := end(); h.CPUSeconds <= 0 || h.RunqWaitSeconds < 0 {
 		t.Errorf("host load after a busy loop: %+v", h)
+	}
+}
+
+// memLock is a CycleClient of an in-memory lock table: a contended key is
+// waited for (polled), and every failAt-th Acquire fails with errSkip.
+type memLock struct {
+	mu     *sync.Mutex
+	held   map[string]bool
+	key    string
+	n      int
+	failAt int
+}
+
+var errSkip = errors.New("not obtained")
+
+func (c *memLock) Acquire(key string) error {
+	c.n++
+	if c.failAt > 0 && c.n%c.failAt == 0 {
+		return errSkip
+	}
+	for {
+		c.mu.Lock()
+		if !c.held[key] {
+			c.held[key], c.key = true, key
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
+func (c *memLock) Release() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held[c.key] {
+		return errors.New("not held")
+	}
+	delete(c.held, c.key)
+	return nil
+}
+
+func TestRunCycles(t *testing.T) {
+	var mu sync.Mutex
+	held := map[string]bool{}
+	clients := func(failAt int) []CycleClient {
+		cs := make([]CycleClient, 4)
+		for i := range cs {
+			cs[i] = &memLock{mu: &mu, held: held, failAt: failAt}
+		}
+		return cs
+	}
+	w := Cycles{Warmup: 20 * time.Millisecond, Duration: 50 * time.Millisecond, Key: func(i int) string { return fmt.Sprint("k", i) },
+		Skip: func(err error) bool { return errors.Is(err, errSkip) }}
+	r, err := RunCycles(t.Context(), w, clients(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Cycles == 0 || r.All <= r.Cycles || r.Skipped == 0 || r.Acquire.Count != r.Cycles || r.Cycle.Count != r.Cycles ||
+		r.Handoff != nil || r.Seconds < 0.049 || r.Seconds > 0.051 || r.CyclesPerSec != float64(r.Cycles)/r.Seconds {
+		t.Errorf("uncontended: %+v", r)
+	}
+
+	w.Contended, w.Skip = true, nil
+	w.Key = func(int) string { return "hot" }
+	if r, err = RunCycles(t.Context(), w, clients(0)); err != nil {
+		t.Fatal(err)
+	}
+	if r.Cycles == 0 || r.Handoff == nil || r.Handoff.Count == 0 || r.Skipped != 0 {
+		t.Errorf("contended: %+v", r)
+	}
+
+	// An error Skip does not count ends the run, naming the key.
+	if _, err = RunCycles(t.Context(), w, clients(2)); !errors.Is(err, errSkip) || !strings.Contains(err.Error(), "acquire of hot") {
+		t.Errorf("error: %v", err)
+	}
+	if len(held) != 0 {
+		t.Errorf("left held: %v", held)
+	}
+}
+
+func TestWriteLine(t *testing.T) {
+	var b strings.Builder
+	var none *LatencySummary
+	none.WriteLine(&b, "x")
+	(&LatencySummary{}).WriteLine(&b, "x")
+	(*HostLoad)(nil).WriteLine(&b)
+	if b.Len() != 0 {
+		t.Fatalf("nil and empty: %q", b.String())
+	}
+	(&LatencySummary{Count: 3, P50US: 1.25, P99US: 9}).WriteLine(&b, "acquire")
+	(&HostLoad{CPUSeconds: 1.5}).WriteLine(&b)
+	want := "  acquire          p50      1.2 µs  p90      0.0 µs  p99      9.0 µs  p99.9      0.0 µs  max       0.0 µs  (n=3)\n" +
+		"  host: this process used 1.5 CPU-s and its threads waited 0.0 s for a CPU (load average 0.0)\n"
+	if b.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
 	}
 }

@@ -483,6 +483,7 @@
 // In Raft mode also:
 //
 //	ticketing_raft_commit_seconds        histogram: a log entry's proposal to its apply on the leader
+//	ticketing_raft_entry_commands        histogram: commands per log entry the leader proposed and applied
 //	ticketing_raft_leader_changes_total  counter: leader changes this node has observed
 //	ticketing_raft_applied_index         gauge: last log index applied to the state machine
 //	ticketing_raft_commit_index          gauge: last committed log index

@@ -114,8 +114,9 @@ type cluster struct {
 	leaderChanges atomic.Uint64
 	serving       atomic.Bool
 	commitLatency prometheus.Histogram
-	slowGrants    atomic.Uint64 // grants answered B for a commit slower than ElectionTimeout
-	slowLog       logLimit      // its log lines
+	entryCommands prometheus.Histogram // commands per entry applied on the leader
+	slowGrants    atomic.Uint64        // grants answered B for a commit slower than ElectionTimeout
+	slowLog       logLimit             // its log lines
 }
 
 func (cc *ClusterConfig) validate(c *Config) error {
@@ -238,6 +239,11 @@ func newCluster(s *Server) (*cluster, error) {
 			Namespace: "ticketing", Subsystem: "raft", Name: "commit_seconds",
 			Help:    "Time from proposing a log entry (a batch of commands) to its apply on the leader.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		entryCommands: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "ticketing", Subsystem: "raft", Name: "entry_commands",
+			Help:    "Commands in each log entry the leader proposed and applied (its count is the entries, its sum the commands).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128 (maxEntryCommands)
 		}),
 	}
 	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline}
@@ -793,6 +799,7 @@ func (cl *cluster) collectors() []prometheus.Collector {
 	}
 	return []prometheus.Collector{
 		cl.commitLatency,
+		cl.entryCommands,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ticketing", Subsystem: "raft", Name: "leader_changes_total",
 			Help: "Leader changes this node has observed."}, func() float64 { return float64(cl.leaderChanges.Load()) }),
 		gauge("proposals_pending", "Commands the leader has proposed and not yet applied (queued for an entry, or in one).", func() float64 {

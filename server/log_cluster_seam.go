@@ -72,6 +72,7 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 	// (with the wait for its turn in the proposer).
 	if first != math.MaxInt64 {
 		cl.commitLatency.Observe(float64(now-first) / 1e9)
+		cl.entryCommands.Observe(float64(len(res)))
 	}
 }
 

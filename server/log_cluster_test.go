@@ -619,7 +619,7 @@ func TestClusterMetrics(t *testing.T) {
 	// answers, but wait for it anyway.
 	eventually(t, "the leader to apply the release", func() bool { return gather(l)["ticketing_held_locks"] == 1 })
 	lv := gather(l)
-	if lv["ticketing_raft_commit_seconds"] < 2 || lv["ticketing_raft_leader"] != 1 || lv["ticketing_role"] != float64(server.RoleLeader) ||
+	if lv["ticketing_raft_commit_seconds"] < 2 || lv["ticketing_raft_entry_commands"] != lv["ticketing_raft_commit_seconds"] || lv["ticketing_raft_leader"] != 1 || lv["ticketing_role"] != float64(server.RoleLeader) ||
 		lv["ticketing_raft_applied_index"] < 3 || lv["ticketing_raft_commit_index"] < lv["ticketing_raft_applied_index"] ||
 		lv["ticketing_raft_leader_changes_total"] < 1 || lv["ticketing_token_last"] != float64(tok) || lv["ticketing_token_store_ok"] != 1 || lv["ticketing_held_locks"] != 1 {
 		t.Fatalf("leader's metrics: %v", lv)
@@ -627,7 +627,7 @@ func TestClusterMetrics(t *testing.T) {
 	f := (l + 1) % 3
 	eventually(t, "the follower to apply the release", func() bool { return gather(f)["ticketing_raft_applied_index"] >= lv["ticketing_raft_applied_index"] })
 	fv := gather(f)
-	if fv["ticketing_raft_leader"] != 0 || fv["ticketing_role"] != float64(server.RoleStandby) || fv["ticketing_raft_commit_seconds"] != 0 || fv["ticketing_token_last"] != float64(tok) || fv["ticketing_held_locks"] != 1 {
+	if fv["ticketing_raft_leader"] != 0 || fv["ticketing_role"] != float64(server.RoleStandby) || fv["ticketing_raft_commit_seconds"] != 0 || fv["ticketing_raft_entry_commands"] != 0 || fv["ticketing_token_last"] != float64(tok) || fv["ticketing_held_locks"] != 1 {
 		t.Fatalf("follower's metrics: %v", fv)
 	}
 }

@@ -7,7 +7,9 @@
 # for each process (client, standalone, leader, follower-1/2, kernel
 # workers) and kind of work (client, server, wire codec, raft, Go runtime,
 # alloc+GC, kernel fsync / file write / network / scheduling / other), the
-# microseconds of CPU per cycle. The cycles of the window are the run's
+# microseconds of CPU per cycle; for a cluster also the leader's log
+# entries per second, commands per entry and mean commit latency in the
+# same window (from its /metrics). The cycles of the window are the run's
 # cycles/s times RECORD (the run is steady after its warm-up). perf's own
 # cost is in the figures (a few per cent at the default frequency), so
 # compare tables of one script, not these with bench/compare.sh's cycles/s.
@@ -20,7 +22,7 @@
 #   NODE_ENV="GOMAXPROCS=1"   environment of the ticketingd processes
 #   OUT=DIR    keep perf.data, the bench's JSON and the nodes' logs there
 #
-# Needs perf (linux-perf) and, for kernel stacks, root or
+# Needs perf (linux-perf), curl and, for kernel stacks, root or
 # kernel.perf_event_paranoid <= 1.
 #
 # Example:  TARGET=cluster bench/account.sh
@@ -75,7 +77,7 @@ case $TARGET in
     for i in 1 2 3; do
       env $NODE_ENV "$work/ticketingd" serve --cluster --node-id "n$i" --listen "127.0.0.1:$((base + i))" \
         --advertise "127.0.0.1:$((base + i))" --raft-listen "127.0.0.1:$((base + 3 + i))" --peers "$peers" \
-        --data-dir "$data/n$i" --log-level warn >"$out/n$i.log" 2>&1 &
+        --admin-listen "127.0.0.1:$((base + 6 + i))" --data-dir "$data/n$i" --log-level warn >"$out/n$i.log" 2>&1 &
       pids+=($!); role_of[$((base + i))]=$!
       addrs+="${addrs:+,}127.0.0.1:$((base + i))"
     done
@@ -87,9 +89,27 @@ for p in "${!role_of[@]}"; do wait_port "$p"; done
 "$work/ticketing-bench" --addr "$addrs" --mode "$MODE" --clients "$CLIENTS" --duration "$DURATION" --json >"$out/bench.json" 2>"$out/bench.err" &
 bench=$!
 pids+=($bench)
+# raft_totals PORT: the leader's entries, their commands and the sum of
+# their commit latencies so far (ticketing_raft_entry_commands,
+# ticketing_raft_commit_seconds), from its /metrics.
+raft_totals() {
+  curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+    /^ticketing_raft_entry_commands_count / { n = $2 }
+    /^ticketing_raft_entry_commands_sum / { c = $2 }
+    /^ticketing_raft_commit_seconds_sum / { s = $2 }
+    END { printf "%s %s %s\n", n + 0, c + 0, s + 0 }'
+}
 # The sessions find the serving node and warm up; record in the middle.
 sleep 3
+leader_admin=
+if [ "$TARGET" = cluster ]; then
+  for i in 1 2 3; do
+    if curl -fsS "http://127.0.0.1:$((base + 6 + i))/metrics" | grep -q '^ticketing_raft_leader 1'; then leader_admin=$((base + 6 + i)); fi
+  done
+  r0=$(raft_totals "$leader_admin")
+fi
 perf record -a -g -F "$FREQ" -o "$out/perf.data" -- sleep "$RECORD" 2>"$out/perf.err" >/dev/null
+if [ -n "$leader_admin" ]; then r1=$(raft_totals "$leader_admin"); fi
 wait "$bench" || { echo "ticketing-bench failed:" >&2; cat "$out/bench.err" >&2; exit 1; }
 
 num() { sed -n "s/^  \"$1\": \\([0-9.e+]*\\),\$/\\1/p" "$out/bench.json" | head -1; }
@@ -109,4 +129,11 @@ done
 cycles=$(awk -v c="$cps" -v r="$RECORD" 'BEGIN { printf "%.0f", c * r }')
 printf '%s %s, %s clients: %.0f cycles/s over the run; perf -F %s for %s s (%s cycles)\n\n' \
   "$TARGET" "$MODE" "$CLIENTS" "$cps" "$FREQ" "$RECORD" "$cycles"
+if [ -n "$leader_admin" ]; then
+  # shellcheck disable=SC2086
+  awk -v r="$RECORD" -v a="$r0" -v b="$r1" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); n = y[1] - x[1]
+    if (n > 0) printf "leader, same window: %.0f log entries/s, %.1f commands per entry, mean commit (first command queued to the entry applied) %.0f µs\n\n", n / r, (y[2] - x[2]) / n, (y[3] - x[3]) / n * 1e6
+  }'
+fi
 perf script -F comm,pid,tid,time,event,ip,sym,dso -i "$out/perf.data" 2>/dev/null | "$work/cpuaccount" "${roles[@]}" -hz "$FREQ" -cycles "$cycles"

@@ -20,12 +20,14 @@
 # (its LinearBackoff). Before each run peers-bench measures the idle round
 # trip of its client to its server; on the contended workload it reports
 # the round-trip bound (1 / round-trip p50) and the fraction of it reached
-# (of_bound). A round runs each workload against both targets back to
+# (of_bound), and the same against the round trip measured during the run
+# (a PING per millisecond: of_loaded_bound; steadier on a VM, whose idle
+# wake-ups vary from round to round). A round runs each workload against both targets back to
 # back (broker first in odd rounds, redislock first in even ones), so the
 # runs compared are close in time on a shared machine. At the end it
 # prints every run's cycles/s, the medians per target and workload, the
 # ratio broker/redislock within each round and of the medians, and the
-# contended of_bound of each target.
+# contended of_bound and of_loaded_bound of each target.
 #
 # Settings (environment):
 #   ROUNDS=3 DURATION=8s WARMUP=500ms CLIENTS=64 CON_CLIENTS=16
@@ -134,10 +136,10 @@ run_one() {
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(r["mode"], r["target"], sys.argv[2], r["cycles_per_sec"], r["acquire_release"]["p50_us"],
-      r["acquire_release"]["p99_us"], r.get("of_bound", 0), r.get("redis_scripts_per_cycle", 0))
+      r["acquire_release"]["p99_us"], r.get("of_bound", 0), r.get("redis_scripts_per_cycle", 0), r.get("of_loaded_bound", 0))
 PY
   say "$(tail -1 "$work/results" | awk '{ printf "round %s  %-9s %-11s %10.0f cycles/s  p50 %9.1f µs  p99 %9.1f µs", $3, $2, $1, $4, $5, $6
-    if ($1 == "contended") printf "  of bound %.2f", $7 }')"
+    if ($1 == "contended") printf "  of bound %.2f, of loaded bound %.2f", $7, $9 }')"
 }
 
 : >"$work/results"
@@ -158,8 +160,8 @@ python3 - "$work/results" <<'PY'
 import statistics, sys
 runs = [l.split() for l in open(sys.argv[1])]
 rows = {}
-for w, t, rnd, cps, p50, p99, ofb, spc in runs:
-    rows.setdefault((w, t), []).append((int(rnd), float(cps), float(p50), float(p99), float(ofb), float(spc)))
+for w, t, rnd, cps, p50, p99, ofb, spc, oflb in runs:
+    rows.setdefault((w, t), []).append((int(rnd), float(cps), float(p50), float(p99), float(ofb), float(spc), float(oflb)))
 med = lambda xs: statistics.median(xs) if xs else 0
 print()
 print("every run (cycles/s):")
@@ -167,13 +169,14 @@ for w in ("uncontended", "contended"):
     for t in ("broker", "redislock"):
         print(f"  {w:<12} {t:<10}", "  ".join(f"r{r} {c:,.0f}" for r, c, *_ in rows.get((w, t), [])))
 print()
-print(f"{'workload':<12} {'target':<10} {'cycles/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'of bound':>9} {'scripts/cycle':>14}")
+print(f"{'workload':<12} {'target':<10} {'cycles/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'of bound':>9} {'of loaded':>10} {'scripts/cycle':>14}")
 for w in ("uncontended", "contended"):
     for t in ("broker", "redislock"):
         rs = rows.get((w, t), [])
         ofb = f"{med([x[4] for x in rs]):.2f}" if w == "contended" else "-"
+        oflb = f"{med([x[6] for x in rs]):.2f}" if w == "contended" else "-"
         spc = f"{med([x[5] for x in rs]):.1f}" if t == "redislock" else "-"
-        print(f"{w:<12} {t:<10} {med([x[1] for x in rs]):>10,.0f} {med([x[2] for x in rs]):>9.1f} {med([x[3] for x in rs]):>9.1f} {ofb:>9} {spc:>14}")
+        print(f"{w:<12} {t:<10} {med([x[1] for x in rs]):>10,.0f} {med([x[2] for x in rs]):>9.1f} {med([x[3] for x in rs]):>9.1f} {ofb:>9} {oflb:>10} {spc:>14}")
 print()
 print("broker/redislock:")
 for w in ("uncontended", "contended"):

@@ -115,10 +115,17 @@ type result struct {
 	Cycle        *benchkit.LatencySummary `json:"acquire_release,omitempty"`
 	Handoff      *benchkit.LatencySummary `json:"handoff,omitempty"`
 	PingRTT      *benchkit.LatencySummary `json:"ping_rtt,omitempty"`
+	// The round trip during the run: one PING per millisecond on its own
+	// connection, as ticketing-bench's ping_rtt_under_load.
+	PingLoaded *benchkit.LatencySummary `json:"ping_rtt_under_load,omitempty"`
 	// Contended: 1 / PingRTT's p50, and CyclesPerSec over it.
 	BoundPerSec float64 `json:"bound_cycles_per_sec,omitempty"`
 	OfBound     float64 `json:"of_bound,omitempty"`
-	NotObtained uint64  `json:"not_obtained"`
+	// Contended: the same against the round trip under load (PingLoaded):
+	// on a machine whose idle wake-ups vary (a VM), the steadier figure.
+	LoadedBoundPerSec float64 `json:"loaded_bound_cycles_per_sec,omitempty"`
+	OfLoadedBound     float64 `json:"of_loaded_bound,omitempty"`
+	NotObtained       uint64  `json:"not_obtained"`
 	// redislock: the scripts Redis ran (EVALSHA and EVAL, every client's:
 	// INFO commandstats) per cycle over the whole run, warmup included: 2
 	// when no acquire had to try again, one more per retry.
@@ -136,9 +143,9 @@ type client interface {
 // their stack.
 type target interface {
 	newClient() client
-	ping(n int) (*benchkit.LatencySummary, error)
-	notObtained(err error) bool // the error is the library's "not obtained": counted, not fatal
-	scripts() (uint64, bool)    // how many lock scripts the server has run, if it tells (Redis)
+	ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) // n round trips, gap apart
+	notObtained(err error) bool                                      // the error is the library's "not obtained": counted, not fatal
+	scripts() (uint64, bool)                                         // how many lock scripts the server has run, if it tells (Redis)
 	close()
 }
 
@@ -184,7 +191,7 @@ func bench(ctx context.Context, o *options) (*result, error) {
 	}
 	defer t.close()
 
-	if res.PingRTT, err = t.ping(o.pings); err != nil {
+	if res.PingRTT, err = t.ping(o.pings, 0); err != nil {
 		return nil, err
 	}
 	if o.mode == "contended" && res.PingRTT.P50US > 0 {
@@ -202,16 +209,37 @@ func bench(ctx context.Context, o *options) (*result, error) {
 		}
 	}()
 	endHost := benchkit.StartHostLoad()
+	// The loaded round trip: a PING per millisecond through the run.
+	type pinged struct {
+		s   *benchkit.LatencySummary
+		err error
+	}
+	loaded := make(chan pinged, 1)
+	go func() {
+		// A sleep of 1 ms takes a little longer: 3/4 of the run's
+		// milliseconds end within it.
+		s, err := t.ping(int(o.duration/time.Millisecond)*3/4, time.Millisecond)
+		loaded <- pinged{s, err}
+	}()
 	all, err := runCycles(ctx, o, t, clients, res)
+	lp := <-loaded
 	if err != nil {
 		return nil, err
 	}
+	if lp.err != nil {
+		return nil, fmt.Errorf("round trip under load: %w", lp.err)
+	}
+	res.PingLoaded = lp.s
 	res.Host = endHost()
 	if scr1, ok := t.scripts(); ok && haveScr && all > 0 {
 		res.ScriptsPerCycle = float64(scr1-scr0) / float64(all)
 	}
 	if res.BoundPerSec > 0 {
 		res.OfBound = res.CyclesPerSec / res.BoundPerSec
+	}
+	if o.mode == "contended" && res.PingLoaded.P50US > 0 {
+		res.LoadedBoundPerSec = 1e6 / res.PingLoaded.P50US
+		res.OfLoadedBound = res.CyclesPerSec / res.LoadedBoundPerSec
 	}
 	return res, nil
 }
@@ -268,6 +296,12 @@ func printHuman(w io.Writer, r *result) {
 	r.PingRTT.WriteLine(w, "idle round trip")
 	if r.BoundPerSec > 0 {
 		fmt.Fprintf(w, "  round-trip bound %.0f cycles/s (1 / round-trip p50): %.2f of it\n", r.BoundPerSec, r.OfBound)
+	}
+	if r.PingLoaded != nil {
+		r.PingLoaded.WriteLine(w, "loaded round trip")
+	}
+	if r.LoadedBoundPerSec > 0 {
+		fmt.Fprintf(w, "  loaded round-trip bound %.0f cycles/s (1 / loaded round-trip p50): %.2f of it\n", r.LoadedBoundPerSec, r.OfLoadedBound)
 	}
 	if r.NotObtained > 0 {
 		fmt.Fprintf(w, "  %d acquires not obtained (redislock.ErrNotObtained)\n", r.NotObtained)

@@ -58,7 +58,11 @@
 // pingRTT measures the same way). On the contended workload at most one
 // hand-off per round trip is possible, so the tool reports
 // bound_cycles_per_sec = 1 / round-trip p50 and of_bound = cycles_per_sec /
-// bound_cycles_per_sec.
+// bound_cycles_per_sec. During the run it also sends one PING per
+// millisecond the same way (ping_rtt_under_load, as ticketing-bench's), and
+// reports loaded_bound_cycles_per_sec and of_loaded_bound against that
+// round trip's p50: the one a hand-off meets, steadier than the idle one
+// on a machine whose wake-ups from idle vary (a VM).
 //
 // Errors: any acquire or release error ends the run with exit 1 (a
 // contended acquire that waits --wait, 10 s, without the lock too), except

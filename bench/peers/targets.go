@@ -104,13 +104,13 @@ func (c *brokerClient) close() { c.cancel() }
 // ticketing-bench's pingRTT), the caller hands the request to a writer
 // goroutine and gets the reply from a reader goroutine, so the figure has
 // the same goroutine hand-offs as a broker request.
-func (t *brokerTarget) ping(n int) (*benchkit.LatencySummary, error) {
+func (t *brokerTarget) ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) {
 	conn, err := net.DialTimeout("tcp", t.addr, setupTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("ping: %w", err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(setupTimeout)) // the HELLO, and then every PING
+	_ = conn.SetDeadline(time.Now().Add(setupTimeout)) // the HELLO; then each PING sets its own
 	hello, err := wire.AppendRequest(nil, &wire.Request{Type: wire.TypeHello, ReqID: 1, Version: wire.Version, Name: []byte("peers-bench")})
 	if err != nil {
 		return nil, err
@@ -172,7 +172,11 @@ func (t *brokerTarget) ping(n int) (*benchkit.LatencySummary, error) {
 	}()
 	var h benchkit.Hist
 	for i := range n {
+		if gap > 0 && i > 0 {
+			time.Sleep(gap)
+		}
 		t0 := time.Now()
+		_ = conn.SetDeadline(t0.Add(setupTimeout))
 		sends <- uint32(i + 2)
 		if err := <-replies; err != nil {
 			return nil, fmt.Errorf("ping: %w", err)
@@ -295,9 +299,12 @@ func (t *redisTarget) scripts() (uint64, bool) {
 
 // ping measures the idle round trip of go-redis's Ping, a command on a
 // pooled connection from the calling goroutine, as Obtain's.
-func (t *redisTarget) ping(n int) (*benchkit.LatencySummary, error) {
+func (t *redisTarget) ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) {
 	var h benchkit.Hist
-	for range n {
+	for i := range n {
+		if gap > 0 && i > 0 {
+			time.Sleep(gap)
+		}
 		t0 := time.Now()
 		if err := t.rc.Ping(t.ctx).Err(); err != nil {
 			return nil, fmt.Errorf("ping: %w", err)

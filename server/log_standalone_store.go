@@ -19,7 +19,7 @@ import (
 // Token store files in Config.DataDir.
 const (
 	ceilingFile  = "tokens.ceiling"
-	ceilingTemp  = "tokens.ceiling.tmp"
+	ceilingTemp  = ceilingFile + ".tmp" // fsutil.ReplaceFile's temporary file
 	lockFile     = "LOCK"
 	ceilingMagic = "ticketing-token-ceiling v1"
 )
@@ -341,17 +341,11 @@ func parseCeiling(b []byte) (uint64, error) {
 	return v, nil
 }
 
-// writeCeiling durably replaces the ceiling file: temp file, fsync, rename,
-// fsync of the directory.
+// writeCeiling durably replaces the ceiling file (fsutil.ReplaceFile: its
+// temporary file is ceilingTemp, fsynced, renamed over it, and the
+// directory fsynced).
 func writeCeiling(dir string, v uint64) error {
-	tmp := filepath.Join(dir, ceilingTemp)
-	if err := fsutil.WriteFileSync(tmp, formatCeiling(v)); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ceilingFile)); err != nil {
-		return err
-	}
-	return fsutil.SyncDir(dir)
+	return fsutil.ReplaceFile(filepath.Join(dir, ceilingFile), formatCeiling(v))
 }
 
 // writeCopy durably writes the ceiling v into f (LOCK), in the ceiling

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -210,12 +209,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ticketing-bench: %v\n", err)
 		return 1
 	}
-	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-	} else {
-		printHuman(stdout, res)
+	if err := benchkit.Report(stdout, o.jsonOut, res, printHuman); err != nil {
+		fmt.Fprintf(stderr, "ticketing-bench: writing the result: %v\n", err)
+		return 1
 	}
 	return 0
 }

@@ -3,6 +3,7 @@ package benchkit
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -168,5 +169,20 @@ func TestWriteLine(t *testing.T) {
 		"  host: this process used 1.5 CPU-s and its threads waited 0.0 s for a CPU (load average 0.0)\n"
 	if b.String() != want {
 		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+func TestReport(t *testing.T) {
+	type res struct {
+		Cycles int `json:"cycles"`
+	}
+	human := func(w io.Writer, r res) { fmt.Fprintf(w, "%d cycles\n", r.Cycles) }
+	var b strings.Builder
+	if err := Report(&b, false, res{3}, human); err != nil || b.String() != "3 cycles\n" {
+		t.Errorf("text: %q, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := Report(&b, true, res{3}, human); err != nil || b.String() != "{\n  \"cycles\": 3\n}\n" {
+		t.Errorf("JSON: %q, %v", b.String(), err)
 	}
 }

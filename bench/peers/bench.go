@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -143,9 +142,10 @@ type client interface {
 // their stack.
 type target interface {
 	newClient() client
-	ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) // n round trips, gap apart
-	notObtained(err error) bool                                      // the error is the library's "not obtained": counted, not fatal
-	scripts() (uint64, bool)                                         // how many lock scripts the server has run, if it tells (Redis)
+	// ping measures n round trips, gap apart, or fewer if stop is closed first.
+	ping(n int, gap time.Duration, stop <-chan struct{}) (*benchkit.LatencySummary, error)
+	notObtained(err error) bool // the error is the library's "not obtained": counted, not fatal
+	scripts() (uint64, bool)    // how many lock scripts the server has run, if it tells (Redis)
 	close()
 }
 
@@ -163,12 +163,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "peers-bench: %v\n", err)
 		return 1
 	}
-	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-	} else {
-		printHuman(stdout, res)
+	if err := benchkit.Report(stdout, o.jsonOut, res, printHuman); err != nil {
+		fmt.Fprintf(stderr, "peers-bench: writing the result: %v\n", err)
+		return 1
 	}
 	return 0
 }
@@ -191,7 +188,7 @@ func bench(ctx context.Context, o *options) (*result, error) {
 	}
 	defer t.close()
 
-	if res.PingRTT, err = t.ping(o.pings, 0); err != nil {
+	if res.PingRTT, err = t.ping(o.pings, 0, nil); err != nil {
 		return nil, err
 	}
 	if o.mode == "contended" && res.PingRTT.P50US > 0 {
@@ -214,14 +211,14 @@ func bench(ctx context.Context, o *options) (*result, error) {
 		s   *benchkit.LatencySummary
 		err error
 	}
-	loaded := make(chan pinged, 1)
+	loaded, stop := make(chan pinged, 1), make(chan struct{})
 	go func() {
-		// A sleep of 1 ms takes a little longer: 3/4 of the run's
-		// milliseconds end within it.
-		s, err := t.ping(int(o.duration/time.Millisecond)*3/4, time.Millisecond)
+		// Until the run ends (at most one per millisecond of it).
+		s, err := t.ping(int((o.warmup+o.duration)/time.Millisecond), time.Millisecond, stop)
 		loaded <- pinged{s, err}
 	}()
 	all, err := runCycles(ctx, o, t, clients, res)
+	close(stop)
 	lp := <-loaded
 	if err != nil {
 		return nil, err

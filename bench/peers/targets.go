@@ -104,7 +104,7 @@ func (c *brokerClient) close() { c.cancel() }
 // ticketing-bench's pingRTT), the caller hands the request to a writer
 // goroutine and gets the reply from a reader goroutine, so the figure has
 // the same goroutine hand-offs as a broker request.
-func (t *brokerTarget) ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) {
+func (t *brokerTarget) ping(n int, gap time.Duration, stop <-chan struct{}) (*benchkit.LatencySummary, error) {
 	conn, err := net.DialTimeout("tcp", t.addr, setupTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("ping: %w", err)
@@ -172,8 +172,8 @@ func (t *brokerTarget) ping(n int, gap time.Duration) (*benchkit.LatencySummary,
 	}()
 	var h benchkit.Hist
 	for i := range n {
-		if gap > 0 && i > 0 {
-			time.Sleep(gap)
+		if i > 0 && !pause(gap, stop) {
+			break
 		}
 		t0 := time.Now()
 		_ = conn.SetDeadline(t0.Add(setupTimeout))
@@ -299,11 +299,11 @@ func (t *redisTarget) scripts() (uint64, bool) {
 
 // ping measures the idle round trip of go-redis's Ping, a command on a
 // pooled connection from the calling goroutine, as Obtain's.
-func (t *redisTarget) ping(n int, gap time.Duration) (*benchkit.LatencySummary, error) {
+func (t *redisTarget) ping(n int, gap time.Duration, stop <-chan struct{}) (*benchkit.LatencySummary, error) {
 	var h benchkit.Hist
 	for i := range n {
-		if gap > 0 && i > 0 {
-			time.Sleep(gap)
+		if i > 0 && !pause(gap, stop) {
+			break
 		}
 		t0 := time.Now()
 		if err := t.rc.Ping(t.ctx).Err(); err != nil {
@@ -338,3 +338,24 @@ func (c *redisClient) Release() error {
 }
 
 func (c *redisClient) close() {}
+
+// pause waits gap before the next round trip of a ping, and reports
+// whether to go on: false once stop is closed (nil: never).
+func pause(gap time.Duration, stop <-chan struct{}) bool {
+	if gap <= 0 {
+		select {
+		case <-stop:
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(gap)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}

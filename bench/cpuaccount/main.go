@@ -175,14 +175,13 @@ func kindOf(stack []string) string {
 	if kernelFrame(stack[0]) {
 		return kernelKind(stack)
 	}
-	leaf := sym(stack[0])
-	if strings.HasPrefix(leaf, "runtime.") || strings.HasPrefix(leaf, "internal/runtime/") || strings.HasPrefix(leaf, "aeshash") || strings.HasPrefix(leaf, "memeqbody") {
+	if runtimeFrame(sym(stack[0])) {
 		for _, fr := range stack {
 			s := sym(fr)
 			if strings.HasPrefix(s, "runtime.mallocgc") || strings.HasPrefix(s, "runtime.gc") || strings.HasPrefix(s, "runtime.scanobject") || strings.HasPrefix(s, "runtime.growslice") || strings.HasPrefix(s, "runtime.newobject") || strings.HasPrefix(s, "runtime.makeslice") || strings.HasPrefix(s, "runtime.bgsweep") || strings.HasPrefix(s, "runtime.(*mheap)") {
 				return "alloc+GC"
 			}
-			if !strings.HasPrefix(s, "runtime.") && !strings.HasPrefix(s, "internal/runtime/") && !strings.HasPrefix(s, "aeshash") && !strings.HasPrefix(s, "memeqbody") {
+			if !runtimeFrame(s) {
 				// A map or a copy in someone's code: its owner's.
 				if k := owner(stack); k != "" {
 					return k
@@ -196,6 +195,13 @@ func kindOf(stack []string) string {
 		return k
 	}
 	return "other user"
+}
+
+// runtimeFrame reports whether s is a function of the Go runtime (or one
+// of its assembly helpers for maps and strings).
+func runtimeFrame(s string) bool {
+	return strings.HasPrefix(s, "runtime.") || strings.HasPrefix(s, "internal/runtime/") ||
+		strings.HasPrefix(s, "aeshash") || strings.HasPrefix(s, "memeqbody")
 }
 
 // owner is the kind of the nearest frame of a known module.

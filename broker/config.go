@@ -101,10 +101,11 @@ type Config struct {
 	// ticketingd init --cluster and --pair carries; at most 64 bytes).
 	// A node whose version-3 HELLO_OK carries another non-empty identity
 	// is never used (see "Cluster identity" in the package
-	// documentation). Default: none, and then the broker keeps to the
-	// first non-empty identity it meets. Nodes that carry no identity
-	// (standalone, or speaking protocol version 1 or 2) are not refused
-	// by this rule either way.
+	// documentation), and with Cluster set, neither is a node that
+	// carries no identity (a standalone server, or one speaking protocol
+	// version 1 or 2): ErrNoClusterIdentity. Default: none, and then the
+	// broker keeps to the first non-empty identity it meets, and uses
+	// nodes that carry no identity.
 	Cluster string
 	// Logger receives the broker's events (default: nil, discard). Per
 	// session: at Info each time it becomes ready ("broker: session

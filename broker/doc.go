@@ -196,9 +196,17 @@
 // refusal is the cause of the error callers get: a *WrongClusterError
 // matching ErrWrongCluster (a cause, no outcome of its own) inside
 // Acquire's and Refresh's ErrUnsent and WaitReady's ErrNotReady (at once
-// when every session is so refused). Nodes without an identity
-// (standalone, or of protocol version 1 or 2) are not refused by this
-// rule. Broker.Cluster returns the identity kept to.
+// when every session is so refused). A node without an identity (a
+// standalone server, or a server of protocol version 1 or 2, whose
+// HELLO_OK carries none) is refused the same way when Config.Cluster is
+// set, since nothing shows it belongs to that cluster: its
+// *WrongClusterError has an empty Cluster, also matches
+// ErrNoClusterIdentity, and says why (a standalone server, or the
+// version it speaks); the log line is "broker: node has no cluster
+// identity; not used". Without Config.Cluster such nodes are used (a
+// standalone server's URL has no cluster=). So during an upgrade from
+// servers of version 1 or 2, leave cluster= out of the URL until every
+// node speaks version 3. Broker.Cluster returns the identity kept to.
 //
 // # Refresh and KeepAlive
 //

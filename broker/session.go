@@ -480,6 +480,13 @@ func (o *outage) failed(s *session, err error, refused bool) {
 		ref = o.lastWarn
 	}
 	var wc *WrongClusterError
+	if errors.As(err, &wc) && !o.refusedWarned && wc.Cluster == "" {
+		// A configuration error: at Error, naming the identity wanted.
+		o.lastWarn, o.refusedWarned = now, true
+		b.log.Error("broker: node has no cluster identity; not used", "addr", s.addr, "session", s.idx, "node", wc.Node,
+			"version", wc.Version, "want", wc.Want, "configured", wc.Configured, "attempts", o.failures)
+		return
+	}
 	if errors.As(err, &wc) && !o.refusedWarned {
 		// A configuration error: at Error, naming both identities.
 		o.lastWarn, o.refusedWarned = now, true
@@ -625,7 +632,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
 		}
 		nodeName, role, cluster = string(resp.Node), resp.Role, string(resp.Cluster)
-		if err := b.checkCluster(s, nodeName, cluster); err != nil {
+		if err := b.checkCluster(s, nodeName, cluster, ver); err != nil {
 			// Before the session is used: nothing is sent on it.
 			return nil, s.errorf(err, "HELLO_OK")
 		}

@@ -170,8 +170,10 @@ type Config struct {
 	// while that node serves, and after losing it (a dropped session, a
 	// keepalive timeout, an M without a hint to follow) keeps retrying
 	// that address alone until it has not served for PairSettle; only
-	// then does it try the other node. An M naming the other node is
-	// followed at once. At start, the addresses after the first are
+	// then does it try the other node. The node it tries is retried at
+	// least every PairSettle/4 (at least 10 ms), from BackoffMin after
+	// each move between nodes. An M naming the other node is followed at
+	// once. At start, the addresses after the first are
 	// dialled once the first has answered or failed, or after PairSettle.
 	// See "Hot-standby pairs" in the package documentation. Set it to at
 	// least the time the pair's passive takes to declare its peer dead

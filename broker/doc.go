@@ -116,15 +116,23 @@
 //     background attempt, no race between addresses, nothing at the
 //     keepalives.
 //   - When it loses the active (its session dropped, a keepalive timeout,
-//     an M with no hint it follows), it redials that address alone, with
-//     the usual backoff, until the address has not served for
-//     Config.PairSettle (default 2 s, the ZeroMQ Guide's SETTLE_DELAY)
-//     with no attempt to it in flight (an attempt that may still be
-//     answered); only then does it dial the other node, and after
-//     another PairSettle without an answer the first one again (with more
-//     than two addresses, the next in Addrs order). If the active comes
-//     back within the settle delay, the broker uses it again and never
-//     contacts the other node.
+//     an M with no hint it follows), it redials that address alone until
+//     the address has not served for Config.PairSettle (default 2 s, the
+//     ZeroMQ Guide's SETTLE_DELAY) with no attempt to it in flight (an
+//     attempt that may still be answered); only then does it dial the
+//     other node, and after another PairSettle without serving the first
+//     one again (with more than two addresses, the next in Addrs order).
+//     If the active comes back within the settle delay, the broker uses
+//     it again and never contacts the other node.
+//   - Each move to a node restarts the backoff of its sessions at
+//     BackoffMin, and the node the broker is trying is retried at least
+//     every quarter of PairSettle (at least 10 ms; half of it jitter),
+//     whatever the backoff grew to: half a heartbeat when PairSettle is
+//     two of the pair's heartbeats, as advised. The broker cannot know
+//     the heartbeat (no frame carries it), but PairSettle is set from it.
+//     So the passive, which takes over at the first HELLO after its peer
+//     has been silent for two heartbeats, is reached within half a
+//     heartbeat of being able to.
 //   - An M whose hint names the other listed node is followed at once,
 //     without the settle delay: the node that sends it says that it does
 //     not serve (an active stepping down, a passive naming the active), so

@@ -129,8 +129,8 @@ const PairEpochShift = 40
 // serving start of a pair node moves its epoch by at most 2, so a ticket
 // of a deposed side is a few epochs behind even after many failovers and
 // restarts. A lock service reinstalled with tokens starting at 1 against a
-// high-water issued from the wall clock (token-start clock: epoch 1600 and
-// more since 2025) is further behind, and is reported as reinstalled.
+// high-water issued from the wall clock (token-start clock: epoch above
+// 1500 since 2022) is further behind, and is reported as reinstalled.
 const MaxPairEpochLag = 1 << 10
 
 // StaleCause tells why a token was stale, as far as the token and the

@@ -456,6 +456,11 @@ func planNodes(s Spec, errs *FieldErrors) (nodes []placedNode, loopback bool) {
 		if !server.ValidNodeID(n.ID) {
 			errs.add(field+".id", "the ID must be 1 to %d letters, digits, '.', '_' or '-'", server.MaxNodeIDLen)
 			bad = true
+		} else if n.ID == "." || n.ID == ".." {
+			// The ID names the node's directory in the bundle and the
+			// archives: "." and ".." would put its files in another.
+			errs.add(field+".id", "the ID names the node's directory in the bundle: not %s", n.ID)
+			bad = true
 		} else if ids[n.ID] {
 			if s.Existing != nil && s.Existing.has(n.ID) {
 				errs.add(field+".id", "the bundle has a node %s already (node IDs are never reused)", n.ID)

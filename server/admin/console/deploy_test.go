@@ -82,6 +82,8 @@ func TestDeployBadInput(t *testing.T) {
 		{"dir with ..", `{"topology":"single","dir":"/srv/locks/..","client_tokens":1}`, 400, []string{"dir"}, "in the form"},
 		{"dir with an empty element", `{"topology":"cluster","dir":"/srv//locks","client_tokens":1,"tls":"private-ca",
 			"nodes":[{"id":"n1","host":"127.0.0.1"},{"id":"n2","host":"127.0.0.1"},{"id":"n3","host":"127.0.0.1"}]}`, 400, []string{"dir"}, "in the form"},
+		{"node ID ..", `{"topology":"cluster","dir":"/srv/locks","client_tokens":1,"tls":"private-ca",
+			"nodes":[{"id":"n1","host":"127.0.0.1"},{"id":"..","host":"127.0.0.1"},{"id":"n3","host":"127.0.0.1"}]}`, 400, []string{"nodes[1].id"}, "in the form"},
 		{"own TLS file with a newline", `{"topology":"single","dir":"/d","client_tokens":1,"tls":"own","own_tls":{"cert_file":"/c.pem\nx","key_file":"/etc/../k.pem"}}`, 400,
 			[]string{"own_tls.cert_file", "own_tls.key_file"}, "in the form"},
 		{"node fields", `{"topology":"cluster","dir":"/d","client_tokens":1,"tls":"private-ca",

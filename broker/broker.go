@@ -185,18 +185,25 @@ func (b *Broker) Cluster() string {
 }
 
 // checkCluster is the identity rule of protocol version 3, applied to a
-// HELLO_OK of s's node carrying the group identity id before its session
-// is used: a node without an identity (standalone, or of version 1 or 2:
-// id empty) is accepted; so is one whose identity is the broker's, which,
-// without Config.Cluster, is the first non-empty identity met (decided
-// once, atomically, so that two sessions opening at once to nodes of two
-// clusters cannot both be used). Any other is refused with a
-// *WrongClusterError: the node is not used, and is no failover target.
-func (b *Broker) checkCluster(s *session, nodeName, id string) error {
-	if id == "" {
-		return nil
-	}
+// HELLO_OK (of protocol version ver) of s's node carrying the group
+// identity id before its session is used. With Config.Cluster, only a
+// node of that identity is accepted: a node without one (a standalone
+// server, or a server of version 1 or 2, whose HELLO_OK carries none)
+// cannot be shown to belong to the configured cluster and is refused.
+// Without it, a node without an identity is accepted, and so is one whose
+// identity is the first non-empty identity met (decided once, atomically,
+// so that two sessions opening at once to nodes of two clusters cannot
+// both be used). A refused node gets a *WrongClusterError: it is not
+// used, and is no failover target.
+func (b *Broker) checkCluster(s *session, nodeName, id string, ver uint8) error {
 	cur := b.ident.Load()
+	if id == "" {
+		if cur == nil || !cur.configured {
+			return nil
+		}
+		s.node.foreign.Store(true)
+		return &WrongClusterError{Addr: s.addr, Node: nodeName, Want: cur.id, Configured: true, Version: ver}
+	}
 	if cur == nil {
 		if b.ident.CompareAndSwap(nil, &clusterIdent{id: id}) {
 			b.log.Info("broker: cluster identity learned from the first node that gave one; nodes of another cluster will not be used",

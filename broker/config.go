@@ -101,10 +101,11 @@ type Config struct {
 	// ticketingd init --cluster and --pair carries; at most 64 bytes).
 	// A node whose version-3 HELLO_OK carries another non-empty identity
 	// is never used (see "Cluster identity" in the package
-	// documentation). Default: none, and then the broker keeps to the
-	// first non-empty identity it meets. Nodes that carry no identity
-	// (standalone, or speaking protocol version 1 or 2) are not refused
-	// by this rule either way.
+	// documentation), and with Cluster set, neither is a node that
+	// carries no identity (a standalone server, or one speaking protocol
+	// version 1 or 2): ErrNoClusterIdentity. Default: none, and then the
+	// broker keeps to the first non-empty identity it meets, and uses
+	// nodes that carry no identity.
 	Cluster string
 	// Logger receives the broker's events (default: nil, discard). Per
 	// session: at Info each time it becomes ready ("broker: session
@@ -169,8 +170,10 @@ type Config struct {
 	// while that node serves, and after losing it (a dropped session, a
 	// keepalive timeout, an M without a hint to follow) keeps retrying
 	// that address alone until it has not served for PairSettle; only
-	// then does it try the other node. An M naming the other node is
-	// followed at once. At start, the addresses after the first are
+	// then does it try the other node. The node it tries is retried at
+	// least every PairSettle/4 (at least 10 ms), from BackoffMin after
+	// each move between nodes. An M naming the other node is followed at
+	// once. At start, the addresses after the first are
 	// dialled once the first has answered or failed, or after PairSettle.
 	// See "Hot-standby pairs" in the package documentation. Set it to at
 	// least the time the pair's passive takes to declare its peer dead

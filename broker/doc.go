@@ -116,15 +116,23 @@
 //     background attempt, no race between addresses, nothing at the
 //     keepalives.
 //   - When it loses the active (its session dropped, a keepalive timeout,
-//     an M with no hint it follows), it redials that address alone, with
-//     the usual backoff, until the address has not served for
-//     Config.PairSettle (default 2 s, the ZeroMQ Guide's SETTLE_DELAY)
-//     with no attempt to it in flight (an attempt that may still be
-//     answered); only then does it dial the other node, and after
-//     another PairSettle without an answer the first one again (with more
-//     than two addresses, the next in Addrs order). If the active comes
-//     back within the settle delay, the broker uses it again and never
-//     contacts the other node.
+//     an M with no hint it follows), it redials that address alone until
+//     the address has not served for Config.PairSettle (default 2 s, the
+//     ZeroMQ Guide's SETTLE_DELAY) with no attempt to it in flight (an
+//     attempt that may still be answered); only then does it dial the
+//     other node, and after another PairSettle without serving the first
+//     one again (with more than two addresses, the next in Addrs order).
+//     If the active comes back within the settle delay, the broker uses
+//     it again and never contacts the other node.
+//   - Each move to a node restarts the backoff of its sessions at
+//     BackoffMin, and the node the broker is trying is retried at least
+//     every quarter of PairSettle (at least 10 ms; half of it jitter),
+//     whatever the backoff grew to: half a heartbeat when PairSettle is
+//     two of the pair's heartbeats, as advised. The broker cannot know
+//     the heartbeat (no frame carries it), but PairSettle is set from it.
+//     So the passive, which takes over at the first HELLO after its peer
+//     has been silent for two heartbeats, is reached within half a
+//     heartbeat of being able to.
 //   - An M whose hint names the other listed node is followed at once,
 //     without the settle delay: the node that sends it says that it does
 //     not serve (an active stepping down, a passive naming the active), so
@@ -196,9 +204,17 @@
 // refusal is the cause of the error callers get: a *WrongClusterError
 // matching ErrWrongCluster (a cause, no outcome of its own) inside
 // Acquire's and Refresh's ErrUnsent and WaitReady's ErrNotReady (at once
-// when every session is so refused). Nodes without an identity
-// (standalone, or of protocol version 1 or 2) are not refused by this
-// rule. Broker.Cluster returns the identity kept to.
+// when every session is so refused). A node without an identity (a
+// standalone server, or a server of protocol version 1 or 2, whose
+// HELLO_OK carries none) is refused the same way when Config.Cluster is
+// set, since nothing shows it belongs to that cluster: its
+// *WrongClusterError has an empty Cluster, also matches
+// ErrNoClusterIdentity, and says why (a standalone server, or the
+// version it speaks); the log line is "broker: node has no cluster
+// identity; not used". Without Config.Cluster such nodes are used (a
+// standalone server's URL has no cluster=). So during an upgrade from
+// servers of version 1 or 2, leave cluster= out of the URL until every
+// node speaks version 3. Broker.Cluster returns the identity kept to.
 //
 // # Refresh and KeepAlive
 //

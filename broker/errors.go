@@ -139,11 +139,23 @@ var (
 	// no session was usable (Acquire's and Refresh's ErrUnsent, WaitReady's
 	// ErrNotReady).
 	ErrWrongCluster = errors.New("broker: node of another cluster")
+
+	// ErrNoClusterIdentity is matched, besides ErrWrongCluster, by the
+	// *WrongClusterError of a node refused because it carries no cluster
+	// identity while the broker is configured with one (Config.Cluster,
+	// the URL's cluster=): a standalone server, or a server of protocol
+	// version 1 or 2, whose HELLO_OK has no identity field. Such a node
+	// cannot be shown to be of the configured cluster or pair. Like
+	// ErrWrongCluster, it is a cause, not an outcome.
+	ErrNoClusterIdentity = errors.New("broker: node without a cluster identity")
 )
 
 // WrongClusterError is the refusal of a node whose version-3 HELLO_OK
 // carries another group identity (the ID of a Raft cluster or of a
-// hot-standby pair) than the one the broker keeps to. Such a node is
+// hot-standby pair) than the one the broker keeps to, or, with
+// Config.Cluster set, no identity at all (Cluster empty: a standalone
+// server, or a server of protocol version 1 or 2; it then also matches
+// ErrNoClusterIdentity). Such a node is
 // never used: its session is closed right after HELLO_OK, nothing is sent
 // on it, it is no failover target, and it is redialled only after
 // BackoffMax (a refusal for good, see WaitReady). It matches
@@ -151,11 +163,15 @@ var (
 type WrongClusterError struct {
 	Addr    string // the node's address, as in Config.Addrs
 	Node    string // the node's name, from its HELLO_OK
-	Cluster string // the node's identity
+	Cluster string // the node's identity; "" for none
 	Want    string // the broker's identity
 	// Configured says whether Want is Config.Cluster (the URL's
 	// cluster=) rather than the first identity the broker met.
 	Configured bool
+	// Version is the protocol version of the node's HELLO_OK (set for a
+	// node without an identity: 3 for a standalone server, 1 or 2 for a
+	// server that predates identities).
+	Version uint8
 }
 
 // Error implements error.
@@ -164,12 +180,23 @@ func (e *WrongClusterError) Error() string {
 	if e.Configured {
 		from = "configured: Config.Cluster, the URL's cluster="
 	}
+	if e.Cluster == "" {
+		why := "it is a standalone server (its HELLO_OK carries no cluster identity)"
+		if e.Version < 3 {
+			why = fmt.Sprintf("it speaks protocol version %d, which carries no cluster identity (a server older than protocol version 3)", e.Version)
+		}
+		return fmt.Sprintf("broker: node %s (%q) has no cluster identity, so it cannot be shown to belong to cluster %q (%s): %s; not used: check the addresses, upgrade the server, or leave cluster= out of the URL for a standalone server",
+			e.Addr, e.Node, e.Want, from, why)
+	}
 	return fmt.Sprintf("broker: node %s (%q) belongs to cluster %q, not %q (%s): not used; check the addresses (every one must be a node of the same cluster or pair)",
 		e.Addr, e.Node, e.Cluster, e.Want, from)
 }
 
-// Is makes errors.Is(err, ErrWrongCluster) true.
-func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }
+// Is makes errors.Is(err, ErrWrongCluster) true, and errors.Is(err,
+// ErrNoClusterIdentity) for a node without an identity.
+func (e *WrongClusterError) Is(target error) bool {
+	return target == ErrWrongCluster || (target == ErrNoClusterIdentity && e.Cluster == "")
+}
 
 // ServerError is a server E frame: session-fatal; for the request it names,
 // a definite "not granted" (or "not released"). Code 3 matches

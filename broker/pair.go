@@ -67,7 +67,27 @@ type nodePair struct {
 	addr     string
 	attempts int // opens in flight
 	ready    int // ready sessions
+	// became counts the times the node became the target (moveLocked):
+	// a session whose next attempt follows such a swing restarts its
+	// backoff (see wait).
+	became uint64
 }
+
+// minPairRetry bounds the pair retry pace from below (see retryPace), so
+// that a tiny PairSettle cannot make a session redial in a tight loop.
+const minPairRetry = 10 * time.Millisecond
+
+// retryPace is the longest pause between two attempts to the target in
+// pair mode: a quarter of PairSettle (half a heartbeat when PairSettle
+// is two of the pair's heartbeats, as advised; 500 ms by default), at
+// least minPairRetry. The broker cannot know the servers' heartbeat (no
+// frame carries it), but PairSettle is set from it. A passive takes over
+// at the first client HELLO after its peer has been silent for two
+// heartbeats, so retrying it at this pace reaches it within half a
+// heartbeat of its being able to take over, rather than after a backoff
+// grown to BackoffMax; and a lost active that comes back within the
+// settle delay is found as soon.
+func (p *pair) retryPace() time.Duration { return max(p.settle/4, minPairRetry) }
 
 func newPair(b *Broker, nodes []*node, settle time.Duration) *pair {
 	return &pair{
@@ -98,8 +118,12 @@ func (p *pair) broadcastLocked() {
 
 // wait blocks until s may dial its address, and counts the attempt that
 // follows as in flight (opened or failed ends it). It returns false if
-// the broker closed first.
-func (p *pair) wait(s *session) bool {
+// the broker closed first. swung says that s's node became the target
+// (the pair swung to it) since s's previous attempt: the session then
+// restarts its backoff, so that the node it is sent to is tried from the
+// shortest backoff, whatever its backoff grew to while it was not the
+// target or during an earlier swing.
+func (p *pair) wait(s *session) (ok, swung bool) {
 	for {
 		p.mu.Lock()
 		now := time.Now()
@@ -108,8 +132,10 @@ func (p *pair) wait(s *session) bool {
 			p.settledLocked(now)
 			if s.node == p.target {
 				s.node.p.attempts++
+				swung = s.pairSeen != s.node.p.became
+				s.pairSeen = s.node.p.became
 				p.unlock()
-				return true
+				return true, swung
 			}
 			// Wake when the settle delay ends; once it has ended, only a
 			// change can help (an attempt to the target ending).
@@ -120,7 +146,7 @@ func (p *pair) wait(s *session) bool {
 			if s.node == p.first || p.startDone || !now.Before(p.startBy) {
 				s.node.p.attempts++
 				p.unlock()
-				return true
+				return true, false
 			}
 			wake = p.startBy
 		}
@@ -143,7 +169,7 @@ func (p *pair) wait(s *session) bool {
 			t.Stop()
 		}
 		if closed {
-			return false
+			return false, false
 		}
 	}
 }
@@ -194,9 +220,11 @@ func (p *pair) settledLocked(now time.Time) {
 }
 
 // moveLocked makes n the target, not serving yet: the settle delay counts
-// from now. Its sessions dial at once (those in a backoff are poked).
+// from now. Its sessions dial at once (those in a backoff are poked), from
+// the shortest backoff (see wait).
 func (p *pair) moveLocked(n *node, now time.Time, byHint bool) {
 	p.target, p.lostAt, p.byHint = n, now, byHint
+	n.p.became++
 	for _, o := range p.b.sessions {
 		if o.node == n {
 			select {

@@ -165,3 +165,100 @@ func waitReady(t *testing.T, b *broker.Broker) {
 		t.Fatal(err)
 	}
 }
+
+// TestRealPair_ClientLinkCutFirst: the broker's link to the active primary
+// is cut first (a fault proxy in front of each node's client listener
+// drops everything to the primary) while the peer link still holds: the
+// backup, hearing its peer, answers M naming it, and the broker goes back
+// and forth between the two as its settle delay says. Then the peer link
+// is cut too: the backup takes over at the first HELLO after two missed
+// heartbeats, and the broker, which kept retrying it, gets grants from it,
+// above every earlier token, with the held lock kept. The broker's
+// backoff is the default one (up to 5 s); nothing here asserts a speed.
+func TestRealPair_ClientLinkCutFirst(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	port, err := proctest.FreePortRun("127.0.0.1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(port+i) }
+	pa, ba, pc, bc := addr(0), addr(1), addr(2), addr(3)
+	proxy := func(target string) *faultproxy.Proxy {
+		px, err := faultproxy.New(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		return px
+	}
+	peerToPrimary, peerToBackup := proxy(pa), proxy(ba)
+	clientToPrimary, clientToBackup := proxy(pc), proxy(bc)
+	// Each node advertises its proxied client address: the M hints name
+	// the addresses the broker was given.
+	primary := startServer(t, server.Config{Pair: &server.PairConfig{Role: server.PairPrimary, Listen: pa, Peer: peerToBackup.Addr(),
+		Advertise: clientToPrimary.Addr(), Heartbeat: hb}}, pc)
+	backup := startServer(t, server.Config{Pair: &server.PairConfig{Role: server.PairBackup, Listen: ba, Peer: peerToPrimary.Addr(),
+		Advertise: clientToBackup.Addr(), Heartbeat: hb}}, bc)
+
+	cfg := testConfig(clientToPrimary.Addr(), clientToBackup.Addr())
+	cfg.BackoffMin, cfg.BackoffMax = broker.DefaultBackoffMin, broker.DefaultBackoffMax
+	cfg.PairSettle = 2 * hb
+	cfg.DialTimeout = time.Second
+	cfg.KeepAlive, cfg.KeepAliveTimeout = hb, 4*hb
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waitReady(t, b)
+	held, err := b.Acquire(t.Context(), "held", 5*time.Second, 60*time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pair replicating", func() bool {
+		return pairStatus(t, primary.Server).Replicating && pairStatus(t, backup.Server).HasState
+	})
+	before := clientToBackup.Accepted() // a starting primary may send the broker there first
+
+	// The client link to the primary is cut: the broker loses it and
+	// comes to the backup, which answers M while it hears its peer.
+	clientToPrimary.SetDefault(faultproxy.Faults{Blackhole: true})
+	for _, c := range clientToPrimary.Conns() {
+		c.Blackhole(true)
+	}
+	eventually(t, "the broker trying the backup", func() bool { return clientToBackup.Accepted() >= before+2 })
+	if st := pairStatus(t, backup.Server); st.Serving {
+		t.Fatalf("the backup took over while it heard its peer: %+v", st)
+	}
+
+	// Now the peer link is cut as well: the backup takes over at the next
+	// HELLO after two missed heartbeats.
+	for _, px := range []*faultproxy.Proxy{peerToPrimary, peerToBackup} {
+		px.SetDefault(faultproxy.Faults{Blackhole: true})
+		for _, c := range px.Conns() {
+			c.Blackhole(true)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var tk *broker.Ticket
+	for {
+		tk, err = b.Acquire(ctx, "other", 0, 30*time.Second, 0)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no grant from the backup: %v (backup %+v)", err, pairStatus(t, backup.Server))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tk.Token() <= held.Token() || !pairStatus(t, backup.Server).Serving {
+		t.Fatalf("after the take-over: token %d (held %d), backup %+v", tk.Token(), held.Token(), pairStatus(t, backup.Server))
+	}
+	if _, err := b.Acquire(ctx, "held", 0, 30*time.Second, 0); !errors.Is(err, broker.ErrTimedOut) {
+		t.Fatalf("the held key on the new active: %v, want ErrTimedOut (still held)", err)
+	}
+	if err := tk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -547,3 +547,125 @@ func TestConfig_PairSettle(t *testing.T) {
 		}
 	}
 }
+
+// dialsSince returns the addresses dialled from the n-th dial on, in order.
+func (d *dialLog) dialsSince(n int) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.addrs[n:]...)
+}
+
+// count is the number of dials so far.
+func (d *dialLog) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.addrs)
+}
+
+// takenOverInOneStint checks the dials from the n-th on: once the broker
+// has come to other (the passive), it never went back to a (the lost
+// active): other took over while it was the broker's target, within one
+// settle delay, and the broker kept to it.
+func takenOverInOneStint(t *testing.T, d *dialLog, n int, a, other *pairNode) {
+	t.Helper()
+	dials := d.dialsSince(n)
+	seen := false
+	for i, addr := range dials {
+		seen = seen || addr == other.Addr
+		if seen && addr == a.Addr {
+			t.Fatalf("after coming to the passive, the broker went back to the lost active (dial %d of %q): the passive was not retried until it took over", i, dials)
+		}
+	}
+	if !seen {
+		t.Fatalf("the passive was never dialled: %q", dials)
+	}
+}
+
+// TestPair_PassiveRetriedAtPairPace: the active is lost without a hint
+// (its address refuses connections: the client link to it is cut) while
+// its peer link still held, so the passive answers M naming it until it
+// notices that its peer is silent, and takes over at the third HELLO. The
+// broker comes to the passive after the settle delay and retries it at the
+// pair's pace (a quarter of PairSettle), not with its usual backoff (an
+// hour here, which would leave the passive one HELLO per settle delay,
+// alternating with the lost active): the passive is reached within that
+// one settle delay, and the lost active is never dialled again.
+func TestPair_PassiveRetriedAtPairPace(t *testing.T) {
+	const settle = 3 * time.Second // pace: 375..750 ms
+	a := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")
+	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, false, a.Addr)
+	other.serveAt.Store(3)
+	d := &dialLog{}
+	cfg := pairConfig(d, settle, a.Addr, other.Addr)
+	cfg.BackoffMin, cfg.BackoffMax = time.Hour, time.Hour
+	b := newBroker(t, cfg)
+	cycle(t, b, 10)
+	if n := other.hellos.Load(); n != 0 {
+		t.Fatalf("the passive got %d HELLOs while the active served", n)
+	}
+	n := d.count()
+	a.Close()
+	eventually(t, "the passive's take-over", func() bool { return other.serving.Load() })
+	if err := b.WaitReady(within(t, 20*s)); err != nil {
+		t.Fatal(err)
+	}
+	cycle(t, b, 10)
+	if got := other.acquires(); got != 10 {
+		t.Fatalf("the new active got %d ACQUIREs, want 10", got)
+	}
+	if got := other.hellos.Load(); got != 3 {
+		t.Fatalf("the passive got %d HELLOs, want 3 (two answered M, the third took over)", got)
+	}
+	takenOverInOneStint(t, d, n, a, other)
+}
+
+// TestPair_BackoffResetWhenPairSwings: a session's backoff restarts when
+// the pair swings to its node. In a first outage the broker retries the
+// passive (which never takes over) until its session's backoff has grown
+// past the pair's pace; the active comes back and serves. In a second
+// outage, the passive takes over at its eighth HELLO: coming to it resets
+// the backoff (5 ms, doubling), so the eight HELLOs fit well within the
+// settle delay. With the backoff of the first outage kept, every HELLO
+// would wait the pair's pace (at least 500 ms here), seven of them more
+// than the settle delay, and the broker would go back to the lost active
+// first.
+func TestPair_BackoffResetWhenPairSwings(t *testing.T) {
+	const settle = 4 * time.Second // pace: 500 ms..1 s
+	addr := freeAddr(t)
+	a := newPairNode(t, addr, wire.RoleActive, true, "")
+	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, false, addr)
+	d := &dialLog{}
+	cfg := pairConfig(d, settle, a.Addr, other.Addr)
+	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, time.Hour
+	b := newBroker(t, cfg)
+	cycle(t, b, 10)
+
+	// First outage: the passive answers M every time, long enough for its
+	// session's backoff to grow past the pace (12 HELLOs: attempt 11 or
+	// more, a backoff of 5 ms * 2^11 > 10 s).
+	a.Close()
+	eventually(t, "12 HELLOs to the passive", func() bool { return other.hellos.Load() >= 12 })
+	a = newPairNode(t, addr, wire.RoleActive, true, "")
+	if err := b.WaitReady(within(t, 20*s)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "grants from the active back", func() bool {
+		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		return err == nil && tk.Release(t.Context()) == nil
+	})
+	cycle(t, b, 10)
+
+	// Second outage: the passive takes over at its eighth HELLO from now.
+	other.serveAt.Store(other.hellos.Load() + 8)
+	n := d.count()
+	a.Close()
+	eventually(t, "the passive's take-over", func() bool { return other.serving.Load() })
+	if err := b.WaitReady(within(t, 20*s)); err != nil {
+		t.Fatal(err)
+	}
+	cycle(t, b, 10)
+	if got := other.acquires(); got != 10 {
+		t.Fatalf("the new active got %d ACQUIREs, want 10", got)
+	}
+	takenOverInOneStint(t, d, n, a, other)
+}

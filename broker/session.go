@@ -93,6 +93,10 @@ type session struct {
 	// the session (nil: it was not refused for good), and when it came.
 	refused   error
 	refusedAt time.Time
+
+	// pairSeen, guarded by pair.mu: the node's nodePair.became when this
+	// session last started an attempt (see pair.wait).
+	pairSeen uint64
 }
 
 // maxVersion is the protocol version the broker asks every node for
@@ -227,8 +231,14 @@ func (s *session) run() {
 		// Only the addresses the pair rule allows are dialled (see pair):
 		// every one as before, until a node answers as the active of a
 		// pair.
-		if !b.pair.wait(s) {
+		ok, swung := b.pair.wait(s)
+		if !ok {
 			return
+		}
+		if swung {
+			// The pair moved to this node: its backoff restarts (see
+			// pair.wait).
+			attempt = 0
 		}
 		select { // a poke during the attempt below is for a later backoff
 		case <-s.poke:
@@ -270,6 +280,12 @@ func (s *session) run() {
 				s.followHint(err)
 			}
 			d := s.backoff(attempt)
+			if inPair {
+				// The pair's target is retried at the pair's pace (see
+				// pair.retryPace): a passive takes over at the first HELLO
+				// after its peer went silent, and only this node is dialled.
+				d = min(d, jitter(b.pair.retryPace()))
+			}
 			if refused {
 				// Retrying soon cannot help; retrying at all lets a fix on
 				// the server side (the token added) be picked up.
@@ -350,7 +366,11 @@ func (s *session) run() {
 		if !inPair && !s.followHint(c.err) {
 			s.probeOthers()
 		}
-		ok, poked := s.pause(s.backoff(attempt))
+		d := s.backoff(attempt)
+		if inPair {
+			d = min(d, jitter(b.pair.retryPace())) // the lost active: see pair.retryPace
+		}
+		ok, poked := s.pause(d)
 		if !ok {
 			return
 		}
@@ -480,6 +500,13 @@ func (o *outage) failed(s *session, err error, refused bool) {
 		ref = o.lastWarn
 	}
 	var wc *WrongClusterError
+	if errors.As(err, &wc) && !o.refusedWarned && wc.Cluster == "" {
+		// A configuration error: at Error, naming the identity wanted.
+		o.lastWarn, o.refusedWarned = now, true
+		b.log.Error("broker: node has no cluster identity; not used", "addr", s.addr, "session", s.idx, "node", wc.Node,
+			"version", wc.Version, "want", wc.Want, "configured", wc.Configured, "attempts", o.failures)
+		return
+	}
 	if errors.As(err, &wc) && !o.refusedWarned {
 		// A configuration error: at Error, naming both identities.
 		o.lastWarn, o.refusedWarned = now, true
@@ -625,7 +652,7 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 			return nil, s.errorf(nil, "protocol error: HELLO_OK with version %d to a version-%d HELLO", resp.Version, ver)
 		}
 		nodeName, role, cluster = string(resp.Node), resp.Role, string(resp.Cluster)
-		if err := b.checkCluster(s, nodeName, cluster); err != nil {
+		if err := b.checkCluster(s, nodeName, cluster, ver); err != nil {
 			// Before the session is used: nothing is sent on it.
 			return nil, s.errorf(err, "HELLO_OK")
 		}

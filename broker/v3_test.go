@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,13 +267,62 @@ func TestV3_ClusterIdentity(t *testing.T) {
 			t.Fatal("a node of another cluster is used")
 		}
 	})
-	t.Run("nodes without an identity are not refused", func(t *testing.T) {
+	t.Run("configured: nodes without an identity are refused", func(t *testing.T) {
+		// A standalone server (version 3, no identity) and a server of
+		// version 2 (no identity field): neither can be shown to be of
+		// cluster-x, so neither is used, and the error says why.
+		standalone := startServer(t, server.Config{}, "127.0.0.1:0")
+		v2 := newFakeV2(t)
+		for _, c := range []struct {
+			addr    string
+			version uint8
+			why     string
+		}{{standalone.Addr, 3, "it is a standalone server"}, {v2.Addr, 2, "it speaks protocol version 2, which carries no cluster identity"}} {
+			h := &captureHandler{}
+			cfg := testConfig(c.addr)
+			cfg.Cluster = "cluster-x"
+			cfg.Logger = slog.New(h)
+			b, err := broker.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.WaitReady(within(t, 10*s))
+			mustIs(t, err, broker.ErrNotReady, broker.ErrWrongCluster, broker.ErrNoClusterIdentity)
+			var wc *broker.WrongClusterError
+			if !errors.As(err, &wc) || wc.Cluster != "" || wc.Want != "cluster-x" || !wc.Configured || wc.Version != c.version ||
+				!strings.Contains(err.Error(), "has no cluster identity") || !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("%s: WaitReady: %v, want a *WrongClusterError for a node without an identity (%s)", c.addr, err, c.why)
+			}
+			_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+			mustIs(t, err, broker.ErrUnsent, broker.ErrWrongCluster, broker.ErrNoClusterIdentity)
+			if b.ReadySessions() != 0 {
+				t.Fatalf("%s: a node without an identity is used", c.addr)
+			}
+			b.Close()
+			found := false
+			for _, l := range h.since(0, slog.LevelError) {
+				found = found || (l.msg == "broker: node has no cluster identity; not used" && l.attrs["addr"].String() == c.addr && l.attrs["want"].String() == "cluster-x")
+			}
+			if !found {
+				t.Fatalf("%s: no Error line for the node without an identity", c.addr)
+			}
+		}
+		if n := standalone.Stats().Grants; n != 0 {
+			t.Fatalf("the standalone server granted %d locks", n)
+		}
+		if n := v2.Count(wire.TypeAcquire); n != 0 {
+			t.Fatalf("the version-2 server got %d ACQUIREs", n)
+		}
+	})
+	t.Run("not configured: nodes without an identity are used", func(t *testing.T) {
 		standalone := startServer(t, server.Config{}, "127.0.0.1:0")
 		v2 := newFakeV2(t)
 		for _, addr := range []string{standalone.Addr, v2.Addr} {
-			cfg := testConfig(addr)
-			cfg.Cluster = "cluster-x"
-			cycle(t, newBroker(t, cfg), 2)
+			b := newBroker(t, testConfig(addr))
+			cycle(t, b, 2)
+			if b.Cluster() != "" {
+				t.Fatalf("Cluster() = %q, want none", b.Cluster())
+			}
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ticketing-dev/ticketing/broker"
 	"github.com/ticketing-dev/ticketing/fence"
 	"github.com/ticketing-dev/ticketing/fence/fencetest"
+	"github.com/ticketing-dev/ticketing/server"
 )
 
 // With a real server: a zombie's stale Run releases a ticket whose lease
@@ -211,5 +213,90 @@ func depositer(ctx context.Context) func(tx *sql.Tx) error {
 	return func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance + 10 WHERE id = 1")
 		return err
+	}
+}
+
+// With a real server: an operator's expire now does not make the fence
+// refuse the old holder at once. The fence compares tokens with the stored
+// high-water and knows nothing of the expire, so the old holder's fenced
+// write is accepted until the new holder (granted a higher token) has
+// written the resource, and refused from then on, as docs/operations.md
+// says.
+func TestExpiredHolderRefusedOnceNewHolderWrote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	srv, err := server.New(server.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
+			t.Error(err)
+		}
+	}()
+	db, cleanup, err := openExampleDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	b, err := broker.Connect(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deposit := depositer(ctx)
+
+	// expired acquires key, has the operator expire it, and returns the
+	// old holder's ticket (its lease still running on its side) and the
+	// ticket of the next holder, granted with a higher token.
+	expired := func(key string) (old, newer *broker.Ticket) {
+		t.Helper()
+		old, err := b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.ExpireLock(ctx, key, old.Token(), "test"); err != nil {
+			t.Fatalf("expire now: %v", err)
+		}
+		newer, err = b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		if err != nil {
+			t.Fatalf("acquire after the expire: %v", err)
+		}
+		if newer.Token() <= old.Token() || old.Remaining() <= 0 {
+			t.Fatalf("tokens %d then %d, old remaining %v", old.Token(), newer.Token(), old.Remaining())
+		}
+		return old, newer
+	}
+
+	// Before the new holder writes, the old holder's write is accepted
+	// (its release is answered N: the write is committed all the same).
+	old, newer := expired("account/early")
+	if err := sqlfence.Run(ctx, db, fence.SQLite, old, deposit); !fence.Committed(err) {
+		t.Fatalf("the expired holder's write before the new holder's: %v, want it accepted", err)
+	}
+	if err := sqlfence.Run(ctx, db, fence.SQLite, newer, deposit); err != nil {
+		t.Fatalf("the new holder's write after it: %v", err)
+	}
+
+	// Once the new holder has written, the old holder is refused.
+	old, newer = expired("account/late")
+	if err := sqlfence.Run(ctx, db, fence.SQLite, newer, deposit); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+	var stale *fence.StaleError
+	if err := sqlfence.Run(ctx, db, fence.SQLite, old, deposit); !errors.As(err, &stale) || stale.Token != old.Token() || stale.HighWater != newer.Token() {
+		t.Fatalf("the expired holder's write after the new holder's: %v, want a *fence.StaleError below %d", err, newer.Token())
 	}
 }

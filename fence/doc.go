@@ -181,10 +181,16 @@
 // high-water 0,
 // so token 0 (a zero-value or fake ticket) is always stale, and is never
 // stored. A *StaleError whose token is more than ReinstallGap (2^32)
-// below the high-water says in its message that the lock service was
-// probably reinstalled with tokens below those the database accepted, and
-// how to continue above the high-water (--initial-token) and to avoid it
-// next time (--token-start clock).
+// below the high-water is classified by StaleError.Cause from the token
+// epochs (the high bits, from PairEpochShift, where a hot-standby pair
+// puts the epoch each serving start takes): a token of an earlier epoch,
+// at most MaxPairEpochLag behind, is a deposed pair side's (a failover or
+// a split brain; expected, acquire again), and the message says so; a
+// token as far below in the same epoch, or further epochs below, means
+// the lock service was probably reinstalled with tokens below those the
+// database accepted, and the message says how to continue above the
+// high-water (--initial-token) and to avoid it next time (--token-start
+// clock).
 //
 // WithTable names another high-water table (a plain identifier, optionally
 // schema-qualified, validated, not quoted). You create that table

@@ -101,31 +101,118 @@ type StaleError struct {
 }
 
 // ReinstallGap is how far below the high-water a stale token must be for
-// StaleError's message to say that the lock service was probably
-// reinstalled: 2^32 (about 4.3 billion). Within one installation a
-// rejected token is normally a few grants behind the high-water, since
-// one counter serves all keys; a gap of 2^32 would take an hour of grants
-// at a million per second while the stale holder was stalled. A lock
-// service started again with a new token store (a new data dir, a new
-// cluster) that starts tokens low (at 1, the protocol's default, or from
-// a clock set back), issues tokens far below what the database has
+// StaleError to look further than an ordinary lag: 2^32 (about 4.3
+// billion). Within one installation a rejected token is normally a few
+// grants behind the high-water, since one counter serves all keys; a gap
+// of 2^32 would take an hour of grants at a million per second while the
+// stale holder was stalled. A larger gap has one of two causes, told apart
+// by the token epochs (see PairEpochShift and StaleCause): a hot-standby
+// pair's deposed side (expected, nothing to repair), or a lock service
+// started again with a new token store (a new data dir, a new cluster)
+// that starts tokens low (at 1, the protocol's default, or from a clock
+// set back), which issues tokens far below what the database has
 // accepted: every fenced write is then refused.
 const ReinstallGap = 1 << 32
 
-// Error implements error. When HighWater equals Token, the write that
-// raised the high-water to it was made with this very token: tokens are
-// never issued twice, so this ticket already wrote (a ticket fences one
-// transaction per resource), and the message says so. When the token is
-// more than ReinstallGap below the high-water, the message also says that
-// the lock service was probably reinstalled and how to continue.
-func (e *StaleError) Error() string {
-	if e.Token == e.HighWater {
-		return fmt.Sprintf("fence: stale token %d for resource %q (high-water %d): this ticket already wrote to it, its token is the high-water; a ticket fences one write per resource: acquire a new one for the next", e.Token, e.Resource, e.HighWater)
+// PairEpochShift is where the token epoch starts in a token of a
+// hot-standby pair: epoch e owns the tokens e<<PairEpochShift to
+// (e+1)<<PairEpochShift - 1, and a node that starts serving takes an epoch
+// above every epoch it has used or seen, so a failover's (or a split
+// brain's) new active issues tokens of a higher epoch than the deposed
+// side. The fence only reads the token's high bits: for a lock service
+// that is not a pair (a standalone server, a cluster) they are just the
+// token divided by 2^40.
+const PairEpochShift = 40
+
+// MaxPairEpochLag is the largest epoch distance (high-water's epoch minus
+// the token's) that StaleError attributes to a deposed pair side. Every
+// serving start of a pair node moves its epoch by at most 2, so a ticket
+// of a deposed side is a few epochs behind even after many failovers and
+// restarts. A lock service reinstalled with tokens starting at 1 against a
+// high-water issued from the wall clock (token-start clock: epoch above
+// 1500 since 2022) is further behind, and is reported as reinstalled.
+const MaxPairEpochLag = 1 << 10
+
+// StaleCause tells why a token was stale, as far as the token and the
+// high-water tell (see StaleError.Cause).
+type StaleCause int
+
+const (
+	// StaleBehind: the token is at most ReinstallGap below the high-water,
+	// the ordinary case: a newer holder (a later grant) wrote first.
+	StaleBehind StaleCause = iota
+	// StaleAlreadyWrote: the token is the high-water, so this very ticket
+	// wrote to the resource already (a ticket fences one write per
+	// resource).
+	StaleAlreadyWrote
+	// StaleEarlierEpoch: the token is more than ReinstallGap below the
+	// high-water and of an earlier token epoch, at most MaxPairEpochLag
+	// behind: the ticket most likely comes from a hot-standby pair's side
+	// that lost the active role (a failover, a split brain) and the side
+	// serving since has written. Expected; acquire again. Only when the
+	// lock service is not a pair, or newly granted tickets are refused as
+	// well, is it a reinstall (see StaleFarBelow).
+	StaleEarlierEpoch
+	// StaleFarBelow: the token is more than ReinstallGap below the
+	// high-water, in the same token epoch or more than MaxPairEpochLag
+	// epochs below: no failover explains it. The lock service was
+	// probably reinstalled or its token store replaced (or restored from a
+	// backup, or started from a clock set back), and every fenced write
+	// will be refused until it issues tokens above the high-water: restart
+	// it with --initial-token at least the high-water.
+	StaleFarBelow
+)
+
+// String names the cause.
+func (c StaleCause) String() string {
+	switch c {
+	case StaleBehind:
+		return "behind"
+	case StaleAlreadyWrote:
+		return "already-wrote"
+	case StaleEarlierEpoch:
+		return "earlier-epoch"
+	case StaleFarBelow:
+		return "far-below"
 	}
+	return fmt.Sprintf("StaleCause(%d)", int(c))
+}
+
+// Cause classifies the rejection from Token and HighWater alone (see the
+// StaleCause constants).
+func (e *StaleError) Cause() StaleCause {
+	switch {
+	case e.Token == e.HighWater:
+		return StaleAlreadyWrote
+	case e.HighWater < e.Token || e.HighWater-e.Token <= ReinstallGap:
+		return StaleBehind
+	}
+	te, he := e.Token>>PairEpochShift, e.HighWater>>PairEpochShift
+	if te < he && he-te <= MaxPairEpochLag {
+		return StaleEarlierEpoch
+	}
+	return StaleFarBelow
+}
+
+// Error implements error. The message says what Cause found: nothing more
+// for an ordinary stale token; that this ticket already wrote when its
+// token is the high-water; that a pair's deposed side granted the ticket
+// (and when it would instead be a reinstall) for a token of an earlier
+// epoch; and that the lock service was probably reinstalled, with how to
+// continue, for a token far below in the same epoch or far more epochs
+// below.
+func (e *StaleError) Error() string {
 	msg := fmt.Sprintf("fence: stale token %d for resource %q (high-water %d)", e.Token, e.Resource, e.HighWater)
-	if e.HighWater > e.Token && e.HighWater-e.Token > ReinstallGap {
-		msg += fmt.Sprintf(": the token is far below the high-water (by more than 2^32), so the lock service was probably reinstalled or its token store replaced, and issues tokens below those this database accepted; every fenced write will be refused until it issues tokens above the high-water. "+
-			"To continue, restart the lock service (every node of a cluster) with --initial-token N, N at least the highest high_water in the fence table (here at least %d): its tokens then continue above N. To avoid it next time, run the lock service with --token-start clock (which ticketingd init's configs set): a new installation then starts its tokens above the wall clock in microseconds", e.HighWater)
+	switch e.Cause() {
+	case StaleAlreadyWrote:
+		msg += ": this ticket already wrote to it, its token is the high-water; a ticket fences one write per resource: acquire a new one for the next"
+	case StaleEarlierEpoch:
+		msg += fmt.Sprintf(": the token is of an earlier token epoch (%d) than the high-water (%d), as when a hot-standby pair's node that lost the active role (a failover or a split brain) granted it and the node serving since has written this resource: expected, nothing to repair; acquire the lock again. "+
+			"Only if the lock service is not a pair, or newly granted tickets are refused too, was it reinstalled with tokens below those this database accepted: then restart it (every node) with --initial-token N, N at least %d",
+			e.Token>>PairEpochShift, e.HighWater>>PairEpochShift, e.HighWater)
+	case StaleFarBelow:
+		msg += fmt.Sprintf(": the token is far below the high-water (by more than 2^32, and no failover of a pair explains it), so the lock service was probably reinstalled or its token store replaced, and issues tokens below those this database accepted; every fenced write will be refused until it issues tokens above the high-water. "+
+			"To continue, restart the lock service (every node of a cluster or pair) with --initial-token N, N at least the highest high_water in the fence table (here at least %d): its tokens then continue above N. To avoid it next time, run the lock service with --token-start clock (which ticketingd init's configs set): a new installation then starts its tokens above the wall clock in microseconds", e.HighWater)
 	}
 	return msg
 }

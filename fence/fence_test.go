@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -113,6 +114,10 @@ func TestErrors(t *testing.T) {
 	if got := (&fence.StaleError{Resource: "r", Token: hw - fence.ReinstallGap - 1, HighWater: hw}).Error(); !strings.Contains(got, "reinstalled") {
 		t.Errorf("a gap of ReinstallGap+1: %q, want the reinstall hint", got)
 	}
+	// A token of an earlier pair epoch is a deposed side's, not a reinstall.
+	if got := (&fence.StaleError{Resource: "r", Token: hw - 1<<fence.PairEpochShift, HighWater: hw}).Error(); strings.Contains(got, "probably reinstalled") || !strings.Contains(got, "earlier token epoch") {
+		t.Errorf("one epoch below: %q, want the deposed-side explanation, not the reinstall advice", got)
+	}
 	relErr := errors.New("release: N")
 	committed := &fence.ReleaseError{Err: relErr}
 	if !fence.Committed(committed) || !errors.Is(committed, fence.ErrRelease) || !errors.Is(committed, relErr) {
@@ -128,5 +133,61 @@ func TestErrors(t *testing.T) {
 	}
 	if !strings.HasPrefix(committed.Error(), "fence: ") {
 		t.Errorf("%q", committed.Error())
+	}
+}
+
+// TestStaleCause: a stale token far below the high-water is told apart by
+// the token epochs (the high bits a hot-standby pair puts its epoch in): a
+// deposed pair side's token is a few epochs behind and the message says it
+// is expected; a token in the same epoch, or very many epochs behind, is a
+// reinstalled lock service and the message says how to continue.
+func TestStaleCause(t *testing.T) {
+	const shift = fence.PairEpochShift
+	tok := func(epoch, n uint64) uint64 { return epoch<<shift | n }
+	clockEpoch := uint64(1_796_000_000_000_000) >> shift // token-start clock, late 2026
+	for _, c := range []struct {
+		name      string
+		token, hw uint64
+		want      fence.StaleCause
+	}{
+		{"a grant behind", 41, 42, fence.StaleBehind},
+		{"its own write", 42, 42, fence.StaleAlreadyWrote},
+		{"gap of ReinstallGap across an epoch boundary", tok(7, 1<<shift-1<<31), tok(8, 1<<31), fence.StaleBehind},
+		{"pair failover: primary's epoch 0 deposed by the backup's epoch 1", tok(0, 12), tok(1, 3), fence.StaleEarlierEpoch},
+		{"pair failover from the clock", tok(clockEpoch, 900), tok(clockEpoch+1, 2), fence.StaleEarlierEpoch},
+		{"a split brain and several restarts later", tok(clockEpoch, 900), tok(clockEpoch+9, 1<<39), fence.StaleEarlierEpoch},
+		{"the largest lag a pair is credited with", tok(4, 1), tok(4+fence.MaxPairEpochLag, 1), fence.StaleEarlierEpoch},
+		{"reinstalled at 1 under a clock-started high-water", 2, tok(clockEpoch, 5), fence.StaleFarBelow},
+		{"reinstalled at 1 under a counter of 2^33", 2, 1 << 33, fence.StaleFarBelow},
+		{"clock set back an hour and more, same epoch", tok(clockEpoch, 1<<38), tok(clockEpoch, 1<<38+1<<33), fence.StaleFarBelow},
+		{"beyond the largest pair lag", tok(4, 1), tok(5+fence.MaxPairEpochLag, 1), fence.StaleFarBelow},
+	} {
+		e := &fence.StaleError{Resource: "r", Token: c.token, HighWater: c.hw}
+		if got := e.Cause(); got != c.want {
+			t.Errorf("%s: Cause() = %v, want %v", c.name, got, c.want)
+		}
+		msg := e.Error()
+		if !strings.HasPrefix(msg, fmt.Sprintf("fence: stale token %d for resource \"r\" (high-water %d)", c.token, c.hw)) {
+			t.Errorf("%s: %q does not start with the token and the high-water", c.name, msg)
+		}
+		reinstall := strings.Contains(msg, "probably reinstalled")
+		deposed := strings.Contains(msg, "lost the active role") && strings.Contains(msg, "expected, nothing to repair")
+		switch c.want {
+		case fence.StaleEarlierEpoch:
+			if reinstall || !deposed || !strings.Contains(msg, fmt.Sprintf("earlier token epoch (%d) than the high-water (%d)", c.token>>shift, c.hw>>shift)) {
+				t.Errorf("%s: %q, want the deposed pair side, not a reinstall", c.name, msg)
+			}
+		case fence.StaleFarBelow:
+			if !reinstall || deposed || !strings.Contains(msg, fmt.Sprintf("--initial-token N, N at least the highest high_water in the fence table (here at least %d)", c.hw)) {
+				t.Errorf("%s: %q, want the reinstall advice", c.name, msg)
+			}
+		default:
+			if reinstall || deposed {
+				t.Errorf("%s: %q, want neither a reinstall nor a deposed side", c.name, msg)
+			}
+		}
+	}
+	if s := fence.StaleCause(9).String(); s != "StaleCause(9)" {
+		t.Errorf("unknown cause: %q", s)
 	}
 }

@@ -212,7 +212,8 @@ const expireTimeout = 10 * time.Second
 // ExpireLock is an operator's "expire now": if key is held with token,
 // its lease ends at once, exactly as when it runs out: the oldest waiter
 // whose session is open is granted with a new token, above token (so the
-// old holder's fenced writes are rejected), and the old holder's RELEASE
+// old holder's fenced writes are rejected once the new holder has
+// written), and the old holder's RELEASE
 // and EXTEND get N. It returns once that end is applied (committed, in a
 // cluster; acknowledged by the passive, in a pair). It is logged at Warn
 // with key, token and by (who asked: for the log only).

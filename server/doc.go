@@ -563,7 +563,7 @@
 // its running out does: one Free command of kind expiry, with the grant to
 // the oldest live waiter whose wait has not ended, so the waiter gets a
 // new, higher token, and the old holder's RELEASE and EXTEND get N and its
-// fenced writes are rejected. It is answered once that command applied:
+// fenced writes are rejected once the new holder has written. It is answered once that command applied:
 // at once standalone, once committed in a cluster (a command of the log
 // that nodes of earlier versions apply too), once the attached passive has
 // acknowledged it in a pair. Another token is ErrLockToken, a key not held

@@ -106,8 +106,9 @@ environment variable ` + adminTokenEnv + `.`,
 		Long: `End KEY's lease now, exactly as if it had run out, if KEY is held with
 token N (see 'ticketingd locks show KEY'): the oldest waiter is granted
 with a new, higher token, and the old holder's writes fenced with token N
-are rejected by the databases that check fencing tokens; its RELEASE gets
-N (not held). For a stuck lock whose holder is gone or hung, when waiting
+are rejected by the databases that check fencing tokens once the new
+holder has written the resource (until then they are still accepted);
+its RELEASE gets N (not held). For a stuck lock whose holder is gone or hung, when waiting
 for its lease is not an option. The command shows the lock and asks for
 confirmation unless --yes is given; the node logs who asked (--operator).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -281,7 +282,7 @@ func locksExpire(ctx context.Context, o *clusterCmdOptions, key string, token ui
 		if l.Token != token {
 			return runtimef("%s is held with token %d, not %d: it changed hands; nothing expired", showKey(l.Key, l.KeyB64), l.Token, token)
 		}
-		fmt.Fprintf(stderr, "Expire it now? The next waiter gets a new token; the holder's writes fenced with token %d are rejected. [y/N] ", token)
+		fmt.Fprintf(stderr, "Expire it now? The next waiter gets a new token; the holder's writes fenced with token %d are rejected once the new holder has written. [y/N] ", token)
 		line, _ := bufio.NewReader(stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			return runtimef("not confirmed: nothing expired (give --yes to skip the question)")

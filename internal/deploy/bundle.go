@@ -74,7 +74,7 @@ func writeFile(path string, data []byte, perm os.FileMode) error {
 // says.
 func (b *Bundle) Root() string {
 	r := filepath.Base(filepath.Clean(b.Dir))
-	if r == "." || r == "/" || r == string(filepath.Separator) {
+	if r == "." || r == ".." || r == "/" || r == string(filepath.Separator) || badPath(r) != "" {
 		return "ticketing"
 	}
 	return r

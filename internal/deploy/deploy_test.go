@@ -65,6 +65,21 @@ func TestValidate(t *testing.T) {
 		{"zero ports are the defaults", with(cluster3("d"), func(s *Spec) { s.Port, s.PeerPort, s.AdminPort = 0, 0, 0 }), "", ""},
 		{"topology", with(single("d"), func(s *Spec) { s.Topology = "ring" }), "topology", "single, pair or cluster"},
 		{"dir", single(""), "dir", "required"},
+		{"dir with backslashes", single(`..\..\Windows\evil`), "dir", "without a backslash"},
+		{"absolute dir ending in backslashes", single(`/srv/..\..\Windows\evil`), "dir", "without a backslash"},
+		{"dir with a newline", single("/srv/locks\nrm -rf /"), "dir", "control characters (U+000A)"},
+		{"dir with a NUL", single("/srv/locks\x00.pem"), "dir", "NUL"},
+		{"dir with a right-to-left override", single("/srv/locks\u202egp"), "dir", "control characters (U+202E)"},
+		{"dir not UTF-8", single("/srv/locks\xff"), "dir", "UTF-8"},
+		{"dir with a drive letter", single("C:/locks"), "dir", "colon"},
+		{"dir with a .. element", single("/srv/../etc"), "dir", ".. elements"},
+		{"dir ..", single(".."), "dir", ".. elements"},
+		{"dir with an empty element", single("/srv//locks"), "dir", "empty elements"},
+		{"absolute dir with a trailing slash", single("/srv/locks/"), "", ""},
+		{"relative dir with .", single("./locks"), "", ""},
+		{"own cert with a newline", with(single("d"), func(s *Spec) { s.TLS, s.OwnTLS = TLSOwn, OwnTLS{"/c.pem\nx", "/k.pem", ""} }), "own_tls.cert_file", "control characters"},
+		{"own key with a .. element", with(single("d"), func(s *Spec) { s.TLS, s.OwnTLS = TLSOwn, OwnTLS{"/c.pem", "/etc/../k.pem", ""} }), "own_tls.key_file", ".. elements"},
+		{"own CA with a backslash", with(single("d"), func(s *Spec) { s.TLS, s.OwnTLS = TLSOwn, OwnTLS{"/c.pem", "/k.pem", `/etc\ca.pem`} }), "own_tls.ca_file", "backslash"},
 		{"tls", with(single("d"), func(s *Spec) { s.TLS = "maybe" }), "tls", "off, private-ca or own"},
 		{"own cert", with(single("d"), func(s *Spec) { s.TLS, s.OwnTLS.KeyFile = TLSOwn, "/k.pem" }), "own_tls.cert_file", "required"},
 		{"own key", with(single("d"), func(s *Spec) { s.TLS, s.OwnTLS.CertFile = TLSOwn, "/c.pem" }), "own_tls.key_file", "required"},
@@ -85,6 +100,9 @@ func TestValidate(t *testing.T) {
 		{"base ports equal", with(cluster3("d"), func(s *Spec) { s.PeerPort = s.Port }), "port", "must differ"},
 		{"cluster without nodes", with(cluster3("d"), func(s *Spec) { s.Nodes = nil }), "nodes", "3 or 5"},
 		{"node ID", with(cluster3("d"), func(s *Spec) { s.Nodes[1].ID = "n/2" }), "nodes[1].id", "letters, digits"},
+		{"node ID ..", with(cluster3("d"), func(s *Spec) { s.Nodes[1].ID = ".." }), "nodes[1].id", "names the node's directory"},
+		{"node ID .", with(cluster3("d"), func(s *Spec) { s.Nodes[2].ID = "." }), "nodes[2].id", "names the node's directory"},
+		{"node ID with dots", with(cluster3("d"), func(s *Spec) { s.Nodes[2].ID = "n.3" }), "", ""},
 		{"node ID twice", with(cluster3("d"), func(s *Spec) { s.Nodes[2].ID = "n1" }), "nodes[2].id", "n1 is given twice"},
 		{"node host", with(cluster3("d"), func(s *Spec) { s.Nodes[0].Host = "127.0.0.1:5225" }), "nodes[0].host", "without a port"},
 		{"node port", with(cluster3("d"), func(s *Spec) { s.Nodes[0].AdminPort = 65536 }), "nodes[0].admin_port", "1..65535"},
@@ -958,6 +976,20 @@ func TestPreviewMasks(t *testing.T) {
 		}
 		if !strings.Contains(texts["url"], Hidden+"@") {
 			t.Errorf("%s: masked URL %q", s.Topology, texts["url"])
+		}
+	}
+}
+
+// TestRootIsOneSafeName: the archives' top directory is one element that
+// every archive reader accepts, even for a Bundle whose Dir was never
+// validated: ".." or a name with backslashes gives the default.
+func TestRootIsOneSafeName(t *testing.T) {
+	for dir, want := range map[string]string{
+		"/srv/locks": "locks", "/srv/locks/": "locks", "locks": "locks", ".": "ticketing", "/": "ticketing",
+		"..": "ticketing", "/srv/..": "ticketing", "/srv/x/..": "srv", `..\..\Windows\evil`: "ticketing", "/srv/a\nb": "ticketing", "C:": "ticketing",
+	} {
+		if got := (&Bundle{Dir: dir}).Root(); got != want {
+			t.Errorf("Root of %q = %q, want %q", dir, got, want)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -92,7 +94,9 @@ type Spec struct {
 	// Dir is the directory the bundle is written to or unpacked at: the
 	// guide names its files there, and the client URL's ca= is the
 	// absolute path of its ca.pem (a relative Dir is taken from the
-	// current directory). Required.
+	// current directory). Required; like the paths of OwnTLS, a path with
+	// / between its elements and no backslash, colon, ".." element, empty
+	// element, NUL or other control character (see badPath).
 	Dir string `json:"dir"`
 
 	// Hosts (single only) are the names clients connect to: the server
@@ -166,6 +170,48 @@ func Validate(s Spec) error {
 		return errs
 	}
 	return nil
+}
+
+// badPath says what is wrong with p, a path of the bundle's directory or
+// of a file on the server machines, or "" if nothing is. The directory's
+// last element is the top directory of the archives (Bundle.Root), and
+// every path is written into the guide, the configs and the client URL,
+// so a path is held to what an archive reader accepts for an entry name
+// on every system: no NUL or other control or format character (a newline
+// would start a new line of the guide or a config), no backslash (a
+// directory separator on Windows: "..\x" climbs out of the directory
+// the archive is unpacked in), no colon (a Windows drive, "C:", or an
+// NTFS stream), no ".." element and no empty element ("a//b"). A leading
+// "/" (an absolute path) and one trailing "/" are taken.
+func badPath(p string) string {
+	if !utf8.ValidString(p) {
+		return "want a path of UTF-8 text"
+	}
+	for _, r := range p {
+		switch {
+		case r == 0:
+			return "want a path without a NUL byte"
+		case unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
+			return fmt.Sprintf("want a path without control characters (%U)", r)
+		case r == '\\':
+			return "want a path with / between its directories, without a backslash (which Windows takes as one)"
+		case r == ':':
+			return "want a path without a colon (a Windows drive letter, C:, or a stream)"
+		}
+	}
+	rest := strings.TrimSuffix(strings.TrimPrefix(p, "/"), "/")
+	if rest == "" {
+		return "" // "/"
+	}
+	for _, e := range strings.Split(rest, "/") {
+		switch e {
+		case "":
+			return "want a path without empty elements (//)"
+		case "..":
+			return "want a path without .. elements: name the directory itself"
+		}
+	}
+	return ""
 }
 
 // ValidHost reports whether h can be both a certificate name and the host
@@ -291,6 +337,8 @@ func place(s Spec) (*layout, FieldErrors) {
 	var errs FieldErrors
 	if s.Dir == "" {
 		errs.add("dir", "the directory the bundle goes to is required")
+	} else if msg := badPath(s.Dir); msg != "" {
+		errs.add("dir", "%s", msg)
 	}
 	switch s.TLS {
 	case TLSOff, TLSPrivateCA:
@@ -300,6 +348,8 @@ func place(s Spec) (*layout, FieldErrors) {
 				errs.add(f.field, "required with your own TLS files")
 			} else if f.path != "" && !filepath.IsAbs(f.path) {
 				errs.add(f.field, "want an absolute path on the server machines")
+			} else if msg := badPath(f.path); f.path != "" && msg != "" {
+				errs.add(f.field, "%s", msg)
 			}
 		}
 	default:
@@ -405,6 +455,11 @@ func planNodes(s Spec, errs *FieldErrors) (nodes []placedNode, loopback bool) {
 		bad := false
 		if !server.ValidNodeID(n.ID) {
 			errs.add(field+".id", "the ID must be 1 to %d letters, digits, '.', '_' or '-'", server.MaxNodeIDLen)
+			bad = true
+		} else if n.ID == "." || n.ID == ".." {
+			// The ID names the node's directory in the bundle and the
+			// archives: "." and ".." would put its files in another.
+			errs.add(field+".id", "the ID names the node's directory in the bundle: not %s", n.ID)
 			bad = true
 		} else if ids[n.ID] {
 			if s.Existing != nil && s.Existing.has(n.ID) {

@@ -310,9 +310,12 @@ func (p *pair) onHeartbeat(h heartbeat) {
 			next.State = bstar.Passive
 			next.PeerExpiry = bstar.Expiry(now, p.cfg.Heartbeat)
 			p.setState(next, bstar.Outcome{Next: bstar.Passive, Transition: true, Reason: "split brain resolved: the peer's token epoch is higher"})
-		} else if _, ok := p.refusals.due(now, 1); ok {
-			p.s.log.Error("pair: dual actives (split brain): both nodes served; this node has the higher token epoch and keeps serving, the peer steps down",
-				"epoch", p.serving-1, "peer_epoch", int64(h.serving)-1)
+		} else {
+			if _, ok := p.refusals.due(now, 1); ok {
+				p.s.log.Error("pair: dual actives (split brain): both nodes served; this node has the higher token epoch and keeps serving, the peer steps down",
+					"epoch", p.serving-1, "peer_epoch", int64(h.serving)-1)
+			}
+			p.reepoch(max(h.mark, h.serving))
 		}
 		return
 	case errors.Is(out.Err, bstar.ErrDualPassives):
@@ -325,6 +328,9 @@ func (p *pair) onHeartbeat(h heartbeat) {
 		return
 	}
 	switch {
+	case next.State == bstar.Active && p.serving == 0 && p.misconfigured:
+		// Stopped by a peer of its own role: no epoch is taken and no
+		// client served until a restart.
 	case next.State == bstar.Active && p.serving == 0:
 		if err := p.activate(now); err != nil {
 			p.s.log.Error("pair: cannot start serving", "err", err)
@@ -334,6 +340,8 @@ func (p *pair) onHeartbeat(h heartbeat) {
 		// A primary that served before it heard an active backup.
 		p.s.log.Error("pair: this primary served before it heard its backup, which is active: it steps down, closes its sessions with M and resyncs from the backup")
 		p.stepDown()
+	case p.serving != 0:
+		p.reepoch(max(h.mark, h.serving))
 	}
 	p.setState(next, out)
 	if p.serving == 0 {
@@ -384,6 +392,60 @@ func (p *pair) activate(now int64) error {
 		"leases_restarted_for", fmt.Sprintf("lease_s + %v", p.cfg.Heartbeat))
 	p.sendHeartbeat()
 	return nil
+}
+
+// reepoch moves a serving node (under p.mu) into a new epoch above mark
+// (1 + an epoch) if mark says that an epoch at or above its own was used:
+// the peer served while this node did not hear it (a split brain it never
+// saw resolved, the peer dead or stopped before the link healed) and its
+// tokens are above every token of this node's epoch. Without the move,
+// every grant here would stay below them, and the fence would refuse the
+// writes of a holder of the only lock on a resource the peer's side wrote.
+//
+// As activate: the new epoch is durable (fsync'd) before the next grant,
+// and the counter is raised into it. Held locks keep their tokens and
+// their leases (nothing is shortened or restarted); a grant decided
+// before the move keeps its token of the old epoch, and is answered in
+// the order it was decided, before any grant of the new epoch. An
+// attached passive gets the move as a stream frame ('F'), in order with
+// the commands. A node that cannot record the new epoch stops serving
+// (it must not grant again in the old one); the next heartbeat or client
+// makes it serve again under a new epoch.
+func (p *pair) reepoch(mark uint64) {
+	if p.serving == 0 || mark <= p.serving {
+		return
+	}
+	sh := &p.sh
+	sh.mu.Lock()
+	old := p.serving - 1
+	e, err := nextEpoch(p.parity, p.floor, p.epochs.mark, mark, markOfToken(p.m.Last()))
+	if err == nil {
+		err = p.epochs.raise(e + 1)
+	}
+	if err != nil {
+		sh.mu.Unlock()
+		p.s.log.Error("pair: the peer used a token epoch above this node's, and this node cannot take a higher one: it stops serving, and closes its sessions with M",
+			"epoch", old, "peer_mark", mark, "err", err)
+		p.stepDown()
+		return
+	}
+	p.m.Raise(max(epochBase(e), p.floor))
+	p.m.SetCeiling(epochCeil(e))
+	p.last.Store(p.m.Last())
+	p.ceil.Store(p.m.Ceiling())
+	if o := p.attached; o != nil {
+		p.seq++
+		if !o.queue(frameFloor, nil, p.seq, p.m.Last(), p.m.Ceiling()) {
+			o.close() // its reader's linkDown detaches
+		}
+		p.pending = append(p.pending, pairPending{seq: p.seq, at: p.s.now()})
+	}
+	first := p.m.Last() + 1
+	sh.mu.Unlock()
+	p.serving = e + 1
+	p.s.log.Warn("pair: the peer used a token epoch above the one this node serves under (it served while this node did not hear it): this node moves to a higher epoch before its next grant; held locks keep their tokens and leases",
+		"epoch", old, "new_epoch", e, "peer_mark", mark, "first_token", first)
+	p.sendHeartbeat()
 }
 
 // stepDown makes a serving node stop (under p.mu): the core demoted (its
@@ -651,7 +713,7 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 				return
 			}
 			p.onHeartbeat(h)
-		case frameSnapshot, frameCommand:
+		case frameSnapshot, frameCommand, frameFloor:
 			seq, err := p.applyStream(&st, typ, body)
 			if err != nil {
 				p.s.log.Error("pair: the replication stream failed; closing the peer link (the active sends a new snapshot when it reconnects)", "err", err)

@@ -493,3 +493,61 @@ func TestPairConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPairSplitBrainNewActiveDies: the peer link is cut while clients
+// reach both nodes; the backup takes over under a higher epoch and grants,
+// then dies before the link heals, so the primary never sees two actives.
+// When the backup comes back (passive-to-be, its epoch mark durable), its
+// first heartbeat tells the primary that a higher epoch was used: the
+// primary moves above it before its next grant, so its tokens are above
+// every token the dead side issued (the fence accepts its holders' writes
+// again), while the locks it holds keep their tokens.
+func TestPairSplitBrainNewActiveDies(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	toP, toB := linkProxies(t, pa, ba)
+	p := startPairNode(t, server.PairPrimary, pa, toB.Addr(), "")
+	b := startPairNode(t, server.PairBackup, ba, toP.Addr(), "")
+	cp := p.serving()
+	held := cp.acquireOK(2, owner(1), 0, 200, "held")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+
+	cutLink(true, toP, toB)
+	eventually(t, "the primary unreplicated", func() bool { return !p.status().Replicating })
+	cb := b.serving()
+	onB := cb.acquireOK(2, owner(2), 0, 200, "res")
+	onP := cp.acquireOK(3, owner(3), 0, 200, "other")
+	if onB>>40 != 1 || onP>>40 != 0 {
+		t.Fatalf("split brain: backup's token %d (epoch %d), primary's %d (epoch %d); want epochs 1 and 0", onB, onB>>40, onP, onP>>40)
+	}
+
+	// The new active dies; the link heals with nobody behind it.
+	b.close()
+	cutLink(false, toP, toB)
+	if ps := p.status(); !ps.Serving || ps.Epoch != 0 {
+		t.Fatalf("the primary after the backup died: %+v, want serving epoch 0", ps)
+	}
+
+	// The backup comes back: its heartbeat carries its epoch mark.
+	b = b.restart()
+	eventually(t, "the primary hearing the restarted backup's epoch mark", func() bool { return p.status().EpochMark > uint64(onB>>40) })
+	next := cp.acquireOK(4, owner(4), 0, 200, "res")
+	if next <= onB {
+		t.Fatalf("the primary's next grant after it heard of epoch %d: token %d (epoch %d), want above the dead side's %d", onB>>40, next, next>>40, onB)
+	}
+	if ps := p.status(); !ps.Serving || ps.Epoch != int64(next>>40) || ps.Epoch <= 1 {
+		t.Fatalf("the primary after the move: %+v, want serving in the epoch of token %d, above 1", ps, next)
+	}
+	// The held lock kept its token; the restarted backup resyncs to the
+	// primary's state, the move included.
+	if tok := cp.acquireOK(5, owner(1), 0, 200, "held"); tok != held {
+		t.Fatalf("the holder's retry after the move: token %d, want %d", tok, held)
+	}
+	eventually(t, "the backup passive and in sync", func() bool {
+		bs, ps := b.status(), p.status()
+		return bs.State == "PASSIVE" && bs.HasState && ps.Replicating && bs.LastToken == ps.LastToken
+	})
+	after := cp.acquireOK(6, owner(5), 0, 200, "later")
+	if after <= next {
+		t.Fatalf("a grant after the resync: token %d, want above %d", after, next)
+	}
+}

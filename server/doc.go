@@ -354,8 +354,11 @@
 // seen, fsync'd in DataDir/pair.epoch; tokens of epoch e are
 // e<<40 .. (e+1)<<40 - 1, even epochs the primary's, odd the backup's, so
 // the two never issue the same token and the newer active's tokens are
-// above the older one's. Server.PairStatus and Stats.Pair show the
-// node's view of the pair.
+// above the older one's; an active that hears of a higher epoch in its
+// peer's heartbeat (a split brain whose new active died before the link
+// healed) moves above it, durably, before its next grant. A plaintext peer
+// link off loopback needs PairConfig.PeerPlaintext. Server.PairStatus and
+// Stats.Pair show the node's view of the pair.
 //
 // # Tokens and durability
 //

@@ -219,13 +219,19 @@ func (p *pair) helloFrame() []byte {
 
 // adoptID checks the peer's pair identity against this node's: a node
 // without one (a backup that has not met its primary yet) adopts it, and
-// records it; another non-empty one is a peer of another pair, refused.
+// records it; another one, or none, is refused (a node without one
+// learns it from this node's hello, and dials again with it).
 func (p *pair) adoptID(peer string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	mine := *p.id.Load()
 	switch {
-	case peer == "" || peer == mine:
+	case peer == "":
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Warn("pair: refused a peer link whose hello gives no pair ID (a node that has not met its peer yet learns it from this node's hello and dials again)", "pair_id", mine)
+		}
+		return fmt.Errorf("%w: the peer gave no pair ID", errPairLink)
+	case peer == mine:
 		return nil
 	case mine == "":
 		if err := storePairID(p.s.cfg.DataDir, peer); err != nil {
@@ -242,10 +248,15 @@ func (p *pair) adoptID(peer string) error {
 	return fmt.Errorf("%w: the peer's pair ID %q is not this pair's %q", errPairLink, peer, mine)
 }
 
-// sameRole is a peer that says it was started with this node's role: two
-// primaries would both serve, with tokens of the same epochs. The node
-// stops serving, if it does, and refuses every client until it is
-// restarted with the right role; so does its peer, which sees the same.
+// sameRole is the node at this node's configured peer address answering
+// with this node's role: two primaries would both serve, with tokens of
+// the same epochs. The node stops serving, if it does, takes no epoch and
+// refuses every client until it is restarted (with the right role, or
+// the right --peer); so does the other node when its own dial meets this
+// one. Only this node's own dial decides it: a same-role hello on an
+// accepted link (which anyone who reaches the peer port can send) is
+// refused and changes nothing, so it cannot stop the node or make it burn
+// epochs.
 func (p *pair) sameRole(peer string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -257,6 +268,23 @@ func (p *pair) sameRole(peer string) {
 	if p.serving != 0 {
 		p.stepDown()
 	}
+}
+
+// maxPeerMarkLead bounds how far above this node's knowledge a peer's
+// epoch mark may be (heartbeat). A peer's mark is 1 + the highest epoch it
+// used or saw; what it saw came from this node, and each time it starts
+// serving unheard it takes at most 2 epochs above what it knew. So a mark
+// more than 2k above this node's is a peer that served over k times
+// without this node hearing it, or a forgery: with k = 32 the latter
+// moves the pair's epochs by at most 64 of their 2^23 per heartbeat.
+const maxPeerMarkLead = 64
+
+// peerMarkLimit is the highest epoch mark (or serving epoch + 1) this node
+// accepts from its peer (under p.mu): maxPeerMarkLead above its own mark,
+// its token floor's epoch and the epoch of the wall clock's microseconds
+// (where a new data dir with token-start clock begins).
+func (p *pair) peerMarkLimit() uint64 {
+	return max(p.epochs.mark, markOfToken(p.floor), markOfToken(ClockStart())) + maxPeerMarkLead
 }
 
 // refused logs a refused client (at most once a second).
@@ -285,11 +313,19 @@ func (p *pair) setState(next bstar.Machine, out bstar.Outcome) {
 	}
 }
 
-// onHeartbeat is a heartbeat from the peer (its in link's reader).
-func (p *pair) onHeartbeat(h heartbeat) {
+// onHeartbeat is a heartbeat from the peer (its in link's reader); an
+// error refuses it and closes the link.
+func (p *pair) onHeartbeat(h heartbeat) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.s.now()
+	if lim := p.peerMarkLimit(); h.mark > lim || h.serving > lim {
+		if _, ok := p.refusals.due(now, 1); ok {
+			p.s.log.Error("pair: refused a heartbeat whose token epoch is beyond what the peer can have reached: a forgery, or a peer that served more than 32 times unheard; if the peer is genuine, restart this node with --initial-token above the peer's last token",
+				"peer_mark", h.mark, "peer_serving", h.serving, "epoch_mark", p.epochs.mark, "limit", lim)
+		}
+		return fmt.Errorf("%w: heartbeat epoch mark %d above %d", errPairLink, max(h.mark, h.serving), lim)
+	}
 	p.peer = h
 	if h.mark > p.epochs.mark {
 		// Every epoch the peer has used or seen is remembered durably: a
@@ -310,36 +346,45 @@ func (p *pair) onHeartbeat(h heartbeat) {
 			next.State = bstar.Passive
 			next.PeerExpiry = bstar.Expiry(now, p.cfg.Heartbeat)
 			p.setState(next, bstar.Outcome{Next: bstar.Passive, Transition: true, Reason: "split brain resolved: the peer's token epoch is higher"})
-		} else if _, ok := p.refusals.due(now, 1); ok {
-			p.s.log.Error("pair: dual actives (split brain): both nodes served; this node has the higher token epoch and keeps serving, the peer steps down",
-				"epoch", p.serving-1, "peer_epoch", int64(h.serving)-1)
+		} else {
+			if _, ok := p.refusals.due(now, 1); ok {
+				p.s.log.Error("pair: dual actives (split brain): both nodes served; this node has the higher token epoch and keeps serving, the peer steps down",
+					"epoch", p.serving-1, "peer_epoch", int64(h.serving)-1)
+			}
+			p.reepoch(max(h.mark, h.serving))
 		}
-		return
+		return nil
 	case errors.Is(out.Err, bstar.ErrDualPassives):
 		p.dualPassives.Add(1)
 		p.s.log.Error("pair: "+out.Reason+": the first client after the peer's heartbeats stop counting makes this node active", "err", out.Err)
 		p.fsm = next
-		return
+		return nil
 	case out.Err != nil:
 		p.s.log.Error("pair: "+out.Reason, "err", out.Err)
-		return
+		return nil
 	}
 	switch {
+	case next.State == bstar.Active && p.serving == 0 && p.misconfigured:
+		// Stopped by a peer of its own role: no epoch is taken and no
+		// client served until a restart.
 	case next.State == bstar.Active && p.serving == 0:
 		if err := p.activate(now); err != nil {
 			p.s.log.Error("pair: cannot start serving", "err", err)
-			return
+			return nil
 		}
 	case next.State == bstar.Passive && p.serving != 0:
 		// A primary that served before it heard an active backup.
 		p.s.log.Error("pair: this primary served before it heard its backup, which is active: it steps down, closes its sessions with M and resyncs from the backup")
 		p.stepDown()
+	case p.serving != 0:
+		p.reepoch(max(h.mark, h.serving))
 	}
 	p.setState(next, out)
 	if p.serving == 0 {
 		p.follow()
 	}
 	p.maybeAttach(now)
+	return nil
 }
 
 // follow keeps the NOT_ACTIVE hint at the peer's client address (not
@@ -384,6 +429,60 @@ func (p *pair) activate(now int64) error {
 		"leases_restarted_for", fmt.Sprintf("lease_s + %v", p.cfg.Heartbeat))
 	p.sendHeartbeat()
 	return nil
+}
+
+// reepoch moves a serving node (under p.mu) into a new epoch above mark
+// (1 + an epoch) if mark says that an epoch at or above its own was used:
+// the peer served while this node did not hear it (a split brain it never
+// saw resolved, the peer dead or stopped before the link healed) and its
+// tokens are above every token of this node's epoch. Without the move,
+// every grant here would stay below them, and the fence would refuse the
+// writes of a holder of the only lock on a resource the peer's side wrote.
+//
+// As activate: the new epoch is durable (fsync'd) before the next grant,
+// and the counter is raised into it. Held locks keep their tokens and
+// their leases (nothing is shortened or restarted); a grant decided
+// before the move keeps its token of the old epoch, and is answered in
+// the order it was decided, before any grant of the new epoch. An
+// attached passive gets the move as a stream frame ('F'), in order with
+// the commands. A node that cannot record the new epoch stops serving
+// (it must not grant again in the old one); the next heartbeat or client
+// makes it serve again under a new epoch.
+func (p *pair) reepoch(mark uint64) {
+	if p.serving == 0 || mark <= p.serving {
+		return
+	}
+	sh := &p.sh
+	sh.mu.Lock()
+	old := p.serving - 1
+	e, err := nextEpoch(p.parity, p.floor, p.epochs.mark, mark, markOfToken(p.m.Last()))
+	if err == nil {
+		err = p.epochs.raise(e + 1)
+	}
+	if err != nil {
+		sh.mu.Unlock()
+		p.s.log.Error("pair: the peer used a token epoch above this node's, and this node cannot take a higher one: it stops serving, and closes its sessions with M",
+			"epoch", old, "peer_mark", mark, "err", err)
+		p.stepDown()
+		return
+	}
+	p.m.Raise(max(epochBase(e), p.floor))
+	p.m.SetCeiling(epochCeil(e))
+	p.last.Store(p.m.Last())
+	p.ceil.Store(p.m.Ceiling())
+	if o := p.attached; o != nil {
+		p.seq++
+		if !o.queue(frameFloor, nil, p.seq, p.m.Last(), p.m.Ceiling()) {
+			o.close() // its reader's linkDown detaches
+		}
+		p.pending = append(p.pending, pairPending{seq: p.seq, at: p.s.now()})
+	}
+	first := p.m.Last() + 1
+	sh.mu.Unlock()
+	p.serving = e + 1
+	p.s.log.Warn("pair: the peer used a token epoch above the one this node serves under (it served while this node did not hear it): this node moves to a higher epoch before its next grant; held locks keep their tokens and leases",
+		"epoch", old, "new_epoch", e, "peer_mark", mark, "first_token", first)
+	p.sendHeartbeat()
 }
 
 // stepDown makes a serving node stop (under p.mu): the core demoted (its
@@ -465,6 +564,10 @@ func (p *pair) dialLoop() {
 			failing = false
 			p.s.log.Info("pair: the peer answers again", "peer", p.cfg.Peer)
 		}
+		// The node at the configured peer address with this node's role
+		// is a misconfigured pair, whatever its pair ID (two primaries
+		// started without one draw two): this node stops. Then the pair
+		// ID.
 		if err == nil && h.role == pairRoleByte(p.cfg.Role) {
 			nc.Close()
 			p.sameRole(p.cfg.Peer)
@@ -579,6 +682,12 @@ func (p *pair) acceptLoop() {
 func (p *pair) serveIn(nc net.Conn) {
 	defer nc.Close()
 	timeout := bstar.DeadAfter * p.cfg.Heartbeat
+	if p.serverTL == nil && !p.cfg.PeerPlaintext && !loopbackAddr(nc.RemoteAddr()) {
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Warn("pair: refused a plain TCP peer link from a non-loopback address (give the pair peer TLS, or peer-plaintext on a network nobody else reaches)", "remote", nc.RemoteAddr().String())
+		}
+		return
+	}
 	if p.serverTL != nil {
 		tc := tls.Server(nc, p.serverTL)
 		tc.SetDeadline(time.Now().Add(timeout))
@@ -600,16 +709,22 @@ func (p *pair) serveIn(nc net.Conn) {
 		p.s.log.Warn("pair: refused a peer link", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	// The hello first, even to a peer of the same role or of another
-	// pair: it learns of the fault too.
-	if _, err := nc.Write(p.helloFrame()); err != nil {
+	// The pair ID first (adopted by a node without one, so that its
+	// hello carries it), then this node's hello, even to a peer of the
+	// same role or of another pair: it learns of the fault too (and a
+	// node that has not met its peer learns the pair ID).
+	idErr := p.adoptID(h.id)
+	if _, err := nc.Write(p.helloFrame()); err != nil || idErr != nil {
 		return
 	}
 	if h.role == pairRoleByte(p.cfg.Role) {
-		p.sameRole(nc.RemoteAddr().String())
-		return
-	}
-	if err := p.adoptID(h.id); err != nil {
+		// Refused, and nothing changes here: the dialler, if it is a
+		// node of this pair started with the wrong role, stops itself
+		// on this hello (sameRole).
+		if _, ok := p.refusals.due(p.s.now(), 1); ok {
+			p.s.log.Error("pair: refused a peer link from a node that says it has this node's role; a pair needs one primary and one backup",
+				"role", string(p.cfg.Role), "remote", nc.RemoteAddr().String())
+		}
 		return
 	}
 	nc.SetDeadline(time.Time{})
@@ -650,8 +765,10 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 				p.s.log.Error("pair: malformed heartbeat; closing the peer link", "err", err)
 				return
 			}
-			p.onHeartbeat(h)
-		case frameSnapshot, frameCommand:
+			if p.onHeartbeat(h) != nil {
+				return
+			}
+		case frameSnapshot, frameCommand, frameFloor:
 			seq, err := p.applyStream(&st, typ, body)
 			if err != nil {
 				p.s.log.Error("pair: the replication stream failed; closing the peer link (the active sends a new snapshot when it reconnects)", "err", err)

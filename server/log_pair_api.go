@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
@@ -73,9 +74,20 @@ type PairConfig struct {
 	// with mutual TLS (TLS 1.3) against the pair's CA, exactly as
 	// ClusterConfig's fields of the same names do for the Raft transport
 	// (the dialling node checks that its peer's certificate names the host
-	// of Peer). Neither set means plain TCP, and New logs a warning.
+	// of Peer). Neither set means plain TCP, and New logs a warning;
+	// plain TCP off loopback needs PeerPlaintext.
 	PeerCertificate *tls.Certificate
 	PeerRoots       *x509.CertPool
+
+	// PeerPlaintext accepts a plain TCP peer link (no PeerCertificate)
+	// off loopback. Without it, New refuses a plaintext pair whose Listen
+	// or Peer is not a loopback address, and a plaintext node refuses a
+	// peer link from a non-loopback address: anyone who reaches the peer
+	// port of a plaintext pair can pose as the peer (the pair ID it checks
+	// is no secret), and a peer can make a node step down, or take a
+	// higher token epoch. Set it only on a network that nobody else
+	// reaches.
+	PeerPlaintext bool
 
 	// listener, if set, is used instead of listening on Listen (tests).
 	listener net.Listener
@@ -123,6 +135,39 @@ func (pc *PairConfig) validate(c *Config) error {
 		return errors.New("server: Config.Standby and Config.Pair are exclusive (a pair node's role follows the pair's state machine)")
 	}
 	var err error
-	pc.peerTLS, err = peerTLSOf("PairConfig", pc.PeerCertificate, pc.PeerRoots)
-	return err
+	if pc.peerTLS, err = peerTLSOf("PairConfig", pc.PeerCertificate, pc.PeerRoots); err != nil {
+		return err
+	}
+	if pc.peerTLS == nil && !pc.PeerPlaintext {
+		listen := pc.Listen
+		if pc.listener != nil {
+			listen = pc.listener.Addr().String()
+		}
+		for _, a := range []struct{ field, addr string }{{"Listen", listen}, {"Peer", pc.Peer}} {
+			if !loopbackHostPort(a.addr) {
+				return fmt.Errorf("server: PairConfig.%s %q is not a loopback address, and the peer link is plain TCP: anyone who reaches it could pose as the peer; give PeerCertificate and PeerRoots (mutual TLS), or set PeerPlaintext on a network nobody else reaches", a.field, a.addr)
+			}
+		}
+	}
+	return nil
+}
+
+// loopbackHostPort reports whether host:port names this machine only: a
+// loopback IP or localhost.
+func loopbackHostPort(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackAddr reports whether a is a loopback TCP address.
+func loopbackAddr(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
@@ -79,5 +80,48 @@ func TestEpochStore(t *testing.T) {
 	os.WriteFile(path, b[:10], 0o600)
 	if _, err := openEpochStore(dir); !errors.Is(err, errEpochCorrupt) {
 		t.Fatalf("truncated: %v, want errEpochCorrupt", err)
+	}
+}
+
+// TestPairReepochWhileReplicating: an active that moves to a higher epoch
+// while its passive is attached (reepoch) records the epoch durably, keeps
+// replicating, and its passive takes the move in order with the commands:
+// the same counter and ceiling, so that its own takeover, or its machine
+// after the active dies, knows the new epoch.
+func TestPairReepochWhileReplicating(t *testing.T) {
+	clk := NewFakeClock()
+	s, backup := seamPairNodes(t, clk)
+	p, q := s.pr, backup.pr
+
+	p.mu.Lock()
+	from := p.serving - 1
+	p.reepoch(p.serving + 2) // the peer used epoch from+2
+	to := p.serving - 1
+	p.mu.Unlock()
+	if to <= from+2 || to%2 != 0 {
+		t.Fatalf("reepoch from epoch %d past %d: now %d, want an even epoch above", from, from+2, to)
+	}
+	es, err := openEpochStore(s.cfg.DataDir)
+	if err != nil || es.mark != to+1 {
+		t.Fatalf("pair.epoch after the move: mark %v (%v), want %d", es, err, to+1)
+	}
+	deadline := time.Now().Add(seamDeadline)
+	for {
+		p.sh.mu.Lock()
+		last, ceil, attached, pending := p.m.Last(), p.m.Ceiling(), p.attached != nil, len(p.pending)
+		p.sh.mu.Unlock()
+		q.sh.mu.Lock()
+		ql, qc := q.m.Last(), q.m.Ceiling()
+		q.sh.mu.Unlock()
+		if last != epochBase(to) || ceil != epochCeil(to) {
+			t.Fatalf("the active after the move: last %d, ceiling %d; want %d, %d", last, ceil, epochBase(to), epochCeil(to))
+		}
+		if attached && pending == 0 && ql == last && qc == ceil {
+			return
+		}
+		if !attached || time.Now().After(deadline) {
+			t.Fatalf("the passive after the move: attached %v, pending %d, last %d, ceiling %d; want attached, last %d, ceiling %d", attached, pending, ql, qc, last, ceil)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -33,9 +33,13 @@ import (
 //	'K' ack        seq u64: every stream frame up to seq is applied
 //
 // The dialling node sends 'H' first and the accepting node answers with
-// its own 'H'; a node refuses a peer started with the same role, or of
-// another pair (another non-empty id; a node without an id adopts its
-// peer's). mark is
+// its own 'H'. The accepting node checks the id first: it refuses an empty
+// one (the dialler, a node without an id yet, adopts the id of the answer
+// and dials again) or another pair's (a node without an id adopts its
+// peer's), then a peer that says it has its own role. A dialler whose
+// peer answers with its own role stops serving until it is restarted.
+// A heartbeat whose mark is beyond what the peer can have reached
+// (peerMarkLimit) closes the link. mark is
 // 1 + the highest token epoch the node has used or seen, serving 1 + the
 // epoch it serves under (0: it does not serve). The stream of one out link
 // begins with 'S'; seq numbers then follow one by one.

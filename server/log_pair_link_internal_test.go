@@ -22,7 +22,7 @@ type fakeActive struct {
 
 func dialFakeActive(t *testing.T, addr string) *fakeActive {
 	t.Helper()
-	nc, r, h, err := dialPeer(addr, nil, 2*time.Second, appendHello(nil, pairRoleByte(PairPrimary), "127.0.0.1:1", ""))
+	nc, r, h, err := dialPeer(addr, nil, 2*time.Second, appendHello(nil, pairRoleByte(PairPrimary), "127.0.0.1:1", "fake-pair"))
 	if err != nil {
 		t.Fatal(err)
 	}

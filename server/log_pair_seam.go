@@ -87,6 +87,9 @@ func (p *pair) acked(o *outLink, seq uint64) {
 	p.pending = p.pending[n:]
 	now := p.s.shardNow(sh)
 	for i := range done {
+		if done[i].lp == nil {
+			continue // an epoch move ('F'), not a command
+		}
 		sh.core.Applied(now, done[i].lp, done[i].res)
 		p.s.carryOut(sh, nil)
 		done[i].lp = nil
@@ -120,6 +123,9 @@ func (p *pair) detachLocked(why string) {
 		"in_flight", len(pend))
 	now := p.s.shardNow(&p.sh)
 	for i := range pend {
+		if pend[i].lp == nil {
+			continue // an epoch move ('F'), not a command
+		}
 		p.unreplicated.Add(1)
 		p.sh.core.Applied(now, pend[i].lp, pend[i].res)
 		p.s.carryOut(&p.sh, nil)
@@ -197,7 +203,15 @@ func (p *pair) applyStream(st *inStream, typ byte, body []byte) (uint64, error) 
 		if seq != p.seq+1 {
 			return 0, fmt.Errorf("%w: command %d after %d", errPairLink, seq, p.seq)
 		}
-		if _, err := applyCommand(p.m, body[8:]); err != nil {
+		if typ == frameFloor {
+			// The active moved to a new epoch: the counter raised into
+			// it, grants up to its end.
+			if len(body) != 24 {
+				return 0, fmt.Errorf("%w: malformed floor frame", errPairLink)
+			}
+			p.m.Raise(binary.BigEndian.Uint64(body[8:]))
+			p.m.SetCeiling(binary.BigEndian.Uint64(body[16:]))
+		} else if _, err := applyCommand(p.m, body[8:]); err != nil {
 			return 0, err
 		}
 		p.seq = seq

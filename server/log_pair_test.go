@@ -2,8 +2,12 @@ package server_test
 
 import (
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +30,7 @@ type pairNode struct {
 	addr   string // client address
 	peer   string // its peer address
 	cfg    server.Config
+	clk    *server.FakeClock // nil: the real clock
 	done   chan error
 	closed bool
 }
@@ -62,23 +67,47 @@ func (n *pairNode) restart() *pairNode {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	return startPairNodeOn(n.t, n.cfg.Pair.Role, n.peer, n.cfg.Pair.Peer, n.cfg.DataDir, ln)
+	return startPairNodeClock(n.t, n.cfg.Pair.Role, n.peer, n.cfg.Pair.Peer, n.cfg.DataDir, ln, n.clk)
 }
 
 // startPairNodeOn is startPairNode serving clients on ln.
 func startPairNodeOn(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener) *pairNode {
+	t.Helper()
+	return startPairNodeClock(t, role, self, peer, dataDir, ln, nil)
+}
+
+// fakeHB is the heartbeat interval of pair nodes on a fake clock: no
+// heartbeat is sent by the interval's ticker while a test runs (only those
+// of each link's start and of each transition), and the peer counts as
+// silent, a starting primary's guard ends, only when the test advances
+// the clock past two intervals. So no machine is too slow for them.
+const fakeHB = time.Hour
+
+// startPairNodeFake starts a pair node on clk (heartbeat fakeHB).
+func startPairNodeFake(t *testing.T, role server.PairRole, self, peer string, clk *server.FakeClock) *pairNode {
+	t.Helper()
+	return startPairNodeClock(t, role, self, peer, "", listen(t), clk)
+}
+
+// startPairNodeClock is startPairNodeOn on clk (nil: the real clock, with
+// heartbeat pairHB; else fakeHB).
+func startPairNodeClock(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener, clk *server.FakeClock) *pairNode {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	cfg := server.Config{DataDir: dataDir, Pair: &server.PairConfig{Role: role, Peer: peer, Listen: self,
 		Advertise: ln.Addr().String(), Heartbeat: pairHB}}
+	if clk != nil {
+		cfg.Pair.Heartbeat = fakeHB
+		server.SetClock(&cfg, clk)
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatalf("New(%s): %v", role, err)
 	}
-	n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, done: make(chan error, 1)}
+	n := &pairNode{t: t, s: s, addr: ln.Addr().String(), peer: self, cfg: cfg, clk: clk, done: make(chan error, 1)}
 	go func() { n.done <- s.Serve(ln) }()
 	t.Cleanup(n.close)
 	return n
@@ -137,10 +166,14 @@ func (n *pairNode) serving() *client {
 // the primary dies, the first client after two heartbeats makes the
 // backup active with the held locks (holder, token) and tokens above
 // every token the primary issued.
+//
+// On a fake clock (fakeHB): the primary goes silent for the backup only
+// when the test advances the clock, never because a heartbeat was late.
 func TestPairFailover(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, ba, "")
-	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk)
+	b := startPairNodeFake(t, server.PairBackup, ba, pa, clk)
 
 	cp := p.serving()
 	t1 := cp.acquireOK(2, owner(1), 0, 60, "a")
@@ -166,6 +199,7 @@ func TestPairFailover(t *testing.T) {
 	}
 
 	p.close()
+	clk.Advance(2*fakeHB + time.Second)
 	cb := b.serving()
 	// The held locks survived, with their tokens.
 	cb.send(acq(2, owner(3), 0, 60, "a"))
@@ -297,16 +331,24 @@ func (n *pairNode) refusesFor(d time.Duration, hint string) {
 // start guard), and resyncs; both at once, and the backup first, then
 // the primary: the pair serves again with tokens above every earlier
 // one (the epochs are durable); a backup alone never serves.
+//
+// The nodes run on a fake clock: a HELLO to a restarting primary, or to
+// a passive, makes it serve once its peer has been silent for two
+// heartbeats, which on a real clock a loaded machine can make happen
+// whenever a heartbeat is late; here only the test's Advance does.
 func TestPairRestarts(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, ba, "")
-	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk)
+	b := startPairNodeFake(t, server.PairBackup, ba, pa, clk)
 	cp := p.serving()
 	t1 := cp.acquireOK(2, owner(1), 0, 200, "a")
 	eventually(t, "the backup in sync", func() bool { return b.status().HasState })
 
-	// The primary dies; the backup takes over.
+	// The primary dies; the backup takes over once the primary has been
+	// silent for two heartbeats.
 	p.close()
+	clk.Advance(2*fakeHB + time.Second)
 	cb := b.serving()
 	t2 := cb.acquireOK(2, owner(2), 0, 200, "b")
 
@@ -333,11 +375,14 @@ func TestPairRestarts(t *testing.T) {
 	}
 	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" })
 
-	// The backup first: alone, it never serves; then the primary.
+	// The backup first: alone, it never serves, however long it waits;
+	// then the primary.
 	p.close()
 	b.close()
 	b = b.restart()
-	b.refusesFor(5*pairHB, "")
+	b.refusesFor(2*pairHB, "")
+	clk.Advance(5 * fakeHB)
+	b.refusesFor(2*pairHB, "")
 	if st := b.status(); st.State != "BACKUP" {
 		t.Fatalf("a backup alone: %+v, want BACKUP", st)
 	}
@@ -349,17 +394,136 @@ func TestPairRestarts(t *testing.T) {
 	eventually(t, "the backup passive", func() bool { return b.status().State == "PASSIVE" && b.status().HasState })
 }
 
-// TestPairSameRole: two nodes started as primary find out on the peer
-// link and neither serves (they would issue tokens of the same epochs),
-// the one that served included.
+// TestPairSameRole: two nodes started as primary, each the other's peer,
+// find out on their own dials and neither serves (they would issue tokens
+// of the same epochs), the one that served included; neither takes an
+// epoch afterwards (the heartbeats do not make it serve again).
+//
+// On a fake clock: the second primary's start guard does not end while
+// the test runs, so it cannot serve before its dial finds the first.
 func TestPairSameRole(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
-	p := startPairNode(t, server.PairPrimary, pa, "127.0.0.1:1", "") // its peer is not there yet
+	p := startPairNodeFake(t, server.PairPrimary, pa, ba, clk) // its peer is not there yet
+	clk.Advance(2*fakeHB + time.Second)                        // its start guard ends
 	p.serving()
-	q := startPairNode(t, server.PairPrimary, ba, pa, "")
+	q := startPairNodeFake(t, server.PairPrimary, ba, pa, clk)
 	eventually(t, "the first primary stops serving", func() bool { return !p.status().Serving })
+	mark := p.status().EpochMark
 	p.refusesFor(3*pairHB, "")
 	q.refusesFor(3*pairHB, "")
+	if ps, qs := p.status(), q.status(); ps.Serving || qs.Serving || ps.EpochMark != mark || qs.EpochMark != 0 {
+		t.Fatalf("two primaries: %+v and %+v; want neither serving, no epoch taken after the first's (mark %d)", ps, qs, mark)
+	}
+}
+
+// TestPairSameRoleStops: a primary whose configured peer address turns
+// out to be another primary stops serving and stays stopped, although its
+// backup's heartbeats keep coming (a real clock: the heartbeats of every
+// interval are the point): it takes no new epoch and serves no client
+// until it is restarted (as its log line says). Every HELLO goes to the
+// stopped node, which refuses it whatever the timing.
+func TestPairSameRoleStops(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	qa, _ := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, qa, "") // the node at qa is not there yet
+	startPairNode(t, server.PairBackup, ba, pa, "")
+	p.serving()
+	eventually(t, "the primary hearing its backup", func() bool { return p.status().PeerAlive })
+	mark := p.status().EpochMark
+	startPairNode(t, server.PairPrimary, qa, "127.0.0.1:1", "")
+	eventually(t, "the primary stops serving", func() bool { return !p.status().Serving })
+	p.refusesFor(10*pairHB, "")
+	if ps := p.status(); ps.Serving || ps.EpochMark != mark {
+		t.Fatalf("the stopped primary, its backup alive: %+v; want not serving, epoch mark still %d", ps, mark)
+	}
+}
+
+// strangerLink dials addr's peer listener in plain TCP, sends hello (role,
+// pair ID) and then frames, and reads what the node answers until it
+// closes the link (or 2 s pass: a hang guard, reported as kept open).
+func strangerLink(t *testing.T, addr string, role byte, id string, frames ...[]byte) (answered []byte, closed bool) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	body := append([]byte("TKPR"), 1, role, 0, byte(len(id)))
+	body = append(body, id...)
+	hello := append(binary.BigEndian.AppendUint32(nil, uint32(1+len(body))), 'H')
+	nc.Write(append(hello, body...))
+	for _, f := range frames {
+		nc.Write(f)
+	}
+	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, err := io.ReadAll(nc)
+	var ne net.Error
+	return b, !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// forgedHeartbeat is a heartbeat frame: state, mark, serving, has state.
+func forgedHeartbeat(state byte, mark, serving uint64) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 19)
+	b = append(b, 'B', state)
+	b = binary.BigEndian.AppendUint64(b, mark)
+	b = binary.BigEndian.AppendUint64(b, serving)
+	return append(b, 1)
+}
+
+// TestPairStrangers: a plaintext pair (on loopback) and a stranger on its
+// peer port. A hello without the pair ID, or with another, is answered
+// and the link closed before any heartbeat is read; with the pair's ID
+// (which is no secret: the answer carries it), a heartbeat claiming an
+// epoch beyond what the peer can have reached closes the link and changes
+// nothing; hellos claiming the active's own role are refused and neither
+// stop it nor make it take epochs. The pair serves on, in the same epoch.
+func TestPairStrangers(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	p := startPairNode(t, server.PairPrimary, pa, ba, "")
+	b := startPairNode(t, server.PairBackup, ba, pa, "")
+	cp := p.serving()
+	cp.acquireOK(2, owner(1), 0, 60, "a")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+	before := p.status()
+	rid, err := os.ReadFile(filepath.Join(p.cfg.DataDir, "pair.id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(string(rid))
+	const backupRole, primaryRole, active, passive = 2, 1, 3, 4
+	huge := uint64(1) << 23
+	for _, tc := range []struct {
+		name string
+		role byte
+		id   string
+	}{
+		{"no pair ID", backupRole, ""},
+		{"another pair's ID", backupRole, "another-pair"},
+		{"the pair's ID", backupRole, id},
+		{"the active's role", primaryRole, id},
+		{"the active's role, no pair ID", primaryRole, ""},
+	} {
+		for range 3 {
+			answer, closed := strangerLink(t, pa, tc.role, tc.id, forgedHeartbeat(active, huge, huge), forgedHeartbeat(passive, huge, 0))
+			if !closed {
+				t.Fatalf("%s: the primary kept the link open", tc.name)
+			}
+			if len(answer) == 0 || !strings.Contains(string(answer), id) {
+				t.Errorf("%s: the primary answered %q, want its hello with the pair ID", tc.name, answer)
+			}
+		}
+		if ps := p.status(); !ps.Serving || ps.State != "ACTIVE" || ps.Epoch != before.Epoch || ps.EpochMark != before.EpochMark {
+			t.Fatalf("%s: the primary after the stranger %+v, want it active in epoch %d, mark %d", tc.name, ps, before.Epoch, before.EpochMark)
+		}
+	}
+	eventually(t, "the backup in sync again", func() bool { return b.status().HasState && p.status().Replicating })
+	if bs := b.status(); bs.EpochMark > before.EpochMark {
+		t.Fatalf("the backup after the strangers: %+v, want epoch mark %d", bs, before.EpochMark)
+	}
+	if tok := cp.acquireOK(3, owner(2), 0, 60, "b"); tok>>40 != uint64(before.Epoch) {
+		t.Fatalf("a grant after the strangers: token %d, want one of epoch %d", tok, before.Epoch)
+	}
 }
 
 // TestPairPeerTLS: with PeerCertificate and PeerRoots the peer link is
@@ -478,6 +642,8 @@ func TestPairConfigErrors(t *testing.T) {
 		{"with standby", func(c *server.Config) { c.Standby = true }, "server: Config.Standby and Config.Pair are exclusive"},
 		{"certificate without roots", func(c *server.Config) { c.Pair.PeerCertificate = &serverOnly }, "server: PairConfig.PeerCertificate without PeerRoots"},
 		{"roots without certificate", func(c *server.Config) { c.Pair.PeerRoots = ca.Pool() }, "server: PairConfig.PeerRoots without PeerCertificate"},
+		{"plaintext, listen off loopback", func(c *server.Config) { c.Pair.Listen = "0.0.0.0:7000" }, `server: PairConfig.Listen "0.0.0.0:7000" is not a loopback address, and the peer link is plain TCP`},
+		{"plaintext, peer off loopback", func(c *server.Config) { c.Pair.Peer = "192.0.2.7:7001" }, `server: PairConfig.Peer "192.0.2.7:7001" is not a loopback address, and the peer link is plain TCP`},
 		{"not a node certificate", func(c *server.Config) { c.Pair.PeerCertificate, c.Pair.PeerRoots = &serverOnly, ca.Pool() }, "server: PairConfig.PeerCertificate: raftnet: peer TLS: own certificate: "},
 	} {
 		cfg := server.Config{DataDir: t.TempDir(), Pair: ok()}
@@ -491,5 +657,71 @@ func TestPairConfigErrors(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q...", tc.name, err, tc.want)
 		}
+	}
+	// PeerPlaintext: the operator accepts a plaintext link off loopback.
+	cfg := server.Config{DataDir: t.TempDir(), Pair: ok()}
+	cfg.Pair.Listen, cfg.Pair.Peer, cfg.Pair.PeerPlaintext = "0.0.0.0:0", "192.0.2.7:7001", true
+	s, err := server.New(cfg)
+	if err != nil {
+		t.Fatalf("plaintext off loopback with PeerPlaintext: %v", err)
+	}
+	s.Close()
+}
+
+// TestPairSplitBrainNewActiveDies: the peer link is cut while clients
+// reach both nodes; the backup takes over under a higher epoch and grants,
+// then dies before the link heals, so the primary never sees two actives.
+// When the backup comes back (passive-to-be, its epoch mark durable), its
+// first heartbeat tells the primary that a higher epoch was used: the
+// primary moves above it before its next grant, so its tokens are above
+// every token the dead side issued (the fence accepts its holders' writes
+// again), while the locks it holds keep their tokens.
+func TestPairSplitBrainNewActiveDies(t *testing.T) {
+	pa, ba := pairAddrs(t)
+	toP, toB := linkProxies(t, pa, ba)
+	p := startPairNode(t, server.PairPrimary, pa, toB.Addr(), "")
+	b := startPairNode(t, server.PairBackup, ba, toP.Addr(), "")
+	cp := p.serving()
+	held := cp.acquireOK(2, owner(1), 0, 200, "held")
+	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+
+	cutLink(true, toP, toB)
+	eventually(t, "the primary unreplicated", func() bool { return !p.status().Replicating })
+	cb := b.serving()
+	onB := cb.acquireOK(2, owner(2), 0, 200, "res")
+	onP := cp.acquireOK(3, owner(3), 0, 200, "other")
+	if onB>>40 != 1 || onP>>40 != 0 {
+		t.Fatalf("split brain: backup's token %d (epoch %d), primary's %d (epoch %d); want epochs 1 and 0", onB, onB>>40, onP, onP>>40)
+	}
+
+	// The new active dies; the link heals with nobody behind it.
+	b.close()
+	cutLink(false, toP, toB)
+	if ps := p.status(); !ps.Serving || ps.Epoch != 0 {
+		t.Fatalf("the primary after the backup died: %+v, want serving epoch 0", ps)
+	}
+
+	// The backup comes back: its heartbeat carries its epoch mark.
+	b = b.restart()
+	eventually(t, "the primary hearing the restarted backup's epoch mark", func() bool { return p.status().EpochMark > uint64(onB>>40) })
+	next := cp.acquireOK(4, owner(4), 0, 200, "res")
+	if next <= onB {
+		t.Fatalf("the primary's next grant after it heard of epoch %d: token %d (epoch %d), want above the dead side's %d", onB>>40, next, next>>40, onB)
+	}
+	if ps := p.status(); !ps.Serving || ps.Epoch != int64(next>>40) || ps.Epoch <= 1 {
+		t.Fatalf("the primary after the move: %+v, want serving in the epoch of token %d, above 1", ps, next)
+	}
+	// The held lock kept its token; the restarted backup resyncs to the
+	// primary's state, the move included.
+	if tok := cp.acquireOK(5, owner(1), 0, 200, "held"); tok != held {
+		t.Fatalf("the holder's retry after the move: token %d, want %d", tok, held)
+	}
+	eventually(t, "the backup passive and in sync", func() bool {
+		bs, ps := b.status(), p.status()
+		return bs.State == "PASSIVE" && bs.HasState && ps.Replicating && bs.LastToken == ps.LastToken
+	})
+	after := cp.acquireOK(6, owner(5), 0, 200, "later")
+	if after <= next {
+		t.Fatalf("a grant after the resync: token %d, want above %d", after, next)
 	}
 }

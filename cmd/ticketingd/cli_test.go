@@ -52,7 +52,7 @@ func TestHelp(t *testing.T) {
 		"--log-level", "--log-format", "--config", "--node-name", "--standby", "--standby-hint", "--shutdown-timeout", "--token-block", "--initial-token", "--token-start", "--owned-release-only",
 		"--admin-token", "--console-keys", "--cluster", "--node-id", "--raft-listen", "--raft-advertise", "--advertise", "--peers", "--peer-tls-cert", "--peer-tls-key", "--peer-tls-ca",
 		"--raft-heartbeat", "--raft-election", "--early-release", "--committed-release", "--max-session-proposals", "--max-proposals",
-		"--pair primary|backup", "--peer address", "--peer-listen address", "--heartbeat duration", "at least 100ms"} {
+		"--pair primary|backup", "--peer address", "--peer-listen address", "--heartbeat duration", "at least 100ms", "--peer-plaintext"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("serve --help lacks %s", flag)
 		}

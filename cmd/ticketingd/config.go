@@ -85,6 +85,8 @@ type serveOptions struct {
 	Peer       string
 	PeerListen string
 	Heartbeat  time.Duration
+	// PeerPlaintext accepts a plain TCP peer link off loopback.
+	PeerPlaintext bool
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -137,7 +139,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.Peers, "peers", nil, "cluster: initial configuration `ID=RAFTADDR,...` (this node included), used only by a node that has no Raft state yet, which bootstraps once every peer has answered that it starts the same new cluster (repeatable; a YAML list in the file)"),
 		opt(&o.InitialState, "initial-cluster-state", initialStateNew, "cluster: `new` (a node without Raft state may bootstrap a new cluster from --peers) or existing (it waits to be added to a running cluster and never bootstraps; --peers must be empty)"),
 		opt(&o.ClusterID, "cluster-id", "", "cluster: the cluster's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --cluster writes a random one per bundle): the nodes of a new cluster must have the same, and a node whose Raft state is of another cluster refuses to start"),
-		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster, pair: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca); without the three the peer links are plain TCP and the server warns"),
+		pathOpt(&o.PeerTLSCert, "peer-tls-cert", "", "cluster, pair: PEM node certificate `file` for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca); without the three the peer links are plain TCP and the server warns (a pair off loopback then needs --peer-plaintext)"),
 		pathOpt(&o.PeerTLSKey, "peer-tls-key", "", "cluster, pair: PEM private key `file` of --peer-tls-cert"),
 		pathOpt(&o.PeerTLSCA, "peer-tls-ca", "", "cluster, pair: PEM `file` of the CA(s) whose node certificates peers must present"),
 		opt(&o.RaftHeartbeat, "raft-heartbeat", server.DefaultRaftHeartbeat, "cluster: Raft heartbeat timeout"),
@@ -150,6 +152,7 @@ func (o *serveOptions) options() []option {
 		opt(&o.PairID, "pair-id", "", "pair: the pair's `ID` (1 to 64 letters, digits, '.', '_', '-'; init --pair writes a random one per bundle), the same on both nodes, sent to clients in a version-3 HELLO_OK: without it the primary draws one at its first start and the backup adopts it; a node whose data dir records another refuses to start, and a peer of another pair is refused"),
 		opt(&o.Peer, "peer", "", "pair: the other node's peer `address` (host:port, its --peer-listen as this node dials it)"),
 		opt(&o.PeerListen, "peer-listen", "", "pair: TCP `address` (host:port) this node takes its peer's link on"),
+		opt(&o.PeerPlaintext, "peer-plaintext", false, "pair: accept a plain TCP peer link (no --peer-tls-cert) although --peer or --peer-listen is not a loopback address: anyone who reaches the peer port can then pose as the peer, make the active step down or move the token epochs; only on a network nobody else reaches"),
 		opt(&o.Heartbeat, "heartbeat", server.DefaultPairHeartbeat, fmt.Sprintf("pair: interval of the heartbeats on the peer link, at least %v; the peer counts as dead after two intervals without one; give both nodes the same", minPairHeartbeat)),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts where --token-start says)"),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"strings"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/server"
@@ -19,6 +20,7 @@ func (o *serveOptions) pairOnly() []modeSetting {
 		{"peer", o.Peer != ""},
 		{"peer-listen", o.PeerListen != ""},
 		{"heartbeat", o.Heartbeat != server.DefaultPairHeartbeat},
+		{"peer-plaintext", o.PeerPlaintext},
 	}
 }
 
@@ -63,6 +65,16 @@ func (o *serveOptions) checkPair(src func(string) string) error {
 	if err := o.checkPeerTLSFiles(); err != nil {
 		return err
 	}
+	if o.PeerTLSCert == "" && !o.PeerPlaintext {
+		for _, name := range []string{"peer", "peer-listen"} {
+			addr := map[string]string{"peer": o.Peer, "peer-listen": o.PeerListen}[name]
+			if !loopbackHostPort(addr) {
+				return usagef("%s %q is not a loopback address and the peer link is plain TCP (no --peer-tls-cert): anyone who reaches it could pose as the peer; give --peer-tls-cert, --peer-tls-key and --peer-tls-ca (ticketingd init --pair writes them), or --peer-plaintext on a network nobody else reaches", src(name), addr)
+			}
+		}
+	} else if o.PeerTLSCert != "" && o.PeerPlaintext {
+		return usagef("%s and --peer-tls-cert exclude each other", src("peer-plaintext"))
+	}
 	if o.Heartbeat < minPairHeartbeat {
 		return usagef("invalid %s %v: must be at least %v", src("heartbeat"), o.Heartbeat, minPairHeartbeat)
 	}
@@ -74,16 +86,31 @@ func (o *serveOptions) checkPair(src func(string) string) error {
 // 0) and the peer TLS from loadPeerTLS (nil: plain TCP).
 func pairConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.PairConfig {
 	pc := &server.PairConfig{
-		Role:      server.PairRole(o.Pair),
-		ID:        o.PairID,
-		Peer:      o.Peer,
-		Listen:    o.PeerListen,
-		Advertise: o.clientAdvertise(listen),
-		Heartbeat: o.Heartbeat,
+		Role:          server.PairRole(o.Pair),
+		ID:            o.PairID,
+		Peer:          o.Peer,
+		Listen:        o.PeerListen,
+		Advertise:     o.clientAdvertise(listen),
+		Heartbeat:     o.Heartbeat,
+		PeerPlaintext: o.PeerPlaintext,
 	}
 	if pt != nil {
 		cert := pt.cert
 		pc.PeerCertificate, pc.PeerRoots = &cert, pt.roots
 	}
 	return pc
+}
+
+// loopbackHostPort reports whether host:port names this machine only: a
+// loopback IP or localhost.
+func loopbackHostPort(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -46,6 +46,7 @@ func TestPairUsageErrors(t *testing.T) {
 	noPair := writeTemp(t, "nopair.yaml", "peer-listen: 127.0.0.1:7001\n", 0o644)
 	badRole := writeTemp(t, "badrole.yaml", "pair: leader\npeer: 127.0.0.1:7002\npeer-listen: 127.0.0.1:7001\n", 0o644)
 	pairCluster := writeTemp(t, "paircluster.yaml", "pair: backup\ncluster: true\n", 0o644)
+	plainOff := writeTemp(t, "plain.yaml", "pair: primary\npeer: 10.0.0.2:7002\npeer-listen: 127.0.0.1:7001\n", 0o644)
 	shortBeat := writeTemp(t, "beat.yaml", "pair: backup\npeer: 127.0.0.1:7002\npeer-listen: 127.0.0.1:7001\nheartbeat: 20ms\n", 0o644)
 	runUsageCases(t, []usageCase{
 		// serve --pair.
@@ -71,6 +72,11 @@ func TestPairUsageErrors(t *testing.T) {
 		{"pair heartbeat negative", pairArgs("--heartbeat", "-1s"), 2, []string{"invalid --heartbeat -1s: must be at least 100ms"}},
 		{"pair peer tls incomplete", pairArgs("--peer-tls-cert", "node.pem", "--peer-tls-key", "node-key.pem"), 2, []string{"--peer-tls-cert, --peer-tls-key and --peer-tls-ca must be given together"}},
 		{"pair peer tls files missing", pairArgs("--peer-tls-cert", "/nonexistent/node.pem", "--peer-tls-key", "/nonexistent/node-key.pem", "--peer-tls-ca", "/nonexistent/ca.pem"), 1, []string{"/nonexistent/node.pem"}},
+		{"pair plaintext, peer off loopback", pairArgs("--peer", "10.0.0.2:7002"), 2, []string{`--peer "10.0.0.2:7002" is not a loopback address and the peer link is plain TCP`, "--peer-plaintext"}},
+		{"pair plaintext, peer listen off loopback", pairArgs("--peer-listen", "0.0.0.0:7001"), 2, []string{`--peer-listen "0.0.0.0:7001" is not a loopback address and the peer link is plain TCP`}},
+		{"pair plaintext with peer tls", pairArgs("--peer-plaintext", "--peer-tls-cert", "node.pem", "--peer-tls-key", "node-key.pem", "--peer-tls-ca", "ca.pem"), 2, []string{"--peer-plaintext and --peer-tls-cert exclude each other"}},
+		{"config plaintext off loopback", serveArgs("--config", plainOff), 2, []string{`peer in config file ` + plainOff + ` "10.0.0.2:7002" is not a loopback address`}},
+		{"peer plaintext without pair", serveArgs("--peer-plaintext"), 2, []string{"--peer-plaintext needs --pair"}},
 		{"pair and cluster", pairArgs("--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7003"), 2, []string{"--pair and --cluster exclude each other"}},
 		{"pair and standby", pairArgs("--standby"), 2, []string{"--standby and --pair exclude each other"}},
 		{"pair and standby hint", pairArgs("--standby-hint", "x:1"), 2, []string{"--standby-hint and --pair exclude each other"}},
@@ -158,12 +164,12 @@ peer-tls-ca: /etc/ticketing/ca.pem
 		{"locks-a.test:5225", "locks-a.test:5225"},
 		{"127.0.0.1:0", "127.0.0.1:43210"},
 	} {
-		o, err := parseServe(t, "--pair", "primary", "--peer", "10.0.0.2:7225", "--peer-listen", "10.0.0.1:7225", "--listen", tc.listen)
+		o, err := parseServe(t, "--pair", "primary", "--peer", "10.0.0.2:7225", "--peer-listen", "10.0.0.1:7225", "--listen", tc.listen, "--peer-plaintext")
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := &server.PairConfig{Role: server.PairPrimary, Peer: "10.0.0.2:7225", Listen: "10.0.0.1:7225", Advertise: tc.advertise,
-			Heartbeat: server.DefaultPairHeartbeat}
+			Heartbeat: server.DefaultPairHeartbeat, PeerPlaintext: true}
 		if pc := pairConfig(o, bound, nil); !reflect.DeepEqual(pc, want) {
 			t.Errorf("--listen %s: PairConfig\n got  %+v\n want %+v", tc.listen, pc, want)
 		}

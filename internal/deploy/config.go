@@ -37,6 +37,9 @@ type Config struct {
 	PeerTLSCert string   `yaml:"peer-tls-cert,omitempty"`
 	PeerTLSKey  string   `yaml:"peer-tls-key,omitempty"`
 	PeerTLSCA   string   `yaml:"peer-tls-ca,omitempty"`
+	// PeerPlaintext: a pair without peer TLS off loopback (the node
+	// refuses a plain TCP peer link off loopback without it).
+	PeerPlaintext bool `yaml:"peer-plaintext,omitempty"`
 
 	AdminListen string `yaml:"admin-listen,omitempty"`
 	AdminToken  string `yaml:"admin-token,omitempty"`

@@ -573,8 +573,12 @@ func TestPlanPair(t *testing.T) {
 	}
 	p.checkFiles(t, want)
 	p.checkSecrets(t, TokensFile, false)
-	if c := p.config(t, "primary/"+ConfigFile); c.TLSCert != "" || c.PeerTLSCert != "" || c.AdminToken != "" || c.AdminListen != "127.0.0.1:9225" {
-		t.Errorf("plain pair: config %+v", redact(c))
+	if c := p.config(t, "primary/"+ConfigFile); c.TLSCert != "" || c.PeerTLSCert != "" || !c.PeerPlaintext || c.AdminToken != "" || c.AdminListen != "127.0.0.1:9225" {
+		t.Errorf("plain pair off loopback: config %+v, want peer-plaintext", redact(c))
+	}
+	// With peer TLS, or on loopback, no peer-plaintext.
+	if c := mustPlan(t, pair2(dir)).config(t, "backup/"+ConfigFile); c.PeerPlaintext {
+		t.Errorf("pair with peer TLS: config %+v, want no peer-plaintext", redact(c))
 	}
 }
 

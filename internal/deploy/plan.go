@@ -592,6 +592,9 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		b.note(fmt.Sprintf("# heartbeat: %v   # the same on both nodes", server.DefaultPairHeartbeat))
 		if cfg.PeerTLSCert != "" {
 			b.key("peer-tls-cert", "")
+		} else if !IsLoopbackListen(n.link) || !IsLoopbackListen(peer.link) {
+			cfg.PeerPlaintext = true
+			b.key("peer-plaintext", "# no peer TLS off loopback: anyone who reaches peer-listen can pose as the peer")
 		}
 	}
 	endpoints := "/metrics, /healthz, /status"

@@ -108,6 +108,15 @@ type cluster struct {
 	fatal       atomic.Pointer[error]  // the refusal, if any
 	waiting     atomic.Pointer[string] // whom a node checking its peers waits for
 
+	// Who may send this node Raft RPCs (cluster.admit, log_cluster_boot.go).
+	rp        atomic.Pointer[raft.Raft]   // cl.r, for the transport's goroutines
+	members   atomic.Pointer[memberCache] // the latest configuration's IDs, as last read
+	bootIDs   atomic.Pointer[[]string]    // the IDs of the bootstrap record
+	vouched   sync.Map                    // node ID -> time.Time: a member listed it
+	strangers chan stranger               // to strangerChecker
+	lastCheck map[string]time.Time        // strangerChecker's: when each stranger was last checked
+	lastWarn  map[string]time.Time        // strangerChecker's: when its refusal was last logged
+
 	contacts contacts // the peers' replies to this node's AppendEntries (log_cluster_contact.go)
 
 	graceful      atomic.Bool // Server.Shutdown, not Close
@@ -235,6 +244,9 @@ func newCluster(s *Server) (*cluster, error) {
 		pwake:      make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		hintChange: make(chan struct{}, 1),
+		strangers:  make(chan stranger, 16),
+		lastCheck:  map[string]time.Time{},
+		lastWarn:   map[string]time.Time{},
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "ticketing", Subsystem: "raft", Name: "commit_seconds",
 			Help:    "Time from proposing a log entry (a batch of commands) to its apply on the leader.",
@@ -389,6 +401,11 @@ func newCluster(s *Server) (*cluster, error) {
 			return nil, err
 		}
 	}
+	if has {
+		if rec := loadBootRecord(stable); rec != nil {
+			cl.setBootIDs(rec)
+		}
+	}
 	cl.gate.Store(true)
 	checkPeers := false
 	switch {
@@ -404,6 +421,7 @@ func newCluster(s *Server) (*cluster, error) {
 		if err := storeBootRecord(stable, rec); err != nil {
 			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
 		}
+		cl.setBootIDs(rec)
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, peersConfiguration(cc.Peers)); err != nil {
 			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
 		}
@@ -419,11 +437,13 @@ func newCluster(s *Server) (*cluster, error) {
 		return nil, fmt.Errorf("server: start raft: %w", err)
 	}
 	cl.r = r
+	cl.rp.Store(r)
 	running.Store(r)
 	s.group = cl.fsm.clusterID
 	// (Without PeerCertificate, raftnet.New has logged its warning.)
-	cl.wg.Add(3)
+	cl.wg.Add(4)
 	go cl.relay(trans.Consumer(), out)
+	go cl.strangerChecker()
 	go cl.leadership()
 	go cl.proposer()
 	if checkPeers {

@@ -174,6 +174,7 @@ type identity struct {
 	StateID     string      `json:"state_cluster_id,omitempty"` // the replicated one
 	Boot        *bootRecord `json:"bootstrap,omitempty"`
 	Refused     bool        `json:"refused,omitempty"` // it refused (and takes no part): nobody bootstraps around it
+	Members     []string    `json:"members,omitempty"` // the IDs of its latest Raft configuration
 }
 
 // bootRecord is what a node bootstrapped with.
@@ -352,48 +353,220 @@ func emptyResponse(cmd any) any {
 	return nil
 }
 
-// admit answers rpc itself (a probe; anything while the gate is closed; a
-// vote request while the node has no state) and returns false, or returns
-// true for Raft to handle it.
+// admit answers rpc itself (a probe; anything while the gate is closed;
+// anything from a node that is not a member (cluster.member); a vote
+// request while the node has no state) and returns false, or returns true
+// for Raft to handle it.
 func (cl *cluster) admit(rpc raft.RPC) bool {
-	switch req := rpc.Command.(type) {
-	case *raft.AppendEntriesRequest:
-		if req.Term == 0 && bytes.HasPrefix(req.Addr, identMagic) {
-			cl.answerProbe(rpc, req)
-			return false
+	if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && req.Term == 0 && bytes.HasPrefix(req.Addr, identMagic) {
+		cl.answerProbe(rpc, req)
+		return false
+	}
+	if !cl.gate.Load() {
+		rpc.Respond(cl.typedResponse(rpc.Command), errNotJoined)
+		return false
+	}
+	if h, ok := rpc.Command.(raft.WithRPCHeader); !ok || !cl.member(string(h.GetRPCHeader().ID)) {
+		var id, addr []byte
+		if ok {
+			id, addr = h.GetRPCHeader().ID, h.GetRPCHeader().Addr
 		}
+		rpc.Respond(cl.typedResponse(rpc.Command), fmt.Errorf("ticketing: node %s: %q is not a member of its Raft configuration", cl.cfg.NodeID, id))
+		select {
+		case cl.strangers <- stranger{id: string(id), addr: string(addr)}:
+		default: // the checker is busy: the next request asks again
+		}
+		return false
+	}
+	switch rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
-		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+		if cl.rp.Load().LastIndex() == 0 {
 			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
 			return false
 		}
 	case *raft.RequestPreVoteRequest:
-		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+		if cl.rp.Load().LastIndex() == 0 {
 			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
 			return false
 		}
 	}
-	if !cl.gate.Load() {
-		// With a response of the RPC's type: raft's in-memory pipeline
-		// reads it even with an error.
-		var resp any
-		switch rpc.Command.(type) {
-		case *raft.AppendEntriesRequest:
-			resp = &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.RequestVoteRequest:
-			resp = &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.RequestPreVoteRequest:
-			resp = &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.InstallSnapshotRequest:
-			resp = &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.TimeoutNowRequest:
-			resp = &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
-		}
-		rpc.Respond(resp, errNotJoined)
-		return false
-	}
 	return true
 }
+
+// typedResponse is a response of the type that answers cmd, with this
+// node's header: raft's in-memory pipeline reads one even beside an error.
+func (cl *cluster) typedResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
+	}
+	return nil
+}
+
+// Members. A node takes Raft RPCs only from the members of its latest
+// configuration (uncommitted entries included, as Raft tracks it), of its
+// bootstrap record, and from nodes that a member vouches for. The log
+// matching that Raft relies on does not hold between two histories:
+// every bootstrap writes its configuration at index 1 in term 1, so a
+// member whose data directory was wiped and that bootstrapped again
+// (with itself alone, say) has a log that a leader of the old history
+// takes for a prefix of its own. Taking the leader's entries on it, that
+// node joined the old history with a state of its own, and could then
+// lead alone under the same identity. A node with no configuration (no
+// state: a node waiting to be added, or a new one) takes them from
+// anyone, as it must to be added.
+//
+// A node that is not a member and sends anyway is checked
+// (strangerChecker): if its bootstrap record names this node's ID with
+// another data directory (incarnation) than this one, in a cluster of this
+// node's identity, this node's data directory was wiped or replaced after
+// it had been that cluster's member, and it refuses to go on (its state
+// is a second history under the same node ID). Otherwise a member of this
+// node's configuration that lists the sender in its own vouches for it
+// (the sender was added by an entry this node has not received yet: a
+// follower that missed a membership change must still take the entries
+// of a leader added by it), for vouchTTL, renewed while it sends.
+
+// memberCache is the set of IDs of the latest configuration, as read at.
+type memberCache struct {
+	ids []string
+	at  time.Time
+}
+
+// memberTTL is how long a read configuration is used: a change is seen
+// within it (a removed member's RPCs are taken that long after).
+const memberTTL = time.Second
+
+// vouchTTL is how long a member's word for a stranger holds.
+const vouchTTL = 30 * time.Second
+
+// member reports whether node id may send this node Raft RPCs.
+func (cl *cluster) member(id string) bool {
+	r := cl.rp.Load()
+	if r == nil {
+		return false
+	}
+	now := time.Now()
+	mc := cl.members.Load()
+	if mc == nil || now.Sub(mc.at) > memberTTL || !slices.Contains(mc.ids, id) {
+		// Read again on a miss: the configuration may have just changed.
+		mc = &memberCache{at: now}
+		for _, sv := range r.GetConfiguration().Configuration().Servers {
+			mc.ids = append(mc.ids, string(sv.ID))
+		}
+		cl.members.Store(mc)
+	}
+	if len(mc.ids) == 0 || slices.Contains(mc.ids, id) {
+		return true
+	}
+	if b := cl.bootIDs.Load(); b != nil && slices.Contains(*b, id) {
+		return true
+	}
+	if at, ok := cl.vouched.Load(id); ok && now.Sub(at.(time.Time)) < vouchTTL {
+		return true
+	}
+	return false
+}
+
+// setBootIDs records the IDs of the bootstrap record rec for member.
+func (cl *cluster) setBootIDs(rec *bootRecord) {
+	ids := make([]string, 0, len(rec.Peers))
+	for _, p := range rec.Peers {
+		ids = append(ids, p.ID)
+	}
+	cl.bootIDs.Store(&ids)
+}
+
+// stranger is a node that sent a Raft RPC without being a member: its ID
+// and address as its request's header gave them.
+type stranger struct{ id, addr string }
+
+// strangerRecheck is how often the same stranger is checked at most.
+const strangerRecheck = 2 * time.Second
+
+// strangerChecker checks the strangers that admit passes it.
+func (cl *cluster) strangerChecker() {
+	defer cl.wg.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case st := <-cl.strangers:
+			if at, ok := cl.lastCheck[st.id]; ok && time.Since(at) < strangerRecheck {
+				continue
+			}
+			cl.lastCheck[st.id] = time.Now()
+			cl.checkStranger(st)
+		}
+	}
+}
+
+// checkStranger asks the stranger st who it is, and refuses to go on if
+// its bootstrap record shows this node's data directory to be a
+// replacement; otherwise asks the members whether st is one of theirs.
+func (cl *cluster) checkStranger(st stranger) {
+	me := cl.self()
+	myCluster := me.StateID
+	if myCluster == "" {
+		myCluster = cl.cfg.ClusterID
+	}
+	if st.id != "" && st.addr != "" {
+		th, ok, _, err := cl.probe(Peer{ID: st.id, Address: st.addr}, &me)
+		if err == nil && ok && th.NodeID == st.id && th.Boot != nil {
+			theirs := th.StateID
+			if theirs == "" {
+				theirs = th.Boot.ClusterID
+			}
+			// Both bootstrapped a history with this node ID, from two data
+			// directories. (A node added to a cluster has no bootstrap
+			// record: a member removed, wiped and added again under its
+			// old ID does not refuse here.)
+			if inc := th.Boot.Incarnations[cl.cfg.NodeID]; me.Boot != nil && inc != "" && inc != cl.incarnation && theirs == myCluster {
+				cl.refuse(refusef("cluster: node %s refuses to go on: node %s (%s) of cluster %s (term %d, last index %d) sends it Raft requests, and was bootstrapped together with a node %s of another data directory than this one: "+
+					"this node's data directory was wiped or replaced after it had been a member, and its Raft state (term %d, last index %d) is a second history under the same node ID, whose leader could issue the cluster's fencing tokens again. "+
+					"Stop this node and move its data-dir/raft aside; on the cluster's leader, 'ticketingd cluster remove %s'; then add this machine as a new node: "+
+					"'ticketingd init --cluster --add --node NEWID=HOST' (initial-cluster-state existing, no peers), start it, and on the leader 'ticketingd cluster add NEWID=RAFTADDR' "+
+					"(docs/operations.md, \"Refusals at start\")",
+					cl.cfg.NodeID, st.id, st.addr, theirs, th.Term, th.LastIndex, cl.cfg.NodeID, me.Term, me.LastIndex, cl.cfg.NodeID))
+				return
+			}
+		}
+	}
+	r := cl.rp.Load()
+	if r == nil || st.id == "" {
+		return
+	}
+	for _, sv := range r.GetConfiguration().Configuration().Servers {
+		id := string(sv.ID)
+		if id == cl.cfg.NodeID || id == st.id {
+			continue
+		}
+		th, ok, _, err := cl.probe(Peer{ID: id, Address: string(sv.Address)}, &me)
+		if err == nil && ok && th.NodeID == id && th.StateID != "" && th.StateID == me.StateID && slices.Contains(th.Members, st.id) {
+			if _, had := cl.vouched.Swap(st.id, time.Now()); !had {
+				cl.s.log.Info("cluster: taking Raft requests from a node a member lists in its configuration (an entry that adds it has not reached this node yet)",
+					"node_id", cl.cfg.NodeID, "from", st.id, "address", st.addr, "member", id)
+			}
+			return
+		}
+	}
+	if at, ok := cl.lastWarn[st.id]; !ok || time.Since(at) >= strangerWarnEvery {
+		cl.lastWarn[st.id] = time.Now()
+		cl.s.log.Warn("cluster: refusing Raft requests from a node that is not a member of this node's configuration (nor of its bootstrap record), and that no member lists",
+			"node_id", cl.cfg.NodeID, "from", st.id, "address", st.addr)
+	}
+}
+
+// strangerWarnEvery is how often the refusal of one stranger is logged.
+const strangerWarnEvery = time.Minute
 
 func (cl *cluster) rpcHeader(addr []byte) raft.RPCHeader {
 	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cl.cfg.NodeID), Addr: addr}
@@ -410,8 +583,11 @@ func (cl *cluster) self() identity {
 	}
 	has, err := raft.HasExistingState(cl.logs, cl.stable, cl.snaps)
 	id.HasState = has || err != nil // unreadable: claim state, the safe side
-	if cl.r != nil {
-		id.Term, id.LastIndex = cl.r.CurrentTerm(), cl.r.LastIndex()
+	if r := cl.rp.Load(); r != nil {
+		id.Term, id.LastIndex = r.CurrentTerm(), r.LastIndex()
+		for _, sv := range r.GetConfiguration().Configuration().Servers {
+			id.Members = append(id.Members, string(sv.ID))
+		}
 	}
 	id.StateID = cl.fsm.clusterID()
 	id.Refused = cl.fatal.Load() != nil
@@ -614,6 +790,7 @@ func (cl *cluster) bootstrapNow(incs map[string]string) error {
 	if err := storeBootRecord(cl.stable, rec); err != nil {
 		return err
 	}
+	cl.setBootIDs(rec)
 	if err := cl.await(context.Background(), cl.r.BootstrapCluster(peersConfiguration(cl.cfg.Peers))); err != nil {
 		return err
 	}

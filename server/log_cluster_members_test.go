@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/server"
+)
+
+// Members (log_cluster_boot.go): a node takes Raft RPCs only from the
+// members of its configuration or its bootstrap record.
+
+// TestClusterWipedMemberAloneIsNotPulledIn is the fork of a wiped member
+// under a cluster-id written by hand (not bound to the peers): with keys
+// granted, follower F is stopped, its data directory wiped, and it is
+// started again with peers naming itself alone. It bootstraps a one-node
+// configuration whose first entry has the index and term of the real
+// one's. Without the member check the leader's AppendEntries matched it,
+// F took the cluster's entries as a follower of the old history (and, cut
+// off later, led it alone beside the real leader). Now F refuses them; the
+// leader was bootstrapped with F's old data directory, so F learns that
+// its state is a second history under its ID, and refuses to go on,
+// saying what to do. It never applies the cluster's grants, and the
+// cluster goes on issuing tokens above them.
+func TestClusterWipedMemberAloneIsNotPulledIn(t *testing.T) {
+	tc := newTestCluster(t, 3, func(i int, cfg *server.Config) { cfg.Cluster.ClusterID = "my-own-cluster" })
+	l := tc.leader()
+	f := tc.others(l)[0]
+	c := tc.leaderSession(l)
+	var last uint64
+	for i := range 4 {
+		last = c.acquireOK(uint32(2+i), owner(1), 0, 120, fmt.Sprintf("k%d", i))
+	}
+	eventually(t, "F to apply the grants", func() bool { return tc.nodes[f].s.Stats().LastToken == last })
+	tc.stop(f)
+	tc.wipe(f)
+	fID := tc.nodes[f].in.ID
+	tc.nodes[f].cfg.Cluster.Peers = []server.Peer{{ID: fID, Address: tc.nodes[f].in.Addr}}
+	tc.start(f)
+
+	nd := tc.nodes[f]
+	var err error
+	deadline := time.After(15 * time.Second)
+wait:
+	for {
+		select {
+		case err = <-nd.done:
+			nd.s.Close()
+			nd.s = nil
+			break wait
+		case <-deadline:
+			t.Fatalf("the wiped node %s, bootstrapped alone, did not refuse within 15 s (role %s, last token %d)", fID, nd.s.Stats().Role, nd.s.Stats().LastToken)
+		case <-time.After(5 * time.Millisecond):
+			if tok := nd.s.Stats().LastToken; tok >= last {
+				t.Fatalf("the wiped node %s, bootstrapped alone, took the cluster's entries (last token %d): it joined the old history with a state of its own", fID, tok)
+			}
+		}
+	}
+	if err == nil {
+		t.Fatal("Serve returned nil")
+	}
+	for _, want := range []string{"node " + fID + " refuses to go on", "wiped or replaced", "'ticketingd cluster remove " + fID + "'", "ticketingd init --cluster --add"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
+	}
+	nl := tc.leader(tc.others(f)...)
+	if tok := tc.leaderSession(nl).acquireOK(2, owner(2), 0, 10, "fresh"); tok <= last {
+		t.Fatalf("token %d after the wiped node's refusal, not above %d", tok, last)
+	}
+}
+
+// TestClusterAdmitOnlyMembers sends each kind of Raft RPC to a follower
+// from a transport of a node that is not in the configuration, and from
+// one under a member's ID: the stranger's are refused, with an error that
+// says so, before Raft sees them (the follower's term does not move); the
+// member's reach Raft.
+func TestClusterAdmitOnlyMembers(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	f := tc.others(l)[0]
+	target := raft.ServerAddress(tc.nodes[f].in.Addr)
+	term := clusterTerm(t, tc.nodes[f].s)
+	for _, from := range []string{"stranger", tc.nodes[l].in.ID} {
+		_, tr := raft.NewInmemTransport(raft.ServerAddress("inmem-" + from + "-2:1"))
+		tr.Connect(target, tc.nodes[f].in.Trans)
+		tc.nodes[f].in.Trans.Connect(tr.LocalAddr(), tr)
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from), Addr: []byte(tr.LocalAddr())}
+		big := term + 100 // a stranger's term would make the follower step up
+		calls := map[string]func() error{
+			"AppendEntries": func() error {
+				return tr.AppendEntries("f", target, &raft.AppendEntriesRequest{RPCHeader: hdr, Term: 0, PrevLogEntry: 1 << 40}, &raft.AppendEntriesResponse{})
+			},
+			"RequestVote": func() error {
+				return tr.RequestVote("f", target, &raft.RequestVoteRequest{RPCHeader: hdr, Term: 1}, &raft.RequestVoteResponse{})
+			},
+			"RequestPreVote": func() error {
+				return tr.RequestPreVote("f", target, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: big, LastLogIndex: 1 << 40, LastLogTerm: big}, &raft.RequestPreVoteResponse{})
+			},
+			"InstallSnapshot": func() error {
+				return tr.InstallSnapshot("f", target, &raft.InstallSnapshotRequest{RPCHeader: hdr, Term: 1, SnapshotVersion: raft.SnapshotVersionMax}, &raft.InstallSnapshotResponse{}, bytes.NewReader(nil))
+			},
+			"TimeoutNow": func() error {
+				return tr.TimeoutNow("f", target, &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
+			},
+		}
+		for name, call := range calls {
+			err := call()
+			refused := err != nil && strings.Contains(err.Error(), "is not a member of its Raft configuration")
+			if from == "stranger" && !refused {
+				t.Errorf("%s from a node not in the configuration: %v, want a refusal", name, err)
+			}
+			if from != "stranger" && refused {
+				t.Errorf("%s from member %s refused: %v", name, from, err)
+			}
+		}
+		if from == "stranger" {
+			if now := clusterTerm(t, tc.nodes[f].s); now != term {
+				t.Fatalf("the follower's term went from %d to %d on a stranger's requests", term, now)
+			}
+		}
+	}
+}
+
+func clusterTerm(t *testing.T, s *server.Server) uint64 {
+	t.Helper()
+	st, err := s.ClusterStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Term
+}

@@ -135,3 +135,49 @@ func clusterTerm(t *testing.T, s *server.Server) uint64 {
 	}
 	return st.Term
 }
+
+// TestClusterFollowerTakesLeaderAddedInItsAbsence: follower C is cut off
+// while node D is added, and D then leads. C's configuration lacks D (the
+// entry that adds it has not reached C), so D is a stranger to it; a
+// member of C's configuration lists D, and so vouches for it: C takes D's
+// entries and catches up. Without that, C refused D for as long as D led.
+func TestClusterFollowerTakesLeaderAddedInItsAbsence(t *testing.T) {
+	tc := newTestCluster(t, 3, nil)
+	l := tc.leader()
+	c := tc.others(l)[0]
+	d := &tnode{in: server.NewInmemNode("d")}
+	ln := listen(t)
+	d.addr = ln.Addr().String()
+	ln.Close()
+	cc := &server.ClusterConfig{NodeID: "d", Advertise: d.addr, Join: true, HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection}
+	d.in.Use(cc)
+	d.cfg = server.Config{DataDir: t.TempDir(), Cluster: cc, NodeName: "node-d"}
+	tc.nodes = append(tc.nodes, d)
+	di := len(tc.nodes) - 1
+	tc.start(di)
+	tc.isolate(c)
+	if err := tc.nodes[l].s.AddVoter(t.Context(), "d", d.in.Addr); err != nil {
+		t.Fatal(err)
+	}
+	tok := tc.leaderSession(l).acquireOK(2, owner(1), 0, 60, "k")
+	eventually(t, "D to apply the grant", func() bool { return d.s.Stats().LastToken == tok })
+	if err := tc.nodes[l].s.TransferLeadershipTo("d", d.in.Addr); err != nil {
+		t.Fatal(err)
+	}
+	if nl := tc.leader(di); nl != di {
+		t.Fatalf("leader %d, want D", nl)
+	}
+	tok = tc.leaderSession(di).acquireOK(2, owner(2), 0, 60, "k2")
+	tc.heal()
+	deadline := time.Now().Add(30 * time.Second)
+	for tc.nodes[c].s.Stats().LastToken != tok {
+		if time.Now().After(deadline) {
+			st, _ := tc.nodes[c].s.ClusterStatus()
+			t.Fatalf("C did not take the entries of D, added while C was cut off, within 30 s: last token %d, want %d; C's configuration %v", tc.nodes[c].s.Stats().LastToken, tok, st.Servers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := tc.leader(); s != di {
+		t.Fatalf("leader %d after C's return, want D (C disturbed it)", s)
+	}
+}

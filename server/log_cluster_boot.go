@@ -510,39 +510,27 @@ func (cl *cluster) strangerChecker() {
 }
 
 // checkStranger asks the stranger st who it is, and refuses to go on if
-// its bootstrap record shows this node's data directory to be a
-// replacement; otherwise asks the members whether st is one of theirs.
+// its answer shows this node's Raft state to be a second history under
+// this node's ID (forkEvidence); otherwise asks the members whether st is
+// one of theirs (then it vouches for st), or logs the refusal.
 func (cl *cluster) checkStranger(st stranger) {
-	me := cl.self()
-	myCluster := me.StateID
-	if myCluster == "" {
-		myCluster = cl.cfg.ClusterID
+	r := cl.rp.Load()
+	if r == nil || st.id == "" {
+		return
 	}
-	if st.id != "" && st.addr != "" {
-		th, ok, _, err := cl.probe(Peer{ID: st.id, Address: st.addr}, &me)
-		if err == nil && ok && th.NodeID == st.id && th.Boot != nil {
-			theirs := th.StateID
-			if theirs == "" {
-				theirs = th.Boot.ClusterID
-			}
-			// Both bootstrapped a history with this node ID, from two data
-			// directories. (A node added to a cluster has no bootstrap
-			// record: a member removed, wiped and added again under its
-			// old ID does not refuse here.)
-			if inc := th.Boot.Incarnations[cl.cfg.NodeID]; me.Boot != nil && inc != "" && inc != cl.incarnation && theirs == myCluster {
-				cl.refuse(refusef("cluster: node %s refuses to go on: node %s (%s) of cluster %s (term %d, last index %d) sends it Raft requests, and was bootstrapped together with a node %s of another data directory than this one: "+
+	me := cl.self()
+	if st.addr != "" {
+		if th, ok, _, err := cl.probe(Peer{ID: st.id, Address: st.addr}, &me); err == nil && ok && th.NodeID == st.id {
+			if why := cl.forkEvidence(&me, &th); why != "" {
+				cl.refuse(refusef("cluster: node %s refuses to go on: node %s (%s) of cluster %s (term %d, last index %d) sends it Raft requests, and %s: "+
 					"this node's data directory was wiped or replaced after it had been a member, and its Raft state (term %d, last index %d) is a second history under the same node ID, whose leader could issue the cluster's fencing tokens again. "+
 					"Stop this node and move its data-dir/raft aside; on the cluster's leader, 'ticketingd cluster remove %s'; then add this machine as a new node: "+
 					"'ticketingd init --cluster --add --node NEWID=HOST' (initial-cluster-state existing, no peers), start it, and on the leader 'ticketingd cluster add NEWID=RAFTADDR' "+
 					"(docs/operations.md, \"Refusals at start\")",
-					cl.cfg.NodeID, st.id, st.addr, theirs, th.Term, th.LastIndex, cl.cfg.NodeID, me.Term, me.LastIndex, cl.cfg.NodeID))
+					cl.cfg.NodeID, st.id, st.addr, clusterOf(&th), th.Term, th.LastIndex, why, me.Term, me.LastIndex, cl.cfg.NodeID))
 				return
 			}
 		}
-	}
-	r := cl.rp.Load()
-	if r == nil || st.id == "" {
-		return
 	}
 	for _, sv := range r.GetConfiguration().Configuration().Servers {
 		id := string(sv.ID)
@@ -564,6 +552,49 @@ func (cl *cluster) checkStranger(st stranger) {
 		cl.s.log.Warn("cluster: refusing Raft requests from a node that is not a member of this node's configuration (nor of its bootstrap record), and that no member lists",
 			"node_id", cl.cfg.NodeID, "from", st.id, "address", st.addr)
 	}
+}
+
+// clusterOf is the cluster a node's identity th says it is of: the
+// replicated ID, else its bootstrap record's.
+func clusterOf(th *identity) string {
+	if th.StateID != "" || th.Boot == nil {
+		return th.StateID
+	}
+	return th.Boot.ClusterID
+}
+
+// forkEvidence returns what shows, in the identity th of a node that sends
+// this node (me) Raft requests without being a member of its
+// configuration, that this node's state is a second history under its
+// ID; or "". Both need a cluster of this node's identity, and this node
+// to have bootstrapped its state itself (it has a bootstrap record: a
+// node added to a cluster has none, so a member removed, wiped and added
+// again under its old ID never refuses here):
+//
+//   - th was bootstrapped together with a node of this ID but of another
+//     data directory (incarnation);
+//   - or th lists this node as a member while this node's configuration
+//     is still itself alone: a node alone adds every other member itself,
+//     after writing the entry to its own log, so th's configuration came
+//     from a log this node no longer has (the cluster began with this
+//     node alone, a migration, and its data directory was wiped since).
+func (cl *cluster) forkEvidence(me, th *identity) string {
+	mine := me.StateID
+	if mine == "" {
+		mine = cl.cfg.ClusterID
+	}
+	if me.Boot == nil || mine == "" || clusterOf(th) != mine {
+		return ""
+	}
+	if th.Boot != nil {
+		if inc := th.Boot.Incarnations[cl.cfg.NodeID]; inc != "" && inc != cl.incarnation {
+			return fmt.Sprintf("was bootstrapped together with a node %s of another data directory than this one", cl.cfg.NodeID)
+		}
+	}
+	if len(me.Members) == 1 && me.Members[0] == cl.cfg.NodeID && slices.Contains(th.Members, cl.cfg.NodeID) {
+		return fmt.Sprintf("lists %s as a member, while this node's configuration is itself alone, as it bootstrapped", cl.cfg.NodeID)
+	}
+	return ""
 }
 
 // strangerWarnEvery is how often the refusal of one stranger is logged.

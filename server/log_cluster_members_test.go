@@ -17,61 +17,95 @@ import (
 
 // TestClusterWipedMemberAloneIsNotPulledIn is the fork of a wiped member
 // under a cluster-id written by hand (not bound to the peers): with keys
-// granted, follower F is stopped, its data directory wiped, and it is
+// granted, member F is stopped, its data directory wiped, and it is
 // started again with peers naming itself alone. It bootstraps a one-node
 // configuration whose first entry has the index and term of the real
 // one's. Without the member check the leader's AppendEntries matched it,
 // F took the cluster's entries as a follower of the old history (and, cut
-// off later, led it alone beside the real leader). Now F refuses them; the
-// leader was bootstrapped with F's old data directory, so F learns that
-// its state is a second history under its ID, and refuses to go on,
-// saying what to do. It never applies the cluster's grants, and the
-// cluster goes on issuing tokens above them.
+// off later, led it alone beside the real leader). Now F refuses them, and
+// learns from the sender that its state is a second history under its ID:
+// it refuses to go on, saying what to do. It never applies the cluster's
+// grants, and the cluster goes on issuing tokens above them.
+//
+// Two ways in: a cluster bootstrapped by its three nodes together (the
+// leader's bootstrap record names F's old data directory), and one that
+// began with F alone from a standalone token ceiling, the others added
+// (F's config still names F alone, and the ceiling file outlives the wipe
+// of data-dir/raft; the others have no bootstrap record, but list F).
 func TestClusterWipedMemberAloneIsNotPulledIn(t *testing.T) {
-	tc := newTestCluster(t, 3, func(i int, cfg *server.Config) { cfg.Cluster.ClusterID = "my-own-cluster" })
-	l := tc.leader()
-	f := tc.others(l)[0]
-	c := tc.leaderSession(l)
-	var last uint64
-	for i := range 4 {
-		last = c.acquireOK(uint32(2+i), owner(1), 0, 120, fmt.Sprintf("k%d", i))
-	}
-	eventually(t, "F to apply the grants", func() bool { return tc.nodes[f].s.Stats().LastToken == last })
-	tc.stop(f)
-	tc.wipe(f)
-	fID := tc.nodes[f].in.ID
-	tc.nodes[f].cfg.Cluster.Peers = []server.Peer{{ID: fID, Address: tc.nodes[f].in.Addr}}
-	tc.start(f)
-
-	nd := tc.nodes[f]
-	var err error
-	deadline := time.After(15 * time.Second)
-wait:
-	for {
-		select {
-		case err = <-nd.done:
-			nd.s.Close()
-			nd.s = nil
-			break wait
-		case <-deadline:
-			t.Fatalf("the wiped node %s, bootstrapped alone, did not refuse within 15 s (role %s, last token %d)", fID, nd.s.Stats().Role, nd.s.Stats().LastToken)
-		case <-time.After(5 * time.Millisecond):
-			if tok := nd.s.Stats().LastToken; tok >= last {
-				t.Fatalf("the wiped node %s, bootstrapped alone, took the cluster's entries (last token %d): it joined the old history with a state of its own", fID, tok)
+	for _, migrated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			tc := newTestCluster(t, 3, func(i int, cfg *server.Config) {
+				cfg.Cluster.ClusterID = "my-own-cluster"
+				if !migrated {
+					return
+				}
+				if i > 0 {
+					cfg.Cluster.Peers = nil // added below
+					return
+				}
+				if err := server.WriteCeiling(cfg.DataDir, 1000); err != nil {
+					t.Fatal(err)
+				}
+				cfg.Cluster.Peers = cfg.Cluster.Peers[:1]
+			})
+			f := 0
+			if migrated {
+				tc.leader(0)
+				for _, nd := range tc.nodes[1:] {
+					if err := tc.nodes[0].s.AddVoter(t.Context(), nd.in.ID, nd.in.Addr); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				f = tc.others(tc.leader())[0]
 			}
-		}
-	}
-	if err == nil {
-		t.Fatal("Serve returned nil")
-	}
-	for _, want := range []string{"node " + fID + " refuses to go on", "wiped or replaced", "'ticketingd cluster remove " + fID + "'", "ticketingd init --cluster --add"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("refusal lacks %q:\n%v", want, err)
-		}
-	}
-	nl := tc.leader(tc.others(f)...)
-	if tok := tc.leaderSession(nl).acquireOK(2, owner(2), 0, 10, "fresh"); tok <= last {
-		t.Fatalf("token %d after the wiped node's refusal, not above %d", tok, last)
+			l := tc.leader()
+			c := tc.leaderSession(l)
+			var last uint64
+			for i := range 4 {
+				last = c.acquireOK(uint32(2+i), owner(1), 0, 120, fmt.Sprintf("k%d", i))
+			}
+			for _, nd := range tc.nodes {
+				eventually(t, "every node to apply the grants", func() bool { return nd.s.Stats().LastToken == last })
+			}
+			tc.stop(f)
+			tc.wipe(f)
+			fID := tc.nodes[f].in.ID
+			tc.nodes[f].cfg.Cluster.Peers = []server.Peer{{ID: fID, Address: tc.nodes[f].in.Addr}}
+			tc.start(f)
+
+			nd := tc.nodes[f]
+			var err error
+			deadline := time.After(15 * time.Second)
+		wait:
+			for {
+				select {
+				case err = <-nd.done:
+					nd.s.Close()
+					nd.s = nil
+					break wait
+				case <-deadline:
+					t.Fatalf("the wiped node %s, bootstrapped alone, did not refuse within 15 s (role %s, last token %d)", fID, nd.s.Stats().Role, nd.s.Stats().LastToken)
+				case <-time.After(5 * time.Millisecond):
+					if tok := nd.s.Stats().LastToken; tok >= last {
+						t.Fatalf("the wiped node %s, bootstrapped alone, took the cluster's entries (last token %d): it joined the old history with a state of its own", fID, tok)
+					}
+				}
+			}
+			if err == nil {
+				t.Fatal("Serve returned nil")
+			}
+			for _, want := range []string{"node " + fID + " refuses to go on", "wiped or replaced", "'ticketingd cluster remove " + fID + "'", "ticketingd init --cluster --add"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal lacks %q:\n%v", want, err)
+				}
+			}
+			nl := tc.leader(tc.others(f)...)
+			if tok := tc.leaderSession(nl).acquireOK(2, owner(2), 0, 10, "fresh"); tok <= last {
+				t.Fatalf("token %d after the wiped node's refusal, not above %d", tok, last)
+			}
+		})
 	}
 }
 

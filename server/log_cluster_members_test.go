@@ -2,7 +2,10 @@ package server_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +33,9 @@ import (
 // Two ways in: a cluster bootstrapped by its three nodes together (the
 // leader's bootstrap record names F's old data directory), and one that
 // began with F alone from a standalone token ceiling, the others added
-// (F's config still names F alone, and the ceiling file outlives the wipe
-// of data-dir/raft; the others have no bootstrap record, but list F).
+// (F's config still names F alone; the others have no bootstrap record,
+// but list F). TestClusterImportedCeilingNotBootstrappedAgain has the
+// wipe of F's Raft state alone, which leaves the ceiling.
 func TestClusterWipedMemberAloneIsNotPulledIn(t *testing.T) {
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
@@ -71,6 +75,13 @@ func TestClusterWipedMemberAloneIsNotPulledIn(t *testing.T) {
 			}
 			tc.stop(f)
 			tc.wipe(f)
+			if migrated { // the whole data directory: the ceiling and its mark go too
+				for _, name := range []string{"tokens.ceiling", "tokens.ceiling.imported"} {
+					if err := os.Remove(filepath.Join(tc.nodes[f].cfg.DataDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+						t.Fatal(err)
+					}
+				}
+			}
 			fID := tc.nodes[f].in.ID
 			tc.nodes[f].cfg.Cluster.Peers = []server.Peer{{ID: fID, Address: tc.nodes[f].in.Addr}}
 			tc.start(f)
@@ -213,5 +224,55 @@ func TestClusterFollowerTakesLeaderAddedInItsAbsence(t *testing.T) {
 	}
 	if s := tc.leader(); s != di {
 		t.Fatalf("leader %d after C's return, want D (C disturbed it)", s)
+	}
+}
+
+// TestClusterImportedCeilingNotBootstrappedAgain: a cluster began with
+// node A alone from a standalone token ceiling, the others added. Once the
+// cluster's counter has reached the ceiling, A marks it as imported
+// (tokens.ceiling.imported beside it). A's Raft state is then wiped (or
+// moved aside: the ceiling stays in the data directory) and A started
+// again with its config unchanged (peers naming itself alone): it must
+// refuse to bootstrap, even under a cluster-id bound to its peers, where
+// a standalone ceiling otherwise lets a node alone in. Without the mark it
+// bootstrapped a second history of the cluster's tokens, from the ceiling.
+func TestClusterImportedCeilingNotBootstrappedAgain(t *testing.T) {
+	const ceiling = 1000
+	var id string
+	tc := newTestCluster(t, 3, func(i int, cfg *server.Config) {
+		if id == "" {
+			id = server.NewClusterIDFor(cfg.Cluster.Peers[:1])
+		}
+		cfg.Cluster.ClusterID = id
+		if i > 0 {
+			cfg.Cluster.Peers = nil // added below
+			return
+		}
+		if err := server.WriteCeiling(cfg.DataDir, ceiling); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Cluster.Peers = cfg.Cluster.Peers[:1]
+	})
+	tc.leader(0)
+	for _, nd := range tc.nodes[1:] {
+		if err := tc.nodes[0].s.AddVoter(t.Context(), nd.in.ID, nd.in.Addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tok := tc.leaderSession(0).acquireOK(2, owner(1), 0, 60, "k"); tok <= ceiling {
+		t.Fatalf("token %d, not above the ceiling %d", tok, ceiling)
+	}
+	mark := filepath.Join(tc.nodes[0].cfg.DataDir, "tokens.ceiling.imported")
+	eventually(t, "the ceiling to be marked as imported", func() bool { _, err := os.Stat(mark); return err == nil })
+	tc.stop(0)
+	tc.wipe(0)
+	_, err := server.New(tc.nodes[0].cfg)
+	if !errors.Is(err, server.ErrClusterRefused) {
+		t.Fatalf("New of the node whose ceiling was imported, its Raft state gone: %v, want ErrClusterRefused", err)
+	}
+	for _, want := range []string{"imported into a cluster already", mark, "'ticketingd cluster remove a'"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
 	}
 }

@@ -138,3 +138,8 @@ func SetWallMicros(f func() int64) (restore func()) {
 // its Raft log, stable store and snapshots on disk in its DataDir, as a
 // real node does.
 func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }
+
+// TransferLeadershipTo hands the leadership of s (the leader) to node id.
+func (s *Server) TransferLeadershipTo(id, addr string) error {
+	return s.cl.r.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
+}

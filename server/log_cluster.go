@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ticketing-dev/ticketing/internal/fsutil"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/raftstore"
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -107,6 +109,20 @@ type cluster struct {
 	gate        atomic.Bool            // Raft's RPCs reach Raft (false while checking the peers before a bootstrap, or after a refusal)
 	fatal       atomic.Pointer[error]  // the refusal, if any
 	waiting     atomic.Pointer[string] // whom a node checking its peers waits for
+
+	// Who may send this node Raft RPCs (cluster.admit, log_cluster_boot.go).
+	rp        atomic.Pointer[raft.Raft]   // cl.r, for the transport's goroutines
+	members   atomic.Pointer[memberCache] // the latest configuration's IDs, as last read
+	bootIDs   atomic.Pointer[[]string]    // the IDs of the bootstrap record
+	vouched   sync.Map                    // node ID -> time.Time: a member listed it
+	strangers chan stranger               // to strangerChecker
+	lastCheck map[string]time.Time        // strangerChecker's: when each stranger was last checked
+	lastWarn  map[string]time.Time        // strangerChecker's: when its refusal was last logged
+
+	// The standalone token ceiling this node started from, until it is
+	// marked as imported (leadership's: markCeilingImported).
+	ceilingMark     string
+	ceilingImported uint64
 
 	contacts contacts // the peers' replies to this node's AppendEntries (log_cluster_contact.go)
 
@@ -235,6 +251,9 @@ func newCluster(s *Server) (*cluster, error) {
 		pwake:      make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		hintChange: make(chan struct{}, 1),
+		strangers:  make(chan stranger, 16),
+		lastCheck:  map[string]time.Time{},
+		lastWarn:   map[string]time.Time{},
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "ticketing", Subsystem: "raft", Name: "commit_seconds",
 			Help:    "Time from proposing a log entry (a batch of commands) to its apply on the leader.",
@@ -370,6 +389,24 @@ func newCluster(s *Server) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: raft state in %s: %w", s.cfg.DataDir, err)
 	}
+	markPath := filepath.Join(s.cfg.DataDir, ceilingImportedFile)
+	mark, err := os.ReadFile(markPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("server: %s: %w", markPath, err)
+	}
+	if imported > 0 && !has && mark != nil && !cc.Join && len(cc.Peers) > 0 {
+		// The ceiling went into a cluster's state already, and that state
+		// is gone from here: a bootstrap would be a second history.
+		return nil, refusef("cluster: node %s refuses to bootstrap: the standalone token ceiling in its data directory (%s) was imported into a cluster already (%s: %s), and this node's Raft state is gone (wiped or moved aside). "+
+			"Bootstrapping again would start a second history under the same node ID, whose leader could issue the cluster's fencing tokens again. "+
+			"To bring this machine back: on the cluster's leader, 'ticketingd cluster remove %s'; then add it as a new node: "+
+			"'ticketingd init --cluster --add --node NEWID=HOST' (initial-cluster-state existing, no peers), start it, and on the leader 'ticketingd cluster add NEWID=RAFTADDR' "+
+			"(docs/operations.md, \"Refusals at start\")",
+			cc.NodeID, ceilPath, markPath, strings.TrimSpace(string(mark)), cc.NodeID)
+	}
+	if imported > 0 && mark == nil {
+		cl.ceilingMark, cl.ceilingImported = markPath, imported
+	}
 	if imported > 0 && !has {
 		// The ceiling is this node's alone: only this node's takeover can
 		// put it in the log. A cluster may start from it only with this
@@ -389,6 +426,11 @@ func newCluster(s *Server) (*cluster, error) {
 			return nil, err
 		}
 	}
+	if has {
+		if rec := loadBootRecord(stable); rec != nil {
+			cl.setBootIDs(rec)
+		}
+	}
 	cl.gate.Store(true)
 	checkPeers := false
 	switch {
@@ -404,6 +446,7 @@ func newCluster(s *Server) (*cluster, error) {
 		if err := storeBootRecord(stable, rec); err != nil {
 			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
 		}
+		cl.setBootIDs(rec)
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, peersConfiguration(cc.Peers)); err != nil {
 			return nil, fmt.Errorf("server: bootstrap the cluster: %w", err)
 		}
@@ -419,11 +462,13 @@ func newCluster(s *Server) (*cluster, error) {
 		return nil, fmt.Errorf("server: start raft: %w", err)
 	}
 	cl.r = r
+	cl.rp.Store(r)
 	running.Store(r)
 	s.group = cl.fsm.clusterID
 	// (Without PeerCertificate, raftnet.New has logged its warning.)
-	cl.wg.Add(3)
+	cl.wg.Add(4)
 	go cl.relay(trans.Consumer(), out)
+	go cl.strangerChecker()
 	go cl.leadership()
 	go cl.proposer()
 	if checkPeers {
@@ -521,6 +566,7 @@ func (cl *cluster) leadership() {
 				cl.follow()
 			}
 		case <-tick.C:
+			cl.markCeilingImported()
 			// A leader whose takeover failed (an entry that could not be
 			// committed) tries again while it leads.
 			if !cl.serving.Load() && cl.r.State() == raft.Leader {
@@ -530,6 +576,26 @@ func (cl *cluster) leadership() {
 			}
 		}
 	}
+}
+
+// markCeilingImported writes the mark beside a standalone token ceiling
+// that this node started from, once the cluster's applied (committed)
+// counter has reached it: the ceiling is then in the cluster's state, and
+// the mark keeps the data directory from being bootstrapped again from
+// it (a wiped member restarted alone with the ceiling left beside its
+// data-dir/raft would start a second history of the cluster's tokens).
+func (cl *cluster) markCeilingImported() {
+	if cl.ceilingMark == "" || cl.fsm.last.Load() < cl.ceilingImported {
+		return
+	}
+	id := cl.fsm.clusterID()
+	body := fmt.Sprintf("imported into cluster %s (counter %d)\n", id, cl.fsm.last.Load())
+	if err := fsutil.ReplaceFile(cl.ceilingMark, []byte(body)); err != nil {
+		cl.s.log.Warn("cluster: cannot mark the standalone token ceiling as imported (tried again each second)", "file", cl.ceilingMark, "err", err)
+		return
+	}
+	cl.s.log.Info("cluster: the standalone token ceiling is in the cluster's state: marked as imported", "file", cl.ceilingMark, "ceiling", cl.ceilingImported, "cluster_id", id)
+	cl.ceilingMark = ""
 }
 
 // follow sets RoleStandby with the leader's client address as hint.

@@ -174,6 +174,7 @@ type identity struct {
 	StateID     string      `json:"state_cluster_id,omitempty"` // the replicated one
 	Boot        *bootRecord `json:"bootstrap,omitempty"`
 	Refused     bool        `json:"refused,omitempty"` // it refused (and takes no part): nobody bootstraps around it
+	Members     []string    `json:"members,omitempty"` // the IDs of its latest Raft configuration
 }
 
 // bootRecord is what a node bootstrapped with.
@@ -352,48 +353,252 @@ func emptyResponse(cmd any) any {
 	return nil
 }
 
-// admit answers rpc itself (a probe; anything while the gate is closed; a
-// vote request while the node has no state) and returns false, or returns
-// true for Raft to handle it.
+// admit answers rpc itself (a probe; anything while the gate is closed;
+// anything from a node that is not a member (cluster.member); a vote
+// request while the node has no state) and returns false, or returns true
+// for Raft to handle it.
 func (cl *cluster) admit(rpc raft.RPC) bool {
-	switch req := rpc.Command.(type) {
-	case *raft.AppendEntriesRequest:
-		if req.Term == 0 && bytes.HasPrefix(req.Addr, identMagic) {
-			cl.answerProbe(rpc, req)
-			return false
+	if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && req.Term == 0 && bytes.HasPrefix(req.Addr, identMagic) {
+		cl.answerProbe(rpc, req)
+		return false
+	}
+	if !cl.gate.Load() {
+		rpc.Respond(cl.typedResponse(rpc.Command), errNotJoined)
+		return false
+	}
+	if h, ok := rpc.Command.(raft.WithRPCHeader); !ok || !cl.member(string(h.GetRPCHeader().ID)) {
+		var id, addr []byte
+		if ok {
+			id, addr = h.GetRPCHeader().ID, h.GetRPCHeader().Addr
 		}
+		rpc.Respond(cl.typedResponse(rpc.Command), fmt.Errorf("ticketing: node %s: %q is not a member of its Raft configuration", cl.cfg.NodeID, id))
+		select {
+		case cl.strangers <- stranger{id: string(id), addr: string(addr)}:
+		default: // the checker is busy: the next request asks again
+		}
+		return false
+	}
+	switch rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
-		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+		if cl.rp.Load().LastIndex() == 0 {
 			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
 			return false
 		}
 	case *raft.RequestPreVoteRequest:
-		if cl.gate.Load() && cl.r.LastIndex() == 0 {
+		if cl.rp.Load().LastIndex() == 0 {
 			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}, nil)
 			return false
 		}
 	}
-	if !cl.gate.Load() {
-		// With a response of the RPC's type: raft's in-memory pipeline
-		// reads it even with an error.
-		var resp any
-		switch rpc.Command.(type) {
-		case *raft.AppendEntriesRequest:
-			resp = &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.RequestVoteRequest:
-			resp = &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.RequestPreVoteRequest:
-			resp = &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.InstallSnapshotRequest:
-			resp = &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
-		case *raft.TimeoutNowRequest:
-			resp = &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
-		}
-		rpc.Respond(resp, errNotJoined)
-		return false
-	}
 	return true
 }
+
+// typedResponse is a response of the type that answers cmd, with this
+// node's header: raft's in-memory pipeline reads one even beside an error.
+func (cl *cluster) typedResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{RPCHeader: cl.rpcHeader(nil)}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{RPCHeader: cl.rpcHeader(nil)}
+	}
+	return nil
+}
+
+// Members. A node takes Raft RPCs only from the members of its latest
+// configuration (uncommitted entries included, as Raft tracks it), of its
+// bootstrap record, and from nodes that a member vouches for. The log
+// matching that Raft relies on does not hold between two histories:
+// every bootstrap writes its configuration at index 1 in term 1, so a
+// member whose data directory was wiped and that bootstrapped again
+// (with itself alone, say) has a log that a leader of the old history
+// takes for a prefix of its own. Taking the leader's entries on it, that
+// node joined the old history with a state of its own, and could then
+// lead alone under the same identity. A node with no configuration (no
+// state: a node waiting to be added, or a new one) takes them from
+// anyone, as it must to be added.
+//
+// A node that is not a member and sends anyway is checked
+// (strangerChecker): if its bootstrap record names this node's ID with
+// another data directory (incarnation) than this one, in a cluster of this
+// node's identity, this node's data directory was wiped or replaced after
+// it had been that cluster's member, and it refuses to go on (its state
+// is a second history under the same node ID). Otherwise a member of this
+// node's configuration that lists the sender in its own vouches for it
+// (the sender was added by an entry this node has not received yet: a
+// follower that missed a membership change must still take the entries
+// of a leader added by it), for vouchTTL, renewed while it sends.
+
+// memberCache is the set of IDs of the latest configuration, as read at.
+type memberCache struct {
+	ids []string
+	at  time.Time
+}
+
+// memberTTL is how long a read configuration is used: a change is seen
+// within it (a removed member's RPCs are taken that long after).
+const memberTTL = time.Second
+
+// vouchTTL is how long a member's word for a stranger holds.
+const vouchTTL = 30 * time.Second
+
+// member reports whether node id may send this node Raft RPCs.
+func (cl *cluster) member(id string) bool {
+	r := cl.rp.Load()
+	if r == nil {
+		return false
+	}
+	now := time.Now()
+	mc := cl.members.Load()
+	if mc == nil || now.Sub(mc.at) > memberTTL || !slices.Contains(mc.ids, id) {
+		// Read again on a miss: the configuration may have just changed.
+		mc = &memberCache{at: now}
+		for _, sv := range r.GetConfiguration().Configuration().Servers {
+			mc.ids = append(mc.ids, string(sv.ID))
+		}
+		cl.members.Store(mc)
+	}
+	if len(mc.ids) == 0 || slices.Contains(mc.ids, id) {
+		return true
+	}
+	if b := cl.bootIDs.Load(); b != nil && slices.Contains(*b, id) {
+		return true
+	}
+	if at, ok := cl.vouched.Load(id); ok && now.Sub(at.(time.Time)) < vouchTTL {
+		return true
+	}
+	return false
+}
+
+// setBootIDs records the IDs of the bootstrap record rec for member.
+func (cl *cluster) setBootIDs(rec *bootRecord) {
+	ids := make([]string, 0, len(rec.Peers))
+	for _, p := range rec.Peers {
+		ids = append(ids, p.ID)
+	}
+	cl.bootIDs.Store(&ids)
+}
+
+// stranger is a node that sent a Raft RPC without being a member: its ID
+// and address as its request's header gave them.
+type stranger struct{ id, addr string }
+
+// strangerRecheck is how often the same stranger is checked at most.
+const strangerRecheck = 2 * time.Second
+
+// strangerChecker checks the strangers that admit passes it.
+func (cl *cluster) strangerChecker() {
+	defer cl.wg.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case st := <-cl.strangers:
+			if at, ok := cl.lastCheck[st.id]; ok && time.Since(at) < strangerRecheck {
+				continue
+			}
+			cl.lastCheck[st.id] = time.Now()
+			cl.checkStranger(st)
+		}
+	}
+}
+
+// checkStranger asks the stranger st who it is, and refuses to go on if
+// its answer shows this node's Raft state to be a second history under
+// this node's ID (forkEvidence); otherwise asks the members whether st is
+// one of theirs (then it vouches for st), or logs the refusal.
+func (cl *cluster) checkStranger(st stranger) {
+	r := cl.rp.Load()
+	if r == nil || st.id == "" {
+		return
+	}
+	me := cl.self()
+	if st.addr != "" {
+		if th, ok, _, err := cl.probe(Peer{ID: st.id, Address: st.addr}, &me); err == nil && ok && th.NodeID == st.id {
+			if why := cl.forkEvidence(&me, &th); why != "" {
+				cl.refuse(refusef("cluster: node %s refuses to go on: node %s (%s) of cluster %s (term %d, last index %d) sends it Raft requests, and %s: "+
+					"this node's data directory was wiped or replaced after it had been a member, and its Raft state (term %d, last index %d) is a second history under the same node ID, whose leader could issue the cluster's fencing tokens again. "+
+					"Stop this node and move its data-dir/raft aside; on the cluster's leader, 'ticketingd cluster remove %s'; then add this machine as a new node: "+
+					"'ticketingd init --cluster --add --node NEWID=HOST' (initial-cluster-state existing, no peers), start it, and on the leader 'ticketingd cluster add NEWID=RAFTADDR' "+
+					"(docs/operations.md, \"Refusals at start\")",
+					cl.cfg.NodeID, st.id, st.addr, clusterOf(&th), th.Term, th.LastIndex, why, me.Term, me.LastIndex, cl.cfg.NodeID))
+				return
+			}
+		}
+	}
+	for _, sv := range r.GetConfiguration().Configuration().Servers {
+		id := string(sv.ID)
+		if id == cl.cfg.NodeID || id == st.id {
+			continue
+		}
+		th, ok, _, err := cl.probe(Peer{ID: id, Address: string(sv.Address)}, &me)
+		// A member's word: this node takes its entries anyway.
+		if err == nil && ok && th.NodeID == id && slices.Contains(th.Members, st.id) {
+			if _, had := cl.vouched.Swap(st.id, time.Now()); !had {
+				cl.s.log.Info("cluster: taking Raft requests from a node a member lists in its configuration (an entry that adds it has not reached this node yet)",
+					"node_id", cl.cfg.NodeID, "from", st.id, "address", st.addr, "member", id)
+			}
+			return
+		}
+	}
+	if at, ok := cl.lastWarn[st.id]; !ok || time.Since(at) >= strangerWarnEvery {
+		cl.lastWarn[st.id] = time.Now()
+		cl.s.log.Warn("cluster: refusing Raft requests from a node that is not a member of this node's configuration (nor of its bootstrap record), and that no member lists",
+			"node_id", cl.cfg.NodeID, "from", st.id, "address", st.addr)
+	}
+}
+
+// clusterOf is the cluster a node's identity th says it is of: the
+// replicated ID, else its bootstrap record's.
+func clusterOf(th *identity) string {
+	if th.StateID != "" || th.Boot == nil {
+		return th.StateID
+	}
+	return th.Boot.ClusterID
+}
+
+// forkEvidence returns what shows, in the identity th of a node that sends
+// this node (me) Raft requests without being a member of its
+// configuration, that this node's state is a second history under its
+// ID; or "". Both need a cluster of this node's identity, and this node
+// to have bootstrapped its state itself (it has a bootstrap record: a
+// node added to a cluster has none, so a member removed, wiped and added
+// again under its old ID never refuses here):
+//
+//   - th was bootstrapped together with a node of this ID but of another
+//     data directory (incarnation);
+//   - or th lists this node as a member while this node's configuration
+//     is still itself alone: a node alone adds every other member itself,
+//     after writing the entry to its own log, so th's configuration came
+//     from a log this node no longer has (the cluster began with this
+//     node alone, a migration, and its data directory was wiped since).
+func (cl *cluster) forkEvidence(me, th *identity) string {
+	mine := me.StateID
+	if mine == "" {
+		mine = cl.cfg.ClusterID
+	}
+	if me.Boot == nil || mine == "" || clusterOf(th) != mine {
+		return ""
+	}
+	if th.Boot != nil {
+		if inc := th.Boot.Incarnations[cl.cfg.NodeID]; inc != "" && inc != cl.incarnation {
+			return fmt.Sprintf("was bootstrapped together with a node %s of another data directory than this one", cl.cfg.NodeID)
+		}
+	}
+	if len(me.Members) == 1 && me.Members[0] == cl.cfg.NodeID && slices.Contains(th.Members, cl.cfg.NodeID) {
+		return fmt.Sprintf("lists %s as a member, while this node's configuration is itself alone, as it bootstrapped", cl.cfg.NodeID)
+	}
+	return ""
+}
+
+// strangerWarnEvery is how often the refusal of one stranger is logged.
+const strangerWarnEvery = time.Minute
 
 func (cl *cluster) rpcHeader(addr []byte) raft.RPCHeader {
 	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cl.cfg.NodeID), Addr: addr}
@@ -410,8 +615,11 @@ func (cl *cluster) self() identity {
 	}
 	has, err := raft.HasExistingState(cl.logs, cl.stable, cl.snaps)
 	id.HasState = has || err != nil // unreadable: claim state, the safe side
-	if cl.r != nil {
-		id.Term, id.LastIndex = cl.r.CurrentTerm(), cl.r.LastIndex()
+	if r := cl.rp.Load(); r != nil {
+		id.Term, id.LastIndex = r.CurrentTerm(), r.LastIndex()
+		for _, sv := range r.GetConfiguration().Configuration().Servers {
+			id.Members = append(id.Members, string(sv.ID))
+		}
 	}
 	id.StateID = cl.fsm.clusterID()
 	id.Refused = cl.fatal.Load() != nil
@@ -614,6 +822,7 @@ func (cl *cluster) bootstrapNow(incs map[string]string) error {
 	if err := storeBootRecord(cl.stable, rec); err != nil {
 		return err
 	}
+	cl.setBootIDs(rec)
 	if err := cl.await(context.Background(), cl.r.BootstrapCluster(peersConfiguration(cl.cfg.Peers))); err != nil {
 		return err
 	}

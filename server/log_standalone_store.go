@@ -18,10 +18,13 @@ import (
 
 // Token store files in Config.DataDir.
 const (
-	ceilingFile  = "tokens.ceiling"
-	ceilingTemp  = ceilingFile + ".tmp" // fsutil.ReplaceFile's temporary file
-	lockFile     = "LOCK"
-	ceilingMagic = "ticketing-token-ceiling v1"
+	ceilingFile = "tokens.ceiling"
+	ceilingTemp = ceilingFile + ".tmp" // fsutil.ReplaceFile's temporary file
+	// ceilingImportedFile marks a ceiling that a cluster node started from
+	// as being in the cluster's state (cluster.markCeilingImported).
+	ceilingImportedFile = ceilingFile + ".imported"
+	lockFile            = "LOCK"
+	ceilingMagic        = "ticketing-token-ceiling v1"
 )
 
 // MaxToken is the highest fencing token a server ever issues: 2^63-1, so

@@ -48,9 +48,11 @@ import (
 // above the last good one): a valid batch start after the bad record, or
 // a non-zero byte after a valid batch end, is a later batch, so the bad
 // record is corruption of an acknowledged batch and Open fails without
-// changing the file. Otherwise the bad record is in the last batch and is
-// cut as a torn write. A version 1 tail segment is cut at its first bad
-// record (package doc).
+// changing the file. So it does when the bytes after the bad record cannot
+// be shown to be the rest of its batch (unaccounted: a block zeroed across
+// two batches destroys both marks). Otherwise the bad record is in the
+// last batch and is cut as a torn write. A version 1 tail segment is cut
+// at its first bad record (package doc).
 //
 // The meta file holds the first index the log may hold (entries below it
 // are deleted even if a segment still has them):

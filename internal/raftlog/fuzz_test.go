@@ -2,8 +2,10 @@ package raftlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -14,7 +16,12 @@ import (
 // of the log (entries 1..last as stored) that keeps every entry of every
 // batch followed by a later batch whose bytes are intact: such a batch was
 // acknowledged (its fdatasync returned before the later batch was
-// written), so dropping it is never a torn write.
+// written), so dropping it is never a torn write. Nor may it drop entries
+// of a batch before the last one while a later batch has a non-zero byte
+// left (a block zeroed across two batches): only a log whose later
+// batches are zeros throughout looks like a shorter log with a torn last
+// batch, or one where the damage rewrote the lengths of the first dropped
+// record so that they all claim those bytes.
 //
 // The log: 1 KiB segments of 61-byte records, batches 1-4, 5-8, 9-12,
 // 13-16 (the first segment), 17-20, 21-24, 25-28, 29 (the tail). The
@@ -41,6 +48,9 @@ func FuzzOpen(f *testing.F) {
 	f.Add(op(1, 1, segHeaderSize+61*5, 3))                                    // the first segment: a zero length
 	f.Add(op(2, 1, 1000, 0))                                                  // the first segment cut short
 	f.Add(op(3, 0, 3, 0))                                                     // the tail's header
+	f.Add(op(1, 0, tail.offs[28-tail.first]+40, 60))                          // zeros across the end of 25-28 and the start of 29
+	f.Add(op(1, 0, tail.offs[28-tail.first], 80))                             // from 28's length into 29
+	f.Add(append(zeroLen(28), op(1, 0, tail.offs[29-tail.first], 20)...))     // 28's length and 29's header
 	f.Fuzz(func(t *testing.T, damage []byte) {
 		files := lg.damaged(damage)
 		dir := t.TempDir()
@@ -68,6 +78,9 @@ func FuzzOpen(f *testing.F) {
 		last, _ := s.LastIndex()
 		if last < keep || last > lg.last || (last > 0 && first != 1) || (last == 0 && first != 0) {
 			t.Fatalf("Open succeeded with [%d, %d]; the log was [1, %d], and every entry up to %d was followed by an intact later batch", first, last, lg.last, keep)
+		}
+		if last < lg.last {
+			lg.checkCut(t, files, last)
 		}
 		var l raft.Log
 		for i := uint64(1); i <= last; i++ {
@@ -178,4 +191,50 @@ func sub(b []byte, from, to int64) []byte {
 		return nil
 	}
 	return b[from:to]
+}
+
+// checkCut fails t if Open, returning entries up to last, dropped entries
+// of a batch before the last one while a later batch has a non-zero byte
+// in files, unless the damage rewrote the lengths of the first dropped
+// record so that every one of them claims more than its bytes (a torn
+// record is judged by its lengths).
+func (lg *fuzzLog) checkCut(t *testing.T, files [][]byte, last uint64) {
+	t.Helper()
+	c := last + 1
+	bi := slices.IndexFunc(lg.batches, func(b fuzzBatch) bool { return c <= b.last })
+	if bi < 0 || bi == len(lg.batches)-1 {
+		return
+	}
+	seg := lg.segs[lg.batches[bi].seg]
+	o := seg.offs[c-seg.first]
+	file := files[lg.batches[bi].seg]
+	// The ends the damaged record's lengths claim: its length field (if
+	// not zero or absurd), and its data and extensions lengths (if they
+	// can be read).
+	origEnd := o + int64(recordSize(fuzzEntry(c)))
+	var claims []int64
+	u32 := func(at int64) (int64, bool) {
+		if at+4 > int64(len(file)) {
+			return 0, false
+		}
+		return int64(binary.LittleEndian.Uint32(file[at:])), true
+	}
+	if n, ok := u32(o); ok && n > 0 && n <= maxRecordSize {
+		claims = append(claims, o+recHeaderSize+n)
+	}
+	if d, ok := u32(o + recHeaderSize + 25); ok {
+		if e, ok := u32(o + recHeaderSize + 29 + d); ok {
+			claims = append(claims, o+recHeaderSize+recFixedSize+d+e)
+		}
+	}
+	if len(claims) > 0 && !slices.ContainsFunc(claims, func(end int64) bool { return end <= origEnd }) {
+		return
+	}
+	for _, b := range lg.batches[bi+1:] {
+		f := files[b.seg]
+		rest := f[min(int64(len(f)), b.from):min(int64(len(f)), b.to)]
+		if i := slices.IndexFunc(rest, func(x byte) bool { return x != 0 }); i >= 0 {
+			t.Fatalf("Open dropped entries %d.. of the batch ending at %d, but the later batch ending at %d has a non-zero byte at offset %d", c, lg.batches[bi].last, b.last, b.from+int64(i))
+		}
+	}
 }

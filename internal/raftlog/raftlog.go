@@ -55,9 +55,16 @@
 //     after the entries from it on were synced). Either way Open fails
 //     with an error naming the file, the offset and the index, changing
 //     nothing (dropping the later batches could lose committed entries);
-//     docs/operations.md says what to do. Otherwise (only records of the
-//     last batch, perhaps persisted out of order, then zeros) it is cut as
-//     a torn write: Open truncates the file at the bad record (and
+//     docs/operations.md says what to do. Nor is damage that may reach
+//     into the batch before the last: a block zeroed across the end of
+//     that batch and the start of the last one leaves no mark to see, so
+//     what follows the bad record must be shown to be the rest of its own
+//     batch (unaccounted: valid records of the next indexes without a
+//     start mark, a batch end followed by zeros only, or after a damaged
+//     record with no valid next one, zeros only past the end its lengths
+//     give); otherwise Open fails the same way. Only then (records of the
+//     last batch, a damaged one between them at most, then zeros) is it
+//     cut as a torn write: Open truncates the file at the bad record (and
 //     preallocates it again) and fsyncs it, so that nothing after that
 //     point can be taken for a record later, and logs a warning naming the
 //     file, the offset and the index. A damaged last batch is cut even if
@@ -494,14 +501,157 @@ func (s *Store) tornWrite(f *os.File, size, off int64, bad uint64, version uint3
 	}
 	// Only the last batch can be torn: a later batch after the bad
 	// record means it is corruption of an acknowledged one.
-	later, err := laterBatch(f, size, off, bad-1)
+	rest, err := readRest(f, size, off)
 	if err != nil {
 		return fmt.Errorf("scanning after it: %v", err)
 	}
-	if later != "" {
+	if later := laterBatch(rest, off, bad-1); later != "" {
 		return fmt.Errorf("later batches follow it (%s)", later)
 	}
+	// Nor can it reach into the batch before the last one, whose end mark
+	// it may have destroyed with the next batch's start mark (a block
+	// zeroed across the two): what follows the bad record must be
+	// accounted for as the rest of its own batch.
+	if why := unaccounted(rest, off, bad); why != "" {
+		return fmt.Errorf("it may reach into an acknowledged batch (%s)", why)
+	}
 	return nil
+}
+
+// readRest returns the bytes of f from off to size.
+func readRest(f *os.File, size, off int64) ([]byte, error) {
+	if size <= off {
+		return nil, nil
+	}
+	rest := make([]byte, size-off)
+	if _, err := f.ReadAt(rest, off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return rest, nil
+}
+
+// unaccounted checks that the bytes rest of a version 2 tail segment,
+// from the bad record of index bad at file offset off to the end of the
+// file, can be a torn last batch (the one the bad record is in), and
+// returns a description of the bytes that cannot be, or "".
+//
+// A torn write leaves the bytes of its batch that reached the disk and
+// zeros (what was there before) where the others should be. It cannot
+// damage a byte of an earlier batch, fdatasync'ed before it was written;
+// but damage that did (a block zeroed across the end of one batch and the
+// start of the next) looks the same once the end and start marks are
+// gone, so only what can be shown to be one batch is taken for a tear.
+// Walking from the bad record: a valid record of the next index with no
+// start mark is in the same batch as the record before it (and fixes
+// where that one ended); one that ends a batch must be followed by zeros
+// only. After a damaged record with no valid next record, only zeros may
+// follow the end its length field and its data and extension lengths
+// give (the smaller: a write torn inside one record reached the disk up
+// to some byte, and every length that did is its true value); a zero or
+// absurd length gives no end. Anything else is refused: a batch may end
+// and another start inside what cannot be read.
+func unaccounted(rest []byte, off int64, bad uint64) string {
+	const minRecord = recHeaderSize + recFixedSize
+	pos, idx := 0, bad // the damaged record idx is at pos
+	for {
+		next, l, marks, ok := findRecord(rest, pos+minRecord, idx+1)
+		if !ok {
+			end := damagedEnd(rest, pos)
+			if i := slices.IndexFunc(rest[end:], func(c byte) bool { return c != 0 }); i >= 0 {
+				return fmt.Sprintf("non-zero bytes at offset %d, after where the damaged record of index %d can end (offset %d), and no valid record of index %d",
+					off+int64(end+i), idx, off+int64(end), idx+1)
+			}
+			return ""
+		}
+		// Valid records of the following indexes, from next on.
+		for {
+			at := off + int64(next)
+			if marks&markBatchStart != 0 {
+				return fmt.Sprintf("a batch starts at offset %d (index %d)", at, l.Index)
+			}
+			end := next + recordSize(&l)
+			if marks&markBatchEnd != 0 {
+				if i := slices.IndexFunc(rest[end:], func(c byte) bool { return c != 0 }); i >= 0 {
+					return fmt.Sprintf("a batch ends at offset %d (index %d), and non-zero bytes follow it at offset %d", at, l.Index, off+int64(end+i))
+				}
+				return ""
+			}
+			if !slices.ContainsFunc(rest[end:], func(c byte) bool { return c != 0 }) {
+				return "" // the rest of the batch did not reach the disk
+			}
+			idx = l.Index + 1
+			if marks, ok = recordAt(rest, end, idx, &l); !ok {
+				pos = end // another damaged record
+				break
+			}
+			next = end
+		}
+	}
+}
+
+// recordAt decodes the record at rest[q:] into l and returns its marks, if
+// it is a valid version 2 record of index idx.
+func recordAt(rest []byte, q int, idx uint64, l *raft.Log) (byte, bool) {
+	if len(rest)-q < recHeaderSize+recFixedSize {
+		return 0, false
+	}
+	n := int64(binary.LittleEndian.Uint32(rest[q:]))
+	if n < recFixedSize || n > int64(len(rest)-q-recHeaderSize) {
+		return 0, false
+	}
+	p := rest[q+recHeaderSize : q+recHeaderSize+int(n)]
+	if binary.LittleEndian.Uint64(p) != idx {
+		return 0, false
+	}
+	marks, err := decodeRecord(p, binary.LittleEndian.Uint32(rest[q+4:]), segVersion2, l)
+	return marks, err == nil
+}
+
+// findRecord returns the first offset in rest from from on holding a valid
+// version 2 record of index idx, the record and its marks.
+func findRecord(rest []byte, from int, idx uint64) (int, raft.Log, byte, bool) {
+	var l raft.Log
+	// A record starts with a non-zero length: none starts past the last
+	// non-zero byte.
+	nz := len(bytes.TrimRight(rest, "\x00"))
+	for q := from; q < nz && q <= len(rest)-(recHeaderSize+recFixedSize); q++ {
+		if marks, ok := recordAt(rest, q, idx, &l); ok {
+			return q, l, marks, true
+		}
+	}
+	return 0, l, 0, false
+}
+
+// damagedEnd returns where the damaged record at rest[pos:] can end: the
+// smaller of the ends its length field and its data and extension lengths
+// give, those that fit in rest. A record whose header or fields run past
+// the end of rest (the file) ends there; one with a zero or absurd length
+// and no readable data length ends after its header.
+func damagedEnd(rest []byte, pos int) int {
+	size := int64(len(rest))
+	p := int64(pos)
+	if p+recHeaderSize > size {
+		return len(rest)
+	}
+	n := int64(binary.LittleEndian.Uint32(rest[pos:]))
+	end, known := size, false
+	if n > 0 && p+recHeaderSize+n <= size {
+		end, known = p+recHeaderSize+n, true
+	}
+	if d := p + recHeaderSize + 29; d <= size {
+		dataLen := int64(binary.LittleEndian.Uint32(rest[d-4:]))
+		if e := d + dataLen + 4; e <= size {
+			extLen := int64(binary.LittleEndian.Uint32(rest[e-4:]))
+			if e+extLen <= size {
+				end, known = min(end, e+extLen), true
+			}
+		}
+	}
+	if !known && (n == 0 || n > maxRecordSize) {
+		// No length to go by: only the header is the record's.
+		end = p + recHeaderSize
+	}
+	return int(end)
 }
 
 // firstNonZero returns the offset of the first non-zero byte of f in
@@ -532,8 +682,9 @@ func firstNonZero(f *os.File, from, to int64) (int64, error) {
 	return -1, nil
 }
 
-// laterBatch scans a version 2 tail segment f of size bytes after the bad
-// record at off, the last good record before it being of index lastGood,
+// laterBatch scans rest, the bytes of a version 2 tail segment from the
+// bad record at file offset off on, the last good record before it being
+// of index lastGood,
 // for valid records (lengths, CRC, an index above lastGood), trying every
 // offset (the scan only runs on this failure path). It returns a
 // description of the evidence if one of them begins a batch, or if a
@@ -542,13 +693,9 @@ func firstNonZero(f *os.File, from, to int64) (int64, error) {
 // zeros after its batch's end: the batch is written with one pwrite, into
 // zeros). "" means that the valid records after off, if any, can all be of
 // the bad record's batch: the last one, torn.
-func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
-	if size <= off+1 {
-		return "", nil
-	}
-	rest := make([]byte, size-off)
-	if _, err := f.ReadAt(rest, off); err != nil && !(errors.Is(err, io.EOF)) {
-		return "", err
+func laterBatch(rest []byte, off int64, lastGood uint64) string {
+	if len(rest) <= 1 {
+		return ""
 	}
 	// A record starts with a non-zero length: none starts past the last
 	// non-zero byte (zeros written ahead, preallocated space).
@@ -572,14 +719,14 @@ func laterBatch(f *os.File, size, off int64, lastGood uint64) (string, error) {
 		at := off + int64(q)
 		switch end := q + recHeaderSize + n; {
 		case marks&markBatchStart != 0:
-			return fmt.Sprintf("a batch starts at offset %d (index %d)", at, l.Index), nil
+			return fmt.Sprintf("a batch starts at offset %d (index %d)", at, l.Index)
 		case marks&markBatchEnd != 0 && end < nz:
 			return fmt.Sprintf("a batch ends at offset %d (index %d), and non-zero bytes follow it at offset %d",
-				at, l.Index, off+int64(end+slices.IndexFunc(rest[end:], func(c byte) bool { return c != 0 }))), nil
+				at, l.Index, off+int64(end+slices.IndexFunc(rest[end:], func(c byte) bool { return c != 0 })))
 		}
 		q += recHeaderSize + n - 1
 	}
-	return "", nil
+	return ""
 }
 
 func allZero(b []byte) bool {

@@ -138,3 +138,21 @@ func SetWallMicros(f func() int64) (restore func()) {
 // its Raft log, stable store and snapshots on disk in its DataDir, as a
 // real node does.
 func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }
+
+// BrowseWork is the lock browser's work so far (Server.Locks): its scans,
+// chunks (each one hold of a table's mutex), keys visited, and the most
+// keys one chunk visited.
+type BrowseWork struct{ Scans, Chunks, Visits, MaxChunk int64 }
+
+// BrowseWork returns s's lock browser's work so far.
+func (s *Server) BrowseWork() BrowseWork {
+	b := s.browse
+	return BrowseWork{Scans: b.scans.Load(), Chunks: b.chunks.Load(), Visits: b.visits.Load(), MaxChunk: b.maxChunk.Load()}
+}
+
+// The lock browser's bounds.
+const (
+	LockChunkVisits = lockChunkVisits
+	MaxLockVisits   = maxLockVisits
+	LockPollShare   = lockPollShare
+)

@@ -107,8 +107,11 @@ type LockInfo struct {
 type LockPage struct {
 	View  string // ViewStandalone, ViewLeader, ViewActive, ViewFollowerApplied or ViewPassiveApplied
 	Locks []LockInfo
-	// More: there are more locks after this page; Next is the After of
-	// the next page (the last key of this one).
+	// More: there are more locks after this page, or there may be: the
+	// search of this one ran out of visits before it was full (see
+	// Locks). Next is the After of the next page: the last key of this
+	// one, or, after a search that ran out, the last key it went
+	// through (the page may then have no lock at all).
 	More bool
 	Next string
 }

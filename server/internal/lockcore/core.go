@@ -46,7 +46,7 @@ type Core struct {
 	cfg   Config
 	log   Proposer
 	m     map[string]*entry
-	idx   *btree.BTreeG[indexed] // m's keys in order, for the lock browser (Scan)
+	idx   *btree.BTreeG[*entry] // m's keys in order, for the lock browser (Scan)
 	lists [numLists]expList
 	// nonempty has bit i set while lists[i] has entries.
 	nonempty [(numLists + 63) / 64]uint64
@@ -63,7 +63,7 @@ type Core struct {
 
 // New returns a Core that proposes its commands to log.
 func New(cfg Config, log Proposer) *Core {
-	return &Core{cfg: cfg, log: log, m: make(map[string]*entry), idx: newIndex()}
+	return &Core{cfg: cfg, log: log, m: make(map[string]*entry), idx: newEntryIndex()}
 }
 
 // Acquire is an ACQUIRE, well-formed and in range (the session's reader
@@ -146,7 +146,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		if e == nil {
 			e = &entry{key: string(a.Key)}
 			c.m[e.key] = e
-			c.idx.ReplaceOrInsert(indexed{e.key, e})
+			c.idx.ReplaceOrInsert(e)
 		} else {
 			c.unlink(e) // idle
 		}
@@ -442,7 +442,7 @@ func (c *Core) Tick(now int64) {
 				c.unlink(e)
 				if !e.held && e.q == nil && !e.inFlight() && c.m[e.key] == e {
 					delete(c.m, e.key)
-					c.idx.Delete(indexed{key: e.key})
+					c.idx.Delete(e)
 				}
 				continue
 			}
@@ -772,7 +772,7 @@ func (c *Core) Resync(now int64, key string, h *Holding) {
 		}
 		e = &entry{key: key}
 		c.m[key] = e
-		c.idx.ReplaceOrInsert(indexed{key, e})
+		c.idx.ReplaceOrInsert(e)
 	}
 	if e.held != (h != nil) {
 		d := int64(1)
@@ -827,7 +827,7 @@ func (c *Core) Promote(now int64, hs []Holding, margin int64) {
 		e := &entry{key: h.Key, held: true, owner: h.Owner, token: h.Token, lease: h.LeaseS, ownedOnly: h.OwnedOnly}
 		e.end = now + int64(h.LeaseS)*secondNs + margin
 		c.m[h.Key] = e
-		c.idx.ReplaceOrInsert(indexed{h.Key, e})
+		c.idx.ReplaceOrInsert(e)
 		c.link(e, restoredList)
 	}
 	c.nheld = int64(len(hs))
@@ -845,7 +845,7 @@ func (c *Core) Demote() {
 	c.cfg.Capacity.Held.Add(-c.nheld)
 	c.cfg.Capacity.Waiters.Add(-c.nwait)
 	c.m = make(map[string]*entry)
-	c.idx = newIndex()
+	c.idx = newEntryIndex()
 	c.lists = [numLists]expList{}
 	c.nonempty = [len(c.nonempty)]uint64{}
 	c.waits, c.keys = nil, nil

@@ -38,7 +38,7 @@ import (
 type Machine struct {
 	h map[string]holding
 	// idx orders h's keys, for the lock browser (Scan).
-	idx  *btree.BTreeG[indexed]
+	idx  *btree.BTreeG[string]
 	last uint64
 	// ceil: Grant with tok 0 takes no token above it (0: MaxToken). A
 	// hot-standby pair's node sets it to the end of its epoch's range; it
@@ -63,7 +63,7 @@ const GrantExhausted = GrantHeld + 1
 var ErrTokensExhausted = errors.New("lockcore: no token left: the counter is at the maximum token")
 
 // NewMachine returns an empty Machine: nothing held, counter 0.
-func NewMachine() *Machine { return &Machine{h: make(map[string]holding), idx: newIndex()} }
+func NewMachine() *Machine { return &Machine{h: make(map[string]holding), idx: newKeyIndex()} }
 
 // Grant is the Grant command: it returns the holding's token and what
 // happened (decide's rule; see Machine).
@@ -82,7 +82,7 @@ func (m *Machine) Grant(key string, owner Owner, lease uint8, ownedOnly bool, to
 		tok = m.last + 1
 	}
 	m.h[key] = holding{owner: owner, token: tok, lease: lease, ownedOnly: ownedOnly}
-	m.idx.ReplaceOrInsert(indexed{key: key}) // (not held before: decide's GrantNew)
+	m.idx.ReplaceOrInsert(key) // (not held before: decide's GrantNew)
 	m.last = max(m.last, tok)
 	return tok, GrantNew
 }
@@ -96,7 +96,7 @@ func (m *Machine) Free(kind uint8, key string, token uint64, owner Owner) bool {
 		return false
 	}
 	delete(m.h, key)
-	m.idx.Delete(indexed{key: key})
+	m.idx.Delete(key)
 	return true
 }
 
@@ -253,7 +253,7 @@ func RestoreMachine(b []byte) (*Machine, error) {
 		}
 		tokens[h.token] = true
 		m.h[key] = h
-		m.idx.ReplaceOrInsert(indexed{key: key})
+		m.idx.ReplaceOrInsert(key)
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -91,8 +91,7 @@ type LockDetail struct {
 // (no token yet), which are not shown. The driver calls it under its
 // mutex, in chunks (a small max), releasing the mutex between them.
 func (c *Core) Scan(now int64, q LockQuery, max int, page []LockInfo) ([]LockInfo, ScanResult) {
-	return scanIndex(c.idx, q, max, page, func(it indexed) (LockInfo, bool) {
-		e := it.e
+	return scanIndex(c.idx, entryKey, func(k string) *entry { return &entry{key: k} }, q, max, page, func(e *entry) (LockInfo, bool) {
 		if !e.held || e.token == 0 || now >= e.end {
 			return LockInfo{}, false
 		}
@@ -100,25 +99,26 @@ func (c *Core) Scan(now int64, q LockQuery, max int, page []LockInfo) ([]LockInf
 	})
 }
 
-// indexed is an entry of a Core's ordered index of keys (the entry is
-// c.m[key]); a Machine's index has no entry.
-type indexed struct {
-	key string
-	e   *entry
-}
-
-func lessIndexed(a, b indexed) bool { return a.key < b.key }
-
-// indexDegree is the B-tree's degree: nodes of up to 63 keys.
+// The ordered indexes of keys: a Core's of its entries (those of c.m, by
+// key: a pointer each), a Machine's of its held keys. They are B-trees of
+// degree indexDegree (nodes of up to 63 items).
 const indexDegree = 32
 
-func newIndex() *btree.BTreeG[indexed] {
-	return btree.NewG(indexDegree, lessIndexed)
+func newEntryIndex() *btree.BTreeG[*entry] {
+	return btree.NewG(indexDegree, func(a, b *entry) bool { return a.key < b.key })
 }
 
-// scanIndex is Core.Scan and Machine.Scan over t; show returns an item's
+func newKeyIndex() *btree.BTreeG[string] {
+	return btree.NewG(indexDegree, func(a, b string) bool { return a < b })
+}
+
+func entryKey(e *entry) string { return e.key }
+func itself(k string) string   { return k }
+
+// scanIndex is Core.Scan and Machine.Scan over t, whose items' keys are
+// key(item) (pivot makes an item to seek to); show returns an item's
 // lock, if it is to be shown.
-func scanIndex(t *btree.BTreeG[indexed], q LockQuery, max int, page []LockInfo, show func(indexed) (LockInfo, bool)) ([]LockInfo, ScanResult) {
+func scanIndex[T any](t *btree.BTreeG[T], key func(T) string, pivot func(string) T, q LockQuery, max int, page []LockInfo, show func(T) (LockInfo, bool)) ([]LockInfo, ScanResult) {
 	var r ScanResult
 	if q.Limit <= 0 || max <= 0 {
 		return page, r
@@ -130,11 +130,12 @@ func scanIndex(t *btree.BTreeG[indexed], q LockQuery, max int, page []LockInfo, 
 	}
 	shown := 0
 	r.Done = true
-	t.AscendGreaterOrEqual(indexed{key: from}, func(it indexed) bool {
-		if skip && it.key == from {
+	t.AscendGreaterOrEqual(pivot(from), func(it T) bool {
+		k := key(it)
+		if skip && k == from {
 			return true
 		}
-		if !strings.HasPrefix(it.key, q.Prefix) {
+		if !strings.HasPrefix(k, q.Prefix) {
 			return false // past the prefix: done
 		}
 		if r.Visited >= max || shown >= q.Limit {
@@ -142,7 +143,7 @@ func scanIndex(t *btree.BTreeG[indexed], q LockQuery, max int, page []LockInfo, 
 			return false
 		}
 		r.Visited++
-		r.Last = it.key
+		r.Last = k
 		if li, ok := show(it); ok {
 			page = append(page, li)
 			shown++
@@ -184,9 +185,9 @@ func (c *Core) Lock(now int64, key string) (LockDetail, bool) {
 // waiters, no clients: a machine keeps none). Its driver calls it under
 // whatever serialises the machine's commands, in chunks.
 func (m *Machine) Scan(q LockQuery, max int, page []LockInfo) ([]LockInfo, ScanResult) {
-	return scanIndex(m.idx, q, max, page, func(it indexed) (LockInfo, bool) {
-		h, ok := m.h[it.key]
-		return machineInfo(it.key, h), ok
+	return scanIndex(m.idx, itself, itself, q, max, page, func(k string) (LockInfo, bool) {
+		h, ok := m.h[k]
+		return machineInfo(k, h), ok
 	})
 }
 

@@ -195,7 +195,7 @@ func machineInfo(key string, h holding) LockInfo {
 	return LockInfo{Key: key, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly}
 }
 
-// Lock returns key's holding as Machine.Locks shows it, if it is held.
+// Lock returns key's holding as Machine.Scan shows it, if it is held.
 func (m *Machine) Lock(key string) (LockDetail, bool) {
 	h, ok := m.h[key]
 	if !ok {

@@ -105,9 +105,8 @@ func TestLocksWorkStandalone(t *testing.T) {
 	browsePollers(t, s, server.ViewStandalone)
 }
 
-// TestLocksWorkPair: the active's one scheduler (the finding's case: a
-// cluster leader's is the same core under one mutex) and the passive's
-// applied machine.
+// TestLocksWorkPair: the active's one scheduler (a cluster leader's is
+// the same core under one mutex) and the passive's applied machine.
 func TestLocksWorkPair(t *testing.T) {
 	pa, ba := pairAddrs(t)
 	p := startPairNode(t, server.PairPrimary, pa, ba, "")

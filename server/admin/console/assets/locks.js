@@ -157,7 +157,7 @@
     none.hidden = page.locks.length > 0;
     if (page.locks.length === 0 && page.more) {
       // The node searched its most keys per page (free or in-flight
-      // ones) without finding a held lock: the next page goes on.
+      // ones) and found no held lock: the next page goes on.
       say(none, "No held lock among the keys searched for this page: Next page goes on.");
     } else {
       say(none, prefix ? "No lock is held with a key starting " + JSON.stringify(prefix) + (pages.length > 1 ? " on this page." : ".") : "No lock is held" + (pages.length > 1 ? " on this page." : "."));

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/google/btree"
 
@@ -157,13 +155,14 @@ func (m *Machine) Holding(key string) (Holding, bool) {
 	return Holding{Key: key, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly}, true
 }
 
-// Holdings returns the held keys, sorted by key.
+// Holdings returns the held keys, sorted by key (the index's order).
 func (m *Machine) Holdings() []Holding {
 	hs := make([]Holding, 0, len(m.h))
-	for k, h := range m.h {
+	m.idx.Ascend(func(k string) bool {
+		h := m.h[k]
 		hs = append(hs, Holding{Key: k, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly})
-	}
-	slices.SortFunc(hs, func(a, b Holding) int { return strings.Compare(a.Key, b.Key) })
+		return true
+	})
 	return hs
 }
 

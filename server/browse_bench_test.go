@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
@@ -15,15 +16,23 @@ import (
 // as BenchmarkPairCycle) on a pair's active holding 100,000 locks (one
 // scheduler under one mutex, as a cluster leader's), without and with 8
 // pollers of the lock browser asking in a loop for pages of prefixes that
-// select nothing (each a prefix of its own: no answer is shared). Compare
-// the sub-benchmarks' cycles/s, in one run:
+// select nothing (each a prefix of its own: no answer is shared), back to
+// back or 10 ms apart. Compare the sub-benchmarks' cycles/s, in one run:
 //
 //	go test -run '^$' -bench BenchmarkBrowsedCycle -benchtime 3s -count 3 ./server
 func BenchmarkBrowsedCycle(b *testing.B) {
 	s, addr := benchPairServer(b)
 	holdLocks(b, addr, 100_000)
-	for _, pollers := range []int{0, 8} {
-		b.Run(fmt.Sprintf("pollers=%d", pollers), func(b *testing.B) {
+	for _, bc := range []struct {
+		pollers int
+		pace    time.Duration // between a poller's pages (0: none)
+	}{{0, 0}, {8, 0}, {8, 10 * time.Millisecond}} {
+		pollers := bc.pollers
+		name := fmt.Sprintf("pollers=%d", pollers)
+		if bc.pace > 0 {
+			name += ",paced=" + bc.pace.String()
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			var pages atomic.Int64
@@ -35,6 +44,9 @@ func BenchmarkBrowsedCycle(b *testing.B) {
 							return
 						}
 						pages.Add(1)
+						if bc.pace > 0 {
+							time.Sleep(bc.pace)
+						}
 					}
 				})
 			}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -104,8 +107,11 @@ type LockInfo struct {
 type LockPage struct {
 	View  string // ViewStandalone, ViewLeader, ViewActive, ViewFollowerApplied or ViewPassiveApplied
 	Locks []LockInfo
-	// More: there are more locks after this page; Next is the After of
-	// the next page (the last key of this one).
+	// More: there are more locks after this page, or there may be: the
+	// search of this one ran out of visits before it was full (see
+	// Locks). Next is the After of the next page: the last key of this
+	// one, or, after a search that ran out, the last key it went
+	// through (the page may then have no lock at all).
 	More bool
 	Next string
 }
@@ -132,6 +138,17 @@ type LockDetail struct {
 // Locks returns a page of the held locks that q selects, sorted by key
 // (see LockPage.View for what a node that does not serve shows). Locks
 // whose lease has ended, and grants not yet committed, are left out.
+//
+// Its work is bounded, whatever the table's size: it seeks to q's first
+// key in each table's ordered index and visits only keys of q.Prefix,
+// at most maxLockVisits of them, in chunks of at most lockChunkVisits
+// under the table's mutex, which it releases between chunks. A page whose
+// search ran out of visits before it was full (a prefix of many keys
+// being granted, or free keys kept for reuse) has fewer locks than the
+// limit, maybe none, with More and Next (the last key it visited): the
+// next page goes on from there. One scan runs at a time, and its answer
+// serves the same query for lockPollShare (lease left recomputed, ended
+// leases left out): pollers of the same page cost one scan.
 func (s *Server) Locks(ctx context.Context, q LockQuery) (LockPage, error) {
 	if err := ctx.Err(); err != nil {
 		return LockPage{}, err
@@ -142,16 +159,242 @@ func (s *Server) Locks(ctx context.Context, q LockQuery) (LockPage, error) {
 	case q.Limit > MaxLockPage:
 		q.Limit = MaxLockPage
 	}
-	view, locks, more := s.mode.locks(lockcore.LockQuery{Prefix: q.Prefix, After: q.After, Limit: q.Limit})
-	pg := LockPage{View: view, More: more, Locks: make([]LockInfo, len(locks))}
-	now, wall := s.now(), time.Now()
-	for i := range locks {
-		pg.Locks[i] = lockInfoOf(&locks[i], view, now, wall)
+	lq := lockcore.LockQuery{Prefix: q.Prefix, After: q.After, Limit: q.Limit}
+	cp, err := s.browse.page(ctx, s, lq)
+	if err != nil {
+		return LockPage{}, err
 	}
-	if more && len(locks) > 0 {
-		pg.Next = locks[len(locks)-1].Key
+	pg := LockPage{View: cp.view, More: cp.more, Next: cp.next, Locks: make([]LockInfo, 0, len(cp.locks))}
+	now, wall := s.now(), time.Now()
+	for i := range cp.locks {
+		l := &cp.locks[i]
+		if !applied(cp.view) && l.LeaseEnd <= now {
+			continue // ended since the scan (a page served again)
+		}
+		pg.Locks = append(pg.Locks, lockInfoOf(l, cp.view, now, wall))
 	}
 	return pg, nil
+}
+
+// The lock browser's bounds (Server.Locks).
+const (
+	// lockChunkVisits: the most keys one chunk visits under a table's
+	// mutex.
+	lockChunkVisits = 256
+	// maxLockVisits: the most keys one page visits (in every table).
+	maxLockVisits = 10 * MaxLockPage
+	// lockPollShare: how long a page's answer serves the same query (the
+	// console polls every 2 s, per tab).
+	lockPollShare = time.Second
+	// lockCacheSize: the most queries whose answers are kept.
+	lockCacheSize = 32
+)
+
+// errRoleChanged: the node's role changed while a page was searched (the
+// view of its chunks changed), twice.
+var errRoleChanged = errors.New("server: this node's role changed while the lock browser searched: try again")
+
+// browser is the lock browser's shared state: one scan at a time, and the
+// answers of recent queries.
+type browser struct {
+	sem   chan struct{} // one scan at a time
+	mu    sync.Mutex
+	gen   uint64 // ExpireLock's count: an answer from before one is not kept
+	cache map[lockcore.LockQuery]*lockAnswer
+
+	// The work done, for tests: scans, chunks (each one hold of a
+	// table's mutex), keys visited, and the most keys one chunk visited.
+	scans, chunks, visits, maxChunk atomic.Int64
+}
+
+func newBrowser() *browser {
+	return &browser{sem: make(chan struct{}, 1), cache: make(map[lockcore.LockQuery]*lockAnswer)}
+}
+
+// lockAnswer is a page as scanned at at (the server's clock).
+type lockAnswer struct {
+	at    int64
+	view  string
+	locks []lockcore.LockInfo
+	more  bool
+	next  string
+}
+
+func (b *browser) cached(q lockcore.LockQuery, now int64) *lockAnswer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a := b.cache[q]; a != nil && now-a.at < int64(lockPollShare) {
+		return a
+	}
+	return nil
+}
+
+// forget drops every answer: the locks changed (ExpireLock).
+func (b *browser) forget() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gen++
+	clear(b.cache)
+}
+
+// page is q's answer: a recent one, or a new scan.
+func (b *browser) page(ctx context.Context, s *Server, q lockcore.LockQuery) (*lockAnswer, error) {
+	if a := b.cached(q, s.now()); a != nil {
+		return a, nil
+	}
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.closingCh:
+		return nil, ErrServerClosed
+	}
+	defer func() { <-b.sem }()
+	// Another poller of q may have scanned while this one waited.
+	if a := b.cached(q, s.now()); a != nil {
+		return a, nil
+	}
+	b.mu.Lock()
+	gen := b.gen
+	b.mu.Unlock()
+	a, err := b.scan(s.mode, q)
+	if err != nil {
+		return nil, err
+	}
+	a.at = s.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gen == gen {
+		for k, old := range b.cache {
+			if a.at-old.at >= int64(lockPollShare) {
+				delete(b.cache, k)
+			}
+		}
+		for k := range b.cache { // still full: any one goes
+			if len(b.cache) < lockCacheSize {
+				break
+			}
+			delete(b.cache, k)
+		}
+		b.cache[q] = a
+	}
+	return a, nil
+}
+
+// scan searches the mode's tables for q's page; if the view changes
+// meanwhile (this node began or stopped serving), it starts again, once.
+func (b *browser) scan(m mode, q lockcore.LockQuery) (*lockAnswer, error) {
+	b.scans.Add(1)
+	for range 2 {
+		if a, ok := b.merge(m, q); ok {
+			return a, nil
+		}
+	}
+	return nil, errRoleChanged
+}
+
+// lockSource is one table's part of a scan: the locks found and not yet
+// in the page, and where its next chunk starts.
+type lockSource struct {
+	buf   []lockcore.LockInfo
+	after string // the last key visited
+	done  bool
+}
+
+// merge merges the tables' pages in key order (a table's chunks give its
+// selected locks in order, from its cursor on): a lock goes into the page
+// once every table whose locks are not all known has searched past it.
+// It reports false if the view changed.
+func (b *browser) merge(m mode, q lockcore.LockQuery) (*lockAnswer, bool) {
+	n := m.lockSources()
+	srcs := make([]lockSource, n)
+	for i := range srcs {
+		srcs[i].after = q.After
+	}
+	need := q.Limit + 1 // one more than the page: is there more?
+	// A refill's visits: a share of what the page needs, so that every
+	// table has its first chunk within the budget.
+	refill := min(max(2*((need+n-1)/n), 4), lockChunkVisits, maxLockVisits/n)
+	budget := maxLockVisits
+	var page []lockcore.LockInfo
+	view := ""
+	stopped := false
+	// bound is the lowest cursor of the tables with nothing found and not
+	// done: no lock after it is known of them; ok false if there is none.
+	bound := func() (k string, ok bool) {
+		for i := range srcs {
+			if sr := &srcs[i]; len(sr.buf) == 0 && !sr.done && (!ok || sr.after < k) {
+				k, ok = sr.after, true
+			}
+		}
+		return k, ok
+	}
+	// drain moves into the page the lowest lock found while it is below
+	// bound.
+	drain := func() {
+		for len(page) < need {
+			best := -1
+			for i := range srcs {
+				if len(srcs[i].buf) > 0 && (best < 0 || srcs[i].buf[0].Key < srcs[best].buf[0].Key) {
+					best = i
+				}
+			}
+			if best < 0 {
+				return
+			}
+			if k, ok := bound(); ok && srcs[best].buf[0].Key > k {
+				return
+			}
+			page = append(page, srcs[best].buf[0])
+			srcs[best].buf = srcs[best].buf[1:]
+		}
+	}
+	for {
+		// A chunk for every table with nothing found that is not done.
+		for i := range srcs {
+			sr := &srcs[i]
+			if len(sr.buf) > 0 || sr.done {
+				continue
+			}
+			if budget <= 0 {
+				stopped = true
+				break
+			}
+			cq := lockcore.LockQuery{Prefix: q.Prefix, After: sr.after, Limit: need - len(page)}
+			v, buf, r := m.lockChunk(i, cq, min(refill, budget), nil)
+			if view == "" {
+				view = v
+			} else if v != view {
+				return nil, false
+			}
+			budget -= r.Visited
+			b.chunks.Add(1)
+			b.visits.Add(int64(r.Visited))
+			for c := b.maxChunk.Load(); int64(r.Visited) > c && !b.maxChunk.CompareAndSwap(c, int64(r.Visited)); c = b.maxChunk.Load() {
+			}
+			sr.buf, sr.done = buf, r.Done
+			if r.Visited > 0 {
+				sr.after = r.Last
+			}
+		}
+		drain()
+		if len(page) >= need || stopped || !slices.ContainsFunc(srcs, func(sr lockSource) bool { return len(sr.buf) > 0 || !sr.done }) {
+			break
+		}
+	}
+	a := &lockAnswer{view: view}
+	switch {
+	case len(page) >= need:
+		a.locks, a.more, a.next = page[:q.Limit], true, page[q.Limit-1].Key
+	case stopped:
+		// Out of visits: the page has every lock up to bound; the next
+		// goes on after it.
+		k, _ := bound()
+		a.locks, a.more, a.next = page, true, k
+	default:
+		a.locks = page
+	}
+	return a, true
 }
 
 // applied reports whether view is a machine's (no lease ends, waiters or
@@ -230,6 +473,7 @@ func (s *Server) ExpireLock(ctx context.Context, key string, token uint64, by st
 	if err != nil {
 		result = err.Error()
 	}
+	s.browse.forget()
 	s.log.Warn("admin: expire now of a lock", "key", key, "token", token, "by", by, "result", result)
 	return err
 }

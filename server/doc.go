@@ -546,20 +546,22 @@
 // session keeps only those two strings (and the lock's record stays in its
 // size class: one pointer). Locks whose lease has ended and grants not yet
 // applied are left out. Where this node serves, they come from its lock
-// core (standalone: each of the 256 shards under its mutex in turn, each
-// adding its locks to one page; a cluster leader's, a pair active's core
-// under its mutex): the page's View is "standalone", "leader" or
-// "active". A cluster follower or a pair's passive answers from its
+// core (standalone: the 256 shards' cores, their locks merged in key
+// order; a cluster leader's, a pair active's one core): the page's View
+// is "standalone", "leader" or "active". A cluster follower or a pair's passive answers from its
 // applied state machine instead: View "follower-applied" or
 // "passive-applied", the holdings as of its last applied command (key,
 // token, owner, lease_s, owned-only), without lease ends, waiters or
-// holders, which only the serving node's core has. Listing a page scans
-// every key under the mutex (a shard's, or the serving core's): on a
-// cluster leader or a pair's active, whose one core has every key, a
-// pause of every lock request of about 20 ms per million held locks
-// (lockcore's BenchmarkCoreLocks: 2.2 ms for 100,000), standalone that
-// much spread over 256 shards. The browser is for an operator, not for
-// polling in a loop.
+// holders, which only the serving node's core has. A page's work does
+// not grow with the table: each core (and machine) keeps its keys in a
+// B-tree, and a page seeks to its first key and visits the keys of its
+// prefix only, at most 256 under a table's mutex at a time (released
+// between chunks) and 10,000 in all (a page that runs out of them is
+// short, with More and Next where it stopped; lockcore's
+// BenchmarkCoreLocks: 3 µs for a page of 100 among 100,000). One page is
+// searched at a time, and its answer serves the same query for a second,
+// so that pollers of the same page (the console's tabs) cost one search;
+// an ExpireLock drops the answers kept.
 //
 // ExpireLock is an operator's "expire now": a core event (Core.Expire)
 // that, if the key is held with the exact token given, ends the lease as

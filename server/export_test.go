@@ -143,3 +143,21 @@ func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }
 func (s *Server) TransferLeadershipTo(id, addr string) error {
 	return s.cl.r.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 }
+
+// BrowseWork is the lock browser's work so far (Server.Locks): its scans,
+// chunks (each one hold of a table's mutex), keys visited, and the most
+// keys one chunk visited.
+type BrowseWork struct{ Scans, Chunks, Visits, MaxChunk int64 }
+
+// BrowseWork returns s's lock browser's work so far.
+func (s *Server) BrowseWork() BrowseWork {
+	b := s.browse
+	return BrowseWork{Scans: b.scans.Load(), Chunks: b.chunks.Load(), Visits: b.visits.Load(), MaxChunk: b.maxChunk.Load()}
+}
+
+// The lock browser's bounds.
+const (
+	LockChunkVisits = lockChunkVisits
+	MaxLockVisits   = maxLockVisits
+	LockPollShare   = lockPollShare
+)

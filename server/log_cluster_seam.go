@@ -137,20 +137,23 @@ func (cl *cluster) extend(c *conn, req *wire.Request, arrived int64) {
 	cl.s.coreExtend(sh, c, req, cl.sessionID(c))
 }
 
-// locks is the leader's core's page; elsewhere the applied machine's.
-func (cl *cluster) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
+// The lock browser's one table: the leader's core; elsewhere the applied
+// machine.
+func (cl *cluster) lockSources() int { return 1 }
+
+func (cl *cluster) lockChunk(_ int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
 	sh := &cl.sh
 	sh.mu.Lock()
 	if cl.active {
 		defer sh.mu.Unlock()
-		page, more := sh.core.Locks(cl.s.shardNow(sh), q, nil)
-		return ViewLeader, page, more
+		page, r := sh.core.Scan(cl.s.shardNow(sh), q, max, page)
+		return ViewLeader, page, r
 	}
 	sh.mu.Unlock()
 	cl.fsm.mu.Lock()
 	defer cl.fsm.mu.Unlock()
-	page, more := cl.fsm.sm.Locks(q, nil)
-	return ViewFollowerApplied, page, more
+	page, r := cl.fsm.sm.Scan(q, max, page)
+	return ViewFollowerApplied, page, r
 }
 
 func (cl *cluster) lock(key string) (string, lockcore.LockDetail, bool) {

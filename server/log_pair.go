@@ -827,18 +827,20 @@ func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
 	p.s.coreExtend(sh, c, req, 0)
 }
 
-// locks is the active's core's page; on the passive, its machine's (the
-// active's state as of the last command it applied).
-func (p *pair) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
+// The lock browser's one table: the active's core; on the passive, its
+// machine (the active's state as of the last command it applied).
+func (p *pair) lockSources() int { return 1 }
+
+func (p *pair) lockChunk(_ int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
 	sh := &p.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if p.active {
-		page, more := sh.core.Locks(p.s.shardNow(sh), q, nil)
-		return ViewActive, page, more
+		page, r := sh.core.Scan(p.s.shardNow(sh), q, max, page)
+		return ViewActive, page, r
 	}
-	page, more := p.m.Locks(q, nil)
-	return ViewPassiveApplied, page, more
+	page, r := p.m.Scan(q, max, page)
+	return ViewPassiveApplied, page, r
 }
 
 func (p *pair) lock(key string) (string, lockcore.LockDetail, bool) {

@@ -35,6 +35,13 @@ func BenchmarkPairCycle(b *testing.B) {
 // replicates.
 func benchPair(b *testing.B) string {
 	b.Helper()
+	_, addr := benchPairServer(b)
+	return addr
+}
+
+// benchPairServer is benchPair with the active's Server.
+func benchPairServer(b *testing.B) (*server.Server, string) {
+	b.Helper()
 	pa, ba := pairAddrsTB(b)
 	start := func(role server.PairRole, self, peer string) (*server.Server, string) {
 		ln := listen(b)
@@ -62,7 +69,7 @@ func benchPair(b *testing.B) string {
 		qs, _ := q.PairStatus()
 		return ps.Replicating && qs.HasState
 	})
-	return addr
+	return p, addr
 }
 
 // benchCycles runs the uncontended cycle loop of 64 clients against addr,

@@ -229,20 +229,16 @@ func (t shards) extend(c *conn, req *wire.Request, arrived int64) {
 	sh.mu.Unlock()
 }
 
-// locks merges every shard's page (each under its mutex in turn: a lock
-// moving between shards meanwhile cannot happen, a key has one shard).
-func (t shards) locks(q lockcore.LockQuery) (string, []lockcore.LockInfo, bool) {
-	var page []lockcore.LockInfo
-	more := false
-	for i := range t.s.shards {
-		sh := &t.s.shards[i]
-		var m bool
-		sh.mu.Lock()
-		page, m = sh.core.Locks(t.s.shardNow(sh), q, page)
-		sh.mu.Unlock()
-		more = more || m
-	}
-	return ViewStandalone, page, more
+// The lock browser's tables are the shards (a key has one: the browser
+// merges their pages).
+func (t shards) lockSources() int { return numShards }
+
+func (t shards) lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
+	sh := &t.s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	page, r := sh.core.Scan(t.s.shardNow(sh), q, max, page)
+	return ViewStandalone, page, r
 }
 
 func (t shards) lock(key string) (string, lockcore.LockDetail, bool) {

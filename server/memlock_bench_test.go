@@ -90,7 +90,7 @@ func liveHeap() int64 {
 
 // holdLocks acquires n distinct keys (lease 250 s) on addr, pipelined over
 // four sessions, and keeps them held.
-func holdLocks(b *testing.B, addr string, n int) {
+func holdLocks(b testing.TB, addr string, n int) {
 	b.Helper()
 	const conns, window = 4, 512
 	var wg sync.WaitGroup

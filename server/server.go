@@ -90,6 +90,7 @@ type Server struct {
 	writeChunk   int           // bytes per socket write (see conn.writeLocked)
 	idleScans    int           // idle scans without a frame that drop a session
 	closingCh    chan struct{} // closed when Shutdown or Close begins
+	browse       *browser      // the lock browser's scans and recent answers (browse.go)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -125,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 		conns:     make(map[*conn]struct{}),
 		stopBg:    make(chan struct{}),
 		closingCh: make(chan struct{}),
+		browse:    newBrowser(),
 	}
 	s.m.init()
 	s.peerSessions.n = make(map[netip.Addr]int)

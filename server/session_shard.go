@@ -74,12 +74,14 @@ type mode interface {
 	collectors() []prometheus.Collector               // the mode's own, beside the server's
 	close()                                           // the end of Close and Shutdown
 
-	// The lock browser (browse.go): a page of held locks and one key's,
-	// with the view they come from (the serving core, or the applied
-	// machine); expire hands an operator's Expire to the serving core, or
-	// refuses (NotLeaderError, NotActiveError) where this node does not
-	// serve.
-	locks(q lockcore.LockQuery) (view string, page []lockcore.LockInfo, more bool)
+	// The lock browser (browse.go): its tables (lockSources of them, the
+	// serving core's or the applied machine's), one bounded chunk of a
+	// table's held locks (lockcore's Scan, under the table's mutex) and
+	// one key's, with the view they come from; expire hands an operator's
+	// Expire to the serving core, or refuses (NotLeaderError,
+	// NotActiveError) where this node does not serve.
+	lockSources() int
+	lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (view string, out []lockcore.LockInfo, r lockcore.ScanResult)
 	lock(key string) (view string, d lockcore.LockDetail, held bool)
 	expire(x *lockcore.Expire) error
 }

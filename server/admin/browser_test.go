@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -393,4 +394,47 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// shortPages is a node whose first page of locks ran out of keys to search
+// before it found a held lock (none, more, next "idle/09999"); the page
+// after it has one lock.
+type shortPages struct {
+	fakeLocks
+	mu     sync.Mutex
+	afters []string
+}
+
+func (f *shortPages) Locks(_ context.Context, q server.LockQuery) (server.LockPage, error) {
+	f.mu.Lock()
+	f.afters = append(f.afters, q.After)
+	f.mu.Unlock()
+	if q.After == "" {
+		return server.LockPage{View: server.ViewStandalone, More: true, Next: "idle/09999"}, nil
+	}
+	return server.LockPage{View: server.ViewStandalone, Locks: []server.LockInfo{{Key: "idle/10000", Token: 7, LeaseS: 60,
+		LeaseLeft: time.Minute, LeaseEnd: time.Now().Add(time.Minute)}}}, nil
+}
+
+// TestBrowserLockBrowserShortPage: a page with no lock but more (its
+// search ran out of keys) says so, not "No lock is held", and Next page
+// asks for the page after the key the search stopped at.
+func TestBrowserLockBrowserShortPage(t *testing.T) {
+	tab := browsertest.New(t)
+	const token = "sh0rt-page"
+	fs := &shortPages{}
+	base := serveAdmin(t, newHandler(fs, fs, fs, Options{Token: token, ConsoleKeys: true}))
+	browsertest.SetHeaders(t, tab, map[string]string{"Authorization": browsertest.BasicAuth("operator", token)})
+	browsertest.Do(t, tab, chromedp.Navigate(base+"/locks"))
+	const describe = `document.getElementById("locks-none").textContent + "; next disabled: " + document.getElementById("next-page").disabled +
+		"; rows: " + [...document.querySelectorAll("#locks-table tbody tr")].map(r => r.dataset.key).join(" ")`
+	browsertest.WaitJS(t, tab, `!document.getElementById("locks-none").hidden && document.getElementById("locks-none").textContent.startsWith("No held lock among the keys searched") &&
+		!document.getElementById("next-page").disabled`, describe, 30*time.Second)
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS(`#next-page`)))
+	browsertest.WaitJS(t, tab, `document.querySelector('#locks-table tr[data-key="idle/10000"]') !== null && document.getElementById("locks-none").hidden`, describe, 30*time.Second)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if !slices.Contains(fs.afters, "idle/09999") {
+		t.Fatalf("the pages asked for: after %q, want one after idle/09999", fs.afters)
+	}
 }

@@ -115,9 +115,10 @@ type Session struct {
 
 // LocksResponse is the answer to GET /v1/locks?prefix=&after=&limit=: a
 // page of held locks sorted by key (bytewise). View is where they come
-// from (server.LockPage.View). With More, there are locks after the page:
-// the next page is after=Next (after_b64=NextB64 for a key that is not
-// UTF-8).
+// from (server.LockPage.View). With More, there are locks after the page
+// (or may be: a page whose search went through its most keys, 10,000,
+// before it was full has fewer locks, maybe none): the next page is
+// after=Next (after_b64=NextB64 for a key that is not UTF-8).
 type LocksResponse struct {
 	View    string `json:"view"`
 	Locks   []Lock `json:"locks"`

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/btree"
 )
 
 const (
@@ -44,6 +46,7 @@ type Core struct {
 	cfg   Config
 	log   Proposer
 	m     map[string]*entry
+	idx   *btree.BTreeG[*entry] // m's keys in order, for the lock browser (Scan)
 	lists [numLists]expList
 	// nonempty has bit i set while lists[i] has entries.
 	nonempty [(numLists + 63) / 64]uint64
@@ -60,7 +63,7 @@ type Core struct {
 
 // New returns a Core that proposes its commands to log.
 func New(cfg Config, log Proposer) *Core {
-	return &Core{cfg: cfg, log: log, m: make(map[string]*entry)}
+	return &Core{cfg: cfg, log: log, m: make(map[string]*entry), idx: newEntryIndex()}
 }
 
 // Acquire is an ACQUIRE, well-formed and in range (the session's reader
@@ -143,6 +146,7 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		if e == nil {
 			e = &entry{key: string(a.Key)}
 			c.m[e.key] = e
+			c.idx.ReplaceOrInsert(e)
 		} else {
 			c.unlink(e) // idle
 		}
@@ -438,6 +442,7 @@ func (c *Core) Tick(now int64) {
 				c.unlink(e)
 				if !e.held && e.q == nil && !e.inFlight() && c.m[e.key] == e {
 					delete(c.m, e.key)
+					c.idx.Delete(e)
 				}
 				continue
 			}
@@ -767,6 +772,7 @@ func (c *Core) Resync(now int64, key string, h *Holding) {
 		}
 		e = &entry{key: key}
 		c.m[key] = e
+		c.idx.ReplaceOrInsert(e)
 	}
 	if e.held != (h != nil) {
 		d := int64(1)
@@ -809,18 +815,24 @@ type Holding struct {
 // never shortens a lease. Whatever c held before is forgotten.
 func (c *Core) Promote(now int64, hs []Holding, margin int64) {
 	c.Demote()
-	hs = slices.Clone(hs)
-	// One instant for all: sorted by lease_s, their ends are in order.
-	slices.SortFunc(hs, func(a, b Holding) int {
-		if a.LeaseS != b.LeaseS {
-			return int(a.LeaseS) - int(b.LeaseS)
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	for _, h := range hs {
+	// Indexed in hs's order: Machine.Holdings', by key, is the B-tree's
+	// fastest (each insertion at its right edge).
+	es := make([]*entry, len(hs))
+	for i, h := range hs {
 		e := &entry{key: h.Key, held: true, owner: h.Owner, token: h.Token, lease: h.LeaseS, ownedOnly: h.OwnedOnly}
 		e.end = now + int64(h.LeaseS)*secondNs + margin
 		c.m[h.Key] = e
+		c.idx.ReplaceOrInsert(e)
+		es[i] = e
+	}
+	// One instant for all: sorted by lease_s, their ends are in order.
+	slices.SortFunc(es, func(a, b *entry) int {
+		if a.lease != b.lease {
+			return int(a.lease) - int(b.lease)
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	for _, e := range es {
 		c.link(e, restoredList)
 	}
 	c.nheld = int64(len(hs))
@@ -838,6 +850,7 @@ func (c *Core) Demote() {
 	c.cfg.Capacity.Held.Add(-c.nheld)
 	c.cfg.Capacity.Waiters.Add(-c.nwait)
 	c.m = make(map[string]*entry)
+	c.idx = newEntryIndex()
 	c.lists = [numLists]expList{}
 	c.nonempty = [len(c.nonempty)]uint64{}
 	c.waits, c.keys = nil, nil

@@ -27,10 +27,14 @@
 //
 // Besides the sessions' requests and Tick, an operator's Expire (expire
 // now: a lease end with the exact token, as its running out would be) is
-// an event of the Core; Core.Locks and Core.Lock (and Machine.Locks and
+// an event of the Core; Core.Scan and Core.Lock (and Machine.Scan and
 // Machine.Lock, without lease ends, queues or sessions) are a read-only
 // view for the lock browser (view.go), whose holder identity is the
-// Client the driver gives with each ACQUIRE.
+// Client the driver gives with each ACQUIRE. Scan seeks in an ordered
+// index of the keys (a B-tree the Core changes when it makes or forgets
+// an entry, the Machine when a key becomes held or free) and visits at
+// most a given number of keys, so that a driver can page through a large
+// table in bounded chunks.
 //
 // A command changes the projection at once (the key is held, or free, as
 // it will be once the command applies) and its outcome comes back through

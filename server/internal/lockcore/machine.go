@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
+
+	"github.com/google/btree"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
@@ -34,7 +34,9 @@ import (
 // reserved, above every token applied before. Either way Last is the
 // highest token ever applied, and never goes down.
 type Machine struct {
-	h    map[string]holding
+	h map[string]holding
+	// idx orders h's keys, for the lock browser (Scan).
+	idx  *btree.BTreeG[string]
 	last uint64
 	// ceil: Grant with tok 0 takes no token above it (0: MaxToken). A
 	// hot-standby pair's node sets it to the end of its epoch's range; it
@@ -59,7 +61,7 @@ const GrantExhausted = GrantHeld + 1
 var ErrTokensExhausted = errors.New("lockcore: no token left: the counter is at the maximum token")
 
 // NewMachine returns an empty Machine: nothing held, counter 0.
-func NewMachine() *Machine { return &Machine{h: make(map[string]holding)} }
+func NewMachine() *Machine { return &Machine{h: make(map[string]holding), idx: newKeyIndex()} }
 
 // Grant is the Grant command: it returns the holding's token and what
 // happened (decide's rule; see Machine).
@@ -78,6 +80,7 @@ func (m *Machine) Grant(key string, owner Owner, lease uint8, ownedOnly bool, to
 		tok = m.last + 1
 	}
 	m.h[key] = holding{owner: owner, token: tok, lease: lease, ownedOnly: ownedOnly}
+	m.idx.ReplaceOrInsert(key) // (not held before: decide's GrantNew)
 	m.last = max(m.last, tok)
 	return tok, GrantNew
 }
@@ -91,6 +94,7 @@ func (m *Machine) Free(kind uint8, key string, token uint64, owner Owner) bool {
 		return false
 	}
 	delete(m.h, key)
+	m.idx.Delete(key)
 	return true
 }
 
@@ -151,13 +155,14 @@ func (m *Machine) Holding(key string) (Holding, bool) {
 	return Holding{Key: key, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly}, true
 }
 
-// Holdings returns the held keys, sorted by key.
+// Holdings returns the held keys, sorted by key (the index's order).
 func (m *Machine) Holdings() []Holding {
 	hs := make([]Holding, 0, len(m.h))
-	for k, h := range m.h {
+	m.idx.Ascend(func(k string) bool {
+		h := m.h[k]
 		hs = append(hs, Holding{Key: k, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly})
-	}
-	slices.SortFunc(hs, func(a, b Holding) int { return strings.Compare(a.Key, b.Key) })
+		return true
+	})
 	return hs
 }
 
@@ -247,6 +252,7 @@ func RestoreMachine(b []byte) (*Machine, error) {
 		}
 		tokens[h.token] = true
 		m.h[key] = h
+		m.idx.ReplaceOrInsert(key)
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")

@@ -350,7 +350,9 @@ func runCommand(hp **harness, line string) ([]string, error) {
 			return nil, err
 		}
 		q.Limit = int(limit)
-		page, more := h.core.Locks(h.now, q, nil)
+		page, more := fullPage(func(q LockQuery, max int, page []LockInfo) ([]LockInfo, ScanResult) {
+			return h.core.Scan(h.now, q, max, page)
+		}, q)
 		for _, l := range page {
 			h.out = append(h.out, fmtLockInfo(&l, h.now))
 		}

@@ -1,8 +1,9 @@
 package lockcore
 
 import (
-	"slices"
 	"strings"
+
+	"github.com/google/btree"
 )
 
 // The lock browser's view of a core and of a machine: read-only, under
@@ -30,9 +31,18 @@ type LockQuery struct {
 	Limit  int
 }
 
-// match reports whether key is selected by q (Limit aside).
-func (q *LockQuery) match(key string) bool {
-	return strings.HasPrefix(key, q.Prefix) && key > q.After
+// ScanResult is how far one Scan went: a later Scan with After = Last
+// goes on from there.
+type ScanResult struct {
+	// Last is the last key visited ("" if none): every selected lock up
+	// to it is in the page.
+	Last string
+	// Visited is the number of keys visited (held or not): the scan's
+	// work, at most its max.
+	Visited int
+	// Done: no key after Last starts with the prefix; the scan of the
+	// query is complete.
+	Done bool
 }
 
 // LockInfo is one held lock as the browser shows it.
@@ -70,53 +80,77 @@ type LockDetail struct {
 	Queue []WaiterInfo
 }
 
-// addPage puts info into page, which is sorted by key and at most limit
-// long; it reports whether a selected lock is left out of the page (info
-// itself, or the last one, pushed out). The map's order is random, so a
-// page of a large table takes few insertions after it fills.
-func addPage(page []LockInfo, info LockInfo, limit int) ([]LockInfo, bool) {
-	if limit <= 0 {
-		return page, true
-	}
-	full := len(page) >= limit
-	if full && info.Key >= page[len(page)-1].Key {
-		return page, true
-	}
-	i, _ := slices.BinarySearchFunc(page, info.Key, func(a LockInfo, k string) int { return strings.Compare(a.Key, k) })
-	if !full {
-		return slices.Insert(page, i, info), false
-	}
-	copy(page[i+1:], page[i:len(page)-1])
-	page[i] = info
-	return page, true
+// Scan appends to page, in key order, the core's held locks that q
+// selects and whose lease has not ended at now, visiting at most max keys
+// of the core's ordered index and stopping once it has appended q.Limit
+// locks. It starts at the first key that q selects (a seek: the keys
+// before it, and those of other prefixes, are not visited) and stops at
+// the first that does not start with q.Prefix, so a query's work is the
+// keys of its prefix it goes through, never the table's size. The keys
+// visited include free entries kept for reuse and grants still in flight
+// (no token yet), which are not shown. The driver calls it under its
+// mutex, in chunks (a small max), releasing the mutex between them.
+func (c *Core) Scan(now int64, q LockQuery, max int, page []LockInfo) ([]LockInfo, ScanResult) {
+	return scanIndex(c.idx, entryKey, func(k string) *entry { return &entry{key: k} }, q, max, page, func(e *entry) (LockInfo, bool) {
+		if !e.held || e.token == 0 || now >= e.end {
+			return LockInfo{}, false
+		}
+		return c.info(e), true
+	})
 }
 
-// Locks appends to page the core's held locks that q selects and whose
-// lease has not ended at now, merged with what page has, sorted by key and
-// cut to q.Limit; more reports whether a selected lock was left out. A
-// holding whose grant is still in flight (no token yet) is not shown.
-// Passing one page through the cores of several shards merges them.
-func (c *Core) Locks(now int64, q LockQuery, page []LockInfo) (_ []LockInfo, more bool) {
-	live := func(e *entry) bool { return e.held && e.token != 0 && now < e.end }
-	for k, e := range c.m {
-		if !q.match(k) {
-			continue
-		}
-		// The key is in the map's bucket, the entry behind a pointer: a
-		// key past a full page is passed over without reading its entry
-		// (but for the first, to know there is more).
-		if q.Limit > 0 && len(page) >= q.Limit && k >= page[len(page)-1].Key {
-			more = more || live(e)
-			continue
-		}
-		if !live(e) {
-			continue
-		}
-		var cut bool
-		page, cut = addPage(page, c.info(e), q.Limit)
-		more = more || cut
+// The ordered indexes of keys: a Core's of its entries (those of c.m, by
+// key: a pointer each), a Machine's of its held keys. They are B-trees of
+// degree indexDegree (nodes of up to 63 items).
+const indexDegree = 32
+
+func newEntryIndex() *btree.BTreeG[*entry] {
+	return btree.NewG(indexDegree, func(a, b *entry) bool { return a.key < b.key })
+}
+
+func newKeyIndex() *btree.BTreeG[string] {
+	return btree.NewG(indexDegree, func(a, b string) bool { return a < b })
+}
+
+func entryKey(e *entry) string { return e.key }
+func itself(k string) string   { return k }
+
+// scanIndex is Core.Scan and Machine.Scan over t, whose items' keys are
+// key(item) (pivot makes an item to seek to); show returns an item's
+// lock, if it is to be shown.
+func scanIndex[T any](t *btree.BTreeG[T], key func(T) string, pivot func(string) T, q LockQuery, max int, page []LockInfo, show func(T) (LockInfo, bool)) ([]LockInfo, ScanResult) {
+	var r ScanResult
+	if q.Limit <= 0 || max <= 0 {
+		return page, r
 	}
-	return page, more
+	// The first key selected: the prefix's first, or the one after After.
+	from, skip := q.Prefix, false
+	if q.After >= q.Prefix {
+		from, skip = q.After, true
+	}
+	shown := 0
+	r.Done = true
+	t.AscendGreaterOrEqual(pivot(from), func(it T) bool {
+		k := key(it)
+		if skip && k == from {
+			return true
+		}
+		if !strings.HasPrefix(k, q.Prefix) {
+			return false // past the prefix: done
+		}
+		if r.Visited >= max || shown >= q.Limit {
+			r.Done = false
+			return false
+		}
+		r.Visited++
+		r.Last = k
+		if li, ok := show(it); ok {
+			page = append(page, li)
+			shown++
+		}
+		return true
+	})
+	return page, r
 }
 
 func (c *Core) info(e *entry) LockInfo {
@@ -147,26 +181,21 @@ func (c *Core) Lock(now int64, key string) (LockDetail, bool) {
 	return d, true
 }
 
-// Locks appends to page the machine's holdings that q selects, merged,
-// sorted by key and cut to q.Limit, as Core.Locks does (no lease ends, no
-// waiters, no clients: a machine keeps none).
-func (m *Machine) Locks(q LockQuery, page []LockInfo) (_ []LockInfo, more bool) {
-	for k, h := range m.h {
-		if !q.match(k) {
-			continue
-		}
-		var cut bool
-		page, cut = addPage(page, machineInfo(k, h), q.Limit)
-		more = more || cut
-	}
-	return page, more
+// Scan is Core.Scan over the machine's holdings (no lease ends, no
+// waiters, no clients: a machine keeps none). Its driver calls it under
+// whatever serialises the machine's commands, in chunks.
+func (m *Machine) Scan(q LockQuery, max int, page []LockInfo) ([]LockInfo, ScanResult) {
+	return scanIndex(m.idx, itself, itself, q, max, page, func(k string) (LockInfo, bool) {
+		h, ok := m.h[k]
+		return machineInfo(k, h), ok
+	})
 }
 
 func machineInfo(key string, h holding) LockInfo {
 	return LockInfo{Key: key, Owner: h.owner, Token: h.token, LeaseS: h.lease, OwnedOnly: h.ownedOnly}
 }
 
-// Lock returns key's holding as Machine.Locks shows it, if it is held.
+// Lock returns key's holding as Machine.Scan shows it, if it is held.
 func (m *Machine) Lock(key string) (LockDetail, bool) {
 	h, ok := m.h[key]
 	if !ok {

@@ -155,7 +155,13 @@
       if (b) b.focus();
     }
     none.hidden = page.locks.length > 0;
-    say(none, prefix ? "No lock is held with a key starting " + JSON.stringify(prefix) + (pages.length > 1 ? " on this page." : ".") : "No lock is held" + (pages.length > 1 ? " on this page." : "."));
+    if (page.locks.length === 0 && page.more) {
+      // The node searched its most keys per page (free or in-flight
+      // ones) and found no held lock: the next page goes on.
+      say(none, "No held lock among the keys searched for this page: Next page goes on.");
+    } else {
+      say(none, prefix ? "No lock is held with a key starting " + JSON.stringify(prefix) + (pages.length > 1 ? " on this page." : ".") : "No lock is held" + (pages.length > 1 ? " on this page." : "."));
+    }
     next = page.more ? page.next_b64 : "";
     document.getElementById("next-page").disabled = !next;
     document.getElementById("prev-page").disabled = pages.length < 2;

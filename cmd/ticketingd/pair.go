@@ -19,6 +19,8 @@ func (o *serveOptions) pairOnly() []modeSetting {
 		{"peer", o.Peer != ""},
 		{"peer-listen", o.PeerListen != ""},
 		{"heartbeat", o.Heartbeat != server.DefaultPairHeartbeat},
+		{"peer-max-conns", o.PeerMaxConns != 0},
+		{"peer-max-conns-per-source", o.PeerMaxConnsPerSource != 0},
 	}
 }
 
@@ -80,10 +82,24 @@ func pairConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.PairConfi
 		Listen:    o.PeerListen,
 		Advertise: o.clientAdvertise(listen),
 		Heartbeat: o.Heartbeat,
+
+		MaxPeerConns:          o.PeerMaxConns,
+		MaxPeerConnsPerSource: o.PeerMaxConnsPerSource,
 	}
 	if pt != nil {
 		cert := pt.cert
 		pc.PeerCertificate, pc.PeerRoots = &cert, pt.roots
 	}
 	return pc
+}
+
+// pairPeerConnsNeed is the open files a pair's peer listener may take: its
+// connections before the hello (capped), the peer's own slots, and the
+// link both ways.
+func pairPeerConnsNeed(o *serveOptions) uint64 {
+	n := o.PeerMaxConns
+	if n == 0 {
+		n = server.DefaultPairPeerConns
+	}
+	return uint64(n) + server.PairPeerSlots + 2
 }

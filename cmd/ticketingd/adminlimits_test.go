@@ -214,3 +214,37 @@ func TestAdminConnCaps(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestAdminForeignHost: ticketingd's admin listener without --admin-token
+// answers 403 to every path for a Host it does not know (DNS rebinding),
+// and serves its IP address (a scrape by address), localhost and the names
+// of --admin-allowed-host.
+func TestAdminForeignHost(t *testing.T) {
+	t.Parallel()
+	s := startConf(t, withAdmin, "--admin-allowed-host=ops.example")
+	addr := strings.TrimPrefix(s.admin, "http://")
+	get := func(host, path string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.admin+path, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s with Host %q: %v", path, host, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/healthz", "/status", "/metrics", "/"} {
+		if code := get("evil.example:80", path); code != http.StatusForbidden {
+			t.Errorf("GET %s with a foreign Host: %d, want 403", path, code)
+		}
+	}
+	for _, host := range []string{addr, "localhost", "ops.example"} {
+		for _, path := range []string{"/healthz", "/status", "/metrics"} {
+			if code := get(host, path); code != http.StatusOK {
+				t.Errorf("GET %s with Host %q: %d, want 200", path, host, code)
+			}
+		}
+	}
+}

@@ -190,6 +190,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			Build:        &build,
 			Logger:       log,
 			ConsoleKeys:  o.ConsoleKeys,
+			AllowedHosts: adminAllowedHosts(o),
 		}), o.AdminHeaderTimeout, log)
 		limited := admin.LimitListener(aln, admin.ConnLimits{
 			MaxConns:          o.AdminMaxConns,
@@ -354,6 +355,20 @@ func warnExposure(log *slog.Logger, addr net.Addr, admin net.Listener, tokens, t
 func isLoopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// adminAllowedHosts are the Host names the admin listener answers without
+// an admin token (admin.Options.AllowedHosts): --admin-allowed-host, and
+// the hosts of the addresses this node is known by (IP addresses and
+// localhost are always allowed).
+func adminAllowedHosts(o *serveOptions) []string {
+	hosts := append([]string(nil), o.AdminAllowedHosts...)
+	for _, a := range []string{o.AdminListen, o.Listen, o.Advertise, o.RaftAdvertise} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // Admin HTTP server limits (adminReadHeaderTimeout is the default of

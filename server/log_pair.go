@@ -163,6 +163,7 @@ func (s *Server) startPair() (*Server, error) {
 	}
 	s.log.Info("pair: starting", "role", string(pc.Role), "state", start.String(), "peer", pc.Peer, "peer_listen", p.ln.Addr().String(),
 		"advertise", pc.Advertise, "heartbeat", pc.Heartbeat, "peer_tls", pc.peerTLS != nil, "epoch_mark", p.epochs.mark, "pair_id", id)
+	p.admitConns()
 	p.wg.Add(3)
 	go p.acceptLoop()
 	go p.dialLoop()
@@ -681,23 +682,25 @@ func (p *pair) acceptLoop() {
 // heartbeats and stream, each stream frame acknowledged.
 func (p *pair) serveIn(nc net.Conn) {
 	defer nc.Close()
-	timeout := bstar.DeadAfter * p.cfg.Heartbeat
 	if p.serverTL == nil && !p.cfg.PeerPlaintext && !loopbackAddr(nc.RemoteAddr()) {
 		if _, ok := p.refusals.due(p.s.now(), 1); ok {
 			p.s.log.Warn("pair: refused a plain TCP peer link from a non-loopback address (give the pair peer TLS, or peer-plaintext on a network nobody else reaches)", "remote", nc.RemoteAddr().String())
 		}
 		return
 	}
+	// One deadline for the handshake and the hello: a stranger that says
+	// nothing holds its slot (admitConns) for helloTimeout at most.
+	deadline := time.Now().Add(p.helloTimeout())
 	if p.serverTL != nil {
 		tc := tls.Server(nc, p.serverTL)
-		tc.SetDeadline(time.Now().Add(timeout))
+		tc.SetDeadline(deadline)
 		if err := tc.Handshake(); err != nil {
 			p.s.log.Warn("pair: peer link handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 			return
 		}
 		nc = tc
 	}
-	nc.SetDeadline(time.Now().Add(timeout))
+	nc.SetDeadline(deadline)
 	r := bufio.NewReaderSize(nc, 64<<10)
 	var buf []byte
 	typ, body, err := readFrame(r, pairSmallFrame, &buf)

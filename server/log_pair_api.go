@@ -89,6 +89,23 @@ type PairConfig struct {
 	// reaches.
 	PeerPlaintext bool
 
+	// MaxPeerConns caps the connections the peer listener holds from
+	// addresses other than Peer's (its host resolved), whose IPs have
+	// PairPeerSlots of their own: strangers, or the peer connecting from
+	// another address. A connection beyond it is closed at once. Zero
+	// means DefaultPairPeerConns.
+	MaxPeerConns int
+
+	// MaxPeerConnsPerSource caps the connections of MaxPeerConns from one
+	// source: an IPv4 address or an IPv6 /64. Zero means
+	// DefaultPairPeerConnsPerSource.
+	MaxPeerConnsPerSource int
+
+	// HelloTimeout bounds an inbound peer connection's TLS handshake and
+	// hello: a connection that has not completed them by then is closed.
+	// Zero means two heartbeat intervals.
+	HelloTimeout time.Duration
+
 	// listener, if set, is used instead of listening on Listen (tests).
 	listener net.Listener
 	// peerTLS is made of PeerCertificate and PeerRoots by validate.
@@ -130,6 +147,15 @@ func (pc *PairConfig) validate(c *Config) error {
 	}
 	if pc.Heartbeat == 0 {
 		pc.Heartbeat = DefaultPairHeartbeat
+	}
+	if pc.MaxPeerConns < 0 || pc.MaxPeerConnsPerSource < 0 || pc.HelloTimeout < 0 {
+		return fmt.Errorf("server: PairConfig.MaxPeerConns, MaxPeerConnsPerSource or HelloTimeout is negative")
+	}
+	if pc.MaxPeerConns == 0 {
+		pc.MaxPeerConns = DefaultPairPeerConns
+	}
+	if pc.MaxPeerConnsPerSource == 0 {
+		pc.MaxPeerConnsPerSource = DefaultPairPeerConnsPerSource
 	}
 	if c.Standby {
 		return errors.New("server: Config.Standby and Config.Pair are exclusive (a pair node's role follows the pair's state machine)")

@@ -99,6 +99,10 @@ func TestUsageErrors(t *testing.T) {
 		{"negative socket buffer", []string{"serve", "--socket-buffer", "-1"}, 2, []string{"--socket-buffer", "at least 16384"}},
 		{"tiny socket buffer", []string{"serve", "--socket-buffer", "100"}, 2, []string{"--socket-buffer", "at least 16384"}},
 		{"zero write timeout", []string{"serve", "--write-timeout", "0s"}, 2, []string{"--write-timeout", "> 0"}},
+		{"negative admin max conns", []string{"serve", "--admin-max-conns", "-1"}, 2, []string{"--admin-max-conns", ">= 0"}},
+		{"negative admin max conns per source", []string{"serve", "--admin-max-conns-per-source", "-1"}, 2, []string{"--admin-max-conns-per-source", ">= 0"}},
+		{"zero admin header timeout", []string{"serve", "--admin-header-timeout", "0s"}, 2, []string{"--admin-header-timeout", "> 0"}},
+		{"bad admin allowed host", []string{"serve", "--admin-allowed-host", "a b"}, 2, []string{"--admin-allowed-host #1", "want a host name"}},
 		{"config zero write timeout", []string{"serve", "--config", zeroWrite}, 2, []string{"write-timeout in config file " + zeroWrite}},
 		{"config unknown key", []string{"serve", "--config", unknownKey}, 2, []string{unknownKey, `unknown key "max-lockz"`, "line 2"}},
 		{"config bad type", []string{"serve", "--config", badType}, 2, []string{badType, "lots"}},
@@ -252,6 +256,10 @@ initial-token: 7000
 token-start: clock
 owned-release-only: true
 admin-token: s3cret
+admin-max-conns: 70
+admin-max-conns-per-source: 7
+admin-header-timeout: 2s
+admin-allowed-host: [ops.example, "*.example"]
 `
 	if err := os.WriteFile(cfg, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -261,39 +269,43 @@ admin-token: s3cret
 		t.Fatal(err)
 	}
 	want := serveOptions{
-		Config:           cfg,
-		Listen:           "127.0.0.1:7000", // flag wins
-		DataDir:          filepath.Join(dir, "data"),
-		ClientTokens:     []string{"c"}, // flag wins, replaces the list
-		ClientTokensFile: "/etc/ticketing/tokens",
-		TLSCert:          filepath.Join(dir, "server.pem"),
-		TLSKey:           "/abs/server-key.pem",
-		TLSClientCA:      filepath.Join(dir, "ca.pem"),
-		MaxLocks:         11,
-		MaxWaiters:       20,
-		MaxKeyWaiters:    30,
-		MaxSessions:      40,
-		MaxPerPeer:       50,
-		MaxPending:       60,
-		IdleTimeout:      45 * time.Second,
-		SocketBuffer:     32768,
-		WriteTimeout:     750 * time.Millisecond,
-		AdminListen:      "127.0.0.1:9225",
-		LogLevel:         "debug",
-		LogFormat:        "json",
-		NodeName:         "n1",
-		Standby:          true,
-		StandbyHint:      "other:5225",
-		ShutdownTimeout:  3 * time.Second,
-		TokenBlock:       500,
-		InitialToken:     7000,
-		TokenStart:       "clock",
-		OwnedRelease:     true,
-		AdminToken:       "s3cret",
-		RaftHeartbeat:    server.DefaultRaftHeartbeat,
-		RaftElection:     server.DefaultRaftElection,
-		InitialState:     initialStateNew,
-		Heartbeat:        server.DefaultPairHeartbeat,
+		Config:                 cfg,
+		Listen:                 "127.0.0.1:7000", // flag wins
+		DataDir:                filepath.Join(dir, "data"),
+		ClientTokens:           []string{"c"}, // flag wins, replaces the list
+		ClientTokensFile:       "/etc/ticketing/tokens",
+		TLSCert:                filepath.Join(dir, "server.pem"),
+		TLSKey:                 "/abs/server-key.pem",
+		TLSClientCA:            filepath.Join(dir, "ca.pem"),
+		MaxLocks:               11,
+		MaxWaiters:             20,
+		MaxKeyWaiters:          30,
+		MaxSessions:            40,
+		MaxPerPeer:             50,
+		MaxPending:             60,
+		IdleTimeout:            45 * time.Second,
+		SocketBuffer:           32768,
+		WriteTimeout:           750 * time.Millisecond,
+		AdminListen:            "127.0.0.1:9225",
+		LogLevel:               "debug",
+		LogFormat:              "json",
+		NodeName:               "n1",
+		Standby:                true,
+		StandbyHint:            "other:5225",
+		ShutdownTimeout:        3 * time.Second,
+		TokenBlock:             500,
+		InitialToken:           7000,
+		TokenStart:             "clock",
+		OwnedRelease:           true,
+		AdminToken:             "s3cret",
+		AdminMaxConns:          70,
+		AdminMaxConnsPerSource: 7,
+		AdminHeaderTimeout:     2 * time.Second,
+		AdminAllowedHosts:      []string{"ops.example", "*.example"},
+		RaftHeartbeat:          server.DefaultRaftHeartbeat,
+		RaftElection:           server.DefaultRaftElection,
+		InitialState:           initialStateNew,
+		Heartbeat:              server.DefaultPairHeartbeat,
 	}
 	if !reflect.DeepEqual(*o, want) {
 		t.Errorf("got  %+v\nwant %+v", *o, want)

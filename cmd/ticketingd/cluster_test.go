@@ -547,7 +547,7 @@ func TestClusterEndToEnd(t *testing.T) {
 func TestClusterSingleNodeAdmin(t *testing.T) {
 	raft := "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
 	p := startInProc(t, "serve", "--cluster", "--node-id", "solo", "--listen", "127.0.0.1:0", "--raft-listen", raft, "--peers", "solo="+raft,
-		"--data-dir", filepath.Join(t.TempDir(), "data"), "--admin-listen", "127.0.0.1:0", "--log-format", "json")
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--admin-allowed-host", "ops.example")
 	adminAddr := p.stderr.waitJSON(t, "admin listening", p.done)["addr"].(string)
 	admin := "http://" + adminAddr
 	listening := p.stderr.waitJSON(t, "listening", p.done)
@@ -587,7 +587,8 @@ func TestClusterSingleNodeAdmin(t *testing.T) {
 		want                          string
 	}{
 		{"form post", "/cluster/remove", "text/plain", "", `{"id":"solo"}`, 415, "application/json"},
-		{"rebound host", "/cluster/remove", "application/json", "evil.example:80", `{"id":"solo"}`, 403, "not a loopback address"},
+		{"rebound host", "/cluster/remove", "application/json", "evil.example:80", `{"id":"solo"}`, 403, "not a name of this server"},
+		{"allowed name, not loopback", "/cluster/remove", "application/json", "ops.example:80", `{"id":"solo"}`, 403, "not a loopback address"},
 		{"localhost host", "/cluster/remove", "application/json; charset=utf-8", "localhost", `{"id":"nobody"}`, 404, `node \"nobody\" is not in the cluster configuration`},
 		{"bad json", "/cluster/add", "application/json", "", `{"id":`, 400, "invalid request body"},
 		{"unknown field", "/cluster/add", "application/json", "", `{"id":"n2","addr":"127.0.0.1:1"}`, 400, "unknown field"},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server"
+	"github.com/ticketing-dev/ticketing/server/admin"
 )
 
 // serveOptions are the settings of 'ticketingd serve'. Each field but
@@ -53,6 +54,13 @@ type serveOptions struct {
 	OwnedRelease     bool
 	AdminToken       string
 	ConsoleKeys      bool // the lock browser on the admin listener (admin.Options.ConsoleKeys)
+	// Admin listener limits (admin.ConnLimits) and header deadline, and
+	// the Host names it answers without an admin token
+	// (admin.Options.AllowedHosts).
+	AdminMaxConns          int
+	AdminMaxConnsPerSource int
+	AdminHeaderTimeout     time.Duration
+	AdminAllowedHosts      []string
 
 	// Cluster mode (see checkCluster in cluster.go). Advertise and the
 	// PeerTLS files are a pair node's settings too.
@@ -87,6 +95,10 @@ type serveOptions struct {
 	Heartbeat  time.Duration
 	// PeerPlaintext accepts a plain TCP peer link off loopback.
 	PeerPlaintext bool
+	// The peer listener's caps (server.PairConfig.MaxPeerConns and
+	// MaxPeerConnsPerSource).
+	PeerMaxConns          int
+	PeerMaxConnsPerSource int
 }
 
 // defaultListen is loopback on the protocol's default port.
@@ -126,6 +138,10 @@ func (o *serveOptions) options() []option {
 		opt(&o.AdminListen, "admin-listen", "", "HTTP `address` for /metrics, /healthz, /status and the web console (/), and in cluster mode /cluster/add and /cluster/remove (off when empty)"),
 		opt(&o.AdminToken, "admin-token", "", "require 'Authorization: Bearer `TOKEN`' on every admin request but GET /healthz; required in cluster mode when --admin-listen is not a loopback address"),
 		opt(&o.ConsoleKeys, "console-keys", false, "turn on the lock browser of the admin listener (GET /v1/locks, GET /v1/locks/{key}, POST /v1/locks/{key}/expire; 'ticketingd locks'): it shows key names, which can be sensitive, and can expire a lock; needs --admin-listen and --admin-token, which it always requires, on loopback too"),
+		opt(&o.AdminMaxConns, "admin-max-conns", 0, fmt.Sprintf("limit on open admin connections from addresses other than 127.0.0.1 and ::1 (which have %d each of their own); more are closed at accept, unanswered; 0 means the default (%d)", admin.DefaultLoopbackConns, admin.DefaultMaxConns)),
+		opt(&o.AdminMaxConnsPerSource, "admin-max-conns-per-source", 0, fmt.Sprintf("limit on open admin connections from one address (IPv4 address or IPv6 /64); 0 means the default (%d)", admin.DefaultMaxConnsPerSource)),
+		opt(&o.AdminHeaderTimeout, "admin-header-timeout", adminReadHeaderTimeout, "close an admin connection that has not sent a whole request header within this long (a client that sends nothing or trickles); must be > 0"),
+		opt(&o.AdminAllowedHosts, "admin-allowed-host", nil, "without --admin-token, also answer admin requests whose Host header names this `host` (repeatable; a YAML list in the file; \"*\" for any). Always answered: IP addresses, localhost, and the hosts of --admin-listen, --listen and --advertise; any other name gets 403, against DNS rebinding"),
 		opt(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error"),
 		opt(&o.LogFormat, "log-format", "text", "log format: text or json"),
 		opt(&o.NodeName, "node-name", "", "node `name` sent to clients in HELLO_OK (default \"ticketingd\")"),
@@ -154,6 +170,8 @@ func (o *serveOptions) options() []option {
 		opt(&o.PeerListen, "peer-listen", "", "pair: TCP `address` (host:port) this node takes its peer's link on"),
 		opt(&o.PeerPlaintext, "peer-plaintext", false, "pair: accept a plain TCP peer link (no --peer-tls-cert) although --peer or --peer-listen is not a loopback address: anyone who reaches the peer port can then pose as the peer, make the active step down or move the token epochs; only on a network nobody else reaches"),
 		opt(&o.Heartbeat, "heartbeat", server.DefaultPairHeartbeat, fmt.Sprintf("pair: interval of the heartbeats on the peer link, at least %v; the peer counts as dead after two intervals without one; give both nodes the same", minPairHeartbeat)),
+		opt(&o.PeerMaxConns, "peer-max-conns", 0, fmt.Sprintf("pair: limit on connections to --peer-listen from addresses other than --peer's (which have %d of their own); more are closed at accept, and one that has not sent its hello within two heartbeats is closed; 0 means the default (%d)", server.PairPeerSlots, server.DefaultPairPeerConns)),
+		opt(&o.PeerMaxConnsPerSource, "peer-max-conns-per-source", 0, fmt.Sprintf("pair: limit on connections to --peer-listen from one address (IPv4 address or IPv6 /64) other than --peer's; 0 means the default (%d)", server.DefaultPairPeerConnsPerSource)),
 		opt(&o.TokenBlock, "token-block", 0, "fencing tokens reserved per fsync of the durable ceiling, at most 4294967296; 0 means the default (10000). A crash skips at most this many tokens"),
 		opt(&o.InitialToken, "initial-token", 0, "issue fencing tokens strictly above `N` (and above the stored ceiling, if higher): to restart a data dir whose ceiling was lost, or to continue above another server's tokens or a database's high-water; 0: none (a new data dir or cluster starts where --token-start says)"),
 		opt(&o.TokenStart, "token-start", "one", "where a NEW data dir or cluster starts issuing fencing tokens: one (at 1, as the protocol says) or clock (above the wall clock in microseconds, so that a reinstalled or wiped server never issues tokens below an earlier installation's; 'ticketingd init' writes clock). Read only at creation: a restart continues from the stored state. In a cluster the first leader's setting decides; give every node the same. --initial-token is a floor in both"),
@@ -325,7 +343,9 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 		name string
 		v    int
 	}{{"max-locks", o.MaxLocks}, {"max-waiters", o.MaxWaiters}, {"max-key-waiters", o.MaxKeyWaiters}, {"max-sessions", o.MaxSessions},
-		{"max-sessions-per-peer", o.MaxPerPeer}, {"max-pending-conns", o.MaxPending}} {
+		{"max-sessions-per-peer", o.MaxPerPeer}, {"max-pending-conns", o.MaxPending},
+		{"admin-max-conns", o.AdminMaxConns}, {"admin-max-conns-per-source", o.AdminMaxConnsPerSource},
+		{"peer-max-conns", o.PeerMaxConns}, {"peer-max-conns-per-source", o.PeerMaxConnsPerSource}} {
 		if l.v < 0 {
 			return usagef("invalid %s %d: must be >= 0 (0 means the default)", src(l.name), l.v)
 		}
@@ -374,6 +394,14 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}
 	if o.ShutdownTimeout <= 0 {
 		return usagef("invalid %s %v: must be > 0", src("shutdown-timeout"), o.ShutdownTimeout)
+	}
+	if o.AdminHeaderTimeout <= 0 {
+		return usagef("invalid %s %v: must be > 0", src("admin-header-timeout"), o.AdminHeaderTimeout)
+	}
+	for i, h := range o.AdminAllowedHosts {
+		if h == "" || strings.ContainsAny(h, " \t/") {
+			return usagef("invalid %s #%d %q: want a host name (or \"*\")", src("admin-allowed-host"), i+1, h)
+		}
 	}
 	if len(o.AdminToken) > maxAdminTokenLen {
 		return usagef("%s is longer than %d bytes", src("admin-token"), maxAdminTokenLen)

@@ -1599,4 +1599,14 @@ func TestServeWarnsLowFileLimit(t *testing.T) {
 			t.Fatalf("warned:\n%s", sp.stderr.String())
 		}
 	})
+	// The admin listener's connections count too: 100 sessions, 64
+	// before HELLO, 64 reserved, 200 admin connections and 2x16 for
+	// loopback need 460.
+	t.Run("admin connections that do not fit", func(t *testing.T) {
+		sp := run(t, "--max-sessions 100 --admin-listen 127.0.0.1:0 --admin-max-conns 200")
+		rec := sp.stderr.waitJSON(t, msg, sp.done)
+		if rec["needed"] != float64(460) {
+			t.Fatalf("warning %v, want needed 460", rec)
+		}
+	})
 }

@@ -92,9 +92,9 @@ func runConsole(ctx context.Context, o *consoleOptions, stderr io.Writer) error 
 	if o.Token != "" {
 		h = admin.RequireToken(o.Token, h)
 	}
-	hs := newAdminServer(h, log)
+	hs := newAdminServer(h, adminReadHeaderTimeout, log)
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(admin.LimitListener(ln, admin.ConnLimits{Logger: log})) }()
 	log.Info("console listening", "addr", ln.Addr().String(), "url", "http://"+ln.Addr().String()+"/",
 		"admin_token", o.Token != "", "version", build.Version)
 	select {

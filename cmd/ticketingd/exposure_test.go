@@ -27,7 +27,7 @@ func TestAdminIdleKeepAliveClosed(t *testing.T) {
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
-	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n")
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

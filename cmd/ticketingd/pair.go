@@ -21,6 +21,8 @@ func (o *serveOptions) pairOnly() []modeSetting {
 		{"peer-listen", o.PeerListen != ""},
 		{"heartbeat", o.Heartbeat != server.DefaultPairHeartbeat},
 		{"peer-plaintext", o.PeerPlaintext},
+		{"peer-max-conns", o.PeerMaxConns != 0},
+		{"peer-max-conns-per-source", o.PeerMaxConnsPerSource != 0},
 	}
 }
 
@@ -93,6 +95,9 @@ func pairConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.PairConfi
 		Advertise:     o.clientAdvertise(listen),
 		Heartbeat:     o.Heartbeat,
 		PeerPlaintext: o.PeerPlaintext,
+
+		MaxPeerConns:          o.PeerMaxConns,
+		MaxPeerConnsPerSource: o.PeerMaxConnsPerSource,
 	}
 	if pt != nil {
 		cert := pt.cert
@@ -113,4 +118,15 @@ func loopbackHostPort(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// pairPeerConnsNeed is the open files a pair's peer listener may take: its
+// connections before the hello (capped), the peer's own slots, and the
+// link both ways.
+func pairPeerConnsNeed(o *serveOptions) uint64 {
+	n := o.PeerMaxConns
+	if n == 0 {
+		n = server.DefaultPairPeerConns
+	}
+	return uint64(n) + server.PairPeerSlots + 2
 }

@@ -66,6 +66,8 @@ func TestPairUsageErrors(t *testing.T) {
 		{"pair id invalid", pairArgs("--pair-id", "a/b"), 2, []string{`invalid --pair-id "a/b": want 1 to 64 letters, digits, '.', '_' or '-'`}},
 		{"pair id too long", pairArgs("--pair-id", strings.Repeat("a", 65)), 2, []string{"invalid --pair-id", "want 1 to 64 letters"}},
 		{"pair id without pair", serveArgs("--pair-id", "p1"), 2, []string{"--pair-id needs --pair (it is a pair node's setting)"}},
+		{"peer max conns without pair", serveArgs("--peer-max-conns", "8"), 2, []string{"--peer-max-conns needs --pair"}},
+		{"negative peer max conns", pairArgs("--peer-max-conns-per-source", "-1"), 2, []string{"--peer-max-conns-per-source", ">= 0"}},
 		{"pair id with cluster", serveArgs("--cluster", "--node-id", "n1", "--raft-listen", "127.0.0.1:7001", "--pair-id", "p1"), 2, []string{"--pair-id needs --pair"}},
 		{"pair heartbeat below minimum", pairArgs("--heartbeat", "99ms"), 2, []string{"invalid --heartbeat 99ms: must be at least 100ms"}},
 		{"pair heartbeat zero", pairArgs("--heartbeat", "0s"), 2, []string{"invalid --heartbeat 0s: must be at least 100ms"}},

@@ -104,7 +104,7 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return runtimef("data dir %s: not a directory", o.DataDir)
 	}
 
-	checkFileLimit(log, o.MaxSessions, o.MaxPending)
+	checkFileLimit(log, o)
 
 	// Listen before the token store is opened (which creates the data dir
 	// and writes the ceiling): a start that fails here, a port in use say,
@@ -190,11 +190,17 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			Build:        &build,
 			Logger:       log,
 			ConsoleKeys:  o.ConsoleKeys,
-		}), log)
+			AllowedHosts: adminAllowedHosts(o),
+		}), o.AdminHeaderTimeout, log)
+		limited := admin.LimitListener(aln, admin.ConnLimits{
+			MaxConns:          o.AdminMaxConns,
+			MaxConnsPerSource: o.AdminMaxConnsPerSource,
+			Logger:            log,
+		})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := adminSrv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin listener failed", "err", err)
 			}
 		}()
@@ -351,7 +357,22 @@ func isLoopback(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
-// Admin HTTP server limits: a client that sends nothing, trickles its
+// adminAllowedHosts are the Host names the admin listener answers without
+// an admin token (admin.Options.AllowedHosts): --admin-allowed-host, and
+// the hosts of the addresses this node is known by (IP addresses and
+// localhost are always allowed).
+func adminAllowedHosts(o *serveOptions) []string {
+	hosts := append([]string(nil), o.AdminAllowedHosts...)
+	for _, a := range []string{o.AdminListen, o.Listen, o.Advertise, o.RaftAdvertise} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// Admin HTTP server limits (adminReadHeaderTimeout is the default of
+// --admin-header-timeout): a client that sends nothing, trickles its
 // request or keeps an idle keep-alive connection is closed instead of
 // holding a file descriptor the lock port may need. adminWriteTimeout is
 // above admin.DefaultClusterChangeTimeout, so that the answer of a slow
@@ -364,11 +385,11 @@ const (
 	adminMaxHeaderBytes    = 16 << 10
 )
 
-func newAdminServer(h http.Handler, log *slog.Logger) *http.Server {
+func newAdminServer(h http.Handler, headerTimeout time.Duration, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: adminReadHeaderTimeout,
-		ReadTimeout:       adminReadTimeout,
+		ReadHeaderTimeout: headerTimeout,
+		ReadTimeout:       max(adminReadTimeout, headerTimeout),
 		WriteTimeout:      adminWriteTimeout,
 		IdleTimeout:       adminIdleTimeout,
 		MaxHeaderBytes:    adminMaxHeaderBytes,
@@ -376,29 +397,50 @@ func newAdminServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// fdReserve is the file descriptors needed besides sessions and
-// connections before HELLO: listeners, the data directory, logs and the
-// admin server.
+// fdReserve is the file descriptors needed besides sessions, connections
+// before HELLO and the admin and peer listeners' connections: listeners,
+// the data directory, the token store's and the Raft log's files, and logs.
 const fdReserve = 64
 
-// checkFileLimit warns when the open-file limit cannot hold max-sessions
-// sessions plus max-pending-conns connections before HELLO: past it, accept
-// fails (EMFILE) and further clients wait in the listen backlog with no
-// answer instead of getting E(7).
-func checkFileLimit(log *slog.Logger, maxSessions, maxPending int) {
+// fileNeed is the open files the settings of o may take at once: sessions,
+// connections before HELLO, the admin listener's and a pair's peer
+// listener's connections (each capped), and fdReserve. It returns the
+// effective max-sessions and max-pending-conns too.
+func fileNeed(o *serveOptions) (need uint64, maxSessions, maxPending int) {
+	maxSessions, maxPending = o.MaxSessions, o.MaxPending
 	if maxSessions == 0 {
 		maxSessions = server.DefaultMaxSessions
 	}
 	if maxPending == 0 {
 		maxPending = max(maxSessions/10, 64) // server.Config's default
 	}
-	need := uint64(maxSessions) + uint64(maxPending) + fdReserve
+	need = uint64(maxSessions) + uint64(maxPending) + fdReserve
+	if o.AdminListen != "" {
+		adminConns := o.AdminMaxConns
+		if adminConns == 0 {
+			adminConns = admin.DefaultMaxConns
+		}
+		need += uint64(adminConns) + 2*admin.DefaultLoopbackConns // 127.0.0.1 and ::1
+	}
+	if o.Pair != "" {
+		need += pairPeerConnsNeed(o)
+	}
+	return need, maxSessions, maxPending
+}
+
+// checkFileLimit warns when the open-file limit cannot hold what fileNeed
+// counts: past it, accept fails (EMFILE) and further clients wait in the
+// listen backlog with no answer instead of getting E(7), and the token
+// store may fail to reserve tokens.
+func checkFileLimit(log *slog.Logger, o *serveOptions) {
+	need, maxSessions, maxPending := fileNeed(o)
 	lim, ok := openFileLimit()
 	if !ok || lim >= need {
 		return
 	}
 	log.Warn("open-file limit is too low for max-sessions: clients beyond it will hang instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions",
-		"nofile_limit", lim, "max_sessions", maxSessions, "max_pending_conns", maxPending, "needed", need)
+		"nofile_limit", lim, "max_sessions", maxSessions, "max_pending_conns", maxPending, "needed", need,
+		"counted", "max-sessions, max-pending-conns, admin-max-conns and peer-max-conns (with their reserved slots), and 64 for files and listeners")
 }
 
 // aeadSuites are the TLS 1.2 cipher suites the lock port accepts: ECDHE

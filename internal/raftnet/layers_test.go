@@ -122,16 +122,3 @@ func serverHandshake(t *testing.T, cfg *tls.Config, cert *tls.Certificate) error
 	<-done
 	return err
 }
-
-func TestLimiter(t *testing.T) {
-	l := newLimiter(time.Hour)
-	var ran []int
-	for range 3 {
-		l.do(func(n int) { ran = append(ran, n) })
-	}
-	l.last = time.Now().Add(-2 * time.Hour) // the interval has passed
-	l.do(func(n int) { ran = append(ran, n) })
-	if len(ran) != 2 || ran[0] != 0 || ran[1] != 2 {
-		t.Fatalf("ran with suppressed counts %v, want [0 2]", ran)
-	}
-}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 )
 
 // tlsStream is the raft.StreamLayer over crypto/tls. Its own accept loop
@@ -30,17 +32,17 @@ type tlsStream struct {
 	server    *tls.Config
 
 	handshakeTimeout time.Duration
-	gate             *gate
+	gate             *connlimit.Gate
 	accepted         chan net.Conn // authenticated inbound connections
 
 	log *slog.Logger
 	// Log limiters, one per kind of line, so that a flood of one kind does
 	// not hide the others.
-	refused       *limiter // connections from non-members refused by the gate
-	failed        *limiter // failed handshakes from non-members, accept errors
-	memberRefused *limiter // connections from members' IPs refused by the gate
-	memberFailed  *limiter // failed handshakes from members' IPs
-	resolveFail   *limiter // failed lookups of members' names
+	refused       *connlimit.Limiter // connections from non-members refused by the gate
+	failed        *connlimit.Limiter // failed handshakes from non-members, accept errors
+	memberRefused *connlimit.Limiter // connections from members' IPs refused by the gate
+	memberFailed  *connlimit.Limiter // failed handshakes from members' IPs
+	resolveFail   *connlimit.Limiter // failed lookups of members' names
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -62,14 +64,14 @@ func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConf
 	s := &tlsStream{
 		ln: ln, advertise: advertise, tls: p, server: p.ServerConfig(),
 		handshakeTimeout: sc.handshakeTimeout,
-		gate:             newGate(sc.maxShared, sc.perSource, sc.perMember),
+		gate:             connlimit.NewGate(sc.maxShared, sc.perSource, sc.perMember),
 		accepted:         make(chan net.Conn),
 		log:              log,
-		refused:          newLimiter(time.Second),
-		failed:           newLimiter(time.Second),
-		memberRefused:    newLimiter(time.Second),
-		memberFailed:     newLimiter(time.Second),
-		resolveFail:      newLimiter(time.Second),
+		refused:          connlimit.NewLimiter(time.Second),
+		failed:           connlimit.NewLimiter(time.Second),
+		memberRefused:    connlimit.NewLimiter(time.Second),
+		memberFailed:     connlimit.NewLimiter(time.Second),
+		resolveFail:      connlimit.NewLimiter(time.Second),
 		ctx:              ctx, cancel: cancel,
 	}
 	// Dial from the IP the layer listens on, if it is a specific one, so
@@ -80,12 +82,12 @@ func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConf
 		s.local = &net.TCPAddr{IP: ta.IP, Zone: ta.Zone}
 	}
 	if sc.members != nil {
-		w := &memberWatch{members: sc.members, gate: s.gate, s: s}
-		w.refresh(ctx) // members have their slots from the start
+		w := s.memberWatch(sc.members)
+		w.Refresh(ctx) // members have their slots from the start
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			w.watch(ctx)
+			w.Run(ctx, membersEvery)
 		}()
 	}
 	s.wg.Add(1)
@@ -105,7 +107,7 @@ func (s *tlsStream) acceptLoop() {
 			}
 			// A transient error such as EMFILE: back off as net/http does.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.failed.do(func(suppressed int) {
+			s.failed.Do(func(suppressed int) {
 				s.log.Warn("raft peer transport: accept failed", "error", err, "suppressed", suppressed)
 			})
 			select {
@@ -116,8 +118,8 @@ func (s *tlsStream) acceptLoop() {
 			}
 		}
 		delay = 0
-		t, why := s.gate.enter(remoteIP(c))
-		if why != admitted {
+		t, why := s.gate.Enter(connlimit.RemoteIP(c))
+		if why != connlimit.Admitted {
 			// Log before closing, so that the line exists by the time the
 			// stranger sees its connection end.
 			s.logRefusal(c.RemoteAddr().String(), why)
@@ -131,46 +133,46 @@ func (s *tlsStream) acceptLoop() {
 
 // logRefusal logs a connection the gate refused, at most once a second per
 // kind (members' IPs or others).
-func (s *tlsStream) logRefusal(remote string, why refusal) {
-	g := s.gate
+func (s *tlsStream) logRefusal(remote string, why connlimit.Refusal) {
+	maxShared, perSource, perMember := s.gate.Limits()
 	switch why {
-	case memberAllFull:
-		s.memberRefused.do(func(suppressed int) {
+	case connlimit.MemberAllFull:
+		s.memberRefused.Do(func(suppressed int) {
 			s.log.Warn("raft peer transport: too many handshakes in progress from a member's address, connection refused (the member retries; if this lasts, something else connects from that address: see the operations guide)",
-				"remote", remote, "member_slots", g.perMember, "per_source", g.perSource, "shared", g.maxShared, "suppressed", suppressed)
+				"remote", remote, "member_slots", perMember, "per_source", perSource, "shared", maxShared, "suppressed", suppressed)
 		})
-	case sourceFull:
-		s.refused.do(func(suppressed int) {
+	case connlimit.SourceFull:
+		s.refused.Do(func(suppressed int) {
 			s.log.Warn("raft peer transport: too many handshakes in progress from this source, connection refused (not a member's address: a stranger, or a node not yet in the configuration)",
-				"remote", remote, "per_source", g.perSource, "suppressed", suppressed)
+				"remote", remote, "per_source", perSource, "suppressed", suppressed)
 		})
 	default:
-		s.refused.do(func(suppressed int) {
+		s.refused.Do(func(suppressed int) {
 			s.log.Warn("raft peer transport: too many handshakes in progress from non-members, connection refused (members have slots of their own)",
-				"remote", remote, "shared", g.maxShared, "suppressed", suppressed)
+				"remote", remote, "shared", maxShared, "suppressed", suppressed)
 		})
 	}
 }
 
 // handshake authenticates one inbound connection, which holds the gate's
 // slot t, and hands it to Accept.
-func (s *tlsStream) handshake(raw net.Conn, t ticket) {
+func (s *tlsStream) handshake(raw net.Conn, t connlimit.Ticket) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithTimeout(s.ctx, s.handshakeTimeout)
 	tc := tls.Server(raw, s.server)
 	err := tc.HandshakeContext(ctx)
 	cancel()
-	s.gate.leave(t)
+	s.gate.Leave(t)
 	if err != nil {
 		if s.ctx.Err() == nil {
 			remote := raw.RemoteAddr().String()
-			if s.gate.isMember(t.ip) {
-				s.memberFailed.do(func(suppressed int) {
+			if s.gate.IsMember(t.IP()) {
+				s.memberFailed.Do(func(suppressed int) {
 					s.log.Warn("raft peer transport: peer handshake failed, from a member's address (check that node's certificate, its expiry and the CA files of both)",
 						"remote", remote, "error", err, "suppressed", suppressed)
 				})
 			} else {
-				s.failed.do(func(suppressed int) {
+				s.failed.Do(func(suppressed int) {
 					s.log.Warn("raft peer transport: peer handshake failed",
 						"remote", remote, "error", err, "suppressed", suppressed)
 				})
@@ -312,32 +314,4 @@ func (c *trackedConn) Close() error {
 	delete(c.set.conns, c) // a no-op on the nil map after close
 	c.set.mu.Unlock()
 	return c.Conn.Close()
-}
-
-// limiter runs at most one log call per interval and counts the calls it
-// suppressed in between, for failures a stranger can provoke at will.
-type limiter struct {
-	every      time.Duration
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func newLimiter(every time.Duration) *limiter { return &limiter{every: every} }
-
-// do calls f, outside the limiter's lock, with the number of calls
-// suppressed since the last one that ran, unless one ran within the
-// interval.
-func (l *limiter) do(f func(suppressed int)) {
-	l.mu.Lock()
-	t := time.Now()
-	if !l.last.IsZero() && t.Sub(l.last) < l.every {
-		l.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	n := l.suppressed
-	l.last, l.suppressed = t, 0
-	l.mu.Unlock()
-	f(n)
 }

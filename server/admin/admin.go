@@ -89,6 +89,18 @@ type Options struct {
 	// 404 then.
 	NoConsole bool
 
+	// AllowedHosts are the host names, besides localhost, that requests
+	// may name in their Host header when Token is empty ("*" for any,
+	// "*.example.com" for the names below example.com; case-insensitive,
+	// the port not compared). Any other name gets 403 on every path,
+	// against DNS rebinding: a web page whose name resolves to this
+	// server's address cannot read it through the operator's browser. IP
+	// addresses (a scrape or a probe by address) are always allowed.
+	// ticketingd gives the hosts of --admin-listen, --listen, --advertise
+	// and --raft-advertise, and those of --admin-allowed-host. Unused with
+	// a Token, which a rebinding page does not have.
+	AllowedHosts []string
+
 	// ConsoleRoutes are further handlers of the console by http.ServeMux
 	// pattern (console.Options.Routes), behind the admin token like the
 	// rest. (The lock browser's JSON is this handler's own, and the
@@ -236,7 +248,7 @@ func newHandler(srv node, cn clusterNode, ln lockNode, opts Options) http.Handle
 	}
 	addLockRoutes(mux, ln, &opts)
 	if opts.Token == "" {
-		return mux
+		return newHostCheck(opts.AllowedHosts, mux)
 	}
 	return RequireToken(opts.Token, mux)
 }

@@ -271,7 +271,8 @@ func TestClusterStatus(t *testing.T) {
 func TestClusterChanges(t *testing.T) {
 	var logs bytes.Buffer
 	fn := &fakeNode{status: server.ClusterStatus{NodeID: "n1", State: "Leader", Servers: []server.ClusterMember{{ID: "n1"}, {ID: "n2"}}}}
-	h := newHandler(fn, fn, nil, Options{ClusterChangeTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := newHandler(fn, fn, nil, Options{ClusterChangeTimeout: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		AllowedHosts: []string{"admin.example"}})
 	jsonCT := map[string]string{"Content-Type": "application/json", "Host": "127.0.0.1:9225"}
 	for _, tc := range []struct {
 		name, path string
@@ -283,7 +284,9 @@ func TestClusterChanges(t *testing.T) {
 		{"form post", "/cluster/remove", map[string]string{"Content-Type": "text/plain"}, `{"id":"n2"}`, 415, "want Content-Type: application/json"},
 		{"no content type", "/cluster/add", nil, `{"id":"n3","address":"10.0.0.3:7001"}`, 415, "want Content-Type: application/json"},
 		{"rebound host", "/cluster/remove", map[string]string{"Content-Type": "application/json", "Host": "evil.example:80"}, `{"id":"n2"}`, 403,
-			`Host "evil.example:80" is not a loopback address: without --admin-token, cluster changes are accepted only for 127.0.0.1, ::1 or localhost`},
+			`Host "evil.example:80" is not a name of this server: without --admin-token the admin listener answers only for an IP address, localhost, the hosts of its listen and advertise addresses, and the names of --admin-allowed-host`},
+		{"allowed host, not loopback", "/cluster/remove", map[string]string{"Content-Type": "application/json", "Host": "admin.example:80"}, `{"id":"n2"}`, 403,
+			`Host "admin.example:80" is not a loopback address: without --admin-token, cluster changes are accepted only for 127.0.0.1, ::1 or localhost`},
 		{"public IP host", "/cluster/add", map[string]string{"Content-Type": "application/json", "Host": "192.0.2.1:9225"}, `{"id":"n3","address":"10.0.0.3:7001"}`, 403,
 			`Host "192.0.2.1:9225" is not a loopback address: without --admin-token, cluster changes are accepted only for 127.0.0.1, ::1 or localhost`},
 		{"not a member", "/cluster/remove", map[string]string{"Content-Type": "application/json; charset=utf-8", "Host": "localhost"}, `{"id":"nobody"}`, 404, `node "nobody" is not in the cluster configuration`},

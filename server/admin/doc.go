@@ -5,7 +5,9 @@
 //	srv, err := server.New(server.Config{DataDir: dir, Registerer: reg})
 //	...
 //	h := admin.New(srv, admin.Options{Gatherer: reg, Registerer: reg, Token: token})
-//	go (&http.Server{Addr: "127.0.0.1:9225", Handler: h, ReadHeaderTimeout: 5 * time.Second}).ListenAndServe()
+//	ln, err := net.Listen("tcp", "127.0.0.1:9225")
+//	...
+//	go (&http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}).Serve(admin.LimitListener(ln, admin.ConnLimits{}))
 //
 // # Endpoints
 //
@@ -88,12 +90,22 @@
 // (--admin-token, --raft-advertise), which are what these settings are
 // called there.
 //
+// Without Options.Token, every request must name this server in its Host
+// header (403 with an ErrorResponse otherwise, on every path): an IP
+// address, localhost, or a name of Options.AllowedHosts. A web page that
+// rebinds its own DNS name to the server's address (DNS rebinding)
+// therefore cannot read the answers through a browser; a scrape or probe
+// by IP address is served.
+//
 // The handler sets no timeouts of its own: serve it with an http.Server
-// that has them. ticketingd's admin server reads request headers within
-// 5 s and a whole request within 10 s, closes connections idle for 2 s,
-// allows 30 s for writing an answer (above the default
-// ClusterChangeTimeout, so that the answer of a slow change still gets
-// out) and limits request headers to 16 KiB.
+// that has them, on a listener wrapped by LimitListener, which caps the
+// connections held open (ConnLimits: in all, per source address, and
+// loopback's own). ticketingd's admin server reads request headers within
+// 5 s (--admin-header-timeout) and a whole request within 10 s, closes
+// connections idle for 2 s, allows 30 s for writing an answer (above the
+// default ClusterChangeTimeout, so that the answer of a slow change still
+// gets out), limits request headers to 16 KiB, and applies LimitListener
+// with --admin-max-conns and --admin-max-conns-per-source.
 //
 // The answers, status codes, paths and JSON field names are those of
 // ticketingd's admin listener, which docs/operations.md ("Admin

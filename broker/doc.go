@@ -11,7 +11,11 @@
 //	if err != nil { ... }          // only for an invalid configuration
 //	defer b.Close()
 //	if err := b.WaitReady(ctx); err != nil { ... } // at start-up: New never dials
-//	t, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
+//	t, err := b.Acquire(ctx, "order-42", broker.AcquireOptions{
+//		Lease: 30 * time.Second, // required: 1..250 s
+//		Wait:  5 * time.Second,  // 0: one immediate try
+//		Work:  2 * time.Second,  // 0: no work budget
+//	})
 //	if err != nil { ... }          // see "Acquire outcomes"; ErrUnsent: retry soon
 //	// in ONE database transaction: reject t.Token() <= stored high-water,
 //	// store it, do the business write, commit; only then:

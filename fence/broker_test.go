@@ -30,11 +30,11 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 	// has written.
 	zombie := func(key string) *broker.Ticket {
 		t.Helper()
-		old, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		old, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		newer, err := b.Acquire(ctx, key, 5*time.Second, 10*time.Second, 0) // granted when old's lease ends
+		newer, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second}) // granted when old's lease ends
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 // broker.ErrNotHeld, unlike the stale case.
 func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 	ctx, db, b := realSetup(t)
-	old, err := b.Acquire(ctx, "account/1", 0, time.Second, 0)
+	old, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 			return err
 		}
 		// Granted only once old's lease has ended on the server.
-		newer, err := b.Acquire(ctx, "account/1", 5*time.Second, 10*time.Second, 0)
+		newer, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second})
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 func TestTicketReusedAfterCommit(t *testing.T) {
 	ctx, db, b := realSetup(t)
 	deposit := depositer(ctx)
-	tk, err := b.Acquire(ctx, "account/1", 0, 30*time.Second, 0)
+	tk, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRefreshedTicketCommits(t *testing.T) {
 	deposit := depositer(ctx)
 	acquire := func(key string) *broker.Ticket {
 		t.Helper()
-		tk, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,14 +263,14 @@ func TestExpiredHolderRefusedOnceNewHolderWrote(t *testing.T) {
 	// ticket of the next holder, granted with a higher token.
 	expired := func(key string) (old, newer *broker.Ticket) {
 		t.Helper()
-		old, err := b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		old, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 60 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := srv.ExpireLock(ctx, key, old.Token(), "test"); err != nil {
 			t.Fatalf("expire now: %v", err)
 		}
-		newer, err = b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		newer, err = b.Acquire(ctx, key, broker.AcquireOptions{Lease: 60 * time.Second})
 		if err != nil {
 			t.Fatalf("acquire after the expire: %v", err)
 		}

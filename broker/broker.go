@@ -308,7 +308,8 @@ func (b *Broker) ReadySessions() int {
 // *ServerError), the server's TLS certificate rejected (ErrCertificate),
 // a plain-TCP HELLO closed unanswered by a server that then completed a
 // TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=),
-// or a node of another cluster (a *WrongClusterError, see "Cluster
+// a TLS handshake answered with bytes that are not TLS (ErrServerNotTLS:
+// the server speaks plain TCP; start it with TLS), or a node of another cluster (a *WrongClusterError, see "Cluster
 // identity" in the package documentation).
 // When that holds for every session at once, WaitReady returns that
 // refusal at once instead of waiting for ctx; for nodes of another

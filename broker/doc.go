@@ -92,7 +92,9 @@
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
 // certificate rejected: ErrCertificate; a plain-TCP client whose HELLO a
-// TLS server closed: ErrTLSRequired; a node of another cluster: a
+// TLS server closed: ErrTLSRequired; a TLS client whose handshake a
+// plain-TCP server answered with bytes that are not TLS: ErrServerNotTLS;
+// a node of another cluster: a
 // *WrongClusterError, see "Cluster identity") redials only after
 // BackoffMax; when every session is in that state, WaitReady returns the
 // refusal at once. A fix on the server side
@@ -270,9 +272,9 @@
 // one of the sentinels (ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut,
 // ErrBusy, ErrIndeterminate, ErrUnsent, ErrLeaseTooShort, ErrNotHeld,
 // ErrReleaseUnconfirmed, ErrClosed, ErrUnauthorized, ErrNotActive,
-// ErrNotReady, ErrCertificate, ErrTLSRequired, ErrRefreshUnconfirmed,
-// ErrUnsupported, ErrLeaseEnding), or a *ServerError for an E other than
-// code 3. A cancelled call may also match ctx's error. The cause behind an
+// ErrNotReady, ErrCertificate, ErrTLSRequired, ErrServerNotTLS,
+// ErrRefreshUnconfirmed, ErrUnsupported, ErrLeaseEnding), or a
+// *ServerError for an E other than code 3. A cancelled call may also match ctx's error. The cause behind an
 // outcome is in its message; it is matchable too only when it matches no
 // outcome itself (a dial or x509 error is, and so is ErrWrongCluster; the "no ready session" behind an
 // ErrReleaseUnconfirmed, or the *ServerError that ended the session behind

@@ -459,3 +459,45 @@ func TestReal_PlainClientTLSServer(t *testing.T) {
 		t.Errorf("Acquire: %v, want ErrUnsent alone, its message naming TLS", err)
 	}
 }
+
+// TestReal_TLSClientPlainServer: a client configured for TLS (the URL's
+// ca= or tls=) against a server that speaks plain TCP is told so at once:
+// WaitReady returns ErrServerNotTLS (a refusal for good) well before its
+// context ends, naming the cure, and Acquire's ErrUnsent carries the same
+// cause in its message. Before, each TLS handshake failed with "tls: first
+// record does not look like a TLS handshake" (the server answers the
+// ClientHello with a protocol error), was retried as a passing failure,
+// and WaitReady waited out its context (here 20 s).
+func TestReal_TLSClientPlainServer(t *testing.T) {
+	pki := newPKI(t)
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	for name, tc := range map[string]broker.TLSConfig{
+		"ca file":     {Mode: broker.TLSCAFile, CAFile: pki.CAFile, ServerName: testServerName},
+		"skip verify": {Mode: broker.TLSInsecureSkipVerify},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(rs.Addr)
+			cfg.TLS = tc
+			b, err := broker.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*s) // a hang guard
+			defer cancel()
+			err = b.WaitReady(ctx)
+			mustIs(t, err, broker.ErrServerNotTLS)
+			if errors.Is(err, broker.ErrNotReady) || ctx.Err() != nil {
+				t.Fatalf("WaitReady waited for its context: %v", err)
+			}
+			if !strings.Contains(err.Error(), "does not speak TLS") || !strings.Contains(err.Error(), "tls-cert") {
+				t.Errorf("WaitReady: %v, want it to say the server does not speak TLS and how to fix it", err)
+			}
+			_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
+			mustIs(t, err, broker.ErrUnsent)
+			if errors.Is(err, broker.ErrServerNotTLS) || !strings.Contains(err.Error(), "does not speak TLS") {
+				t.Errorf("Acquire: %v, want ErrUnsent alone, its message naming TLS", err)
+			}
+		})
+	}
+}

@@ -266,6 +266,18 @@
 // ticket. The fence (fence.CheckLease, an adapter's Run) reads Remaining
 // at commit, so a refreshed ticket commits on its refreshed deadline.
 //
+// In a cluster or a hot-standby pair, take a KeepAlive lease of at least
+// 4x the failover time (10 s or more with the default timeouts). With L
+// the lease and t1 the send time of the last confirmed refresh, the
+// deadline is t1 + 0.99*L, the next refresh is due at t1 + L/3 and the
+// lost signal fires at t1 + 0.99*L - L/3: a refresh that falls due as a
+// failover starts has about 0.32*L (less one retry interval, L/30) to get
+// through, or the signal fires (ErrLeaseEnding) although the server may
+// have kept the lock. A 6 s lease (1.7 s to spare) signalled a lost lock
+// across a 2.4 s pair failover; a 10 s lease has 2.9 s. examples/longjob
+// in the repository is a job longer than the lease, kept alive and
+// fenced.
+//
 // # Errors: exactly one outcome
 //
 // Every error of this package matches exactly one outcome with errors.Is:

@@ -104,6 +104,12 @@ func (t *Ticket) Refresh(ctx context.Context, lease time.Duration) error {
 // Remaining at commit, so a kept-alive ticket commits on its latest
 // confirmed deadline.
 //
+// Choose L well above the failover time of a cluster or pair: a refresh
+// that falls due as a failover starts has about 0.32·L (0.99·L − L/3 −
+// L/3), less one retry interval, before the signal fires. Take L at least
+// 4× the failover time (10 s or more with the default timeouts; see
+// "Refresh and KeepAlive" in the package documentation).
+//
 // Errors of the first refresh are Refresh's. A ticket already released is
 // ErrNotHeld; after Close, ErrClosed. A cancelled call also matches ctx's
 // error.

@@ -550,13 +550,15 @@ type AcquireOptions struct {
 	// s, take a lease of a few seconds and keep it with Ticket.KeepAlive.
 	Lease time.Duration
 	// Wait is how long the server may queue the request while another
-	// holds the lock: 0..255 s (MaxWait). Zero, the default, is one
-	// immediate try: ErrBusy if the lock is held.
+	// holds the lock: 0..255 s (MaxWait); when it runs out, ErrTimedOut.
+	// Zero, the default, is one immediate try, never queued: ErrTimedOut
+	// at once if the lock is held.
 	Wait time.Duration
-	// Work is the work budget: the least conservative remaining lease
-	// that the grant must still have when it arrives, or it is released
-	// and the call fails with ErrLeaseTooShort. 0..Lease. Zero, the
-	// default, is no budget: any grant is returned.
+	// Work is the work budget: the conservative remaining lease that a
+	// grant must still have when it arrives, or it is released at once
+	// and the call fails with ErrLeaseTooShort (a grant after a long
+	// wait, say): 0..Lease. Zero, the default, is no budget: a grant is
+	// returned as long as some of its lease remains.
 	Work time.Duration
 
 	_ struct{} // keyed literals only: AcquireOptions{Lease: ...}

@@ -266,6 +266,10 @@ func (e *ReleaseError) Unwrap() []error {
 // means that the transaction committed: err is nil, or it is a
 // *ReleaseError with a nil Primary (the write is durable, only the ticket's
 // release failed, so the lock lingers until its lease ends).
+//
+// Call it first, before retrying on an error of Run: a commit followed by
+// a failed release is an error, and redoing the write then would do it
+// twice.
 func Committed(err error) bool {
 	if err == nil {
 		return true

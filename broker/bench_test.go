@@ -95,7 +95,7 @@ func benchCycles(b *testing.B, addr string, cancellable bool) {
 			ctx = c
 		}
 		for pb.Next() {
-			tk, err := br.Acquire(ctx, key, 0, 30*time.Second, 0)
+			tk, err := br.Acquire(ctx, key, broker.AcquireOptions{Lease: 30 * time.Second})
 			if err != nil {
 				b.Error(err)
 				return

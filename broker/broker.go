@@ -308,7 +308,8 @@ func (b *Broker) ReadySessions() int {
 // *ServerError), the server's TLS certificate rejected (ErrCertificate),
 // a plain-TCP HELLO closed unanswered by a server that then completed a
 // TLS handshake (ErrTLSRequired: configure TLS, the URL's ca= or tls=),
-// or a node of another cluster (a *WrongClusterError, see "Cluster
+// a TLS handshake answered with bytes that are not TLS (ErrServerNotTLS:
+// the server speaks plain TCP; start it with TLS), or a node of another cluster (a *WrongClusterError, see "Cluster
 // identity" in the package documentation).
 // When that holds for every session at once, WaitReady returns that
 // refusal at once instead of waiting for ctx; for nodes of another
@@ -429,19 +430,22 @@ func roundUp(d time.Duration) (int64, bool) {
 	return s, true
 }
 
-func validate(key string, wait, lease, work time.Duration) (waitS, leaseS, workS int64, err error) {
+func validate(key string, o *AcquireOptions) (waitS, leaseS, workS int64, err error) {
 	if len(key) < wire.MinKeyLen || len(key) > wire.MaxKeyLen {
 		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("key must be %d..%d bytes, got %d", wire.MinKeyLen, wire.MaxKeyLen, len(key)), nil)
 	}
-	var ok bool
-	if waitS, ok = roundUp(wait); !ok || waitS > wire.MaxWaitS {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("wait %v: must be 0..%ds after rounding up", wait, wire.MaxWaitS), nil)
+	if o.Lease == 0 {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("AcquireOptions.Lease must be set (%d..%ds): how long the server keeps the lock if it is not released", wire.MinLeaseS, wire.MaxLeaseS), nil)
 	}
-	if leaseS, err = validateLease(lease); err != nil {
+	var ok bool
+	if waitS, ok = roundUp(o.Wait); !ok || waitS > wire.MaxWaitS {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("AcquireOptions.Wait %v: must be 0..%ds after rounding up", o.Wait, wire.MaxWaitS), nil)
+	}
+	if leaseS, err = validateLease(o.Lease, acquireLease); err != nil {
 		return 0, 0, 0, err
 	}
-	if workS, ok = roundUp(work); !ok || workS > leaseS {
-		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("work budget %v: must be 0..lease (%ds) after rounding up", work, leaseS), nil)
+	if workS, ok = roundUp(o.Work); !ok || workS > leaseS {
+		return 0, 0, 0, newErr(ErrInvalidArgument, fmt.Sprintf("AcquireOptions.Work %v: must be 0..Lease (%ds) after rounding up", o.Work, leaseS), nil)
 	}
 	return waitS, leaseS, workS, nil
 }
@@ -530,12 +534,41 @@ func (b *Broker) consumed() {
 	}
 }
 
-// Acquire asks for the lock named key, letting the server queue the request
-// for up to wait (0: one immediate try), for a lease of lease, and returns a
-// Ticket only if the conservative remaining lease covers the work budget.
-// Durations are rounded up to whole seconds and never clamped: wait must be
-// 0..255 s, lease 1..250 s, work 0..lease, the key 1..255 bytes, or the call
-// fails with ErrInvalidArgument before anything is sent.
+// AcquireOptions are the parameters of Acquire. They are named so that
+// they cannot be swapped: write them as a keyed literal,
+//
+//	b.Acquire(ctx, "order-42", broker.AcquireOptions{Lease: 30 * time.Second, Wait: 5 * time.Second})
+//
+// (an unkeyed literal does not compile). Every duration is rounded up to
+// whole seconds and never clamped: a value outside its range after
+// rounding fails the call with ErrInvalidArgument before anything is sent.
+type AcquireOptions struct {
+	// Lease is how long the server keeps the lock if it is not released
+	// (refreshed by Ticket.Refresh or Ticket.KeepAlive): 1..250 s
+	// (MinLease..MaxLease). Required: the zero value fails with
+	// ErrInvalidArgument ("Lease must be set"). For work longer than 250
+	// s, take a lease of a few seconds and keep it with Ticket.KeepAlive.
+	Lease time.Duration
+	// Wait is how long the server may queue the request while another
+	// holds the lock: 0..255 s (MaxWait); when it runs out, ErrTimedOut.
+	// Zero, the default, is one immediate try, never queued: ErrTimedOut
+	// at once if the lock is held.
+	Wait time.Duration
+	// Work is the work budget: the conservative remaining lease that a
+	// grant must still have when it arrives, or it is released at once
+	// and the call fails with ErrLeaseTooShort (a grant after a long
+	// wait, say): 0..Lease. Zero, the default, is no budget: a grant is
+	// returned as long as some of its lease remains.
+	Work time.Duration
+
+	_ struct{} // keyed literals only: AcquireOptions{Lease: ...}
+}
+
+// Acquire asks for the lock named key (1..255 bytes), with the lease,
+// wait and work budget of opts (see AcquireOptions: Lease is required),
+// and returns a Ticket only if the conservative remaining lease covers
+// the work budget. A bad argument fails with ErrInvalidArgument before
+// anything is sent.
 //
 // Errors (see the package documentation for what to do with each):
 // ErrInvalidArgument, ErrTimedOut, ErrBusy, ErrIndeterminate, ErrUnsent,
@@ -548,8 +581,8 @@ func (b *Broker) consumed() {
 // session (an older server) it closes the session, which makes the other
 // ACQUIREs waiting on it Indeterminate too. Acquire never waits for a
 // session: with none ready it fails at once with ErrUnsent.
-func (b *Broker) Acquire(ctx context.Context, key string, wait, lease, work time.Duration) (*Ticket, error) {
-	waitS, leaseS, workS, err := validate(key, wait, lease, work)
+func (b *Broker) Acquire(ctx context.Context, key string, opts AcquireOptions) (*Ticket, error) {
+	waitS, leaseS, workS, err := validate(key, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func (d *addrDialer) count(addr string) int {
 func cycle(t *testing.T, b *broker.Broker, n int) {
 	t.Helper()
 	for range n {
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,13 +145,13 @@ func TestCluster_LeaderChange(t *testing.T) {
 	b := newBroker(t, cfg)
 	cycle(t, b, 5)
 
-	held, err := b.Acquire(t.Context(), "h", 0, 30*s, 0)
+	held, err := b.Acquire(t.Context(), "h", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitErr := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(t.Context(), "h", 30*s, 30*s, 0)
+		_, err := b.Acquire(t.Context(), "h", broker.AcquireOptions{Lease: 30 * s, Wait: 30 * s})
 		waitErr <- err
 	}()
 	for c.nodes[1].Stats().Waiters == 0 { // queued on the old leader

@@ -62,7 +62,7 @@ func TestConfig_CAFileAndBackoff(t *testing.T) {
 		cfg := testConfig(f.Addr)
 		cfg.TLS = broker.TLSConfig{CAFile: pki.CAFile, ServerName: testServerName}
 		b := newBroker(t, cfg) // plaintext would never get a HELLO_OK here
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}

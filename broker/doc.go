@@ -11,7 +11,11 @@
 //	if err != nil { ... }          // only for an invalid configuration
 //	defer b.Close()
 //	if err := b.WaitReady(ctx); err != nil { ... } // at start-up: New never dials
-//	t, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
+//	t, err := b.Acquire(ctx, "order-42", broker.AcquireOptions{
+//		Lease: 30 * time.Second, // required: 1..250 s
+//		Wait:  5 * time.Second,  // 0: one immediate try
+//		Work:  2 * time.Second,  // 0: no work budget
+//	})
 //	if err != nil { ... }          // see "Acquire outcomes"; ErrUnsent: retry soon
 //	// in ONE database transaction: reject t.Token() <= stored high-water,
 //	// store it, do the business write, commit; only then:
@@ -88,7 +92,9 @@
 // client token refused, E code 3: ErrUnauthorized; the protocol version
 // refused, E code 2 to a version-1 HELLO: *ServerError; the server's
 // certificate rejected: ErrCertificate; a plain-TCP client whose HELLO a
-// TLS server closed: ErrTLSRequired; a node of another cluster: a
+// TLS server closed: ErrTLSRequired; a TLS client whose handshake a
+// plain-TCP server answered with bytes that are not TLS: ErrServerNotTLS;
+// a node of another cluster: a
 // *WrongClusterError, see "Cluster identity") redials only after
 // BackoffMax; when every session is in that state, WaitReady returns the
 // refusal at once. A fix on the server side
@@ -260,15 +266,27 @@
 // ticket. The fence (fence.CheckLease, an adapter's Run) reads Remaining
 // at commit, so a refreshed ticket commits on its refreshed deadline.
 //
+// In a cluster or a hot-standby pair, take a KeepAlive lease of at least
+// 4x the failover time (10 s or more with the default timeouts). With L
+// the lease and t1 the send time of the last confirmed refresh, the
+// deadline is t1 + 0.99*L, the next refresh is due at t1 + L/3 and the
+// lost signal fires at t1 + 0.99*L - L/3: a refresh that falls due as a
+// failover starts has about 0.32*L (less one retry interval, L/30) to get
+// through, or the signal fires (ErrLeaseEnding) although the server may
+// have kept the lock. A 6 s lease (1.7 s to spare) signalled a lost lock
+// across a 2.4 s pair failover; a 10 s lease has 2.9 s. examples/longjob
+// in the repository is a job longer than the lease, kept alive and
+// fenced.
+//
 // # Errors: exactly one outcome
 //
 // Every error of this package matches exactly one outcome with errors.Is:
 // one of the sentinels (ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut,
 // ErrBusy, ErrIndeterminate, ErrUnsent, ErrLeaseTooShort, ErrNotHeld,
 // ErrReleaseUnconfirmed, ErrClosed, ErrUnauthorized, ErrNotActive,
-// ErrNotReady, ErrCertificate, ErrTLSRequired, ErrRefreshUnconfirmed,
-// ErrUnsupported, ErrLeaseEnding), or a *ServerError for an E other than
-// code 3. A cancelled call may also match ctx's error. The cause behind an
+// ErrNotReady, ErrCertificate, ErrTLSRequired, ErrServerNotTLS,
+// ErrRefreshUnconfirmed, ErrUnsupported, ErrLeaseEnding), or a
+// *ServerError for an E other than code 3. A cancelled call may also match ctx's error. The cause behind an
 // outcome is in its message; it is matchable too only when it matches no
 // outcome itself (a dial or x509 error is, and so is ErrWrongCluster; the "no ready session" behind an
 // ErrReleaseUnconfirmed, or the *ServerError that ended the session behind

@@ -126,6 +126,15 @@ var (
 	// ticketingd init writes) or tls=system.
 	ErrTLSRequired = errors.New("broker: the server requires TLS")
 
+	// ErrServerNotTLS: the client connects with TLS (the URL's ca= or
+	// tls=, TLSConfig.Mode other than TLSOff) and the server speaks plain
+	// TCP: it answered the TLS handshake with bytes that are not TLS, or
+	// closed the connection without a word. It is a refusal for good (see
+	// WaitReady). Start the server with TLS (ticketingd serve --tls-cert
+	// and --tls-key; ticketingd init configures it), or, on a trusted
+	// network only, drop ca= and tls= from the URL.
+	ErrServerNotTLS = errors.New("broker: the server does not speak TLS")
+
 	// ErrNotActive: the node answered M (it does not serve: passive node or
 	// follower). For an ACQUIRE it names, it is a definite "not granted".
 	// The error is a *NotActiveError carrying the hint.
@@ -237,7 +246,7 @@ func (e *NotActiveError) Is(target error) bool { return target == ErrNotActive }
 var outcomes = [...]error{
 	ErrInvalidArgument, ErrInvalidConfig, ErrTimedOut, ErrBusy, ErrIndeterminate,
 	ErrUnsent, ErrLeaseTooShort, ErrNotHeld, ErrReleaseUnconfirmed, ErrClosed,
-	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate, ErrTLSRequired,
+	ErrUnauthorized, ErrNotActive, ErrNotReady, ErrCertificate, ErrTLSRequired, ErrServerNotTLS,
 	ErrRefreshUnconfirmed, ErrUnsupported, ErrLeaseEnding,
 }
 

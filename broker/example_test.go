@@ -63,7 +63,7 @@ func Example() {
 	}
 
 	// Wait up to 5 s for the lock, lease 30 s, need at least 2 s of work.
-	ticket, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
+	ticket, err := b.Acquire(ctx, "order-42", broker.AcquireOptions{Lease: 30 * time.Second, Wait: 5 * time.Second, Work: 2 * time.Second})
 	if err != nil {
 		fmt.Println("not acquired:", err)
 		return
@@ -101,7 +101,7 @@ func ExampleBroker_Acquire_outcomes() {
 		fmt.Println(err)
 		return
 	}
-	holder, err := b.Acquire(ctx, "report", 0, 30*time.Second, 0)
+	holder, err := b.Acquire(ctx, "report", broker.AcquireOptions{Lease: 30 * time.Second})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -109,7 +109,7 @@ func ExampleBroker_Acquire_outcomes() {
 	defer holder.Release(ctx)
 
 	// The key is held: wait 0 is one immediate try.
-	_, err = b.Acquire(ctx, "report", 0, 30*time.Second, 0)
+	_, err = b.Acquire(ctx, "report", broker.AcquireOptions{Lease: 30 * time.Second})
 	switch {
 	case err == nil:
 		fmt.Println("granted")
@@ -126,7 +126,7 @@ func ExampleBroker_Acquire_outcomes() {
 	}
 
 	// Out of range arguments are refused before anything is sent.
-	_, err = b.Acquire(ctx, "report", 0, 251*time.Second, 0)
+	_, err = b.Acquire(ctx, "report", broker.AcquireOptions{Lease: 251 * time.Second})
 	fmt.Println(errors.Is(err, broker.ErrInvalidArgument))
 	// Output:
 	// definitely not granted; try again later
@@ -233,7 +233,7 @@ func ExampleTicket_KeepAlive() {
 		lease = 2 * time.Second        // in production: 30 * time.Second
 		step  = 250 * time.Millisecond // twelve steps; in production: ten minutes of work
 	)
-	ticket, err := b.Acquire(ctx, "report/2024", 0, lease, 0)
+	ticket, err := b.Acquire(ctx, "report/2024", broker.AcquireOptions{Lease: lease})
 	if err != nil {
 		fmt.Println("not acquired:", err)
 		return
@@ -262,7 +262,7 @@ func ExampleTicket_KeepAlive() {
 	fmt.Println("job ran past its first lease:", time.Now().After(firstDeadline))
 
 	// Meanwhile another worker finds the key held.
-	_, err = b.Acquire(ctx, "report/2024", 0, lease, 0)
+	_, err = b.Acquire(ctx, "report/2024", broker.AcquireOptions{Lease: lease})
 	fmt.Println("another worker not granted:", errors.Is(err, broker.ErrTimedOut))
 
 	// The result, fenced with the token: it commits only while the

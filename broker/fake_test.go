@@ -601,6 +601,7 @@ var outcomeSentinels = []struct {
 	{"ErrNotReady", broker.ErrNotReady},
 	{"ErrCertificate", broker.ErrCertificate},
 	{"ErrTLSRequired", broker.ErrTLSRequired},
+	{"ErrServerNotTLS", broker.ErrServerNotTLS},
 	{"ErrRefreshUnconfirmed", broker.ErrRefreshUnconfirmed},
 	{"ErrUnsupported", broker.ErrUnsupported},
 	{"ErrLeaseEnding", broker.ErrLeaseEnding},

@@ -24,7 +24,7 @@ func TestServerWordBounded(t *testing.T) {
 	b := allReady(t, f, testConfig(f.Addr))
 	t.Run("forged waited_ms is taken as the elapsed time", func(t *testing.T) {
 		before := time.Now()
-		tk, err := b.Acquire(t.Context(), "waited:4294967295", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "waited:4294967295", broker.AcquireOptions{Lease: 5 * s})
 		after := time.Now()
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestServerWordBounded(t *testing.T) {
 	t.Run("G with token 0 is malformed", func(t *testing.T) {
 		hellos := f.hellos.Load()
 		n := len(f.Log())
-		tk, err := b.Acquire(t.Context(), "token0", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "token0", broker.AcquireOptions{Lease: 5 * s})
 		if tk != nil {
 			t.Fatalf("ticket with token %d", tk.Token())
 		}
@@ -112,7 +112,7 @@ func TestOutcomes_Acquire(t *testing.T) {
 	acq := func(t *testing.T, ctx context.Context, key string, wait, lease, work time.Duration) error {
 		t.Helper()
 		eventually(t, "ready sessions", func() bool { return b.ReadySessions() == 2 })
-		tk, err := b.Acquire(ctx, key, wait, lease, work)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: lease, Wait: wait, Work: work})
 		if tk != nil {
 			tk.Release(t.Context())
 		}
@@ -162,13 +162,13 @@ func TestOutcomes_AcquireClosed(t *testing.T) {
 	b := allReady(t, f, testConfig(f.Addr))
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(context.Background(), "never", 5*s, 5*s, 0)
+		_, err := b.Acquire(context.Background(), "never", broker.AcquireOptions{Lease: 5 * s, Wait: 5 * s})
 		done <- err
 	}()
 	eventually(t, "ACQUIRE received", func() bool { return len(f.Log()) == 1 })
 	b.Close()
 	check(t, <-done, "ErrIndeterminate") // not ErrClosed: it may have been granted
-	_, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrClosed")
 	check(t, b.WaitReady(t.Context()), "ErrClosed")
 }
@@ -179,7 +179,7 @@ func TestOutcomes_AcquireNoSession(t *testing.T) {
 	b, _ := broker.New(testConfig(f.Addr))
 	defer b.Close()
 	waitHellos(t, f, 2)
-	_, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrUnsent") // the refusal is in the message only
 
 	// The last session error is a dial timeout: the Acquire, not
@@ -195,7 +195,7 @@ func TestOutcomes_AcquireNoSession(t *testing.T) {
 	b2, _ := broker.New(cfg)
 	defer b2.Close()
 	eventually(t, "a dial timed out", func() bool { return dials.Load() >= 3 })
-	_, err = b2.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err = b2.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrUnsent")
 	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline exceeded") {
 		t.Fatalf("an Acquire that was not cancelled: %v", err)
@@ -228,7 +228,7 @@ func TestOutcomes_Release(t *testing.T) {
 	grant := func(t *testing.T, key string) *broker.Ticket {
 		t.Helper()
 		eventually(t, "ready sessions", func() bool { return b.ReadySessions() == 2 })
-		tk, err := b.Acquire(t.Context(), key, 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +284,7 @@ func TestOutcomes_Release(t *testing.T) {
 func TestOutcomes_ReleaseClosed(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
-	tk, err := b.Acquire(t.Context(), "rel-notheld", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "rel-notheld", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,27 +356,27 @@ func TestOutcomes_RealServer(t *testing.T) {
 	cfg.Token = "good"
 	cfg.ReleaseWindow = 300 * time.Millisecond
 	b := newBroker(t, cfg)
-	tk, err := b.Acquire(t.Context(), "k", 0, s, 0)
+	tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: s})
 	check(t, err, "")
-	_, err = b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrTimedOut")
-	_, err = b.Acquire(t.Context(), "k2", 0, 5*s, 5*s)
+	_, err = b.Acquire(t.Context(), "k2", broker.AcquireOptions{Lease: 5 * s, Work: 5 * s})
 	check(t, err, "ErrLeaseTooShort")
-	_, err = b.Acquire(t.Context(), "k", 0, 251*s, 0)
+	_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 251 * s})
 	check(t, err, "ErrInvalidArgument")
-	other, err := b.Acquire(t.Context(), "k3", 0, 5*s, 0)
+	other, err := b.Acquire(t.Context(), "k3", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "")
-	_, err = b.Acquire(t.Context(), "k4", 0, 5*s, 0) // a third lock: MaxLocks 2
+	_, err = b.Acquire(t.Context(), "k4", broker.AcquireOptions{Lease: 5 * s}) // a third lock: MaxLocks 2
 	check(t, err, "ErrBusy")
 	check(t, other.Release(t.Context()), "")
 	eventually(t, "lease over", func() bool { return tk.Remaining() < -100*time.Millisecond })
 	check(t, tk.Release(t.Context()), "ErrNotHeld")
 
-	held, err := b.Acquire(t.Context(), "h", 0, 30*s, 0)
+	held, err := b.Acquire(t.Context(), "h", broker.AcquireOptions{Lease: 30 * s})
 	check(t, err, "")
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(context.Background(), "h", 10*s, 5*s, 0)
+		_, err := b.Acquire(context.Background(), "h", broker.AcquireOptions{Lease: 5 * s, Wait: 10 * s})
 		done <- err
 	}()
 	eventually(t, "waiter queued", func() bool { return rs.Stats().Waiters == 1 })
@@ -384,7 +384,7 @@ func TestOutcomes_RealServer(t *testing.T) {
 	check(t, <-done, "ErrIndeterminate")
 	eventually(t, "no session", func() bool { return b.ReadySessions() == 0 })
 	check(t, held.Release(t.Context()), "ErrUnsent") // no session in the whole window
-	_, err = b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrUnsent")
 
 	rs2 := startServer(t, server.Config{ClientTokens: []string{"good"}}, "127.0.0.1:0")
@@ -393,7 +393,7 @@ func TestOutcomes_RealServer(t *testing.T) {
 	b2, _ := broker.New(cfg2)
 	defer b2.Close()
 	check(t, b2.WaitReady(within(t, 5*s)), "ErrUnauthorized")
-	_, err = b2.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err = b2.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	check(t, err, "ErrUnsent")
 }
 
@@ -458,7 +458,7 @@ func TestWaitReady_RefusedForGood(t *testing.T) {
 		if err := b.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -242,7 +242,7 @@ func TestLog_HealthyClusterNoWarn(t *testing.T) {
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	for i := 0; time.Now().Before(deadline); i++ {
 		key := fmt.Sprintf("k%d", i%3)
-		tk, err := b.Acquire(t.Context(), key, time.Second, 10*time.Second, 0)
+		tk, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

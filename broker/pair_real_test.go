@@ -88,7 +88,7 @@ func TestRealPair_CutLinkNeverMakesBackupActive(t *testing.T) {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 				defer cancel()
-				tk, err := b.Acquire(ctx, "k", 5*time.Second, 30*time.Second, 0)
+				tk, err := b.Acquire(ctx, "k", broker.AcquireOptions{Lease: 30 * time.Second, Wait: 5 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +125,7 @@ func TestRealPair_Failover(t *testing.T) {
 	}
 	defer b.Close()
 	waitReady(t, b)
-	held, err := b.Acquire(t.Context(), "held", 5*time.Second, 60*time.Second, 0)
+	held, err := b.Acquire(t.Context(), "held", broker.AcquireOptions{Lease: 60 * time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestRealPair_Failover(t *testing.T) {
 	defer cancel()
 	var tk *broker.Ticket
 	for {
-		tk, err = b.Acquire(ctx, "other", 0, 30*time.Second, 0)
+		tk, err = b.Acquire(ctx, "other", broker.AcquireOptions{Lease: 30 * time.Second})
 		if err == nil {
 			break
 		}
@@ -149,7 +149,7 @@ func TestRealPair_Failover(t *testing.T) {
 	if tk.Token() <= held.Token() || !pairStatus(t, rp.backup.Server).Serving {
 		t.Fatalf("after the failover: token %d (held %d), backup %+v", tk.Token(), held.Token(), pairStatus(t, rp.backup.Server))
 	}
-	if _, err := b.Acquire(ctx, "held", 0, 30*time.Second, 0); !errors.Is(err, broker.ErrTimedOut) {
+	if _, err := b.Acquire(ctx, "held", broker.AcquireOptions{Lease: 30 * time.Second}); !errors.Is(err, broker.ErrTimedOut) {
 		t.Fatalf("the held key on the new active: %v, want ErrTimedOut (still held)", err)
 	}
 	if err := held.Release(ctx); err != nil {
@@ -211,7 +211,7 @@ func TestRealPair_ClientLinkCutFirst(t *testing.T) {
 	}
 	defer b.Close()
 	waitReady(t, b)
-	held, err := b.Acquire(t.Context(), "held", 5*time.Second, 60*time.Second, 0)
+	held, err := b.Acquire(t.Context(), "held", broker.AcquireOptions{Lease: 60 * time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestRealPair_ClientLinkCutFirst(t *testing.T) {
 	defer cancel()
 	var tk *broker.Ticket
 	for {
-		tk, err = b.Acquire(ctx, "other", 0, 30*time.Second, 0)
+		tk, err = b.Acquire(ctx, "other", broker.AcquireOptions{Lease: 30 * time.Second})
 		if err == nil {
 			break
 		}
@@ -255,7 +255,7 @@ func TestRealPair_ClientLinkCutFirst(t *testing.T) {
 	if tk.Token() <= held.Token() || !pairStatus(t, backup.Server).Serving {
 		t.Fatalf("after the take-over: token %d (held %d), backup %+v", tk.Token(), held.Token(), pairStatus(t, backup.Server))
 	}
-	if _, err := b.Acquire(ctx, "held", 0, 30*time.Second, 0); !errors.Is(err, broker.ErrTimedOut) {
+	if _, err := b.Acquire(ctx, "held", broker.AcquireOptions{Lease: 30 * time.Second}); !errors.Is(err, broker.ErrTimedOut) {
 		t.Fatalf("the held key on the new active: %v, want ErrTimedOut (still held)", err)
 	}
 	if err := tk.Release(ctx); err != nil {

@@ -151,7 +151,7 @@ func neverAcquire(t *testing.T, b *broker.Broker, f *fakeServer) <-chan error {
 	before := f.acquires()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(context.Background(), "never/inflight", 5*s, 30*s, 0)
+		_, err := b.Acquire(context.Background(), "never/inflight", broker.AcquireOptions{Lease: 30 * s, Wait: 5 * s})
 		errc <- err
 	}()
 	eventually(t, "the ACQUIRE read by the active", func() bool { return f.acquires() > before })
@@ -290,7 +290,7 @@ func TestPair_ActiveBackDuringSettle(t *testing.T) {
 			cycle(t, b, 10)
 			tc.lose(t, a, d, b)
 			eventually(t, "an ACQUIRE granted again", func() bool {
-				tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+				tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 				if err != nil {
 					return false
 				}
@@ -501,7 +501,7 @@ func TestPair_OtherRolesUnchanged(t *testing.T) {
 			other.serving.Store(true)
 			a.Close()
 			eventually(t, "an ACQUIRE granted by the other node", func() bool {
-				tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+				tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 				return err == nil && tk.Release(t.Context()) == nil
 			})
 			cycle(t, b, 10)
@@ -650,7 +650,7 @@ func TestPair_BackoffResetWhenPairSwings(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "grants from the active back", func() bool {
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		return err == nil && tk.Release(t.Context()) == nil
 	})
 	cycle(t, b, 10)

@@ -119,7 +119,7 @@ func (d *countingDialer) Dial(ctx context.Context, network, addr string) (net.Co
 func TestReal_AcquireRelease(t *testing.T) {
 	rs := startServer(t, server.Config{}, "127.0.0.1:0")
 	b := newBroker(t, testConfig(rs.Addr))
-	tk, err := b.Acquire(t.Context(), "order-42", 5*s, 30*s, 2*s)
+	tk, err := b.Acquire(t.Context(), "order-42", broker.AcquireOptions{Lease: 30 * s, Wait: 5 * s, Work: 2 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +127,12 @@ func TestReal_AcquireRelease(t *testing.T) {
 		t.Fatalf("remaining %v", tk.Remaining())
 	}
 	// wait 0 on a held key: T at once.
-	_, err = b.Acquire(t.Context(), "order-42", 0, 30*s, 0)
+	_, err = b.Acquire(t.Context(), "order-42", broker.AcquireOptions{Lease: 30 * s})
 	mustIs(t, err, broker.ErrTimedOut)
 	// A waiter is granted, with a higher token, when the holder releases.
 	got := make(chan *broker.Ticket, 1)
 	go func() {
-		tk2, err := b.Acquire(t.Context(), "order-42", 5*s, 30*s, 0)
+		tk2, err := b.Acquire(t.Context(), "order-42", broker.AcquireOptions{Lease: 30 * s, Wait: 5 * s})
 		if err != nil {
 			t.Error(err)
 		}
@@ -159,7 +159,7 @@ func TestReal_AcquireRelease(t *testing.T) {
 	if st := rs.Stats(); st.Released != 2 || st.NotHeld != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	tk3, err := b.Acquire(t.Context(), "order-42", 0, 30*s, 0)
+	tk3, err := b.Acquire(t.Context(), "order-42", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestReal_RoundRobin(t *testing.T) {
 	}
 	before := []int64{conns[0].Load(), conns[1].Load()}
 	for range 10 {
-		tk, err := b.Acquire(t.Context(), "rr", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "rr", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,14 +212,14 @@ func TestReal_ReconnectAfterRestart(t *testing.T) {
 	rs := startServer(t, server.Config{DataDir: dir}, "127.0.0.1:0")
 	addr := rs.Addr
 	b := newBroker(t, testConfig(addr))
-	tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := tk.Token()
 	rs.Stop()
 	eventually(t, "sessions down", func() bool { return b.ReadySessions() == 0 })
-	_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 	mustIs(t, err, broker.ErrUnsent)
 	rs2 := startServer(t, server.Config{DataDir: dir}, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*s)
@@ -228,7 +228,7 @@ func TestReal_ReconnectAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "both sessions back", func() bool { return b.ReadySessions() == 2 })
-	tk2, err := b.Acquire(t.Context(), "k", 0, 30*s, 0) // locks are not persisted
+	tk2, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s}) // locks are not persisted
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestReal_ClusterWithStandby(t *testing.T) {
 	cfg := testConfig(standby.Addr, active.Addr)
 	b := newBroker(t, cfg)
 	for range 20 {
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestReal_Token(t *testing.T) {
 	cfg := testConfig(rs.Addr)
 	cfg.Token = "456"
 	b := newBroker(t, cfg)
-	tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestReal_TokenRefusalSaysWhy(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.not) || strings.Contains(msg, "wrong") {
 			t.Errorf("%s: WaitReady: %q, want it to say %q (and not show the token)", tc.url, msg, tc.want)
 		}
-		_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		mustIs(t, err, broker.ErrUnsent)
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Acquire: %q, want it to say %q", tc.url, err, tc.want)
@@ -343,7 +343,7 @@ func TestReal_TLS(t *testing.T) {
 		if err := b.WaitReady(ctx); err != nil {
 			return err
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			return err
 		}
@@ -374,7 +374,7 @@ func TestReal_V2CancelKeepsSession(t *testing.T) {
 	dials := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.conns) }
 	dialled := dials()
 
-	holder, err := b.Acquire(t.Context(), "v2-cancel", 0, 30*s, 0)
+	holder, err := b.Acquire(t.Context(), "v2-cancel", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestReal_V2CancelKeepsSession(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancels[i] = cancel
 		go func() {
-			tk, err := b.Acquire(ctx, "v2-cancel", 10*s, 30*s, 0)
+			tk, err := b.Acquire(ctx, "v2-cancel", broker.AcquireOptions{Lease: 30 * s, Wait: 10 * s})
 			if err != nil {
 				errs <- err
 				return
@@ -453,9 +453,51 @@ func TestReal_PlainClientTLSServer(t *testing.T) {
 	if !strings.Contains(err.Error(), "ca=") {
 		t.Errorf("WaitReady: %v, want a hint at the URL's ca=", err)
 	}
-	_, err = b.Acquire(t.Context(), "k", 0, 5*s, 0)
+	_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 	mustIs(t, err, broker.ErrUnsent)
 	if errors.Is(err, broker.ErrTLSRequired) || !strings.Contains(err.Error(), "speaks TLS") {
 		t.Errorf("Acquire: %v, want ErrUnsent alone, its message naming TLS", err)
+	}
+}
+
+// TestReal_TLSClientPlainServer: a client configured for TLS (the URL's
+// ca= or tls=) against a server that speaks plain TCP is told so at once:
+// WaitReady returns ErrServerNotTLS (a refusal for good) well before its
+// context ends, naming the cure, and Acquire's ErrUnsent carries the same
+// cause in its message. Before, each TLS handshake failed with "tls: first
+// record does not look like a TLS handshake" (the server answers the
+// ClientHello with a protocol error), was retried as a passing failure,
+// and WaitReady waited out its context (here 20 s).
+func TestReal_TLSClientPlainServer(t *testing.T) {
+	pki := newPKI(t)
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	for name, tc := range map[string]broker.TLSConfig{
+		"ca file":     {Mode: broker.TLSCAFile, CAFile: pki.CAFile, ServerName: testServerName},
+		"skip verify": {Mode: broker.TLSInsecureSkipVerify},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(rs.Addr)
+			cfg.TLS = tc
+			b, err := broker.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*s) // a hang guard
+			defer cancel()
+			err = b.WaitReady(ctx)
+			mustIs(t, err, broker.ErrServerNotTLS)
+			if errors.Is(err, broker.ErrNotReady) || ctx.Err() != nil {
+				t.Fatalf("WaitReady waited for its context: %v", err)
+			}
+			if !strings.Contains(err.Error(), "does not speak TLS") || !strings.Contains(err.Error(), "tls-cert") {
+				t.Errorf("WaitReady: %v, want it to say the server does not speak TLS and how to fix it", err)
+			}
+			_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
+			mustIs(t, err, broker.ErrUnsent)
+			if errors.Is(err, broker.ErrServerNotTLS) || !strings.Contains(err.Error(), "does not speak TLS") {
+				t.Errorf("Acquire: %v, want ErrUnsent alone, its message naming TLS", err)
+			}
+		})
 	}
 }

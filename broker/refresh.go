@@ -53,7 +53,7 @@ import (
 // with any method of the ticket; Deadline and Remaining read the latest
 // confirmed deadline.
 func (t *Ticket) Refresh(ctx context.Context, lease time.Duration) error {
-	leaseS, err := validateLease(lease)
+	leaseS, err := validateLease(lease, refreshLease)
 	if err != nil {
 		return err
 	}
@@ -104,13 +104,19 @@ func (t *Ticket) Refresh(ctx context.Context, lease time.Duration) error {
 // Remaining at commit, so a kept-alive ticket commits on its latest
 // confirmed deadline.
 //
+// Choose L well above the failover time of a cluster or pair: a refresh
+// that falls due as a failover starts has about 0.32·L (0.99·L − L/3 −
+// L/3), less one retry interval, before the signal fires. Take L at least
+// 4× the failover time (10 s or more with the default timeouts; see
+// "Refresh and KeepAlive" in the package documentation).
+//
 // Errors of the first refresh are Refresh's. A ticket already released is
 // ErrNotHeld; after Close, ErrClosed. A cancelled call also matches ctx's
 // error.
 func (t *Ticket) KeepAlive(ctx context.Context, lease time.Duration) (context.Context, error) {
 	b, st := t.b, t.st
 	defer runtime.KeepAlive(t)
-	leaseS, err := validateLease(lease)
+	leaseS, err := validateLease(lease, refreshLease)
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +141,28 @@ func (t *Ticket) KeepAlive(ctx context.Context, lease time.Duration) (context.Co
 	return lost, nil
 }
 
+// Which call a lease is validated for (validateLease).
+const (
+	acquireLease = iota
+	refreshLease
+)
+
 // validateLease checks a lease as Acquire does: 1..250 s after rounding
-// up to whole seconds.
-func validateLease(lease time.Duration) (int64, error) {
+// up to whole seconds. Above 250 s the message says what to do instead:
+// for Acquire, keep a shorter lease alive with KeepAlive; for Refresh and
+// KeepAlive, each refresh extends by at most 250 s.
+func validateLease(lease time.Duration, of int) (int64, error) {
 	leaseS, ok := roundUp(lease)
 	if !ok || leaseS < wire.MinLeaseS || leaseS > wire.MaxLeaseS {
-		return 0, newErr(ErrInvalidArgument, fmt.Sprintf("lease %v: must be %d..%ds after rounding up", lease, wire.MinLeaseS, wire.MaxLeaseS), nil)
+		msg := fmt.Sprintf("lease %v: must be %d..%ds after rounding up", lease, wire.MinLeaseS, wire.MaxLeaseS)
+		if ok && leaseS > wire.MaxLeaseS {
+			if of == acquireLease {
+				msg += fmt.Sprintf("; for work longer than %ds, acquire with a lease of a few seconds (10s, say) and keep it with Ticket.KeepAlive, which refreshes it in the background for as long as the work runs and cancels its context if the lock may be lost", wire.MaxLeaseS)
+			} else {
+				msg += fmt.Sprintf("; one refresh extends the lease by at most %ds: for longer work, use Ticket.KeepAlive with a lease of a few seconds (10s, say), which refreshes it again and again", wire.MaxLeaseS)
+			}
+		}
+		return 0, newErr(ErrInvalidArgument, msg, nil)
 	}
 	return leaseS, nil
 }

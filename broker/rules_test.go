@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -46,7 +47,7 @@ func TestConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				tk, err := b.Acquire(t.Context(), fmt.Sprintf("k%d-%d", w, i), 0, 10*s, 0)
+				tk, err := b.Acquire(t.Context(), fmt.Sprintf("k%d-%d", w, i), broker.AcquireOptions{Lease: 10 * s})
 				if err != nil {
 					errs <- err
 					return
@@ -91,7 +92,7 @@ func TestNewNeverBlocks(t *testing.T) {
 			t.Fatalf("New with the server down: %v", err)
 		}
 		defer b.Close()
-		_, err = b.Acquire(t.Context(), "k", 0, s, 0)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: s})
 		mustIs(t, err, broker.ErrUnsent)
 		// The server comes up: the background sessions find it.
 		f := newFakeOn(t, addr, nil)
@@ -100,7 +101,7 @@ func TestNewNeverBlocks(t *testing.T) {
 		if err := b.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Acquire(t.Context(), "k", 0, 2*s, 0); err != nil {
+		if _, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s}); err != nil {
 			t.Fatal(err)
 		}
 		_ = f
@@ -136,7 +137,7 @@ func TestNewNeverBlocks(t *testing.T) {
 		b := allReady(t, f, testConfig(f.Addr))
 		slow := make(chan error, 1)
 		go func() {
-			tk, err := b.Acquire(t.Context(), "delay:300ms", 5*s, 10*s, 0)
+			tk, err := b.Acquire(t.Context(), "delay:300ms", broker.AcquireOptions{Lease: 10 * s, Wait: 5 * s})
 			if err == nil {
 				err = tk.Release(t.Context())
 			}
@@ -144,7 +145,7 @@ func TestNewNeverBlocks(t *testing.T) {
 		}()
 		eventually(t, "slow acquire sent", func() bool { return len(f.Log()) == 1 })
 		// The next request goes to the other session, which the server closes.
-		_, err := b.Acquire(t.Context(), "close", 5*s, 10*s, 0)
+		_, err := b.Acquire(t.Context(), "close", broker.AcquireOptions{Lease: 10 * s, Wait: 5 * s})
 		mustIs(t, err, broker.ErrIndeterminate)
 		if err := <-slow; err != nil {
 			t.Fatalf("request on the other session was disturbed: %v", err)
@@ -227,7 +228,7 @@ func TestSessions(t *testing.T) {
 		}
 		b := newBroker(t, testConfig(standby.Addr, active.Addr))
 		for i := range 10 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 5*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 5 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,7 +251,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
 		for i := range 10 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 5*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 5 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +282,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		}
 		defer b.Close()
 		before := f.bytes.Load()
-		_, err = b.Acquire(t.Context(), "k", 10*s, 10*s, 0) // must not wait 10 s for a session
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s}) // must not wait 10 s for a session
 		mustIs(t, err, broker.ErrUnsent)
 		if errors.Is(err, broker.ErrIndeterminate) {
 			t.Fatal("unsent must not be indeterminate")
@@ -325,7 +326,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 			c.Close()
 		}
 		eventually(t, "the session is down", func() bool { return b.ReadySessions() == 0 })
-		_, err = b.Acquire(t.Context(), "k", 10*s, 10*s, 0)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s})
 		mustIs(t, err, broker.ErrUnsent)
 		if strings.Contains(err.Error(), "WaitReady") {
 			t.Errorf("Acquire after a session was ready: %v, want no word about WaitReady", err)
@@ -366,7 +367,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		b := allReady(t, f, cfg)
 		done := make(chan error, 1)
 		go func() {
-			_, err := b.Acquire(context.Background(), "stall", 0, 5*s, 0)
+			_, err := b.Acquire(context.Background(), "stall", broker.AcquireOptions{Lease: 5 * s})
 			done <- err
 		}()
 		select {
@@ -382,13 +383,13 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		slow := make(chan error, 2)
 		for i := range 2 { // one waiting ACQUIRE on each session
 			go func() {
-				_, err := b.Acquire(t.Context(), fmt.Sprintf("never/%d", i), 5*s, 10*s, 0)
+				_, err := b.Acquire(t.Context(), fmt.Sprintf("never/%d", i), broker.AcquireOptions{Lease: 10 * s, Wait: 5 * s})
 				slow <- err
 			}()
 		}
 		eventually(t, "slow acquires sent", func() bool { return len(f.Log()) == 2 })
 		for i := range 20 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("fast", i), 0, 5*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("fast", i), broker.AcquireOptions{Lease: 5 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -498,7 +499,7 @@ func checkArgs(t *testing.T, cases []argCase) {
 				key = "k/" + c.name
 			}
 			before, n := f.bytes.Load(), len(f.Log())
-			tk, err := b.Acquire(t.Context(), key, c.wait, c.lease, c.work)
+			tk, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: c.lease, Wait: c.wait, Work: c.work})
 			if !c.ok {
 				mustIs(t, err, broker.ErrInvalidArgument)
 				time.Sleep(10 * time.Millisecond)
@@ -545,6 +546,79 @@ func TestArgLease(t *testing.T) {
 	})
 }
 
+// TestArgLeaseUnset: AcquireOptions without a Lease (its zero value) is
+// refused with a message that names the field, before anything is sent;
+// a lease is never defaulted.
+func TestArgLeaseUnset(t *testing.T) {
+	f := newFake(t)
+	b := allReady(t, f, testConfig(f.Addr))
+	before := f.bytes.Load()
+	_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Wait: 5 * s, Work: s})
+	mustIs(t, err, broker.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "Lease must be set") {
+		t.Fatalf("error %q does not say that Lease must be set", err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if got := f.bytes.Load(); got != before {
+		t.Fatalf("%d bytes sent for an unset lease", got-before)
+	}
+}
+
+// TestArgLeaseAboveMaxPointsToKeepAlive: a lease above 250 s is refused
+// (never clamped), and the message says what to do for longer work: a
+// short lease kept with KeepAlive. Refresh and KeepAlive say the same for
+// their lease.
+func TestArgLeaseAboveMaxPointsToKeepAlive(t *testing.T) {
+	f := newFakeV3(t)
+	b := allReady(t, f, testConfig(f.Addr))
+	_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * time.Minute})
+	mustIs(t, err, broker.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "Ticket.KeepAlive") {
+		t.Fatalf("Acquire's error %q does not point to Ticket.KeepAlive", err)
+	}
+	tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Release(t.Context())
+	err = tk.Refresh(t.Context(), 251*s)
+	mustIs(t, err, broker.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "KeepAlive") {
+		t.Fatalf("Refresh's error %q does not point to KeepAlive", err)
+	}
+	_, err = tk.KeepAlive(t.Context(), 251*s)
+	mustIs(t, err, broker.ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "KeepAlive") {
+		t.Fatalf("KeepAlive's error %q does not say what to use", err)
+	}
+}
+
+// TestAcquireOptionsKeyedOnly: outside package broker an unkeyed
+// AcquireOptions literal does not compile (its blank field), so that
+// durations in the order of the fields cannot stand for named ones; the
+// same literal keyed does. Built with the go command, from testdata.
+func TestAcquireOptionsKeyedOnly(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("the go command is not on PATH: %v", err)
+	}
+	build := func(dir string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), goCmd, "build", "-o", os.DevNull, "./"+dir)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := build("testdata/literal/keyed"); err != nil {
+		t.Fatalf("the keyed literal does not build: %v\n%s", err, out)
+	}
+	out, err := build("testdata/literal/unkeyed")
+	if err == nil {
+		t.Fatal("an unkeyed AcquireOptions literal compiled outside package broker")
+	}
+	if !strings.Contains(out, "AcquireOptions") {
+		t.Fatalf("the unkeyed literal failed to build for another reason: %v\n%s", err, out)
+	}
+}
+
 func TestArgWorkBudget(t *testing.T) {
 	checkArgs(t, []argCase{
 		{name: "zero allowed", lease: 5 * s, work: 0, ok: true, leaseS: 5},
@@ -574,13 +648,13 @@ func TestRoundUpNeverClamp(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
 		// lease 2s, work 0.1s rounds to 1s: 1.98s conservative remains, so granted.
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 100*time.Millisecond)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s, Work: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tk.Release(t.Context())
 		// lease 1s, work 0.1s rounds to 1s > 0.99s remaining: too short.
-		_, err = b.Acquire(t.Context(), "k", 0, s, 100*time.Millisecond)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: s, Work: 100 * time.Millisecond})
 		mustIs(t, err, broker.ErrLeaseTooShort)
 	})
 }
@@ -592,7 +666,7 @@ func TestGranted(t *testing.T) {
 	b := allReady(t, f, testConfig(f.Addr))
 	t.Run("ticket with conservative deadline", func(t *testing.T) {
 		before := time.Now()
-		tk, err := b.Acquire(t.Context(), "honest:300ms", 5*s, 30*s, 2*s)
+		tk, err := b.Acquire(t.Context(), "honest:300ms", broker.AcquireOptions{Lease: 30 * s, Wait: 5 * s, Work: 2 * s})
 		after := time.Now()
 		if err != nil {
 			t.Fatal(err)
@@ -611,7 +685,7 @@ func TestGranted(t *testing.T) {
 	})
 	t.Run("lease too short: compensating release", func(t *testing.T) {
 		n := len(f.Log())
-		_, err := b.Acquire(t.Context(), "short", 0, s, s) // 0.99s < 1s budget
+		_, err := b.Acquire(t.Context(), "short", broker.AcquireOptions{Lease: s, Work: s}) // 0.99s < 1s budget
 		mustIs(t, err, broker.ErrLeaseTooShort)
 		log := f.Log()[n:]
 		if len(log) != 2 || log[1].Type != wire.TypeRelease || log[1].Key != "short" {
@@ -624,7 +698,7 @@ func TestGranted(t *testing.T) {
 	t.Run("remaining not positive", func(t *testing.T) {
 		// waited_ms cannot make it negative, but a reply later than the
 		// lease can: the fake delays 1.1s for a 1s lease.
-		_, err := b.Acquire(t.Context(), "delay:1100ms", 5*s, s, 0)
+		_, err := b.Acquire(t.Context(), "delay:1100ms", broker.AcquireOptions{Lease: s, Wait: 5 * s})
 		mustIs(t, err, broker.ErrLeaseTooShort)
 	})
 }
@@ -632,7 +706,7 @@ func TestGranted(t *testing.T) {
 func TestTimedOut(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
-	_, err := b.Acquire(t.Context(), "timeout", 2*s, 5*s, 0)
+	_, err := b.Acquire(t.Context(), "timeout", broker.AcquireOptions{Lease: 5 * s, Wait: 2 * s})
 	mustIs(t, err, broker.ErrTimedOut)
 	if errors.Is(err, broker.ErrIndeterminate) {
 		t.Fatal("T is definite")
@@ -642,7 +716,7 @@ func TestTimedOut(t *testing.T) {
 func TestBusy(t *testing.T) {
 	f := newFake(t)
 	b := allReady(t, f, testConfig(f.Addr))
-	_, err := b.Acquire(t.Context(), "busy", 2*s, 5*s, 0)
+	_, err := b.Acquire(t.Context(), "busy", broker.AcquireOptions{Lease: 5 * s, Wait: 2 * s})
 	mustIs(t, err, broker.ErrBusy)
 	time.Sleep(20 * time.Millisecond)
 	if n := f.Count(wire.TypeAcquire); n != 1 {
@@ -655,7 +729,7 @@ func TestIndeterminate(t *testing.T) {
 		t.Run("reply lost: "+key, func(t *testing.T) {
 			f := newFake(t)
 			b := allReady(t, f, testConfig(f.Addr))
-			_, err := b.Acquire(t.Context(), key, 2*s, 5*s, 0)
+			_, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: 5 * s, Wait: 2 * s})
 			mustIs(t, err, broker.ErrIndeterminate)
 			if errors.Is(err, broker.ErrUnsent) {
 				t.Fatal("indeterminate must not be unsent")
@@ -673,7 +747,7 @@ func TestIndeterminate(t *testing.T) {
 		cfg := testConfig(f.Addr)
 		cfg.ReplyGrace = 100 * time.Millisecond
 		b := allReady(t, f, cfg)
-		_, err := b.Acquire(t.Context(), "never", 0, 5*s, 0)
+		_, err := b.Acquire(t.Context(), "never", broker.AcquireOptions{Lease: 5 * s})
 		mustIs(t, err, broker.ErrIndeterminate)
 		eventually(t, "reopen", func() bool { return f.hellos.Load() >= 3 })
 	})
@@ -681,7 +755,7 @@ func TestIndeterminate(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
 		for range 5 {
-			b.Acquire(t.Context(), "close", 0, 5*s, 0)
+			b.Acquire(t.Context(), "close", broker.AcquireOptions{Lease: 5 * s})
 			eventually(t, "ready", func() bool { return b.ReadySessions() > 0 })
 		}
 		owners := map[[16]byte]int{}
@@ -700,7 +774,7 @@ func TestIndeterminate(t *testing.T) {
 	t.Run("grant then close still a ticket", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
-		tk, err := b.Acquire(t.Context(), "grantclose", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "grantclose", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatalf("a G read before the close is a grant: %v", err)
 		}
@@ -731,7 +805,7 @@ func TestUnsent(t *testing.T) {
 		before := f.bytes.Load()
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		_, err := b.Acquire(ctx, "k", 0, 5*s, 0)
+		_, err := b.Acquire(ctx, "k", broker.AcquireOptions{Lease: 5 * s})
 		mustIs(t, err, broker.ErrUnsent, context.Canceled)
 		time.Sleep(10 * time.Millisecond)
 		if f.bytes.Load() != before {
@@ -759,14 +833,14 @@ func TestUnsent(t *testing.T) {
 		ctx1, cancel1 := context.WithCancel(t.Context())
 		for i := range 2 { // one blocked Write on each session
 			go func() {
-				_, err := b.Acquire(ctx1, fmt.Sprint("first", i), 0, 5*s, 0)
+				_, err := b.Acquire(ctx1, fmt.Sprint("first", i), broker.AcquireOptions{Lease: 5 * s})
 				errs <- err
 			}()
 		}
 		time.Sleep(50 * time.Millisecond) // both writers now block in Write
 		ctx2, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel2()
-		_, err := b.Acquire(ctx2, "queued", 0, 5*s, 0)
+		_, err := b.Acquire(ctx2, "queued", broker.AcquireOptions{Lease: 5 * s})
 		mustIs(t, err, broker.ErrUnsent, context.DeadlineExceeded)
 		cancel1()
 		for range 2 {
@@ -788,11 +862,11 @@ func TestUnsent(t *testing.T) {
 		b := allReady(t, f, cfg)
 		first := make(chan error, 1)
 		go func() { // session X: its writer blocks in Write
-			_, err := b.Acquire(context.Background(), "stall", 0, 5*s, 0)
+			_, err := b.Acquire(context.Background(), "stall", broker.AcquireOptions{Lease: 5 * s})
 			first <- err
 		}()
 		eventually(t, "stalled writer", func() bool { return len(d.stalled()) == 1 })
-		tk, err := b.Acquire(t.Context(), "k2", 0, 5*s, 0) // session Y
+		tk, err := b.Acquire(t.Context(), "k2", broker.AcquireOptions{Lease: 5 * s}) // session Y
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -800,7 +874,7 @@ func TestUnsent(t *testing.T) {
 		ctx := newStepCtx()
 		third := make(chan error, 1)
 		go func() { // session X again: queued behind the stuck Write
-			_, err := b.Acquire(ctx, "k3", 0, 5*s, 0)
+			_, err := b.Acquire(ctx, "k3", broker.AcquireOptions{Lease: 5 * s})
 			third <- err
 		}()
 		<-ctx.entered
@@ -821,7 +895,7 @@ func TestUnsent(t *testing.T) {
 		ln.Close()
 		b, _ := broker.New(testConfig(addr))
 		defer b.Close()
-		_, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		mustIs(t, err, broker.ErrUnsent)
 	})
 }
@@ -858,7 +932,7 @@ func TestCancel(t *testing.T) {
 			eventually(t, "sent", func() bool { return f.Count(wire.TypeAcquire) == 1 })
 			cancel()
 		}()
-		_, err := b.Acquire(ctx, "never", 10*s, 10*s, 0)
+		_, err := b.Acquire(ctx, "never", broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s})
 		mustIs(t, err, broker.ErrIndeterminate, context.Canceled)
 		eventually(t, "session closed and reopened", func() bool { return f.hellos.Load() == 3 })
 	})
@@ -873,7 +947,7 @@ func TestCancel(t *testing.T) {
 					f.later(30*time.Millisecond, ctx.cancel)
 				}
 			})
-			tk, err := b.Acquire(ctx, fmt.Sprint("k", i), 0, 5*s, 0)
+			tk, err := b.Acquire(ctx, fmt.Sprint("k", i), broker.AcquireOptions{Lease: 5 * s})
 			if tk != nil {
 				t.Fatal("a Ticket despite the cancellation")
 			}
@@ -885,7 +959,7 @@ func TestCancel(t *testing.T) {
 	t.Run("grant read after the session turned fatal is released", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
-		_, err := b.Acquire(t.Context(), "fatalthengrant", 5*s, 10*s, 0)
+		_, err := b.Acquire(t.Context(), "fatalthengrant", broker.AcquireOptions{Lease: 10 * s, Wait: 5 * s})
 		mustIs(t, err, broker.ErrIndeterminate)
 		tok := f.nextToken.Load()
 		eventually(t, "compensating release of the grant read after the fatal frame", func() bool { return f.Released(tok) == 1 })
@@ -905,7 +979,7 @@ func TestCancel(t *testing.T) {
 						f.later(30*time.Millisecond, ctx.cancel)
 					}
 				})
-				_, err := b.Acquire(ctx, c.key+fmt.Sprint("/", i), 1*s, 5*s, 0)
+				_, err := b.Acquire(ctx, c.key+fmt.Sprint("/", i), broker.AcquireOptions{Lease: 5 * s, Wait: 1 * s})
 				mustIs(t, err, c.want)
 				if errors.Is(err, broker.ErrIndeterminate) {
 					t.Fatal("definite outcome turned indeterminate")
@@ -923,12 +997,12 @@ func TestCancel(t *testing.T) {
 			others := make(chan error, 2)
 			for i := range 2 {
 				go func() {
-					_, err := b.Acquire(t.Context(), fmt.Sprint("never/", i), 10*s, 10*s, 0)
+					_, err := b.Acquire(t.Context(), fmt.Sprint("never/", i), broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s})
 					others <- err
 				}()
 			}
 			eventually(t, "waiting acquires sent", func() bool { return len(f.Log()) == 2 })
-			_, err := b.Acquire(t.Context(), c.key, 10*s, 10*s, 0)
+			_, err := b.Acquire(t.Context(), c.key, broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s})
 			if se, ok := c.want.(*broker.ServerError); ok {
 				if !errors.As(err, &se) || se.Code != wire.CodeInternal {
 					t.Fatalf("want *ServerError code 6, got %v", err)
@@ -953,7 +1027,7 @@ func TestRelease(t *testing.T) {
 	cfg.ReleaseWindow = 300 * time.Millisecond
 	b := allReady(t, f, cfg)
 	acq := func(t *testing.T, key string) *broker.Ticket {
-		tk, err := b.Acquire(t.Context(), key, 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1017,7 +1091,7 @@ func TestRelease(t *testing.T) {
 			fc.sendResp(&wire.Response{Type: wire.TypeHelloOK, ReqID: req.ReqID, Version: 1, Role: 1})
 		}
 		b2 := allReady(t, f2, testConfig(f2.Addr))
-		tk, err := b2.Acquire(t.Context(), "x", 0, 30*s, 0)
+		tk, err := b2.Acquire(t.Context(), "x", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1038,7 +1112,7 @@ func TestRelease(t *testing.T) {
 		cfg := testConfig(f2.Addr)
 		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, time.Second
 		b2 := allReady(t, f2, cfg)
-		tk, err := b2.Acquire(t.Context(), "rel-late", 0, 30*s, 0)
+		tk, err := b2.Acquire(t.Context(), "rel-late", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1053,7 +1127,7 @@ func TestRelease(t *testing.T) {
 		}
 		// A RELEASE never answered: its in-flight entry must not stay
 		// forever; after the window plus the grace the session is closed.
-		tk, err = b2.Acquire(t.Context(), "rel-never/late", 0, 30*s, 0)
+		tk, err = b2.Acquire(t.Context(), "rel-never/late", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1066,7 +1140,7 @@ func TestRelease(t *testing.T) {
 	t.Run("G to a RELEASE is session-fatal, then resent", func(t *testing.T) {
 		f2 := newFake(t)
 		b2 := allReady(t, f2, testConfig(f2.Addr))
-		tk, err := b2.Acquire(t.Context(), "rel-granted", 0, 30*s, 0)
+		tk, err := b2.Acquire(t.Context(), "rel-granted", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1078,7 +1152,7 @@ func TestRelease(t *testing.T) {
 		cfg := testConfig(f2.Addr)
 		cfg.ReleaseWindow = 200 * time.Millisecond
 		b2 := allReady(t, f2, cfg)
-		tk, err := b2.Acquire(t.Context(), "x", 0, 30*s, 0)
+		tk, err := b2.Acquire(t.Context(), "x", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1099,7 +1173,7 @@ func TestCloseReleases(t *testing.T) {
 		var toks []uint64
 		var tks []*broker.Ticket
 		for i := range 20 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 30*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 30 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1122,7 +1196,7 @@ func TestCloseReleases(t *testing.T) {
 	t.Run("Release after Close returns the first result", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1136,7 +1210,7 @@ func TestCloseReleases(t *testing.T) {
 		if n := f.Released(tk.Token()); n != 1 {
 			t.Fatalf("%d RELEASEs", n)
 		}
-		_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		mustIs(t, err, broker.ErrClosed)
 	})
 	t.Run("Close is bounded when releases get no reply", func(t *testing.T) {
@@ -1146,7 +1220,7 @@ func TestCloseReleases(t *testing.T) {
 		b := allReady(t, f, cfg)
 		var tks []*broker.Ticket
 		for i := range 5 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("rel-never/", i), 0, 30*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("rel-never/", i), broker.AcquireOptions{Lease: 30 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1170,7 +1244,7 @@ func TestCloseReleases(t *testing.T) {
 		cfg := testConfig(f.Addr)
 		cfg.ReleaseWindow = 200 * time.Millisecond
 		b := allReady(t, f, cfg)
-		tk, err := b.Acquire(t.Context(), "rel-never/x", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "rel-never/x", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1239,7 +1313,7 @@ func TestCloseReleases(t *testing.T) {
 
 //go:noinline
 func acquireHoldAcrossGCAndDrop(t *testing.T, b *broker.Broker) uint64 {
-	tk, err := b.Acquire(t.Context(), "held-then-dropped", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "held-then-dropped", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1251,7 +1325,7 @@ func acquireHoldAcrossGCAndDrop(t *testing.T, b *broker.Broker) uint64 {
 
 //go:noinline
 func acquireReleaseAndDrop(t *testing.T, b *broker.Broker, afterGC bool) uint64 {
-	tk, err := b.Acquire(t.Context(), fmt.Sprint("released-", afterGC), 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), fmt.Sprint("released-", afterGC), broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1268,7 +1342,7 @@ func acquireReleaseAndDrop(t *testing.T, b *broker.Broker, afterGC bool) uint64 
 
 //go:noinline
 func acquireCancelReleaseAndDrop(t *testing.T, b *broker.Broker, down func()) uint64 {
-	tk, err := b.Acquire(t.Context(), "dropped-after-unsent", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "dropped-after-unsent", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1281,7 +1355,7 @@ func acquireCancelReleaseAndDrop(t *testing.T, b *broker.Broker, down func()) ui
 
 //go:noinline
 func acquireAndDrop(t *testing.T, b *broker.Broker) uint64 {
-	tk, err := b.Acquire(t.Context(), "dropped", 0, 30*s, 0)
+	tk, err := b.Acquire(t.Context(), "dropped", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1297,7 +1371,7 @@ func TestToken(t *testing.T) {
 		cfg := testConfig(f.Addr)
 		cfg.Token = "s3cret"
 		b := allReady(t, f, cfg)
-		if _, err := b.Acquire(t.Context(), "k", 0, 5*s, 0); err != nil {
+		if _, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s}); err != nil {
 			t.Fatal(err)
 		}
 		for _, tok := range f.Tokens() {
@@ -1315,7 +1389,7 @@ func TestToken(t *testing.T) {
 		defer b.Close()
 		mustIs(t, b.WaitReady(within(t, 5*s)), broker.ErrUnauthorized)
 		// Acquire's outcome is "unsent"; the refusal is in the message.
-		_, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		_, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		mustIs(t, err, broker.ErrUnsent)
 		if !strings.Contains(err.Error(), "unauthorized") {
 			t.Fatalf("error does not say why: %v", err)
@@ -1339,7 +1413,7 @@ func TestTLSModes(t *testing.T) {
 		if err := b.WaitReady(ctx); err != nil {
 			return err
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			return err
 		}

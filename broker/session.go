@@ -564,14 +564,14 @@ func versionRefused(err error) bool {
 // cannot cure (see WaitReady): the client token refused (E code 3), the
 // protocol version refused (E code 2 to a version-1 HELLO: to a higher
 // one, it makes the node's next session ask for the next lower version,
-// see run), the server's certificate rejected, or a node of another
-// cluster.
+// see run), the server's certificate rejected, TLS against a plain-TCP
+// server or plain TCP against a TLS one, or a node of another cluster.
 func refusedForGood(err error) bool {
 	var se *ServerError
 	if errors.As(err, &se) {
 		return se.Code == wire.CodeUnauthorized || se.Code == wire.CodeVersion
 	}
-	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrTLSRequired) || errors.Is(err, ErrWrongCluster)
+	return errors.Is(err, ErrCertificate) || errors.Is(err, ErrTLSRequired) || errors.Is(err, ErrServerNotTLS) || errors.Is(err, ErrWrongCluster)
 }
 
 func (s *session) errorf(cause error, format string, args ...any) error {
@@ -607,8 +607,15 @@ func (s *session) handshake(ctx context.Context, raw net.Conn, ver uint8) (*conn
 		tc := tls.Client(raw, s.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			var cv *tls.CertificateVerificationError
-			if errors.As(err, &cv) {
+			var rh tls.RecordHeaderError
+			switch {
+			case errors.As(err, &cv):
 				err = newErr(ErrCertificate, "", err)
+			case errors.As(err, &rh):
+				// The server answered the ClientHello with bytes that
+				// are not a TLS record: it speaks plain TCP. Retrying
+				// cannot cure it.
+				err = newErr(ErrServerNotTLS, "it answered the TLS handshake with bytes that are not TLS (it speaks plain TCP): start it with TLS (ticketingd serve --tls-cert and --tls-key, as ticketingd init configures it), or, on a trusted network only, connect without TLS (no ca= or tls= in the URL)", err)
 			}
 			return nil, s.errorf(err, "TLS handshake (mode %s)", b.set.TLS.Mode)
 		}

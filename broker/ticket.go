@@ -107,6 +107,13 @@ func (t *Ticket) Deadline() time.Time { return t.st.currentDeadline() }
 // (negative once passed).
 func (t *Ticket) Remaining() time.Duration { return time.Until(t.st.currentDeadline()) }
 
+// Released reports whether the ticket was released: Release returned its
+// final result (anything but ErrUnsent, after which the ticket is still
+// held), or Close or the drop safety net released it. A released ticket
+// fences nothing: the fence (fence.CheckLease, an adapter's Run) refuses
+// it with fence.ErrReleased. Acquire a new ticket for the next write.
+func (t *Ticket) Released() bool { return t.st.done.Load() }
+
 // currentDeadline is the ticket's conservative deadline now.
 func (st *ticketState) currentDeadline() time.Time {
 	d := st.deadline

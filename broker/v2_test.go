@@ -132,7 +132,7 @@ func TestV2_Negotiation(t *testing.T) {
 		if w := d.written(); !bytes.HasPrefix(w[0], hello3) {
 			t.Fatalf("first HELLO %x, want version 3 %x", w[0], hello3)
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestV2_Negotiation(t *testing.T) {
 		if c := logOf(f, wire.TypeCancel)[0]; c.ReqID != acq.ReqID || c.Conn != acq.Conn {
 			t.Fatalf("CANCEL %+v does not name the ACQUIRE %+v", c, acq)
 		}
-		tk, err := b.Acquire(t.Context(), "after", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "after", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestV2_Negotiation(t *testing.T) {
 		}
 		var tks []*broker.Ticket
 		for i := range 4 { // round robin: both nodes, two each
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 5*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 5 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +357,7 @@ func acquireParked(t *testing.T, b *broker.Broker, f *fakeServer, key string) (c
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		tk, err := b.Acquire(ctx, key, 30*s, 10*s, 0)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 10 * s, Wait: 30 * s})
 		if tk != nil {
 			err = errors.New("a Ticket despite the cancellation")
 		}
@@ -408,7 +408,7 @@ func TestV2_Cancel(t *testing.T) {
 		}
 		// The session lives on and carries the next requests.
 		for i := range 5 {
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("after", i), 0, 5*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("after", i), broker.AcquireOptions{Lease: 5 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -433,7 +433,7 @@ func TestV2_Cancel(t *testing.T) {
 		})
 		// A T the broker did not absorb would be an unknown response:
 		// session-fatal. The session still works, and releases nothing.
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +489,7 @@ func TestV2_Cancel(t *testing.T) {
 		n := len(logOf(f, wire.TypeAcquire))
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
-		go func() { _, err := b.Acquire(ctx, "waitdeaf", 0, 10*s, 0); done <- err }()
+		go func() { _, err := b.Acquire(ctx, "waitdeaf", broker.AcquireOptions{Lease: 10 * s}); done <- err }()
 		eventually(t, "sent", func() bool { return len(logOf(f, wire.TypeAcquire)) > n })
 		cancel()
 		mustIs(t, <-done, broker.ErrIndeterminate, context.Canceled)
@@ -571,7 +571,7 @@ func TestV2_HundredWaitersHalfCancelled(t *testing.T) {
 	q := &lockQueue{f: f}
 	f.SetHandle(q.handle)
 	b := oneSession(t, f, nil)
-	holder, err := b.Acquire(t.Context(), "q", 0, 30*s, 0)
+	holder, err := b.Acquire(t.Context(), "q", broker.AcquireOptions{Lease: 30 * s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func TestV2_HundredWaitersHalfCancelled(t *testing.T) {
 			if i%2 == 1 {
 				defer cancelledDone.Done()
 			}
-			tk, err := b.Acquire(ctx, "q", 60*s, 30*s, 0)
+			tk, err := b.Acquire(ctx, "q", broker.AcquireOptions{Lease: 30 * s, Wait: 60 * s})
 			if err == nil {
 				err = tk.Release(t.Context())
 			}
@@ -645,7 +645,7 @@ func TestV2_ReleaseOwned(t *testing.T) {
 		b := allReady(t, f, testConfig(f.Addr))
 		owners := map[uint64][16]byte{} // token -> ACQUIRE owner
 		// explicit Release
-		tk, err := b.Acquire(t.Context(), "explicit", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "explicit", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -654,7 +654,7 @@ func TestV2_ReleaseOwned(t *testing.T) {
 			t.Fatal(err)
 		}
 		// compensating release: lease too short for the budget
-		_, err = b.Acquire(t.Context(), "short", 0, s, s)
+		_, err = b.Acquire(t.Context(), "short", broker.AcquireOptions{Lease: s, Work: s})
 		mustIs(t, err, broker.ErrLeaseTooShort)
 		owners[f.nextToken.Load()] = logOf(f, wire.TypeAcquire)[1].Owner
 		// the drop safety net
@@ -665,7 +665,7 @@ func TestV2_ReleaseOwned(t *testing.T) {
 			return f.Released(tok) == 1
 		})
 		// Close
-		tk, err = b.Acquire(t.Context(), "closed", 0, 30*s, 0)
+		tk, err = b.Acquire(t.Context(), "closed", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -695,25 +695,25 @@ func TestV2_ReleaseOwned(t *testing.T) {
 	t.Run("version 1: U, and never C or V, even after a cancel", func(t *testing.T) {
 		f := newFake(t)
 		b := allReady(t, f, testConfig(f.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := tk.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		_, err = b.Acquire(t.Context(), "short", 0, s, s)
+		_, err = b.Acquire(t.Context(), "short", broker.AcquireOptions{Lease: s, Work: s})
 		mustIs(t, err, broker.ErrLeaseTooShort)
 		ctx, cancel := context.WithCancel(t.Context())
 		go func() {
 			eventually(t, "sent", func() bool { return f.Count(wire.TypeAcquire) == 3 })
 			cancel()
 		}()
-		_, err = b.Acquire(ctx, "never", 10*s, 10*s, 0)
+		_, err = b.Acquire(ctx, "never", broker.AcquireOptions{Lease: 10 * s, Wait: 10 * s})
 		mustIs(t, err, broker.ErrIndeterminate, context.Canceled)
 		// Version 1: the cancel closed the session.
 		eventually(t, "session closed and reopened", func() bool { return f.hellos.Load() >= 3 && b.ReadySessions() == 2 })
-		tk, err = b.Acquire(t.Context(), "k2", 0, 30*s, 0)
+		tk, err = b.Acquire(t.Context(), "k2", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -759,7 +759,7 @@ func TestV2_ReleaseRetryOnTheOtherVersion(t *testing.T) {
 	b := newBroker(t, cfg)
 	for i := range 4 {
 		eventually(t, "both nodes ready", func() bool { return b.ReadySessions() == 2 })
-		tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,7 +72,7 @@ func heldV3(t *testing.T, cfg func(*broker.Config), key string, lease time.Durat
 	t.Helper()
 	f := newFakeV3(t)
 	b := oneSession(t, f, cfg)
-	tk, err := b.Acquire(t.Context(), key, 0, lease, 0)
+	tk, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestV3_Negotiation(t *testing.T) {
 				t.Fatalf("session of version %d, want 2", fc.Version)
 			}
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestV3_Negotiation(t *testing.T) {
 				t.Fatalf("session of version %d after the upgrade, want 3", fc.Version)
 			}
 		}
-		tk, err := b.Acquire(t.Context(), "k", 0, 5*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestV3_ClusterIdentity(t *testing.T) {
 		b := newBroker(t, cfg)
 		gx, gy := used.Stats().Grants, unused.Stats().Grants
 		tokens := map[uint64]bool{}
-		hold, err := b.Acquire(t.Context(), "held", 0, 30*s, 0)
+		hold, err := b.Acquire(t.Context(), "held", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,9 +193,9 @@ func TestV3_ClusterIdentity(t *testing.T) {
 		for i := range 20 {
 			// The held key is refused on every request (two clusters
 			// would each grant it once).
-			_, err := b.Acquire(t.Context(), "held", 0, 30*s, 0)
+			_, err := b.Acquire(t.Context(), "held", broker.AcquireOptions{Lease: 30 * s})
 			mustIs(t, err, broker.ErrTimedOut)
-			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 30*s, 0)
+			tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 30 * s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestV3_ClusterIdentity(t *testing.T) {
 		if !errors.As(err, &wc) || wc.Want != "cluster-z" || !wc.Configured {
 			t.Fatalf("WaitReady: %v, want a *WrongClusterError for cluster-z", err)
 		}
-		_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		mustIs(t, err, broker.ErrUnsent, broker.ErrWrongCluster)
 		if b.ReadySessions() != 0 {
 			t.Fatal("a node of another cluster is used")
@@ -293,7 +293,7 @@ func TestV3_ClusterIdentity(t *testing.T) {
 				!strings.Contains(err.Error(), "has no cluster identity") || !strings.Contains(err.Error(), c.why) {
 				t.Fatalf("%s: WaitReady: %v, want a *WrongClusterError for a node without an identity (%s)", c.addr, err, c.why)
 			}
-			_, err = b.Acquire(t.Context(), "k", 0, 30*s, 0)
+			_, err = b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 			mustIs(t, err, broker.ErrUnsent, broker.ErrWrongCluster, broker.ErrNoClusterIdentity)
 			if b.ReadySessions() != 0 {
 				t.Fatalf("%s: a node without an identity is used", c.addr)
@@ -344,7 +344,7 @@ func TestV3_ClusterIdentityDrawn(t *testing.T) {
 	gy := y.Stats().Grants
 	tokens := map[uint64]bool{}
 	for i := range 10 {
-		tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), fmt.Sprint("k", i), broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +373,7 @@ func TestV3_Refresh(t *testing.T) {
 	t.Run("K moves the deadline, only forward; the server keeps the lock past the original lease", func(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b, other := newBroker(t, testConfig(rs.Addr)), newBroker(t, testConfig(rs.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +398,7 @@ func TestV3_Refresh(t *testing.T) {
 		// it, counted from before the ACQUIRE was sent), the key is still
 		// held, with its token.
 		time.Sleep(time.Until(d0.Add(300 * time.Millisecond)))
-		_, err = other.Acquire(t.Context(), "k", 0, 2*s, 0)
+		_, err = other.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		mustIs(t, err, broker.ErrTimedOut)
 		if err := tk.Release(t.Context()); err != nil {
 			t.Fatalf("release after the original lease: %v, want R", err)
@@ -407,7 +407,7 @@ func TestV3_Refresh(t *testing.T) {
 	t.Run("N: ErrNotHeld, the deadline no later than the EXTEND (expired, another holder)", func(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b, other := newBroker(t, testConfig(rs.Addr)), newBroker(t, testConfig(rs.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +417,7 @@ func TestV3_Refresh(t *testing.T) {
 		if back := time.Now(); tk.Deadline().After(d0) || tk.Deadline().After(back) {
 			t.Fatalf("ErrNotHeld left the deadline %v after the EXTEND's answer", tk.Deadline().Sub(back))
 		}
-		newer, err := other.Acquire(t.Context(), "k", 0, 5*s, 0)
+		newer, err := other.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 5 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +462,7 @@ func TestV3_Refresh(t *testing.T) {
 		}
 		defer px.Close()
 		b, direct := newBroker(t, testConfig(px.Addr())), newBroker(t, testConfig(rs.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestV3_Refresh(t *testing.T) {
 		}
 		// It did happen: past the original lease the key is held.
 		time.Sleep(time.Until(d0.Add(300 * time.Millisecond)))
-		_, err = direct.Acquire(t.Context(), "k", 0, 2*s, 0)
+		_, err = direct.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		mustIs(t, err, broker.ErrTimedOut)
 	})
 	t.Run("never answered: ErrRefreshUnconfirmed and ctx's error, the deadline unchanged", func(t *testing.T) {
@@ -504,7 +504,7 @@ func TestV3_Refresh(t *testing.T) {
 	t.Run("Deadline read concurrently with refreshes only moves forward", func(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b := newBroker(t, testConfig(rs.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -558,7 +558,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		eventually(t, "every session ready", func() bool { return b.ReadySessions() == 2 && other.ReadySessions() == 2 })
 		ignore := ignoreSessions()
 		const lease = 2 * s
-		tk, err := b.Acquire(t.Context(), "job", 0, lease, 0)
+		tk, err := b.Acquire(t.Context(), "job", broker.AcquireOptions{Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +569,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		start, d0 := time.Now(), tk.Deadline()
 		for time.Since(start) < 3*lease+500*time.Millisecond {
 			mustNotBeDone(t, lost, "while kept alive")
-			_, err := other.Acquire(t.Context(), "job", 0, lease, 0)
+			_, err := other.Acquire(t.Context(), "job", broker.AcquireOptions{Lease: lease})
 			mustIs(t, err, broker.ErrTimedOut)
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -588,7 +588,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		}
 		mustIs(t, context.Cause(lost), broker.ErrNotHeld)
 		goleak.VerifyNone(t, ignore...) // the keep-alive's goroutine has exited
-		next, err := other.Acquire(t.Context(), "job", 0, lease, 0)
+		next, err := other.Acquire(t.Context(), "job", broker.AcquireOptions{Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -605,7 +605,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		defer px.Close()
 		b, direct := newBroker(t, testConfig(px.Addr())), newBroker(t, testConfig(rs.Addr))
 		const lease = 3 * s
-		tk, err := b.Acquire(t.Context(), "k", 0, lease, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,7 +628,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		// Nobody else can have the key yet (the server's lease ends no
 		// earlier than dl). Checked only while that holds for this
 		// test's own clock reading.
-		_, err = direct.Acquire(t.Context(), "k", 0, lease, 0)
+		_, err = direct.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: lease})
 		if time.Now().Before(dl) {
 			mustIs(t, err, broker.ErrTimedOut)
 		} else {
@@ -646,7 +646,7 @@ func TestV3_KeepAlive(t *testing.T) {
 			f.script(fc, req)
 		})
 		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -669,7 +669,7 @@ func TestV3_KeepAlive(t *testing.T) {
 		b := newBroker(t, testConfig(rs.Addr))
 		eventually(t, "every session ready", func() bool { return b.ReadySessions() == 2 })
 		ignore := ignoreSessions()
-		tk, err := b.Acquire(t.Context(), "k", 0, 2*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 2 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -758,7 +758,7 @@ func TestV3_LostTicketIsRefusedByTheFence(t *testing.T) {
 			f.script(fc, req)
 		})
 		b := oneSession(t, f, nil)
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -781,7 +781,7 @@ func TestV3_LostTicketIsRefusedByTheFence(t *testing.T) {
 	t.Run("released", func(t *testing.T) {
 		rs := startServer(t, server.Config{}, "127.0.0.1:0")
 		b := newBroker(t, testConfig(rs.Addr))
-		tk, err := b.Acquire(t.Context(), "k", 0, 30*s, 0)
+		tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 
 // copyable are the example directories a user may copy into a module of
 // their own.
-var copyable = []string{"quickstart", "httpapi", "worker"}
+var copyable = []string{"quickstart", "httpapi", "worker", "longjob"}
 
 // notInCopies are module paths that a copied example must not require (its
 // go.mod) nor build or vet with (its packages and tests, and everything

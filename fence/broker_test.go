@@ -30,11 +30,11 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 	// has written.
 	zombie := func(key string) *broker.Ticket {
 		t.Helper()
-		old, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		old, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		newer, err := b.Acquire(ctx, key, 5*time.Second, 10*time.Second, 0) // granted when old's lease ends
+		newer, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second}) // granted when old's lease ends
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestStaleReleaseNotHeld(t *testing.T) {
 // broker.ErrNotHeld, unlike the stale case.
 func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 	ctx, db, b := realSetup(t)
-	old, err := b.Acquire(ctx, "account/1", 0, time.Second, 0)
+	old, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 			return err
 		}
 		// Granted only once old's lease has ended on the server.
-		newer, err := b.Acquire(ctx, "account/1", 5*time.Second, 10*time.Second, 0)
+		newer, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second})
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func TestLeaseExpiredReleaseNotHeld(t *testing.T) {
 func TestTicketReusedAfterCommit(t *testing.T) {
 	ctx, db, b := realSetup(t)
 	deposit := depositer(ctx)
-	tk, err := b.Acquire(ctx, "account/1", 0, 30*time.Second, 0)
+	tk, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRefreshedTicketCommits(t *testing.T) {
 	deposit := depositer(ctx)
 	acquire := func(key string) *broker.Ticket {
 		t.Helper()
-		tk, err := b.Acquire(ctx, key, 0, time.Second, 0)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,6 +160,50 @@ func TestRefreshedTicketCommits(t *testing.T) {
 	}
 }
 
+// With a real server: a ticket released before its fenced write (an
+// explicit Release, then Run with it) is refused with an error that says
+// it was released (fence.ErrReleased, which also matches
+// fence.ErrLeaseExpired as before), and nothing is written. Before, the
+// error said only "lease expired before commit: -60ms remaining", as if
+// the lease had run out.
+func TestReleasedTicketSaysReleased(t *testing.T) {
+	ctx, db, b := realSetup(t)
+	tk, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.Released() {
+		t.Fatal("a fresh ticket reports itself released")
+	}
+	if err := tk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !tk.Released() {
+		t.Fatal("a ticket whose Release returned nil does not report itself released")
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, fence.ErrReleased) || !errors.Is(err, fence.ErrLeaseExpired) {
+			t.Fatalf("%s: %v, want fence.ErrReleased and fence.ErrLeaseExpired", what, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "released") || strings.Contains(msg, "remaining") {
+			t.Fatalf("%s: %q, want it to say released, not the remaining time", what, msg)
+		}
+		if fence.Committed(err) {
+			t.Fatalf("%s: Committed(%v) is true", what, err)
+		}
+	}
+	check("CheckLease", fence.CheckLease(tk))
+	check("Run", sqlfence.Run(ctx, db, fence.SQLite, tk, depositer(ctx)))
+	var balance int
+	if err := db.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE id = 1").Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 100 {
+		t.Fatalf("balance %d, want 100 (nothing written with a released ticket)", balance)
+	}
+}
+
 // A nil *broker.Ticket, what an ignored Acquire error leaves, inside the
 // fence.Ticket interface is not a nil interface: before the fix NewPlan
 // called its Key method and panicked.
@@ -173,6 +217,10 @@ func TestNilBrokerTicket(t *testing.T) {
 	}
 	if err := fence.CheckLease(tk); !errors.Is(err, fence.ErrNilTicket) {
 		t.Errorf("CheckLease: %v", err)
+	}
+	// The message says what to pass, not only what was wrong.
+	if msg := fence.ErrNilTicket.Error(); !strings.Contains(msg, "pass the *broker.Ticket") || !strings.Contains(msg, "Acquire") {
+		t.Errorf("ErrNilTicket %q does not say what to pass", msg)
 	}
 }
 
@@ -263,14 +311,14 @@ func TestExpiredHolderRefusedOnceNewHolderWrote(t *testing.T) {
 	// ticket of the next holder, granted with a higher token.
 	expired := func(key string) (old, newer *broker.Ticket) {
 		t.Helper()
-		old, err := b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		old, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 60 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := srv.ExpireLock(ctx, key, old.Token(), "test"); err != nil {
 			t.Fatalf("expire now: %v", err)
 		}
-		newer, err = b.Acquire(ctx, key, 0, 60*time.Second, 0)
+		newer, err = b.Acquire(ctx, key, broker.AcquireOptions{Lease: 60 * time.Second})
 		if err != nil {
 			t.Fatalf("acquire after the expire: %v", err)
 		}

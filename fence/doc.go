@@ -201,7 +201,8 @@
 //
 // Every error of this package and the adapters starts with the package
 // name. Branch with errors.Is and errors.As: ErrStale / *StaleError,
-// ErrTxEnded, ErrLeaseExpired, ErrCommitUnknown, ErrRelease /
+// ErrTxEnded, ErrLeaseExpired (ErrReleased, a case of it: the ticket was
+// already released), ErrCommitUnknown, ErrRelease /
 // *ReleaseError, ErrInvalidResource, ErrTokenRange, ErrInvalidTable,
 // ErrNilTicket (also for a nil *broker.Ticket inside the Ticket
 // interface: see NilTicket), ErrNotMigrated (the high-water table does

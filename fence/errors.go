@@ -45,7 +45,17 @@ var (
 	// (or other nil value) of a type that implements Ticket, such as the
 	// nil *broker.Ticket that an ignored Acquire error leaves. Nothing is
 	// sent and nothing is released.
-	ErrNilTicket = errors.New("fence: nil ticket")
+	ErrNilTicket = errors.New("fence: nil ticket: pass the *broker.Ticket that a successful Acquire returned (a nil one is what Acquire returns with an error: handle that error first)")
+
+	// ErrReleased means the ticket was released before the fenced write
+	// could commit: its Release (or the broker's Close) had run, so its
+	// lock may already be another's. An adapter's Run releases the ticket
+	// when it returns, so a ticket fences one Run: acquire a new ticket
+	// for the next write. Returned by CheckLease (so by Run at commit,
+	// after a rollback: nothing was written) for a ticket that reports
+	// itself released (a Released() bool method, as *broker.Ticket has).
+	// The error also matches ErrLeaseExpired, which older code checks for.
+	ErrReleased = errors.New("fence: the ticket was already released")
 
 	// ErrTxEnded means the transaction that checked and raised the
 	// high-water had already ended when Run was about to commit (or when
@@ -256,6 +266,10 @@ func (e *ReleaseError) Unwrap() []error {
 // means that the transaction committed: err is nil, or it is a
 // *ReleaseError with a nil Primary (the write is durable, only the ticket's
 // release failed, so the lock lingers until its lease ends).
+//
+// Call it first, before retrying on an error of Run: a commit followed by
+// a failed release is an error, and redoing the write then would do it
+// twice.
 func Committed(err error) bool {
 	if err == nil {
 		return true

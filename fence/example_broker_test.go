@@ -80,7 +80,7 @@ func Example_withBroker() {
 	}
 
 	// A: no waiting, a 1 s lease, no minimum work budget.
-	a, err := b.Acquire(ctx, "account/1", 0, time.Second, 0)
+	a, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func Example_withBroker() {
 
 	// A pauses. B waits for the lock (up to 5 s); the server grants it
 	// when A's lease ends.
-	bt, err := b.Acquire(ctx, "account/1", 5*time.Second, 10*time.Second, 0)
+	bt, err := b.Acquire(ctx, "account/1", broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

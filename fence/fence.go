@@ -32,6 +32,14 @@ type Ticket interface {
 	Release(ctx context.Context) error
 }
 
+// releasedTicket is a Ticket that knows whether it was released, as
+// *broker.Ticket does (Released). The fence refuses such a ticket with
+// ErrReleased rather than with the negative remaining time a release
+// leaves.
+type releasedTicket interface {
+	Released() bool
+}
+
 // Option configures a fenced transaction. Options are applied in order.
 type Option func(*settings)
 
@@ -151,11 +159,16 @@ func NilTicket(t Ticket) bool {
 
 // CheckLease returns an error matching ErrLeaseExpired if the ticket's
 // conservative remaining time is not above the commit margin (see
-// WithCommitMargin). Call it right before committing a transaction you
-// fenced with an adapter's Guard; Run calls it for you.
+// WithCommitMargin), and one matching ErrReleased too if the ticket was
+// released (a ticket with a Released method that reports true, such as
+// a *broker.Ticket after its Release). Call it right before committing a
+// transaction you fenced with an adapter's Guard; Run calls it for you.
 func CheckLease(t Ticket, opts ...Option) error {
 	if NilTicket(t) {
 		return ErrNilTicket
+	}
+	if r, ok := t.(releasedTicket); ok && r.Released() {
+		return fmt.Errorf("%w: its lock may already be another's; an adapter's Run releases its ticket when it returns, so take a new ticket from Acquire for each fenced write (%w)", ErrReleased, ErrLeaseExpired)
 	}
 	var s settings
 	for _, o := range opts {

@@ -63,7 +63,7 @@ func TestBrowserDeployedClusterConsole(t *testing.T) {
 	waiter := newBroker(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*hangGuard)
 	defer cancel()
-	tk, err := holder.Acquire(ctx, "console/key", 0, time.Minute, 0)
+	tk, err := holder.Acquire(ctx, "console/key", broker.AcquireOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestBrowserDeployedClusterConsole(t *testing.T) {
 	// A waiter on the old leader: its wait is lost with it.
 	firstWait := make(chan error, 1)
 	go func() {
-		_, err := waiter.Acquire(ctx, "console/key", 20*time.Second, time.Minute, 0)
+		_, err := waiter.Acquire(ctx, "console/key", broker.AcquireOptions{Lease: time.Minute, Wait: 20 * time.Second})
 		firstWait <- err
 	}()
 
@@ -224,7 +224,7 @@ func deployFromPage(t *testing.T, tab context.Context, bin string) (url, bundle 
 // while the broker has no session to a serving node (after a failover).
 func acquireRetrying(ctx context.Context, b *broker.Broker, key string, wait time.Duration) (*broker.Ticket, error) {
 	for {
-		tk, err := b.Acquire(ctx, key, wait, time.Minute, 0)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: time.Minute, Wait: wait})
 		if err == nil || ctx.Err() != nil || !errors.Is(err, broker.ErrUnsent) && !errors.Is(err, broker.ErrNotActive) {
 			return tk, err
 		}

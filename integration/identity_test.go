@@ -68,7 +68,7 @@ func TestPairIdentityTwoPairs(t *testing.T) {
 		t.Fatalf("acquire held: %v", err)
 	}
 	for i := range rounds {
-		if _, err := harness.Acquire(ctx, h, "broker", b, "held", 0, 30*time.Second, 0); !errorIsTimedOut(err) {
+		if _, err := harness.Acquire(ctx, h, "broker", b, "held", broker.AcquireOptions{Lease: 30 * time.Second}); !errorIsTimedOut(err) {
 			t.Errorf("round %d: the held key: %v, want timed out (held on pair A)", i, err)
 		}
 		tk, err := acquireRetry(ctx, h, "broker", b, fmt.Sprint("k", i), 0, 30*time.Second)

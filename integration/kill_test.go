@@ -94,7 +94,7 @@ func TestServerKill9UnderLoad(t *testing.T) {
 				}
 				key := fmt.Sprintf("k%d", rand.IntN(keys))
 				actx, cancel := context.WithTimeout(ctx, 10*time.Second) // hang guard
-				tk, err := harness.Acquire(actx, h, proc, b, key, 500*time.Millisecond, 2*time.Second, 0)
+				tk, err := harness.Acquire(actx, h, proc, b, key, broker.AcquireOptions{Lease: 2 * time.Second, Wait: 500 * time.Millisecond})
 				cancel()
 				if err != nil {
 					if errors.Is(err, broker.ErrUnsent) {

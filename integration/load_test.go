@@ -125,7 +125,7 @@ func startLoadRun(t *testing.T, nodes serviceNodes, name string) *loadRun {
 // acquire is harness.Acquire that also feeds the grant watches.
 func (r *loadRun) acquire(ctx context.Context, proc, key string, wait, lease time.Duration) (*broker.Ticket, error) {
 	inv := r.h.Now()
-	tk, err := harness.Acquire(ctx, r.h, proc, r.b, key, wait, lease, 0)
+	tk, err := harness.Acquire(ctx, r.h, proc, r.b, key, broker.AcquireOptions{Lease: lease, Wait: wait})
 	if err == nil {
 		done := r.h.Now()
 		r.mu.Lock()

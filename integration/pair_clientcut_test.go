@@ -49,7 +49,7 @@ func TestPairClientLinkCutFirst(t *testing.T) {
 	if err != nil {
 		t.Fatalf("WaitReady: %v", err)
 	}
-	held, err := b.Acquire(ctx, "held", 5*time.Second, 2*time.Minute, 0)
+	held, err := b.Acquire(ctx, "held", broker.AcquireOptions{Lease: 2 * time.Minute, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("acquire on the primary: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestPairClientLinkCutFirst(t *testing.T) {
 	p.Cut()
 	var tk *broker.Ticket
 	for {
-		tk, err = b.Acquire(ctx, "other", 0, 30*time.Second, 0)
+		tk, err = b.Acquire(ctx, "other", broker.AcquireOptions{Lease: 30 * time.Second})
 		if err == nil {
 			break
 		}
@@ -93,7 +93,7 @@ func TestPairClientLinkCutFirst(t *testing.T) {
 		t.Fatalf("token %d (epoch %d) after the takeover, want an epoch above the primary's %d (token %d)",
 			tk.Token(), tokenEpoch(tk.Token()), tokenEpoch(held.Token()), held.Token())
 	}
-	if _, err := b.Acquire(ctx, "held", 0, 30*time.Second, 0); !errors.Is(err, broker.ErrTimedOut) {
+	if _, err := b.Acquire(ctx, "held", broker.AcquireOptions{Lease: 30 * time.Second}); !errors.Is(err, broker.ErrTimedOut) {
 		t.Fatalf("the held key on the backup: %v, want ErrTimedOut (still held)", err)
 	}
 	if err := tk.Release(ctx); err != nil {

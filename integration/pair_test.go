@@ -203,7 +203,7 @@ func lockOnce(t *testing.T, h *harness.History, addrs []string, proc, key string
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatalf("%s: WaitReady: %v", proc, err)
 	}
-	tk, err := harness.Acquire(ctx, h, proc, b, key, 5*time.Second, loadLease, 0)
+	tk, err := harness.Acquire(ctx, h, proc, b, key, broker.AcquireOptions{Lease: loadLease, Wait: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("%s: acquire %s: %v", proc, key, err)
 	}
@@ -330,7 +330,7 @@ func TestPairRestarts(t *testing.T) {
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pin, err := harness.Acquire(ctx, h, "takeover", b, "behind-pin", 0, time.Minute, 0)
+	pin, err := harness.Acquire(ctx, h, "takeover", b, "behind-pin", broker.AcquireOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestPairRestarts(t *testing.T) {
 	for {
 		// The broker retries the primary for its settle delay, then comes
 		// to the backup, whose peer is silent: its HELLO makes it active.
-		after, err = harness.Acquire(ctx, h, "takeover", b, "behind-after", 0, time.Minute, 0)
+		after, err = harness.Acquire(ctx, h, "takeover", b, "behind-after", broker.AcquireOptions{Lease: time.Minute})
 		if !errors.Is(err, broker.ErrUnsent) && !errors.Is(err, broker.ErrNotActive) || ctx.Err() != nil {
 			break
 		}
@@ -354,7 +354,7 @@ func TestPairRestarts(t *testing.T) {
 	if tokenEpoch(after.Token()) != bst.Epoch {
 		t.Errorf("token %d after the takeover is of epoch %d, want the backup's %d", after.Token(), tokenEpoch(after.Token()), bst.Epoch)
 	}
-	if _, err := harness.Acquire(ctx, h, "probe", b, "behind-pin", 0, loadLease, 0); !errors.Is(err, broker.ErrTimedOut) {
+	if _, err := harness.Acquire(ctx, h, "probe", b, "behind-pin", broker.AcquireOptions{Lease: loadLease}); !errors.Is(err, broker.ErrTimedOut) {
 		t.Errorf("the lock granted by the primary before it was killed, acquired on the backup at once: %v, want timed out (held)", err)
 	}
 	t0 = time.Now()
@@ -582,7 +582,7 @@ func startSplitSide(t *testing.T, d *splitDB, b *broker.Broker, name string, wor
 				}
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), hangGuard)
 				key := splitResources[rand.IntN(len(splitResources))]
-				tk, err := harness.Acquire(ctx, d.h, proc, b, key, loadWait, loadLease, 0)
+				tk, err := harness.Acquire(ctx, d.h, proc, b, key, broker.AcquireOptions{Lease: loadLease, Wait: loadWait})
 				if err == nil {
 					_ = d.increment(ctx, proc, tk)
 				}
@@ -805,7 +805,7 @@ func TestPairSplitBrain(t *testing.T) {
 	}
 	bC := newBroker(p.Addrs(), "after-heal", nil)
 	for _, r := range splitResources {
-		tk, err := harness.Acquire(ctx, h, "C", bC, r, 10*time.Second, loadLease, 0)
+		tk, err := harness.Acquire(ctx, h, "C", bC, r, broker.AcquireOptions{Lease: loadLease, Wait: 10 * time.Second})
 		if err != nil {
 			t.Errorf("after the heal, acquire %s with both addresses: %v", r, err)
 			continue

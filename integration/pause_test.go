@@ -196,7 +196,7 @@ func newBroker(t *testing.T, cfg broker.Config) *broker.Broker {
 // and returns its ticket, whose token must be above A's.
 func acquireB(t *testing.T, b *broker.Broker, key string, tokenA uint64) *broker.Ticket {
 	t.Helper()
-	tB, err := b.Acquire(t.Context(), key, 10*time.Second, 10*time.Second, time.Second)
+	tB, err := b.Acquire(t.Context(), key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: 10 * time.Second, Work: time.Second})
 	if err != nil {
 		t.Fatalf("B: acquire: %v", err)
 	}
@@ -265,7 +265,7 @@ func TestPauseStory_InProcess(t *testing.T) {
 // until B has committed (so the order is certain), then writes.
 func pauseBeforeBump(t *testing.T, db *storyDB, bA, bB *broker.Broker, variant string) {
 	ctx := t.Context()
-	tA, err := bA.Acquire(ctx, db.key, time.Second, storyLease, 0)
+	tA, err := bA.Acquire(ctx, db.key, broker.AcquireOptions{Lease: storyLease, Wait: time.Second})
 	if err != nil {
 		t.Fatalf("A: acquire: %v", err)
 	}
@@ -304,7 +304,7 @@ func pauseBeforeBump(t *testing.T, db *storyDB, bA, bB *broker.Broker, variant s
 // pauseAfterBump: A pauses inside Run after its check-and-bump.
 func pauseAfterBump(t *testing.T, db *storyDB, bA, bB *broker.Broker) {
 	ctx := t.Context()
-	tA, err := bA.Acquire(ctx, db.key, time.Second, storyLease, 0)
+	tA, err := bA.Acquire(ctx, db.key, broker.AcquireOptions{Lease: storyLease, Wait: time.Second})
 	if err != nil {
 		t.Fatalf("A: acquire: %v", err)
 	}

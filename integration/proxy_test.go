@@ -184,7 +184,7 @@ func proxyOp(t *testing.T, b *broker.Broker, h *harness.History, proc, key strin
 	lease := time.Second + time.Duration(rand.IntN(2))*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), wait+3*time.Second)
 	defer cancel()
-	tk, err := harness.Acquire(ctx, h, proc, b, key, wait, lease, 0)
+	tk, err := harness.Acquire(ctx, h, proc, b, key, broker.AcquireOptions{Lease: lease, Wait: wait})
 	if err != nil {
 		if tk != nil {
 			t.Errorf("%s: Acquire returned a ticket (token %d) with the error %v", proc, tk.Token(), err)

@@ -52,7 +52,7 @@ func startProber(t *testing.T, ctx context.Context, h *harness.History, proc str
 		defer close(p.done)
 		for {
 			actx, acancel := context.WithTimeout(ctx, hangGuard)
-			tk, err := harness.Acquire(actx, h, proc, b, key, 0, lease, 0)
+			tk, err := harness.Acquire(actx, h, proc, b, key, broker.AcquireOptions{Lease: lease})
 			acancel()
 			if err == nil {
 				p.granted <- tk
@@ -94,7 +94,7 @@ func (p *prober) grant() *broker.Ticket {
 func acquireRetry(ctx context.Context, h *harness.History, proc string, b *broker.Broker, key string, wait, lease time.Duration) (*broker.Ticket, error) {
 	for {
 		actx, acancel := context.WithTimeout(ctx, hangGuard)
-		tk, err := harness.Acquire(actx, h, proc, b, key, wait, lease, 0)
+		tk, err := harness.Acquire(actx, h, proc, b, key, broker.AcquireOptions{Lease: lease, Wait: wait})
 		acancel()
 		if !errors.Is(err, broker.ErrUnsent) && !errors.Is(err, broker.ErrNotActive) || ctx.Err() != nil {
 			return tk, err
@@ -393,7 +393,7 @@ func TestClusterKeepAliveStopped(t *testing.T) {
 func job1Acquire(ctx context.Context, t *testing.T, h *harness.History, b *broker.Broker, key string, lease time.Duration) (*broker.Ticket, int) {
 	t.Helper()
 	gi := h.Invoke("job1", harness.KindAcquire, key)
-	tk, err := b.Acquire(ctx, key, 0, lease, 0)
+	tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: lease})
 	var token uint64
 	if tk != nil {
 		token = tk.Token()

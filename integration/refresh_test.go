@@ -132,7 +132,7 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 	// Job 1: acquire K (recorded by hand, to keep the op's index for its
 	// deadline) and keep it alive.
 	gi := h.Invoke("job1", harness.KindAcquire, key)
-	tk, err := r.b.Acquire(ctx, key, 0, acquireLease, 0)
+	tk, err := r.b.Acquire(ctx, key, broker.AcquireOptions{Lease: acquireLease})
 	var token uint64
 	if tk != nil {
 		token = tk.Token()
@@ -194,7 +194,7 @@ func TestClusterKeepAliveAcrossFailover(t *testing.T) {
 			default:
 			}
 			actx, acancel := context.WithTimeout(ctx, hangGuard)
-			tk2, err := harness.Acquire(actx, h, "job2", b2, key, 0, acquireLease, 0)
+			tk2, err := harness.Acquire(actx, h, "job2", b2, key, broker.AcquireOptions{Lease: acquireLease})
 			acancel()
 			if err == nil {
 				job2Granted.Add(1)

@@ -105,7 +105,7 @@ func TestAuthAndTLS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("WaitReady: %v", err)
 		}
-		tk, err := b.Acquire(t.Context(), "tls-"+t.Name(), time.Second, 5*time.Second, 0)
+		tk, err := b.Acquire(t.Context(), "tls-"+t.Name(), broker.AcquireOptions{Lease: 5 * time.Second, Wait: time.Second})
 		if err != nil {
 			t.Fatalf("Acquire: %v", err)
 		}

@@ -140,7 +140,7 @@ func TestClusterOnDiskWithBroker(t *testing.T) {
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, err := b.Acquire(ctx, "held", 0, 30*time.Second, 25*time.Second)
+	held, err := b.Acquire(ctx, "held", broker.AcquireOptions{Lease: 30 * time.Second, Work: 25 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestClusterOnDiskWithBroker(t *testing.T) {
 // or indeterminate (a leader change under the request).
 func acquireRetry(ctx context.Context, b *broker.Broker, key string) (*broker.Ticket, error) {
 	for {
-		tk, err := b.Acquire(ctx, key, 5*time.Second, 10*time.Second, 5*time.Second)
+		tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: 5 * time.Second, Work: 5 * time.Second})
 		if err == nil || ctx.Err() != nil || !(errors.Is(err, broker.ErrUnsent) || errors.Is(err, broker.ErrIndeterminate) || errors.Is(err, broker.ErrNotReady)) {
 			return tk, err
 		}

@@ -162,12 +162,12 @@ func TestIdleTimeoutKeepsBrokerSessions(t *testing.T) {
 	if err := b.WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	held, err := b.Acquire(t.Context(), "k", 0, 10*time.Second, 0)
+	held, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Waits 2 s (over six idle timeouts) for k, then gets T.
-	if _, err := b.Acquire(t.Context(), "k", 1500*time.Millisecond, 10*time.Second, 0); !errors.Is(err, broker.ErrTimedOut) {
+	if _, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 10 * time.Second, Wait: 1500 * time.Millisecond}); !errors.Is(err, broker.ErrTimedOut) {
 		t.Fatalf("Acquire on a held key: %v, want ErrTimedOut", err)
 	}
 	if err := held.Release(t.Context()); err != nil {

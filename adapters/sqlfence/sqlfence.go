@@ -42,6 +42,21 @@ type Beginner interface {
 // ticket's key), fn, lease check, commit; then it releases the ticket, on
 // every path (also when fn fails or panics), exactly once.
 //
+// Before retrying on an error, check fence.Committed(err): an error does
+// not always mean that nothing was written. After a commit, a release
+// that failed (the lock service unreachable, say) still returns an error,
+// a *fence.ReleaseError with a nil Primary, for which Committed is true:
+// the write is durable, do not redo it (the lock lingers until its lease
+// ends).
+//
+//	err := sqlfence.Run(ctx, db, fence.Postgres, ticket, fn)
+//	switch {
+//	case fence.Committed(err): // nil, or committed and only the release failed: done
+//	case errors.Is(err, fence.ErrCommitUnknown), errors.Is(err, fence.ErrTxEnded):
+//		// maybe written: check the data first
+//	default: // rolled back, nothing written: safe to retry with a new ticket
+//	}
+//
 // Run returns nil if the transaction committed and the ticket was released.
 // Otherwise, with the transaction rolled back unless noted:
 //   - a *fence.StaleError (errors.Is(err, fence.ErrStale)) if the token was
@@ -52,7 +67,8 @@ type Beginner interface {
 //     explicitly or implicitly. Run does not commit then, but what fn
 //     wrote before the end may be durable, unfenced: check the data;
 //   - an error matching fence.ErrLeaseExpired if the lease ran out before
-//     commit;
+//     commit, and fence.ErrReleased too if the ticket had already been
+//     released (a ticket fences one Run: take a new one for each write);
 //   - an error matching fence.ErrCommitUnknown, wrapping the driver error,
 //     if COMMIT got no definite answer (the write may be durable);
 //   - an error matching fence.ErrNotMigrated, wrapping the driver error,

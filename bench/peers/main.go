@@ -14,8 +14,9 @@
 //	           the node, which it multiplexes every client over, as by
 //	           default) against a running ticketingd; each client goroutine
 //	           has a cancellable context of its own, as broker's
-//	           BenchmarkAcquireRelease does. Acquire(ctx, key, --wait,
-//	           --lease, 0), then Ticket.Release.
+//	           BenchmarkAcquireRelease does. Acquire(ctx, key,
+//	           AcquireOptions{Lease: --lease, Wait: --wait}), then
+//	           Ticket.Release.
 //	redislock  one redislock.Client over one go-redis client (its pool
 //	           sized to the larger of --clients and go-redis's default,
 //	           10 per GOMAXPROCS: a connection per client, so the pool is

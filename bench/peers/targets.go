@@ -86,7 +86,7 @@ type brokerClient struct {
 }
 
 func (c *brokerClient) Acquire(key string) error {
-	tk, err := c.b.Acquire(c.ctx, key, c.wait, c.lease, 0)
+	tk, err := c.b.Acquire(c.ctx, key, broker.AcquireOptions{Lease: c.lease, Wait: c.wait})
 	c.tk = tk
 	return err
 }

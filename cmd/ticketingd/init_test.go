@@ -98,7 +98,7 @@ func lockOnce(t *testing.T, cfg broker.Config) uint64 {
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatalf("WaitReady to %v: %v", cfg.Addrs, err)
 	}
-	tk, err := b.Acquire(ctx, "init-snippet", 0, 10*time.Second, time.Second)
+	tk, err := b.Acquire(ctx, "init-snippet", broker.AcquireOptions{Lease: 10 * time.Second, Work: time.Second})
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}

@@ -83,7 +83,7 @@ func TestClusterLogsReadable(t *testing.T) {
 	}
 	var tokens []uint64
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		tk, err := b.Acquire(ctx, "logs-"+strconv.Itoa(len(tokens)%2), time.Second, 10*time.Second, 0)
+		tk, err := b.Acquire(ctx, "logs-"+strconv.Itoa(len(tokens)%2), broker.AcquireOptions{Lease: 10 * time.Second, Wait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -116,7 +116,7 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request) {
 	lockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+lockMargin)
 	// Work budget: the lock is not worth having with less than a quarter of
 	// the lease left (whole seconds: the broker rounds up).
-	ticket, err := a.acquire(lockCtx, fmt.Sprintf("order:%d", id), wait, lease, (lease / 4).Truncate(time.Second))
+	ticket, err := a.acquire(lockCtx, fmt.Sprintf("order:%d", id), broker.AcquireOptions{Lease: lease, Wait: wait, Work: (lease / 4).Truncate(time.Second)})
 	cancel()
 	if err != nil {
 		a.fail(w, r, err)
@@ -169,11 +169,11 @@ const unsentRetry = time.Second
 // restarting), so trying again is always safe. It waits up to unsentRetry
 // for a ready session and retries with what is left of the wait; if no
 // session comes, the client gets 503 with Retry-After: 1.
-func (a *API) acquire(ctx context.Context, key string, wait, lease, work time.Duration) (*broker.Ticket, error) {
-	start := time.Now()
+func (a *API) acquire(ctx context.Context, key string, opts broker.AcquireOptions) (*broker.Ticket, error) {
+	start, wait := time.Now(), opts.Wait
 	for {
-		left := max(0, wait-time.Since(start)).Truncate(time.Second)
-		ticket, err := a.Locks.Acquire(ctx, key, left, lease, work)
+		opts.Wait = max(0, wait-time.Since(start)).Truncate(time.Second)
+		ticket, err := a.Locks.Acquire(ctx, key, opts)
 		if !errors.Is(err, broker.ErrUnsent) || ctx.Err() != nil {
 			return ticket, err
 		}

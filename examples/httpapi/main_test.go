@@ -306,7 +306,7 @@ func TestClientHangsUp(t *testing.T) {
 	other := newBroker(t, f.addr, true)
 	held := make([]*broker.Ticket, 0, n)
 	for id := first; id < first+n; id++ {
-		tk, err := other.Acquire(t.Context(), fmt.Sprintf("order:%d", id), 0, 30*time.Second, 0)
+		tk, err := other.Acquire(t.Context(), fmt.Sprintf("order:%d", id), broker.AcquireOptions{Lease: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

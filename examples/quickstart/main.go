@@ -126,11 +126,11 @@ func (o outcome) check() error {
 // the UPDATE, commits, and only then releases the lock.
 func (d *demo) worker(ctx context.Context, say sayFunc, name string, token *uint64, pause func()) error {
 	// Wait up to 5 s for the lock, hold it for a 1 s lease, no minimum work budget.
-	ticket, err := d.broker.Acquire(ctx, key, 5*time.Second, lease, 0)
+	ticket, err := d.broker.Acquire(ctx, key, broker.AcquireOptions{Lease: lease, Wait: 5 * time.Second})
 	for errors.Is(err, broker.ErrUnsent) && d.broker.WaitReady(ctx) == nil {
 		// Nothing was sent (no session was ready, say the server was
 		// restarting): always safe to retry, as soon as a session is.
-		ticket, err = d.broker.Acquire(ctx, key, 5*time.Second, lease, 0)
+		ticket, err = d.broker.Acquire(ctx, key, broker.AcquireOptions{Lease: lease, Wait: 5 * time.Second})
 	}
 	if err != nil {
 		return err

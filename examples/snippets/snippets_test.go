@@ -43,8 +43,8 @@ func tour(ctx context.Context) error {
 		return err
 	} // a refused token or certificate, or ctx's end
 
-	// key, wait for it at most 5 s, lease 30 s, and at least 2 s must be left to work
-	t, err := b.Acquire(ctx, "order-42", 5*time.Second, 30*time.Second, 2*time.Second)
+	// key; lease 30 s, wait for it at most 5 s, and at least 2 s must be left to work
+	t, err := b.Acquire(ctx, "order-42", broker.AcquireOptions{Lease: 30 * time.Second, Wait: 5 * time.Second, Work: 2 * time.Second})
 	if errors.Is(err, broker.ErrUnsent) { /* nothing was sent (no ready session just then): retry soon */
 	}
 	if err != nil {
@@ -84,7 +84,7 @@ func api(ctx context.Context, url string, wait, lease, work time.Duration) error
 	if err := b.WaitReady(ctx); err != nil {
 		return err
 	} // at start-up: the first ready session
-	t, err := b.Acquire(ctx, "key", wait, lease, work) // time.Durations
+	t, err := b.Acquire(ctx, "key", broker.AcquireOptions{Lease: lease, Wait: wait, Work: work}) // named: Lease is required
 	if err != nil {
 		return err
 	}

@@ -117,7 +117,7 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 	lease := w.lease()
 	// wait 0: one immediate try; if another worker holds the lock, leave
 	// the job (its claim expires). Work budget: a quarter of the lease.
-	ticket, err := w.Locks.Acquire(ctx, fmt.Sprintf("job:%d", job.ID), 0, lease, (lease / 4).Truncate(time.Second))
+	ticket, err := w.Locks.Acquire(ctx, fmt.Sprintf("job:%d", job.ID), broker.AcquireOptions{Lease: lease, Work: (lease / 4).Truncate(time.Second)})
 	if err != nil {
 		if notGranted(err) {
 			err = errors.Join(err, w.unclaim(ctx, job.ID))

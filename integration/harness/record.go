@@ -11,9 +11,9 @@ import (
 // process, with the ticket's conservative deadline. The Ticket and error are returned unchanged; if the broker ever
 // returned both a Ticket and an error, the op records the token with the
 // error's outcome, which CheckNoTicketAfterIndeterminate reports.
-func Acquire(ctx context.Context, h *History, process string, b *broker.Broker, key string, wait, lease, work time.Duration) (*broker.Ticket, error) {
+func Acquire(ctx context.Context, h *History, process string, b *broker.Broker, key string, opts broker.AcquireOptions) (*broker.Ticket, error) {
 	i := h.Invoke(process, KindAcquire, key)
-	t, err := b.Acquire(ctx, key, wait, lease, work)
+	t, err := b.Acquire(ctx, key, opts)
 	var token uint64
 	if t != nil {
 		token = t.Token()

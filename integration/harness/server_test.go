@@ -30,7 +30,7 @@ func TestHarnessServerRestart(t *testing.T) {
 		if err := b.WaitReady(wctx); err != nil {
 			t.Fatal(err)
 		}
-		tk, err := harness.Acquire(ctx, h, "main", b, "k", time.Second, 5*time.Second, 0)
+		tk, err := harness.Acquire(ctx, h, "main", b, "k", broker.AcquireOptions{Lease: 5 * time.Second, Wait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestHarnessServerRestart(t *testing.T) {
 	for {
 		// The broker notices the drop on its own; until then an acquire
 		// may fail with unsent or indeterminate.
-		tk, err := harness.Acquire(ctx, h, "main", b, "k", time.Second, 5*time.Second, 0)
+		tk, err := harness.Acquire(ctx, h, "main", b, "k", broker.AcquireOptions{Lease: 5 * time.Second, Wait: time.Second})
 		if err == nil {
 			second = tk.Token()
 			_ = harness.Release(ctx, h, "main", tk)

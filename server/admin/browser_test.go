@@ -79,7 +79,7 @@ func TestBrowserConsoleLive(t *testing.T) {
 	}
 	var last uint64
 	for i := range 3 {
-		tk, err := b.Acquire(ctx, fmt.Sprintf("orders/%d", i), 0, time.Minute, 0)
+		tk, err := b.Acquire(ctx, fmt.Sprintf("orders/%d", i), broker.AcquireOptions{Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestBrowserConsoleLive(t *testing.T) {
 	// the page keeps its numbers; resumed, it catches up.
 	tabTo(t, tab, "pause", 10)
 	browsertest.Do(t, tab, chromedp.KeyEvent(kb.Enter))
-	if _, err := b.Acquire(ctx, "orders/paused", 0, time.Minute, 0); err != nil {
+	if _, err := b.Acquire(ctx, "orders/paused", broker.AcquireOptions{Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	browsertest.WaitJS(t, tab, `document.getElementById("conn").textContent === "Paused"`, describe, 10*time.Second)
@@ -277,11 +277,11 @@ func TestBrowserLockBrowser(t *testing.T) {
 		return b
 	}
 	holder, waiter := newBroker("holder-app"), newBroker("waiter-app")
-	held, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	held, err := holder.Acquire(ctx, "orders/42", broker.AcquireOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nightly, err := holder.Acquire(ctx, "jobs/nightly", 0, time.Minute, 0)
+	nightly, err := holder.Acquire(ctx, "jobs/nightly", broker.AcquireOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestBrowserLockBrowser(t *testing.T) {
 	defer runtime.KeepAlive(held)
 	granted := make(chan *broker.Ticket, 1)
 	go func() {
-		tk, err := waiter.Acquire(ctx, "orders/42", 50*time.Second, time.Minute, 0)
+		tk, err := waiter.Acquire(ctx, "orders/42", broker.AcquireOptions{Lease: time.Minute, Wait: 50 * time.Second})
 		if err != nil {
 			t.Errorf("the waiter: %v", err)
 		}
@@ -362,7 +362,7 @@ func TestBrowserLockBrowser(t *testing.T) {
 	if err := tk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	again, err := holder.Acquire(ctx, "orders/42", 0, time.Minute, 0)
+	again, err := holder.Acquire(ctx, "orders/42", broker.AcquireOptions{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func Example() {
 	if err := b.WaitReady(ctx); err != nil {
 		panic(err)
 	}
-	tk, err := b.Acquire(ctx, "order:42", time.Second, 10*time.Second, 0)
+	tk, err := b.Acquire(ctx, "order:42", broker.AcquireOptions{Lease: 10 * time.Second, Wait: time.Second})
 	if err != nil {
 		panic(err)
 	}

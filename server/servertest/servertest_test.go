@@ -33,7 +33,7 @@ func acquire(t *testing.T, b *broker.Broker, key string) *broker.Ticket {
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := b.Acquire(ctx, key, time.Second, 10*time.Second, 0)
+	tk, err := b.Acquire(ctx, key, broker.AcquireOptions{Lease: 10 * time.Second, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func one(ctx context.Context, o options, b *broker.Broker, db *sql.DB, d fence.D
 	bg := context.WithoutCancel(ctx)
 	actx, cancel := context.WithTimeout(bg, o.wait+5*time.Second)
 	t0 := mono()
-	t, err := b.Acquire(actx, o.key, o.wait, o.lease, 0)
+	t, err := b.Acquire(actx, o.key, broker.AcquireOptions{Lease: o.lease, Wait: o.wait})
 	t1 := mono()
 	cancel()
 	ev := Event{Ev: "acquire", W: o.id, Op: op, T0: t0, T1: t1, Outcome: harness.Outcome(err)}

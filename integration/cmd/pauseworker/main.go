@@ -115,7 +115,7 @@ func run(addr, dbKind, dsn, key string, lease time.Duration, pause string, maxWa
 	if err := db.PingContext(rctx); err != nil {
 		return err
 	}
-	t, err := b.Acquire(rctx, key, 5*time.Second, lease, 0)
+	t, err := b.Acquire(rctx, key, broker.AcquireOptions{Lease: lease, Wait: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}

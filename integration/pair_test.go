@@ -911,7 +911,7 @@ func TestPairSplitBrainNewActiveDies(t *testing.T) {
 	res := splitResources[0]
 	lock := func(b *broker.Broker, proc string) *broker.Ticket {
 		t.Helper()
-		tk, err := harness.Acquire(ctx, h, proc, b, res, 10*time.Second, loadLease, 0)
+		tk, err := harness.Acquire(ctx, h, proc, b, res, broker.AcquireOptions{Lease: loadLease, Wait: 10 * time.Second})
 		if err != nil {
 			t.Fatalf("%s: acquire %s: %v", proc, res, err)
 		}

@@ -364,7 +364,7 @@
 //
 // Fencing tokens come from one atomic counter for the whole server: they
 // strictly increase across all keys. A new token store (an empty or new
-// DataDir) issues 1 first, as the protocol says, or the token above
+// DataDir) issues token 1 first, as the protocol says, or the token above
 // Config.InitialToken. With Config.TokenStart TokenStartClock (an opt-in,
 // which the configs of ticketingd init set) it starts above the wall
 // clock in microseconds since 1970 instead (ClockStart, about 1.8e15, a

@@ -45,7 +45,7 @@ import (
 // round this benchmark (-benchtime 600000x) then ticketing-bench
 // uncontended C=64 for 4 s: this benchmark new/old cycles/s 1.16, 0.95,
 // 1.06, 1.10, 0.98, 0.85, 0.96, 1.14 (median 1.02); its ratio to the load
-// tool of the same code, median 0.785 new and 0.76 old (a reviewer's tests
+// tool of the same code, median 0.785 new and 0.76 old (other tests
 // ran on the same two cores). Still 2 allocs per cycle; 144 B instead of
 // 128 B (a Ticket keeps its 16-byte owner).
 //

@@ -215,10 +215,10 @@ func TestReleaseFiles(t *testing.T) {
 
 // TestSpeaksOfItself: the repository describes the product, not how it
 // was made. No text file (code, tests, docs, scripts, test data notes)
-// names a development session, an issue number, a design page or client
-// library it was derived from, a numbered rule of a document outside the
-// repository, a figure someone aimed at and whether it was reached, or
-// the review that led to a change. Each hit is reported as file:line.
+// names a step of its development or a tracker number, a design page or
+// client library it was derived from, a numbered rule of a document
+// outside the repository, a figure someone aimed at and whether it was
+// reached, or who asked for a change. Each hit is reported as file:line.
 func TestSpeaksOfItself(t *testing.T) {
 	banned := []*regexp.Regexp{
 		regexp.MustCompile(`\b[Ss]ession \d+\b`),

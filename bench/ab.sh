@@ -5,8 +5,7 @@
 # key), each round a fresh server on a fresh data dir for each binary. It
 # prints every round's cycles/s and, per workload, the ratio B/A of each
 # round and their median: a before/after figure from one run on a shared
-# machine (issue 20: standalone through the lock core against the commit
-# before it).
+# machine (for instance a change against the commit before it).
 #
 #   A=/path/to/old/ticketingd B=/path/to/new/ticketingd bench/ab.sh
 #

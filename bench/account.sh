@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/account.sh: where a cycle's CPU goes (issue 24). Starts a fresh
+# bench/account.sh: where a cycle's CPU goes. Starts a fresh
 # standalone ticketingd or a 3-node cluster (serve --cluster on loopback,
 # as bench/compare.sh does), runs ticketing-bench against it, records
 # every CPU system-wide with perf (perf record -a -g, frame pointers) for

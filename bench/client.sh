@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/client.sh: the Go client (broker) against the project's load tool
 # (ticketing-bench), both against the same standalone ticketingd, in
-# alternating rounds of one run (issue 24). Each round runs the tool
+# alternating rounds of one run. Each round runs the tool
 # uncontended (CLIENTS clients over 2 sessions, a key each) for DURATION,
 # then BenchmarkAcquireRelease (64 goroutines, a cancellable ctx each,
 # -benchtime Nx) of each broker test binary given, pointed at the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/compare.sh: issue 12's benchmark figures in one run. Builds
+# bench/compare.sh: the cluster and etcd figures in one run. Builds
 # ticketingd, ticketing-bench and etcd-bench (bench/etcd, a module of its
 # own), then runs, in alternating rounds, the same workloads against
 #
@@ -8,8 +8,8 @@
 #               (plain TCP between the nodes; TLS=1: see below),
 #               ticketing-bench given all three addresses finds the leader
 #   cluster-er  the same with --early-release (R as soon as the leader has
-#               queued the release, before it commits: the default before
-#               issue 18, a deviation from the protocol; see docs/operations.md)
+#               queued the release, before it commits: a deviation from
+#               the protocol; see docs/operations.md)
 #   etcd        a 3-member etcd v3.7.3 (etcd-bench starts the members as
 #               subprocesses, fsync on; concurrency.Mutex)
 #   cluster-base  the cluster target with another ticketingd binary
@@ -329,8 +329,7 @@ done
 echo
 # ratio WORKLOAD A B: median cycles/s of A over B's, then the ratio of A
 # to B within each round (the two ran minutes apart at most): their
-# median, range and, against etcd, how many rounds reached 10× (issue
-# 12's uncontended goal).
+# median, range and, against etcd, how many rounds reached 10×.
 ratio() {
   local a b rounds
   a=$(median "$1" "$2" 4)
@@ -340,11 +339,11 @@ ratio() {
     $1 == w && $2 == ta { a[$3] = $4 }
     $1 == w && $2 == tb { b[$3] = $4 }
     END { for (r in a) if ((r in b) && b[r] > 0) print a[r] / b[r] }' "$work/results" | sort -g |
-    awk -v goal="$([ "$3" = etcd ] && echo 10)" '{ v[NR] = $1; if (goal != "" && $1 >= goal) met++ }
+    awk -v bar="$([ "$3" = etcd ] && echo 10)" '{ v[NR] = $1; if (bar != "" && $1 >= bar) reached++ }
       END { if (NR == 0) exit
             m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
             printf "per round: median %.2f×, %.2f–%.2f×", m, v[1], v[NR]
-            if (goal != "") printf ", %d of %d rounds ≥ %d×", met, NR, goal }')
+            if (bar != "") printf ", %d of %d rounds ≥ %d×", reached, NR, bar }')
   awk -v a="$a" -v b="$b" -v w="$1" -v n="$2/$3" -v r="$rounds" 'BEGIN { if (b > 0) printf "%-12s %-22s %8.2f×   %s\n", w, n, a / b, r }'
 }
 for workload in uncontended contended; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/peers.sh: issue 24's peer figures, the Go client (broker) against
+# bench/peers.sh: the peer figures, the Go client (broker) against
 # github.com/bsm/redislock, in one run. Builds ticketingd and peers-bench
 # (bench/peers, a module of its own), then runs, in alternating rounds, the
 # same workloads through

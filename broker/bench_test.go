@@ -28,7 +28,7 @@ import (
 // lock was the top runtime lock), a cost of that setup rather than of the
 // client; the select on ctx.Done is still exercised on every wait.
 //
-// Figures (issue 3), against `ticketing-bench --mode uncontended --clients
+// Figures, against `ticketing-bench --mode uncontended --clients
 // 64 --conns 2 --duration 8s` (in-process server too, GOMAXPROCS 2), in
 // sixteen alternating rounds of tool / this benchmark (-benchtime
 // 1500000x) on a shared 2-core VM whose neighbours come and go: tool
@@ -36,16 +36,16 @@ import (
 // 0.81, 12 of 16 rounds at 0.80 or above. BenchmarkAcquireReleaseBackground
 // in eight of those rounds: ratio 0.79-0.94, median 0.84. 2 allocs and
 // 128 B per cycle. The same rounds before this work gave
-// a median ratio of 0.74 (0.69 in the session before, on a quieter host).
+// a median ratio of 0.74 (0.69 in an earlier run, on a quieter host).
 //
-// Protocol version 2 (issue 11): the in-process server speaks version 2,
+// Protocol version 2: the in-process server speaks version 2,
 // so BenchmarkAcquireRelease measures version 2 end to end (RELEASE_OWNED
 // is 16 bytes longer than RELEASE). Eight alternating rounds of the code
-// before version 2 (and the rest of issues 10 and 11) and after it, each
+// before version 2 (and the changes that came with it) and after it, each
 // round this benchmark (-benchtime 600000x) then ticketing-bench
 // uncontended C=64 for 4 s: this benchmark new/old cycles/s 1.16, 0.95,
 // 1.06, 1.10, 0.98, 0.85, 0.96, 1.14 (median 1.02); its ratio to the load
-// tool of the same code, median 0.785 new and 0.76 old (a reviewer's tests
+// tool of the same code, median 0.785 new and 0.76 old (other tests
 // ran on the same two cores). Still 2 allocs per cycle; 144 B instead of
 // 128 B (a Ticket keeps its 16-byte owner).
 //
@@ -70,8 +70,8 @@ import (
 // their own cache lines, registry shards chosen per P, skipping the
 // writer's yields after a complete wave.
 //
-// Issue 24 measures this benchmark and ticketing-bench against one
-// standalone ticketingd (TICKETING_BENCH_ADDR, bench/client.sh): 0.79 of
+// bench/client.sh measures this benchmark and ticketing-bench against one
+// standalone ticketingd (TICKETING_BENCH_ADDR): 0.79 of
 // the tool's cycles/s, 0.83 with context.Background(); the account per
 // cycle, and what was tried (per-session wave counts, waking the writer
 // at the first queued request), is in bench/RESULTS.md.

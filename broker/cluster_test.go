@@ -13,7 +13,7 @@ import (
 )
 
 // cluster is three in-process servers, one serving (leader), the other two
-// standbys whose M hint names it (what every replicated mode promises, server/doc.go).
+// standbys whose M hint names it (what every replicated mode promises, docs/server.md).
 type cluster struct{ nodes [3]*realServer }
 
 func newCluster(t *testing.T) *cluster {

@@ -1,9 +1,11 @@
 // Package broker is the Go client of the Ticketing lock service: it acquires
 // leased locks that carry strictly increasing fencing tokens, and releases
-// them. It behaves exactly as the Ruby and Rust clients do. The rules it
-// implements (1-17, 20 and 21 of the rules all Ticketing clients share)
-// are stated below; docs/semantics.md in the repository lists them one by
-// one with their tests, and docs/protocol.md is the wire protocol.
+// them. One Broker, shared by every goroutine of a process, keeps sessions
+// to one node, a hot-standby pair or a cluster, follows the serving node
+// and tells each call's outcome with one error sentinel. Its behaviour is
+// stated below; docs/semantics.md in the repository lists it point by
+// point with the tests that show it, and docs/protocol.md is the wire
+// protocol.
 //
 //	cfg, err := broker.ParseURL("ticketing://TOKEN@10.0.0.5:5225?ca=/etc/ticketing/ca.pem")
 //	if err != nil { ... }          // only for an invalid configuration

@@ -275,7 +275,7 @@ func (b *Broker) refresh(ctx context.Context, st *ticketState, leaseS int64) err
 func refreshOutcome(st *ticketState, res result, leaseS int64) error {
 	switch res.typ {
 	case wire.TypeKept:
-		// As for a grant (rule 10), with waited_ms 0: the server's lease
+		// As for a grant (docs/semantics.md, "Outcomes of an acquire"), with waited_ms 0: the server's lease
 		// ends no earlier than lease_s after it read the EXTEND, which was
 		// after t0.
 		lease := time.Duration(leaseS) * time.Second

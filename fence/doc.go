@@ -91,7 +91,8 @@
 //
 // # Isolation levels
 //
-// Rule 19 holds at every isolation level below: either the check sees
+// Commit-order fencing (a resource's accepted tokens increase in commit
+// order) holds at every isolation level below: either the check sees
 // the latest committed high-water, or the database fails the statement
 // with an error that Run (or Guard) returns; a lower token never passes.
 // "Waits" means the second transaction blocks on the first one's row (or

@@ -22,7 +22,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/proctest"
 )
 
-// TestBrowserDeployedClusterConsole is issue 23's walk through, in
+// TestBrowserDeployedClusterConsole walks the console end to end, in
 // headless chromium against real processes. On the deployment page of
 // 'ticketingd console' it fills the form for a three-node cluster on
 // 127.0.0.1 (free ports) with a private CA, peer mutual TLS, an admin

@@ -139,7 +139,7 @@ func TestTokenStartOneDefault(t *testing.T) {
 }
 
 // TestClusterTokenStartOneDefault: a new cluster with the default
-// TokenStart issues 1 as its first token, on every node.
+// TokenStart issues token 1 first, on every node.
 func TestClusterTokenStartOneDefault(t *testing.T) {
 	tc := newTestCluster(t, 3, nil)
 	c := tc.leaderSession(tc.leader())

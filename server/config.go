@@ -112,7 +112,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Registerer, if non-nil, gets the server's Prometheus collectors
-	// (see the Metrics section of the package documentation).
+	// (see the metrics table of docs/operations.md).
 	Registerer prometheus.Registerer
 
 	// TokenBlock is how many tokens are reserved per fsync of the token

@@ -18,7 +18,7 @@ import (
 )
 
 // TestTokensStartAtOneAndIncrease: a fresh server (default TokenStart)
-// issues 1 first, as the protocol says; every grant, on any key, takes the
+// issues token 1 first, as the protocol says; every grant, on any key, takes the
 // next one.
 func TestTokensStartAtOneAndIncrease(t *testing.T) {
 	_, addr := startServer(t, server.Config{})

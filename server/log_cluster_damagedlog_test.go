@@ -11,7 +11,7 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// TestClusterDamagedLogRefused is issue 18's item 1 in a cluster: tokens
+// TestClusterDamagedLogRefused is the damaged-log refusal in a cluster: tokens
 // 4-6 granted (leases of 250 s) while one follower is down, the two others
 // killed, the length field of token 4's entry zeroed in a survivor's tail
 // segment. Before, the survivor started without a word with its log cut

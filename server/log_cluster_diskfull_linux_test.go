@@ -17,7 +17,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
 
-// TestClusterFollowerDiskFull (issue 18, item 8): a follower whose data
+// TestClusterFollowerDiskFull: a follower whose data
 // dir is on a small file system (a 4 MiB tmpfs with about 200 KiB free,
 // less than a 64 MiB segment) follows in smaller segments; once its disk
 // is full, its appends fail and it reports itself unhealthy with the

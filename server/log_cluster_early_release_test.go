@@ -16,8 +16,8 @@ import (
 // ends), and the old owner's ACQUIRE gets G with the same token and
 // waited 0, a repeated token that docs/protocol.md says starts no new lease.
 // By default (the committed release) the cut-off leader never answers R: the session
-// gets M (found in review: the docs said the early R could only follow a
-// leader's death, and Released counted Frees applied, not R replies).
+// gets M. With --early-release a cut-off leader's R can come without its
+// death, and Released counts R replies, not Frees applied.
 func TestClusterEarlyReleaseOnCutOffLeader(t *testing.T) {
 	for _, committed := range []bool{false, true} {
 		name := "early"

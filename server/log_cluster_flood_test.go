@@ -13,7 +13,7 @@ import (
 	"github.com/ticketing-dev/ticketing/server"
 )
 
-// Flooding sessions (issue 18, item 6): each pipelines bursts of ACQUIREs
+// Flooding sessions: each pipelines bursts of ACQUIREs
 // of fresh keys (wait 0, lease 1 s) without waiting for the replies.
 const (
 	floodSessions = 4
@@ -136,7 +136,7 @@ func flood(t *testing.T, addr string) (stop func() int64) {
 // TestClusterFloodDoesNotStarveOthers: four sessions pipelining bursts of
 // 20,000 fresh-key ACQUIREs every 0.2 s (more than the cluster can commit)
 // must not starve an honest session doing acquire+release cycles, nor
-// queue proposals on the leader without bound (issue 18, item 6).
+// queue proposals on the leader without bound.
 //
 // The leader turned every such ACQUIRE into a proposal at once and put the
 // whole queue into one ever larger entry: the honest session's requests

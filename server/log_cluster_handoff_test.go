@@ -184,9 +184,9 @@ func TestClusterRestoreFloorIsDeterministic(t *testing.T) {
 	t.Fatalf("after the same log, the leader's counter is %d and the follower's %d", tok, got)
 }
 
-// server/doc.go: a standalone ceiling found in a node's data dir (a
+// docs/server.md, "Raft mode": a standalone ceiling found in a node's data dir (a
 // migration) is a floor for the cluster's tokens. Only that node's own
-// takeover can put it into the log (review: while another node led, the
+// takeover can put it into the log (while another node led, the
 // cluster issued tokens from 1), so a cluster may start from it only with
 // that node alone, the others added afterwards; a bootstrap of several
 // nodes with it is refused, naming the file and what to do.

@@ -115,7 +115,7 @@ func (f *raftFlood) end() {
 // other loopback addresses). The nodes must still elect a serving leader,
 // and elect another after the leader is killed, each within the 10 s the
 // test waits (about a second without the flood). The flood used to take
-// every handshake slot that peers needed (issue 18, item 5).
+// every handshake slot that peers needed.
 func TestClusterElectsUnderRaftPortFlood(t *testing.T) {
 	ca, err := pki.NewCA("flood test cluster CA", time.Hour)
 	if err != nil {

@@ -75,8 +75,8 @@ func TestClusterEarlyRelease(t *testing.T) {
 }
 
 // By default the R comes only once the Free is applied: R means "released"
-// (docs/protocol.md), which an uncommitted Free is not yet (issue 18, item 9:
-// the early R was the default).
+// (docs/protocol.md), which an uncommitted Free is not yet (the early R is
+// opt-in: --early-release).
 func TestClusterReleaseCommittedByDefault(t *testing.T) {
 	_, _, _, before, atR := releaseWithSlowCommits(t, false)
 	if atR <= before {

@@ -580,7 +580,7 @@ func TestClusterReleaseAfterLeaseEndIsCommitted(t *testing.T) {
 	}
 }
 
-// TestClusterMetrics: the Raft metrics (package doc, Metrics) on the
+// TestClusterMetrics: the Raft metrics (docs/operations.md) on the
 // leader and on a follower, gathered by a pedantic registry.
 func TestClusterMetrics(t *testing.T) {
 	regs := make([]*prometheus.Registry, 3)

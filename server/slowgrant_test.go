@@ -16,7 +16,7 @@ import (
 // a cluster, when the grant's commit takes longer than an election
 // timeout (it is freed again: a G then could outlast a new leader's
 // restarted lease). The cluster answered T, which says "the wait ran out"
-// (issue 18, item 7). The key is free again afterwards in both.
+// The key is free again afterwards in both.
 func TestSlowGrantAnswersBusyInBothModes(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		disk := freezeDisk(t)

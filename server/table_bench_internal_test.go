@@ -13,8 +13,8 @@ import (
 // BenchmarkTableCycle is the lock table's share of an uncontended cycle,
 // without the network: ACQUIRE of a free key (G), then RELEASE (R), as a
 // session's reader hands them to the scheduler, replies appended to the
-// session's output. It compares scheduler versions (the figures of
-// issue 20: standalone within 5% of before).
+// session's output. It compares scheduler versions (bench/ab.sh runs
+// two builds against each other).
 func BenchmarkTableCycle(b *testing.B) {
 	s, err := New(Config{DataDir: b.TempDir(), TokenBlock: MaxTokenBlock}) // no reservation during the run
 	if err != nil {

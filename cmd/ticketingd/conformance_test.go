@@ -388,7 +388,7 @@ func TestConformanceSessionRules(t *testing.T) {
 	t.Parallel()
 	s := startConf(t, withAdmin)
 
-	// Rule 1: the first frame must be HELLO.
+	// Session rules (docs/protocol.md), the first: the first frame must be HELLO.
 	t.Run("1/first frame PING -> E(1) with its req_id", func(t *testing.T) {
 		r := dialConf(t, s.addr)
 		r.send(x(t, "000000055000000004"))
@@ -440,7 +440,7 @@ func TestConformanceSessionRules(t *testing.T) {
 		r.expectE(2, 3)
 	})
 
-	// Rule 2: pipelining, out-of-order replies, req_id in flight.
+	// The second session rule: pipelining, out-of-order replies, req_id in flight.
 	t.Run("2/replies out of order: PING answered while ACQUIRE waits", func(t *testing.T) {
 		h := openConf(t, s.addr)
 		h.send(acqF(t, 2, 1, 0, 30, "r2-ooo"))
@@ -491,7 +491,7 @@ func TestConformanceSessionRules(t *testing.T) {
 		r.expect(simpleHex('R', 7))
 	})
 
-	// Rule 3 (for the server): every E is followed by the close; frames sent
+	// The third session rule (for the server): every E is followed by the close; frames sent
 	// after the offending one get no reply.
 	t.Run("3/frames after an E get no reply", func(t *testing.T) {
 		r := openConf(t, s.addr)
@@ -499,7 +499,7 @@ func TestConformanceSessionRules(t *testing.T) {
 		r.expectE(1, 6)
 	})
 
-	// Rule 4: a closing session drops its waits, not its grants.
+	// The fourth session rule: a closing session drops its waits, not its grants.
 	t.Run("4/closing a session drops its waits and keeps its grants", func(t *testing.T) {
 		a := openConf(t, s.addr)
 		a.send(acqF(t, 2, 0xa, 0, 30, "r4"))
@@ -994,7 +994,7 @@ func TestConformanceDefaultSessionLimit(t *testing.T) {
 	got := make([]byte, 9)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c, got); err != nil || hex.EncodeToString(got) != simpleHex('P', 5) {
-		t.Fatalf("PING on session 5000: %x %v", got, err)
+		t.Fatalf("PING on the 5000th session: %x %v", got, err)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // waiters' waits and the holder's lease answers every waiter T once it runs
 // again, never G: those clients gave up at the end of their wait, and a
 // grant to one of them would leave the key held by nobody for a whole lease.
-// The real binary, raw frames (issue 10 item 8; the in-process counterpart
+// The real binary, raw frames (the in-process counterpart
 // is server.TestLateWaiterGetsT).
 func TestStalledServerLateWaitersGetT(t *testing.T) {
 	t.Parallel()

@@ -212,3 +212,58 @@ func TestReleaseFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeaksOfItself: the repository describes the product, not how it
+// was made. No text file (code, tests, docs, scripts, test data notes)
+// names a step of its development or a tracker number, a design page or
+// client library it was derived from, a numbered rule of a document
+// outside the repository, a figure someone aimed at and whether it was
+// reached, or who asked for a change. Each hit is reported as file:line.
+func TestSpeaksOfItself(t *testing.T) {
+	banned := []*regexp.Regexp{
+		regexp.MustCompile(`\b[Ss]ession \d+\b`),
+		regexp.MustCompile(`\b[Ii]ssues? #?\d+\b`),
+		regexp.MustCompile(`\b[Ss]eed (pages?|0\d\d)\b`),
+		regexp.MustCompile(`\((missed|met|not met)\)`),
+		regexp.MustCompile(`\b(Ruby|Rust)( and (Ruby|Rust))? (client|librar|page|gem|crate)`),
+		regexp.MustCompile(`\b[Rr]ules? \d+(-\d+)?\b`),
+		regexp.MustCompile(`\b[Bb]ehaviou?rs? \d+\b`),
+		regexp.MustCompile(`\b[Gg]oals?\b`),
+		regexp.MustCompile(`\b([Ii]tems?|[Ff]indings?) \d+\b|\b[Hh]ardening round|\b[Rr]eviewers?\b|\bfound in review\b`),
+	}
+	text := map[string]bool{".go": true, ".md": true, ".sh": true, ".yaml": true, ".yml": true,
+		".txt": true, ".sql": true, ".js": true, ".html": true, ".css": true, ".golden": true}
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if name := d.Name(); name == ".git" || name == "fuzz" || name == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !text[filepath.Ext(path)] && filepath.ToSlash(rel) != ".ci/run" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, re := range banned {
+				if m := re.FindString(line); m != "" {
+					t.Errorf("%s:%d: %q speaks of how the product was made, not of the product: %s",
+						filepath.ToSlash(rel), i+1, m, strings.TrimSpace(line))
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// The tests of issue 18's item 8: every segment was preallocated at the
+// Every segment used to be preallocated at the
 // full segment size, so on a disk with less free space than that the log
 // could never start a new segment (a follower with its data dir on a
 // 70 MiB tmpfs stayed at the index where its first segment filled, even

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The tests of issue 18's item 1: a record whose length field reads zero
+// A record whose length field reads zero
 // ended the records without a look at what follows, so an acknowledged
 // batch after it was cut without a word, and nothing was logged.
 

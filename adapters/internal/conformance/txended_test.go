@@ -157,7 +157,7 @@ func TestTxEndedThenError(t *testing.T) {
 	})
 }
 
-// The zombie of issue 10: a holder with token 10 ends its transaction
+// The zombie: a holder with token 10 ends its transaction
 // inside fn (an implicit commit on MySQL, COMMIT or ROLLBACK elsewhere),
 // pauses, a newer holder with token 20 writes the row and commits, and
 // the zombie wakes up and writes the row too. Before the fix both Runs

@@ -9,7 +9,7 @@ import (
 
 // State is a node's Binary Star state. The numbers are the Guide's
 // (STATE_PRIMARY = 1 .. STATE_PASSIVE = 4, the Ruby port) and are what
-// a heartbeat carries (the Ruby portsends "%d" % fsm.state); the zero
+// a heartbeat carries (the Ruby port sends "%d" % fsm.state); the zero
 // State is not a state.
 type State uint8
 
@@ -104,7 +104,7 @@ func PeerEvent(peer State) Event {
 }
 
 // ErrDualActives is Outcome.Err when an Active node hears that its peer is
-// Active too (the Ruby port"fatal error - dual masters, aborting"): a
+// Active too (the Ruby port: "fatal error - dual masters, aborting"): a
 // split brain, both nodes having served clients, has just become visible,
 // usually because the peer link healed. The Guide's example exits. ticketingd must
 // not: an exit of both would leave no node, and the clients of each side
@@ -118,7 +118,7 @@ func PeerEvent(peer State) Event {
 var ErrDualActives = errors.New("bstar: dual actives: the peer is active too")
 
 // ErrDualPassives is Outcome.Err when a Passive node hears that its peer
-// is Passive too (the Ruby port"fatal error - dual slaves, aborting"):
+// is Passive too (the Ruby port: "fatal error - dual slaves, aborting"):
 // neither node serves, so the pair is down for its clients, though no
 // data is at risk. The Guide's example exits. ticketingd keeps running: the intended
 // action is to log the fault at error level and count it, and to leave
@@ -187,8 +187,7 @@ func Expiry(last int64, heartbeat time.Duration) int64 {
 }
 
 // action is what a row of the table does; the Guide's table encodes the
-// same in its [message, state] pairs (the Ruby portread by run_fsm,
-// the Ruby port).
+// same in its [message, state] pairs (the Ruby port reads them in run_fsm).
 type action uint8
 
 const (

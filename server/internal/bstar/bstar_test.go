@@ -74,7 +74,7 @@ func TestStepTable(t *testing.T) {
 		// before, the request is refused.
 		{Passive, ClientRequest, []timing{peerAlive}, want{next: Passive}},
 		{Passive, ClientRequest, []timing{peerExpired, peerSilent}, want{next: Active, transition: true, serve: true}},
-		// the Ruby portasserts peer_expiry > 0: refused as invalid.
+		// the Ruby port asserts peer_expiry > 0: refused as invalid.
 		{Passive, ClientRequest, []timing{neverHeard}, want{next: Passive, err: ErrInvalid}},
 	}
 	type cell struct {

@@ -43,7 +43,7 @@ func tour(ctx context.Context) error {
 		return err
 	} // a refused token or certificate, or ctx's end
 
-	// key; lease 30 s, wait for it at most 5 s, and at least 2 s must be left to work
+	// lease 30 s (required), wait for the key at most 5 s (0: one try), at least 2 s must be left to work
 	t, err := b.Acquire(ctx, "order-42", broker.AcquireOptions{Lease: 30 * time.Second, Wait: 5 * time.Second, Work: 2 * time.Second})
 	if errors.Is(err, broker.ErrUnsent) { /* nothing was sent (no ready session just then): retry soon */
 	}

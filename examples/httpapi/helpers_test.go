@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ import (
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
 const postgresDSNEnv = "TICKETING_TEST_POSTGRES_DSN"
 
+// skippedNoDSN counts the tests skipped because postgresDSNEnv is not set.
+var skippedNoDSN atomic.Int64
+
 // testPostgres returns the URL of a new database of its own on the server
 // named by postgresDSNEnv, dropped when the test ends. Without it the test
 // is skipped, or fails when CI=true (so that CI cannot skip it silently).
@@ -46,6 +50,7 @@ func testPostgres(t *testing.T) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set (required when CI=true)", postgresDSNEnv)
 		}
+		skippedNoDSN.Add(1)
 		t.Skipf("%s is not set: skipping (set it to a PostgreSQL URL whose user may create databases)", postgresDSNEnv)
 	}
 	u, err := url.Parse(base)

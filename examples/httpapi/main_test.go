@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,22 @@ import (
 	"github.com/ticketing-dev/ticketing/server/servertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests, says in one line how many skipped for want of
+// a database and how to run them (go test ./... would otherwise print only
+// "ok"), and checks that no goroutine outlived them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if n := skippedNoDSN.Load(); n > 0 {
+		servertest.Notice(fmt.Sprintf("httpapi: %d test(s) skipped: %s is not set (%s); go test -v lists them", n, postgresDSNEnv, "a PostgreSQL URL whose user may create databases, e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"))
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // lockServer starts an in-process Ticketing server.
 func lockServer(t *testing.T) *servertest.Server {

@@ -267,3 +267,12 @@ func TestSpeaksOfItself(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadmeShort: the README stays a user's page of at most 1,500 words
+// (as wc -w counts them); detail belongs in docs/ and bench/RESULTS.md.
+func TestReadmeShort(t *testing.T) {
+	const most = 1500
+	if n := len(strings.Fields(readDoc(t, "README.md"))); n > most {
+		t.Errorf("README.md has %d words, more than %d: move detail to docs/", n, most)
+	}
+}

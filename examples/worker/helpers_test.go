@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ import (
 // root@tcp(127.0.0.1:3306)/test.
 const mysqlDSNEnv = "TICKETING_TEST_MYSQL_DSN"
 
+// skippedNoDSN counts the tests skipped because mysqlDSNEnv is not set.
+var skippedNoDSN atomic.Int64
+
 // mysqlBase returns the parsed DSN of mysqlDSNEnv. Without it the test is
 // skipped, or fails when CI=true (so that CI cannot skip it silently).
 func mysqlBase(t *testing.T) *mysql.Config {
@@ -48,6 +52,7 @@ func mysqlBase(t *testing.T) *mysql.Config {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is not set (required when CI=true)", mysqlDSNEnv)
 		}
+		skippedNoDSN.Add(1)
 		t.Skipf("%s is not set: skipping (set it to a MySQL/MariaDB DSN whose user may create databases)", mysqlDSNEnv)
 	}
 	cfg, err := mysql.ParseDSN(base)

@@ -81,7 +81,7 @@
 //     TestPairRestarts restarts the nodes in every order (a primary alone
 //     serves only after its start guard, a backup alone never, both at
 //     once keep tokens increasing, a primary restarted behind an active
-//     backup never serves, resyncs and then answers M);
+//     backup never serves, resyncs and then stays passive naming it);
 //     TestPairSplitBrainNewActiveDies freezes (SIGSTOP) the backup that
 //     took over in a split brain before the link heals (the primary's
 //     fenced writes to what the backup wrote are then stale), kills and

@@ -206,9 +206,17 @@ func killBoth(p *harness.Pair) {
 // lockOnce makes a broker with addrs (waiting until it is ready), acquires
 // key through it (recorded in h as process proc), releases the lock and
 // closes the broker. Both must succeed. It returns the token.
+//
+// The first address must be the active's: the broker's settle delay is
+// longer than its life, so it never leaves that node for another. With
+// the default (2 s), a stall of the active of two seconds at the broker's
+// first HELLO sent it to the passive, which takes over on a HELLO once
+// its peer has been silent for two heartbeats.
 func lockOnce(t *testing.T, h *harness.History, addrs []string, proc, key string) uint64 {
 	t.Helper()
-	b, err := broker.New(loadBroker(addrs, proc))
+	cfg := loadBroker(addrs, proc)
+	cfg.PairSettle = 10 * hangGuard
+	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,18 +255,24 @@ func lockOnce(t *testing.T, h *harness.History, addrs []string, proc, key string
 //     (its /status, polled), ends passive behind the backup, and syncs: it
 //     holds the locks the backup holds, among them one granted by the
 //     primary before the kill and one granted by the backup after it; then
-//     it answers HELLOs with M naming the backup. No HELLO goes to it
-//     before it is passive: a HELLO to a restarting primary that has not
-//     heard its peer within its start guard makes it serve (the pattern's
-//     rule), which a loaded machine can make happen at any speed; the
-//     guard itself is the in-process TestPairRestarts' (on a fake clock)
-//     and, as a lower bound, the primary-alone case's here.
+//     for three heartbeats more it stays passive naming the backup (its
+//     /status). No HELLO goes to it from the kill on: the broker reaches
+//     it through a proxy that refuses connections until it is passive,
+//     and the test reads its /status. A HELLO to a restarting primary that
+//     has not heard its peer within its start guard makes it serve, and
+//     one to a passive whose peer has been silent for two heartbeats
+//     makes it take over (the pattern's rule): a loaded machine can make
+//     either happen at any speed. The guard itself, and a passive's M
+//     naming the active, are the in-process TestPairRestarts' (on a fake
+//     clock) and, the guard as a lower bound, the primary-alone case's
+//     here. The brokers of lockOnce, given both addresses, the active's
+//     first, never leave it (a settle delay longer than their life).
 //
 // Every grant is recorded in one history, which must pass
 // CheckTokensUnique, CheckNoTicketAfterIndeterminate and
 // CheckTokensFollowRealTime: tokens increase across all the restarts.
 func TestPairRestarts(t *testing.T) {
-	p := startPair(t, harness.PairOptions{PeerTLS: true})
+	p := startPair(t, harness.PairOptions{PeerTLS: true, ClientProxies: true})
 	h := harness.NewHistory()
 	h.WriteArtifactOnFailure(t, "history")
 	lockOnce(t, h, p.Addrs(), "start", "restarts")
@@ -352,6 +366,9 @@ func TestPairRestarts(t *testing.T) {
 	p.WaitSettled(t, hangGuard)
 	h.Event("test", "kill9", "primary")
 	p.Primary.Kill9()
+	// The broker given both addresses comes to the backup; it is refused
+	// the primary's (its proxy) until the primary is back passive.
+	p.Primary.Client.SetDefault(faultproxy.Faults{Refuse: true})
 	var after *broker.Ticket
 	for {
 		// The broker retries the primary for its settle delay, then comes
@@ -376,22 +393,21 @@ func TestPairRestarts(t *testing.T) {
 	p.Primary.Restart(t)
 	h.Event("test", "restarted", "primary")
 	waitBackPassive(t, p, p.Primary)
-	inSync := time.Now()
-	samples = pollHello(t, p.Primary.Addr(), func(helloSample) bool {
-		return time.Since(inSync) > 3*defaultHB // three heartbeats
-	})
-	refused = 0
-	for _, s := range samples {
-		if s.err != nil || s.r.Type != wire.TypeNotActive {
-			t.Errorf("primary passive behind the active backup: HELLO %v after the start answered %+v (%v), want M", s.at.Sub(t0), s.r, s.err)
-			continue
+	// Three heartbeats more: the primary stays passive (never serving)
+	// and names the backup (its /status, polled: a HELLO would be a client
+	// request, which a passive serves once its peer has been silent for
+	// two heartbeats, as a stall of the backup can make it).
+	polls := 0
+	for until := time.Now().Add(3 * defaultHB); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
+		st, err := p.Primary.Status()
+		if err != nil || st.Serving || st.State != "PASSIVE" || st.PeerAdvertise != p.Backup.ClientAddr() {
+			t.Fatalf("the primary passive behind the active backup, %v after its start: %+v (%v); want PASSIVE, not serving, naming the backup %s",
+				time.Since(t0), st, err, p.Backup.ClientAddr())
 		}
-		refused++
+		polls++
 	}
-	if last := samples[len(samples)-1]; last.r.Hint != p.Backup.Addr() {
-		t.Errorf("the passive primary's M names %q, want the backup %s", last.r.Hint, p.Backup.Addr())
-	}
-	t.Logf("primary passive behind the backup: %d of %d HELLOs answered M", refused, len(samples))
+	t.Logf("primary passive behind the backup: %d /status polls over three heartbeats", polls)
+	p.Primary.Client.SetDefault(faultproxy.Faults{})
 	if a := p.WaitSettled(t, hangGuard); a != p.Backup {
 		t.Fatalf("after the primary's restart behind the backup: the %s is active, want the backup", a.Role)
 	}

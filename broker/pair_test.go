@@ -183,7 +183,12 @@ func TestPair_NoProbeWhileActiveServes(t *testing.T) {
 				addrs = []string{passive.Addr, active.Addr}
 			}
 			d := &dialLog{}
-			cfg := pairConfig(d, 0, addrs...) // the default settle delay
+			// A settle delay longer than the test: with the default (2 s),
+			// a stall of the fake active's goroutines of a keepalive
+			// timeout plus 2 s would send the broker to the passive, as it
+			// should after losing the active. A probe, or a race at start,
+			// does not wait for the settle delay, so it is caught as well.
+			cfg := pairConfig(d, time.Hour, addrs...)
 			cfg.KeepAlive, cfg.KeepAliveTimeout = 20*time.Millisecond, 5*s
 			b := newBroker(t, cfg) // ready on the active
 			atStart := passive.TCPAccepted()

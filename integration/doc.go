@@ -75,12 +75,13 @@
 //     client request: it may make a passive node whose peer is silent
 //     active). TestPairKill9Active kills the active 10 times under load
 //     (default 1 s heartbeat and 2 s PairSettle; held locks kept, the
-//     killed node back passive and in sync, the load run's checkers;
+//     killed node back passive and in sync, its client port closed to
+//     the broker by a proxy until then, the load run's checkers;
 //     failover p50/max/min logged and written to failover.json);
 //     TestPairRestarts restarts the nodes in every order (a primary alone
 //     serves only after its start guard, a backup alone never, both at
 //     once keep tokens increasing, a primary restarted behind an active
-//     backup never serves, resyncs and then answers M);
+//     backup never serves, resyncs and then stays passive naming it);
 //     TestPairSplitBrainNewActiveDies freezes (SIGSTOP) the backup that
 //     took over in a split brain before the link heals (the primary's
 //     fenced writes to what the backup wrote are then stale), kills and

@@ -104,7 +104,13 @@ func loadBroker(addrs []string, name string) broker.Config {
 // for the service to serve (a leader, a settled pair).
 func startLoadRun(t *testing.T, nodes serviceNodes, name string) *loadRun {
 	t.Helper()
-	b, err := broker.New(loadBroker(nodes.Addrs(), name))
+	return startLoadRunWith(t, nodes, loadBroker(nodes.Addrs(), name))
+}
+
+// startLoadRunWith is startLoadRun with the broker's configuration cfg.
+func startLoadRunWith(t *testing.T, nodes serviceNodes, cfg broker.Config) *loadRun {
+	t.Helper()
+	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

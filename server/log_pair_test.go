@@ -245,6 +245,21 @@ func cutLink(on bool, ps ...*faultproxy.Proxy) {
 	}
 }
 
+// refuseLink cuts (on) the proxies' connections with a reset and refuses
+// new ones, or (off) forwards new ones again: a cut that each node sees
+// at once, without a timer (the nodes' dials are retried on the real
+// clock, at most every 250 ms, and fail while it lasts).
+func refuseLink(on bool, ps ...*faultproxy.Proxy) {
+	for _, p := range ps {
+		p.SetDefault(faultproxy.Faults{Refuse: on})
+		if on {
+			for _, c := range p.Conns() {
+				c.Reset()
+			}
+		}
+	}
+}
+
 // TestPairSplitBrain: the peer link is cut while a client still reaches
 // the primary. The backup does not serve until a client comes to it after
 // the primary went silent for it; then both serve (a split brain), and
@@ -253,25 +268,39 @@ func cutLink(on bool, ps ...*faultproxy.Proxy) {
 // and a fence that has seen the backup's token rejects the primary's.
 // When the link heals, the primary (lower epoch) steps down: its session
 // gets M naming the backup, and it resyncs from the backup.
+//
+// The nodes run on a fake clock (fakeHB): the primary goes silent for the
+// backup only when the test advances the clock, so neither the backup's
+// staying passive before the cut, nor its takeover after it, depends on
+// how fast the machine delivers heartbeats. The cut resets the link and
+// refuses it (the primary stops replicating as its link drops; silence
+// with the link up is the tick's business, on the real clock, and
+// TestPairSplitBrainNewActiveDies' blackhole's).
 func TestPairSplitBrain(t *testing.T) {
+	clk := server.NewFakeClock()
 	pa, ba := pairAddrs(t)
 	toP, toB := linkProxies(t, pa, ba)
-	p := startPairNode(t, server.PairPrimary, pa, toB.Addr(), "")
-	b := startPairNode(t, server.PairBackup, ba, toP.Addr(), "")
+	p := startPairNodeClock(t, server.PairPrimary, pa, toB.Addr(), "", listen(t), clk)
+	b := startPairNodeClock(t, server.PairBackup, ba, toP.Addr(), "", listen(t), clk)
 	cp := p.serving()
 	cp.acquireOK(2, owner(1), 0, 60, "held")
 	eventually(t, "the backup in sync", func() bool { return b.status().HasState && p.status().Replicating })
+	// No client comes to the backup while the link is up: it stays
+	// passive, naming the primary, however long the clock runs.
+	clk.Advance(5 * fakeHB)
+	if st := b.status(); st.State != "PASSIVE" || st.Serving {
+		t.Fatalf("backup with the link up and no client: %+v, want PASSIVE", st)
+	}
 
-	cutLink(true, toP, toB)
-	// The primary keeps serving its client, alone, once the backup is
-	// silent for it.
+	refuseLink(true, toP, toB)
+	// The primary keeps serving its client, alone.
 	eventually(t, "the primary unreplicated", func() bool { return !p.status().Replicating })
 	before := cp.acquireOK(3, owner(2), 0, 60, "k1")
 	// No client came to the backup: it stays passive, however long the
 	// link is cut.
-	time.Sleep(5 * pairHB)
-	if st := b.status(); st.State != "PASSIVE" || st.Serving {
-		t.Fatalf("backup with a cut link and no client: %+v, want PASSIVE", st)
+	clk.Advance(5 * fakeHB)
+	if st := b.status(); st.State != "PASSIVE" || st.Serving || st.PeerAlive {
+		t.Fatalf("backup with a cut link and no client: %+v, want PASSIVE, the primary silent", st)
 	}
 
 	// A client that lost the primary comes to the backup: split brain.
@@ -292,7 +321,7 @@ func TestPairSplitBrain(t *testing.T) {
 		t.Fatalf("same key: backup's token %d not above the primary's %d", kb, kp)
 	}
 
-	cutLink(false, toP, toB)
+	refuseLink(false, toP, toB)
 	// The primary, with the lower epoch, steps down: its session gets M
 	// with the backup's address.
 	r := cp.recv()

@@ -93,7 +93,7 @@ func lockOnce(t *testing.T, cfg broker.Config) uint64 {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a hang guard
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a hang guard (a pair's failover included), not a speed
 	defer cancel()
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatalf("WaitReady to %v: %v", cfg.Addrs, err)

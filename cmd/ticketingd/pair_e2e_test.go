@@ -17,11 +17,20 @@ import (
 
 // TestPairEndToEnd: a bundle from 'init --pair' for two nodes on
 // 127.0.0.1, started as two 'ticketingd serve --config' processes: the
-// 'listening' lines name the pair settings with peer TLS on, the primary
-// is active (HELLO_OK role 2) and the backup sends clients to it (M with
-// the primary's advertise address), a broker given the printed
-// TICKETING_URL locks; after a kill -9 of the primary, a broker with the
-// same URL locks on the backup, which is then active, with a larger token.
+// 'listening' lines name the pair settings with peer TLS on, the pair
+// settles (/status: the primary active and replicating, the backup a
+// passive in sync that names the primary's advertise address), the
+// primary is active (HELLO_OK role 2) and a broker given the printed
+// URL's first address (the primary's) locks; after a kill -9 of the
+// primary, a broker given the printed TICKETING_URL locks on the backup,
+// which is then active, with a larger token.
+//
+// No client request reaches the backup before the primary is killed (its
+// /status is read instead): a HELLO to a passive makes it take over once
+// its peer has been silent for two heartbeats (the pattern's rule), so a
+// stall of the primary of two seconds around such a HELLO would make the
+// backup active and the test fail. That a passive answers M naming the
+// active is checked on a fake clock, in package server.
 func TestPairEndToEnd(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("runs the printed export lines with sh")
@@ -76,30 +85,45 @@ func TestPairEndToEnd(t *testing.T) {
 				role, r.Type, r.Version, r.Role, r.Node, r.Cluster, wire.RoleActive, role, pairID)
 		}
 	}
-	first := lockOnce(t, cfg) // the primary serves once it has started
-	if r := hello("primary"); r.Type != wire.TypeHelloOK || r.Role != wire.RoleActive {
-		t.Errorf("primary answers HELLO with %c role %d, want O role %d", r.Type, r.Role, wire.RoleActive)
-	}
-	if r := hello("backup"); r.Type != wire.TypeNotActive || string(r.Hint) != addr["primary"] {
-		t.Errorf("backup answers HELLO with %c hint %q, want M %s", r.Type, r.Hint, addr["primary"])
-	}
-	helloV3("primary")
-
-	// The backup can take over only once it holds the pair's state: wait
-	// for it (a passive with a snapshot), as an operator would check
-	// /status before relying on the pair.
-	backupAdmin := "http://127.0.0.1:" + strconv.Itoa(ports[2]+1) + "/status"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := adminDo(t, "GET", backupAdmin, "Bearer "+ex["TICKETING_ADMIN_TOKEN"], "")
+	// The pair settles: read from /status, as an operator would check it
+	// before relying on the pair (a HELLO would be a client request).
+	status := func(role string) (int, string, *server.PairStatus) {
+		t.Helper()
+		port := ports[2]
+		if role == "backup" {
+			port++
+		}
+		code, body := adminDo(t, "GET", "http://127.0.0.1:"+strconv.Itoa(port)+"/status", "Bearer "+ex["TICKETING_ADMIN_TOKEN"], "")
 		var st struct{ Pair *server.PairStatus }
-		if code == 200 && json.Unmarshal([]byte(body), &st) == nil && st.Pair != nil && st.Pair.State == "PASSIVE" && st.Pair.HasState {
+		if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+			return code, body, nil
+		}
+		return code, body, st.Pair
+	}
+	deadline := time.Now().Add(time.Minute) // a hang guard
+	for {
+		_, _, ps := status("primary")
+		code, body, bs := status("backup")
+		if ps != nil && bs != nil && ps.State == "ACTIVE" && ps.Serving && ps.Replicating && bs.State == "PASSIVE" && bs.HasState {
+			if bs.PeerAdvertise != addr["primary"] {
+				t.Errorf("the passive backup names %q as the active, want the primary's advertise address %s", bs.PeerAdvertise, addr["primary"])
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the backup did not become a passive in sync: %d %s", code, body)
+			t.Fatalf("the pair did not settle (primary %+v): backup %d %s", ps, code, body)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if r := hello("primary"); r.Type != wire.TypeHelloOK || r.Role != wire.RoleActive {
+		t.Errorf("primary answers HELLO with %c role %d, want O role %d", r.Type, r.Role, wire.RoleActive)
+	}
+	helloV3("primary")
+	toPrimary := cfg
+	toPrimary.Addrs = cfg.Addrs[:1]
+	first := lockOnce(t, toPrimary)
+	if _, _, bs := status("backup"); bs == nil || bs.State != "PASSIVE" || bs.Serving {
+		t.Fatalf("the backup before the primary's kill: %+v, want PASSIVE (no client came to it)", bs)
 	}
 
 	if err := nodes["primary"].cmd.Process.Kill(); err != nil {

@@ -21,6 +21,10 @@
 //   - Blackhole: bytes are read and dropped in both directions; the sockets
 //     stay open, so the peers see silence, not a close.
 //   - Reset: both sockets are closed with SO_LINGER 0, which sends RST.
+//   - Refuse (a connection's starting fault only): the connection is
+//     reset at once and the target is not dialled, as by a host whose
+//     port is closed: nothing reaches the target, however long the
+//     client retries.
 //
 // Proxy.SetDefault sets the faults a new connection starts with (for
 // instance a blackhole, so dials succeed but HELLO is never answered).
@@ -67,6 +71,9 @@ type Faults struct {
 	Delay time.Duration
 	// Blackhole drops everything in both directions.
 	Blackhole bool
+	// Refuse resets the connection as soon as it is accepted, without
+	// dialling the target (the others are then moot).
+	Refuse bool
 }
 
 // Proxy forwards TCP connections from its listener to one target address.
@@ -179,6 +186,10 @@ func (p *Proxy) acceptLoop() {
 		p.mu.Unlock()
 		if classify != nil {
 			faults = classify(client.RemoteAddr())
+		}
+		if faults.Refuse {
+			reset(client)
+			continue
 		}
 		server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
 		if err != nil {

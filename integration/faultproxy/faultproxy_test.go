@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -152,6 +153,62 @@ func TestDefaultBlackholeForNewConns(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, _ := c.Read(make([]byte, 64)); n != 0 {
 		t.Fatalf("read %d bytes through a blackholed new connection", n)
+	}
+}
+
+// TestDefaultRefuse: a proxy that refuses new connections resets them
+// without dialling the target (its listener sees no connection), and
+// forwards again once the default is cleared.
+func TestDefaultRefuse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 4)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	p, err := faultproxy.New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.SetDefault(faultproxy.Faults{Refuse: true})
+	// The reset may come before the dial returns, or at the first read.
+	if c, err := net.Dial("tcp", p.Addr()); err == nil {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := c.Read(make([]byte, 8))
+		c.Close()
+		if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read through a refusing proxy: %d bytes, %v; want a reset", n, err)
+		}
+	}
+	select {
+	case tc := <-accepted:
+		tc.Close()
+		t.Fatal("a refused connection reached the target")
+	default:
+	}
+	p.SetDefault(faultproxy.Faults{})
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	select {
+	case tc := <-accepted:
+		tc.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection reached the target after the refusal was lifted")
 	}
 }
 

@@ -23,6 +23,11 @@ type PairOptions struct {
 	Heartbeat time.Duration
 	// Args are extra serve arguments of both nodes.
 	Args []string
+	// ClientProxies puts a fault proxy in front of each node's client
+	// address (PairNode.Client), which the node advertises (the hint of
+	// its M answers) and Addrs returns: a test can close a node's port to
+	// its clients (faultproxy's Refuse) while it restarts.
+	ClientProxies bool
 }
 
 // Pair is a hot-standby pair of ticketingd subprocesses on 127.0.0.1
@@ -44,7 +49,8 @@ type PairNode struct {
 	Role       string // primary or backup
 	PeerListen string // --peer-listen
 	Proxy      *faultproxy.Proxy
-	Admin      string // --admin-listen
+	Admin      string            // --admin-listen
+	Client     *faultproxy.Proxy // in front of Addr (PairOptions.ClientProxies), or nil
 
 	p *Pair
 }
@@ -82,8 +88,17 @@ func StartPair(tb testing.TB, bin string, opts PairOptions) *Pair {
 	for i, n := range nodes {
 		other := nodes[1-i]
 		listen := port()
+		advertise := listen
+		if opts.ClientProxies {
+			px, err := faultproxy.NewOn(port(), listen)
+			if err != nil {
+				tb.Fatalf("harness: proxy: %v", err)
+			}
+			tb.Cleanup(func() { px.Close() })
+			n.Client, advertise = px, px.Addr()
+		}
 		args := []string{"--pair", n.Role, "--peer", other.Proxy.Addr(), "--peer-listen", n.PeerListen,
-			"--advertise", listen, "--admin-listen", n.Admin}
+			"--advertise", advertise, "--admin-listen", n.Admin}
 		if opts.Heartbeat > 0 {
 			args = append(args, "--heartbeat", opts.Heartbeat.String())
 		}
@@ -102,8 +117,19 @@ func (p *Pair) Nodes() []*PairNode { return []*PairNode{p.Primary, p.Backup} }
 // Servers returns the nodes' processes, the primary's first.
 func (p *Pair) Servers() []*Server { return []*Server{p.Primary.Server, p.Backup.Server} }
 
-// Addrs returns the client addresses, the primary's first.
-func (p *Pair) Addrs() []string { return []string{p.Primary.Addr(), p.Backup.Addr()} }
+// Addrs returns the addresses clients are given, the primary's first:
+// the nodes' client addresses, or with PairOptions.ClientProxies the
+// proxies in front of them.
+func (p *Pair) Addrs() []string { return []string{p.Primary.ClientAddr(), p.Backup.ClientAddr()} }
+
+// ClientAddr is the address clients are given for n, which it advertises:
+// its client proxy's (PairOptions.ClientProxies), or else Addr.
+func (n *PairNode) ClientAddr() string {
+	if n.Client != nil {
+		return n.Client.Addr()
+	}
+	return n.Addr()
+}
 
 // Other returns the other node of the pair.
 func (p *Pair) Other(n *PairNode) *PairNode {

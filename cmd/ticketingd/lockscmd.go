@@ -170,6 +170,9 @@ func lockAnswer(o *clusterCmdOptions, what string, code int, body []byte, v any)
 			o.Admin, e.Leader, orUnknown(e.LeaderAdvertise), orUnknown(e.LeaderAddress))
 	case code == http.StatusMisdirectedRequest && e.Active != "":
 		return runtimef("the node at %s is the pair's passive: the active is at %s (clients): repeat the command against its admin listener", o.Admin, e.Active)
+	case code == http.StatusNotFound && strings.HasPrefix(e.Error, "the lock browser is off"):
+		return runtimef("%s: %s; in a config written by 'ticketingd init', uncomment the line '# console-keys: true' "+
+			"(on every node of a cluster or pair), then restart the node: the setting is read at start", o.Admin, e.Error)
 	case code == http.StatusNotFound, code == http.StatusConflict, code == http.StatusForbidden, code == http.StatusMisdirectedRequest:
 		return runtimef("%s: %s", o.Admin, e.Error)
 	}

@@ -493,6 +493,17 @@ func TestPlanCluster(t *testing.T) {
 	if c := p.config(t, path.Join("n1", ConfigFile)); c.ConsoleKeys {
 		t.Errorf("console-keys without ConsoleKeys")
 	}
+	// Off, each config says how to turn it on, in a commented line.
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if data := string(p.files[path.Join(id, ConfigFile)].Data); !strings.Contains(data, "\n# console-keys: true   # show lock keys in the console") {
+			t.Errorf("%s: no commented console-keys line:\n%s", id, data)
+		}
+	}
+	s0 := single(dir)
+	s0.AdminToken = true
+	if data := string(mustPlan(t, s0).files[ConfigFile].Data); !strings.Contains(data, "\n# console-keys: true   # show lock keys in the console") {
+		t.Errorf("single with the admin token: no commented console-keys line:\n%s", data)
+	}
 	s := cluster3(dir)
 	s.ConsoleKeys = true
 	p = mustPlan(t, s)

@@ -352,6 +352,9 @@ func (p *planner) single() error {
 	} else {
 		comments["admin-listen"] = comment{head: "# /metrics, /healthz, /status; every request but\n# GET /healthz needs 'Authorization: Bearer <admin-token>'."}
 		comments["console-keys"] = comment{line: consoleKeysComment}
+		if !p.s.ConsoleKeys {
+			before = consoleKeysOff + "\n" + before
+		}
 	}
 	comments["log-level"] = comment{head: strings.TrimSuffix(before, "\n")}
 	comments["token-start"] = comment{head: "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n" +
@@ -609,6 +612,8 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 	b.key("admin-listen", "")
 	if p.s.ConsoleKeys {
 		b.key("console-keys", consoleKeysComment)
+	} else if p.adm != "" {
+		b.note(consoleKeysOff)
 	}
 	b.note("\n" + strings.TrimSuffix(p.tokenStartComment(), "\n"))
 	b.key("token-start", "")
@@ -656,6 +661,11 @@ func (b *commentBuilder) key(k, line string) {
 
 // consoleKeysComment is what a config says beside console-keys: true.
 const consoleKeysComment = "# the lock browser (console's Locks, /v1/locks): key names, expire now"
+
+// consoleKeysOff is the commented-out console-keys line of a config with
+// an admin token and the lock browser off: how to turn it on.
+const consoleKeysOff = "# console-keys: true   # show lock keys in the console's Locks and 'ticketingd locks list'\n" +
+	"#                      # (key names, expire now; behind the admin token); restart the node to apply"
 
 // absPath is the absolute path of name in the bundle directory dir.
 func absPath(dir, name string) string {

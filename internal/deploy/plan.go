@@ -336,7 +336,7 @@ func (p *planner) single() error {
 	if a.wildcard {
 		where = "all interfaces"
 	}
-	head := "# ticketingd configuration, written by 'ticketingd init'.\n" +
+	head := "# ticketingd configuration, written by " + p.writtenBy("") + ".\n" +
 		"# Keys are the flag names of 'ticketingd serve'; relative paths are relative to this file.\n"
 	if p.adm != "" {
 		head += "# Mode 0600: it holds the admin token.\n"
@@ -521,7 +521,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 	b := commentBuilder{comments: map[string]comment{}}
 	var title string
 	if cluster {
-		title = fmt.Sprintf("ticketingd configuration of cluster node %s, written by 'ticketingd init --cluster'", n.id)
+		title = fmt.Sprintf("ticketingd configuration of cluster node %s, written by %s", n.id, p.writtenBy(" --cluster"))
 		if cas.clientCA != nil {
 			srv, err := cas.clientCA.Issue(pki.Server, []string{n.host}, certLife)
 			if err != nil {
@@ -563,7 +563,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		b.key("advertise", "")
 		b.note("# raft-heartbeat: 500ms\n# raft-election: 500ms")
 	} else {
-		title = fmt.Sprintf("ticketingd configuration of the pair's %s, written by 'ticketingd init --pair'", n.id)
+		title = fmt.Sprintf("ticketingd configuration of the pair's %s, written by %s", n.id, p.writtenBy(" --pair"))
 		if cas.clientCA != nil {
 			kp, err := cas.clientCA.Issue(pki.Node, nodeCertHosts(n), certLife)
 			if err != nil {
@@ -657,6 +657,15 @@ func (b *commentBuilder) note(lines string) { b.pending = append(b.pending, line
 func (b *commentBuilder) key(k, line string) {
 	b.comments[k] = comment{head: strings.Join(b.pending, "\n"), line: line}
 	b.pending = nil
+}
+
+// writtenBy names the front end that writes the bundle, for its files'
+// comments: Spec.Frontend, or 'ticketingd init' with flag (" --cluster").
+func (p *planner) writtenBy(flag string) string {
+	if p.s.Frontend != "" {
+		return p.s.Frontend
+	}
+	return "'ticketingd init" + flag + "'"
 }
 
 // consoleKeysComment is what a config says beside console-keys: true.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -459,7 +460,8 @@ const expireTimeout = 10 * time.Second
 // written), and the old holder's RELEASE
 // and EXTEND get N. It returns once that end is applied (committed, in a
 // cluster; acknowledged by the passive, in a pair). It is logged at Warn
-// with key, token and by (who asked: for the log only).
+// with key, token and by (who asked: for the log only); refused by a node
+// that does not serve (a follower, a passive), at Debug.
 //
 // Errors: ErrLockToken if key is held with another token; ErrLockNotFound
 // if it is not held (or its lease had already ended); ErrBadKey; on a
@@ -474,7 +476,16 @@ func (s *Server) ExpireLock(ctx context.Context, key string, token uint64, by st
 		result = err.Error()
 	}
 	s.browse.forget()
-	s.log.Warn("admin: expire now of a lock", "key", key, "token", token, "by", by, "result", result)
+	level := slog.LevelWarn
+	var nle *NotLeaderError
+	var nae *NotActiveError
+	if errors.As(err, &nle) || errors.As(err, &nae) {
+		// Nothing changed, and the operator's tool asks the next node:
+		// 'ticketingd locks expire' tries the --admin nodes in turn until
+		// the leader or the active answers.
+		level = slog.LevelDebug
+	}
+	s.log.Log(context.Background(), level, "admin: expire now of a lock", "key", key, "token", token, "by", by, "result", result)
 	return err
 }
 

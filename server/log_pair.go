@@ -910,6 +910,7 @@ func (p *pair) close() {
 
 // PairStatus is a pair node's view of the pair (Stats.Pair).
 type PairStatus struct {
+	ID            string `json:"pair_id"`        // the pair's identity (PairConfig.ID, or the one recorded in the data dir)
 	Role          string `json:"role"`           // the configured role: primary or backup
 	State         string `json:"state"`          // the Binary Star state: PRIMARY, BACKUP, ACTIVE or PASSIVE
 	Serving       bool   `json:"serving"`        // this node serves clients
@@ -943,7 +944,7 @@ func (s *Server) PairStatus() (st PairStatus, ok bool) {
 	now := s.now()
 	st = PairStatus{Role: string(p.cfg.Role), State: p.fsm.State.String(), Serving: p.serving != 0, Epoch: int64(p.serving) - 1,
 		PeerAlive: p.fsm.PeerExpiry > 0 && now < p.fsm.PeerExpiry, PeerAdvertise: p.peerAdv, EpochMark: p.epochs.mark,
-		Heartbeat: p.cfg.Heartbeat.String(), PeerListen: p.ln.Addr().String(), Peer: p.cfg.Peer}
+		Heartbeat: p.cfg.Heartbeat.String(), PeerListen: p.ln.Addr().String(), Peer: p.cfg.Peer, ID: *p.id.Load()}
 	if p.peer.state.Valid() {
 		st.PeerState = p.peer.state.String()
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -93,11 +94,17 @@ func startPairNodeFake(t *testing.T, role server.PairRole, self, peer string, cl
 // heartbeat pairHB; else fakeHB).
 func startPairNodeClock(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener, clk *server.FakeClock) *pairNode {
 	t.Helper()
+	return startPairNodeLog(t, role, self, peer, dataDir, ln, clk, nil)
+}
+
+// startPairNodeLog is startPairNodeClock logging to lg (nil: discarded).
+func startPairNodeLog(t *testing.T, role server.PairRole, self, peer, dataDir string, ln net.Listener, clk *server.FakeClock, lg *slog.Logger) *pairNode {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	cfg := server.Config{DataDir: dataDir, Pair: &server.PairConfig{Role: role, Peer: peer, Listen: self,
-		Advertise: ln.Addr().String(), Heartbeat: pairHB}}
+		Advertise: ln.Addr().String(), Heartbeat: pairHB}, Logger: lg}
 	if clk != nil {
 		cfg.Pair.Heartbeat = fakeHB
 		server.SetClock(&cfg, clk)

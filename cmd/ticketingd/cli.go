@@ -87,7 +87,7 @@ Start with 'ticketingd init --dir DIR' to write a deployment, then
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{err}
 	})
-	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newClusterCmd(stdout), newLocksCmd(stdout, stderr), newConsoleCmd(stderr), newVersionCmd(stdout))
+	root.AddCommand(newServeCmd(stderr), newInitCmd(stdout), newClusterCmd(stdout, stderr), newLocksCmd(stdout, stderr), newPairCmd(stdout), newConsoleCmd(stderr), newVersionCmd(stdout))
 	return root
 }
 

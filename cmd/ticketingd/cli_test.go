@@ -40,7 +40,8 @@ func TestVersion(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"init", "--help"}, {"version", "--help"},
 		{"cluster", "--help"}, {"cluster", "status", "--help"}, {"cluster", "add", "--help"}, {"cluster", "remove", "--help"},
-		{"locks", "--help"}, {"locks", "list", "--help"}, {"locks", "show", "--help"}, {"locks", "expire", "--help"}} {
+		{"locks", "--help"}, {"locks", "list", "--help"}, {"locks", "show", "--help"}, {"locks", "expire", "--help"},
+		{"pair", "--help"}, {"pair", "status", "--help"}} {
 		code, out, _ := runCapture(t, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("%v: exit %d, output:\n%s", args, code, out)

@@ -33,7 +33,7 @@ type clusterCmdOptions struct {
 	Timeout time.Duration
 }
 
-func newClusterCmd(stdout io.Writer) *cobra.Command {
+func newClusterCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o clusterCmdOptions
 	cmd := &cobra.Command{
 		Use:   "cluster status|add|remove --admin HOST:PORT",
@@ -48,16 +48,17 @@ func newClusterCmd(stdout io.Writer) *cobra.Command {
 
 add and remove must reach the leader's admin listener; a node that is not
 the leader refuses (exit 1) and says which node leads, so that the command
-can be repeated there. With several --admin addresses (A,B,C) add and
-remove try them in turn until one is the leader, and status uses the first
-that answers. The admin token is --admin-token, or else the environment
+can be repeated there. With several --admin addresses (A,B,C) every
+command asks them in turn until one is the leader; if none leads, status
+shows the view of the first that answers, with a note that says so (no
+leader known, or the leader is not among them). The admin token is --admin-token, or else the environment
 variable ` + adminTokenEnv + `.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usagef("missing cluster command (status, add or remove)")
 		},
 	}
-	o.addFlags(cmd, "add and remove until one is the leader")
+	o.addFlags(cmd, "until one is the leader")
 
 	status := &cobra.Command{
 		Use:   "status --admin HOST:PORT",
@@ -67,7 +68,7 @@ variable ` + adminTokenEnv + `.`,
 			if err := o.check(); err != nil {
 				return err
 			}
-			return clusterStatus(cmd.Context(), &o, stdout)
+			return clusterStatus(cmd.Context(), &o, stdout, stderr)
 		},
 	}
 	add := &cobra.Command{
@@ -226,13 +227,46 @@ func adminError(o *clusterCmdOptions, code int, msg string) error {
 	return runtimef("admin listener %s: %s: %s", o.Admin, http.StatusText(code), msg)
 }
 
-// clusterStatus prints the view of the first of the --admin nodes that
-// answers.
-func clusterStatus(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
-	return o.firstAnswering(func() error { return clusterStatusOf(ctx, o, stdout) })
+// clusterStatus prints the view of the leader among the --admin nodes
+// (fromServing), or, if none of them leads, that of the first that
+// answers, with a note on stderr that says why.
+func clusterStatus(ctx context.Context, o *clusterCmdOptions, stdout, stderr io.Writer) error {
+	st, fellBack, err := fromServing(o, func(st *admin.Status) (bool, error) {
+		if err := getStatus(ctx, o, st); err != nil {
+			return false, err
+		}
+		if st.Cluster == nil {
+			if st.ClusterError != "" {
+				return false, runtimef("admin listener %s: no cluster status: %s", o.Admin, st.ClusterError)
+			}
+			if st.Pair != nil {
+				return false, runtimef("the node at %s is not a cluster node: it is a pair node (role %s): use 'ticketingd pair status'", o.Admin, st.Pair.Role)
+			}
+			return false, runtimef("the node at %s is not a cluster node (role %s)", o.Admin, st.Role)
+		}
+		return st.Cluster.State == "Leader", nil
+	})
+	if err != nil {
+		return err
+	}
+	if fellBack && len(o.Admins) > 1 {
+		if st.Cluster.Leader == "" {
+			fmt.Fprintf(stderr, "note: no leader: none of the --admin nodes leads, and %s knows no leader (an election may be running, or a majority of the nodes is down); this is %s's view\n", o.Admin, o.Admin)
+		} else {
+			fmt.Fprintf(stderr, "note: the leader, %s, is not among the --admin nodes: this is %s's view; give %s's admin address for the leader's view (reachability, lag)\n", st.Cluster.Leader, o.Admin, st.Cluster.Leader)
+		}
+	} else if fellBack && st.Cluster.Leader == "" {
+		fmt.Fprintf(stderr, "note: no leader: %s knows none (an election may be running, or a majority of the nodes is down); this is its own view\n", o.Admin)
+	}
+	if o.JSON {
+		return printJSON(stdout, st.Cluster)
+	}
+	printClusterStatus(stdout, st.Cluster, &st.Stats)
+	return nil
 }
 
-func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer) error {
+// getStatus reads o.Admin's /status into st.
+func getStatus(ctx context.Context, o *clusterCmdOptions, st *admin.Status) error {
 	code, body, err := adminCall(ctx, o, http.MethodGet, "/status", nil)
 	if err != nil {
 		return err
@@ -240,26 +274,12 @@ func clusterStatusOf(ctx context.Context, o *clusterCmdOptions, stdout io.Writer
 	if code != http.StatusOK {
 		return answerError(o, code, body)
 	}
-	var st admin.Status
-	if err := json.Unmarshal(body, &st); err != nil {
+	if err := json.Unmarshal(body, st); err != nil {
 		return runtimef("admin listener %s: /status: %w", o.Admin, err)
 	}
-	if st.Cluster == nil {
-		if st.ClusterError != "" {
-			return runtimef("admin listener %s: no cluster status: %s", o.Admin, st.ClusterError)
-		}
-		return runtimef("the node at %s is not a cluster node (role %s)", o.Admin, st.Role)
-	}
-	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st.Cluster)
-	}
-	printClusterStatus(stdout, st.Cluster, &st.Stats)
 	return nil
 }
 
-// printClusterStatus writes a cluster node's view for humans.
 func printClusterStatus(w io.Writer, cs *server.ClusterStatus, st *server.Stats) {
 	serving := "not serving clients"
 	if cs.Serving {

@@ -156,7 +156,8 @@ func TestLocksCommand(t *testing.T) {
 func TestLocksCommandOff(t *testing.T) {
 	_, _, adm := serveLocks(t)
 	code, _, stderr := runCapture(t, "locks", "list", "--admin", adm, "--admin-token", locksToken)
-	if code != 1 || !strings.Contains(stderr, "the lock browser is off") || !strings.Contains(stderr, "--console-keys") {
+	if code != 1 || !strings.Contains(stderr, "the lock browser is off") || !strings.Contains(stderr, "--console-keys") ||
+		!strings.Contains(stderr, "uncomment the line '# console-keys: true'") || !strings.Contains(stderr, "restart the node") {
 		t.Errorf("locks list, browser off: exit %d: %s", code, stderr)
 	}
 	code, _, stderr = runCapture(t, "locks", "show", "k", "--admin", adm)

@@ -50,15 +50,16 @@ node started with --console-keys and --admin-token:
 On a cluster, ask the leader (a follower lists the holdings it has
 applied, without lease ends, waiters or holders, and refuses expire,
 naming the leader); on a pair, the active. With several --admin addresses
-(A,B,C), list and show use the first that answers, and expire tries them
-in turn until one serves. The admin token is --admin-token, or else the
+(A,B,C), every command asks them in turn until one serves (the leader,
+the active); if none does, list and show print the first answer, the
+holdings as that node applied them, with a note. The admin token is --admin-token, or else the
 environment variable ` + adminTokenEnv + `.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usagef("missing locks command (list, show or expire)")
 		},
 	}
-	o.addFlags(cmd, "expire until one serves (the leader, the active)")
+	o.addFlags(cmd, "until one serves (the leader, the active)")
 
 	var lo locksListOptions
 	list := &cobra.Command{
@@ -75,7 +76,7 @@ environment variable ` + adminTokenEnv + `.`,
 			if err := o.check(); err != nil {
 				return err
 			}
-			return o.firstAnswering(func() error { return locksList(cmd.Context(), &o, &lo, stdout) })
+			return locksList(cmd.Context(), &o, &lo, stdout, stderr)
 		},
 	}
 	list.Flags().StringVar(&lo.Prefix, "prefix", "", "only keys that start with `P`")
@@ -93,7 +94,7 @@ environment variable ` + adminTokenEnv + `.`,
 			if err := o.check(); err != nil {
 				return err
 			}
-			return o.firstAnswering(func() error { return locksShow(cmd.Context(), &o, args[0], stdout) })
+			return locksShow(cmd.Context(), &o, args[0], stdout, stderr)
 		},
 	}
 
@@ -169,13 +170,16 @@ func lockAnswer(o *clusterCmdOptions, what string, code int, body []byte, v any)
 			o.Admin, e.Leader, orUnknown(e.LeaderAdvertise), orUnknown(e.LeaderAddress))
 	case code == http.StatusMisdirectedRequest && e.Active != "":
 		return runtimef("the node at %s is the pair's passive: the active is at %s (clients): repeat the command against its admin listener", o.Admin, e.Active)
+	case code == http.StatusNotFound && strings.HasPrefix(e.Error, "the lock browser is off"):
+		return runtimef("%s: %s; in a config written by 'ticketingd init', uncomment the line '# console-keys: true' "+
+			"(on every node of a cluster or pair), then restart the node: the setting is read at start", o.Admin, e.Error)
 	case code == http.StatusNotFound, code == http.StatusConflict, code == http.StatusForbidden, code == http.StatusMisdirectedRequest:
 		return runtimef("%s: %s", o.Admin, e.Error)
 	}
 	return adminError(o, code, e.Error)
 }
 
-func locksList(ctx context.Context, o *clusterCmdOptions, lo *locksListOptions, stdout io.Writer) error {
+func locksList(ctx context.Context, o *clusterCmdOptions, lo *locksListOptions, stdout, stderr io.Writer) error {
 	q := url.Values{"limit": {strconv.Itoa(lo.Limit)}}
 	if lo.Prefix != "" {
 		q.Set("prefix", lo.Prefix)
@@ -186,13 +190,22 @@ func locksList(ctx context.Context, o *clusterCmdOptions, lo *locksListOptions, 
 	if lo.AfterB64 != "" {
 		q.Set("after_b64", lo.AfterB64)
 	}
-	code, body, err := adminCall(ctx, o, http.MethodGet, "/v1/locks?"+q.Encode(), nil)
+	r, fellBack, err := fromServing(o, func(resp *admin.LocksResponse) (bool, error) {
+		code, body, err := adminCall(ctx, o, http.MethodGet, "/v1/locks?"+q.Encode(), nil)
+		if err != nil {
+			return false, err
+		}
+		if err := lockAnswer(o, "/v1/locks", code, body, resp); err != nil {
+			return false, err
+		}
+		return servingView(resp.View), nil
+	})
 	if err != nil {
 		return err
 	}
-	var resp admin.LocksResponse
-	if err := lockAnswer(o, "/v1/locks", code, body, &resp); err != nil {
-		return err
+	resp := *r
+	if fellBack {
+		noServingNote(o, stderr)
 	}
 	if o.JSON {
 		return printJSON(stdout, resp)
@@ -221,16 +234,46 @@ func locksList(ctx context.Context, o *clusterCmdOptions, lo *locksListOptions, 
 	return nil
 }
 
-func locksShow(ctx context.Context, o *clusterCmdOptions, key string, stdout io.Writer) error {
-	var resp admin.LockResponse
-	if err := getLock(ctx, o, key, &resp); err != nil {
+func locksShow(ctx context.Context, o *clusterCmdOptions, key string, stdout, stderr io.Writer) error {
+	resp, err := getServingLock(ctx, o, key, stderr)
+	if err != nil {
 		return err
 	}
 	if o.JSON {
 		return printJSON(stdout, resp)
 	}
-	printLock(stdout, &resp)
+	printLock(stdout, resp)
 	return nil
+}
+
+// getServingLock is key's lock as the serving node among the --admin
+// nodes knows it (fromServing), or else as the first node that answers,
+// with a note on stderr.
+func getServingLock(ctx context.Context, o *clusterCmdOptions, key string, stderr io.Writer) (*admin.LockResponse, error) {
+	resp, fellBack, err := fromServing(o, func(l *admin.LockResponse) (bool, error) {
+		if err := getLock(ctx, o, key, l); err != nil {
+			return false, err
+		}
+		return servingView(l.View), nil
+	})
+	if err == nil && fellBack {
+		noServingNote(o, stderr)
+	}
+	return resp, err
+}
+
+// servingView reports whether a lock-browser answer of this view comes
+// from the node that serves (not a follower's or a passive's applied
+// state, without holders, lease left or waiters).
+func servingView(view string) bool {
+	return view != server.ViewFollowerApplied && view != server.ViewPassiveApplied
+}
+
+// noServingNote says, on stderr, that none of the --admin nodes serves and
+// whose view is shown instead.
+func noServingNote(o *clusterCmdOptions, stderr io.Writer) {
+	fmt.Fprintf(stderr, "note: none of the --admin nodes serves (neither a cluster's leader nor a pair's active answered): "+
+		"this is %s's applied state; give the serving node's admin address to see holders, lease left and waiters\n", o.Admin)
 }
 
 func getLock(ctx context.Context, o *clusterCmdOptions, key string, resp *admin.LockResponse) error {
@@ -274,11 +317,11 @@ func printLock(w io.Writer, l *admin.LockResponse) {
 // to the --admin nodes in turn until one serves.
 func locksExpire(ctx context.Context, o *clusterCmdOptions, key string, token uint64, op string, yes bool, stdin io.Reader, stdout, stderr io.Writer) error {
 	if !yes {
-		var l admin.LockResponse
-		if err := o.firstAnswering(func() error { return getLock(ctx, o, key, &l) }); err != nil {
+		l, err := getServingLock(ctx, o, key, stderr)
+		if err != nil {
 			return err
 		}
-		printLock(stderr, &l)
+		printLock(stderr, l)
 		if l.Token != token {
 			return runtimef("%s is held with token %d, not %d: it changed hands; nothing expired", showKey(l.Key, l.KeyB64), l.Token, token)
 		}
@@ -361,17 +404,41 @@ func leaseLeft(l *admin.Lock) string {
 	return msDuration(*l.LeaseLeftMS)
 }
 
-// firstAnswering runs f against the --admin nodes in turn (o.Admin) until
-// one succeeds; it returns the last error.
-func (o *clusterCmdOptions) firstAnswering(f func() error) error {
-	var err error
-	for _, a := range o.Admins {
-		o.Admin = a
-		if err = f(); err == nil {
-			return nil
+// fromServing runs get against the --admin nodes in turn (o.Admin), each
+// time into a new T, until a node that serves answers (the cluster's
+// leader, the pair's active: get reports whether it does), and returns
+// that answer. A node that does not serve (a follower, a passive) knows
+// less: the first such answer is kept, and returned with fellBack true
+// (o.Admin is its node) if none of the nodes serves. A node that does not
+// answer, or answers with an error, is skipped; if none answers, the last
+// error is returned. It is untilServing for reads: the same order, the
+// same nodes.
+func fromServing[T any](o *clusterCmdOptions, get func(v *T) (serving bool, err error)) (v *T, fellBack bool, err error) {
+	var first *T
+	firstAt := ""
+	err = o.untilServing(func() (bool, error) {
+		w := new(T)
+		serving, err := get(w)
+		switch {
+		case err != nil:
+			return true, err
+		case serving:
+			v = w
+			return false, nil
 		}
+		if first == nil {
+			first, firstAt = w, o.Admin
+		}
+		return true, nil
+	})
+	switch {
+	case v != nil:
+		return v, false, nil
+	case first != nil:
+		o.Admin = firstAt
+		return first, true, nil
 	}
-	return err
+	return nil, false, err
 }
 
 // untilServing runs f against the --admin nodes in turn (o.Admin) while it

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +125,26 @@ func TestPairEndToEnd(t *testing.T) {
 	first := lockOnce(t, toPrimary)
 	if _, _, bs := status("backup"); bs == nil || bs.State != "PASSIVE" || bs.Serving {
 		t.Fatalf("the backup before the primary's kill: %+v, want PASSIVE (no client came to it)", bs)
+	}
+	// 'ticketingd pair status' given both admin addresses: both views,
+	// and which node is active.
+	admins := map[string]string{"primary": "127.0.0.1:" + strconv.Itoa(ports[2]), "backup": "127.0.0.1:" + strconv.Itoa(ports[2]+1)}
+	code, out, stderr = runCapture(t, "pair", "status", "--admin", admins["backup"]+","+admins["primary"], "--admin-token", ex["TICKETING_ADMIN_TOKEN"])
+	if code != 0 || !strings.Contains(out, "node at "+admins["primary"]+": primary, ACTIVE, serving clients (token epoch ") ||
+		!strings.Contains(out, "node at "+admins["backup"]+": backup, PASSIVE, not serving clients") ||
+		strings.Count(out, "pair "+pairID+"\n") != 2 || strings.Count(out, ": alive, state ") != 2 ||
+		!strings.Contains(out, "replication: streaming to the passive") ||
+		!strings.Contains(out, "active: the node at "+admins["primary"]+" (primary)") {
+		t.Errorf("pair status: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCapture(t, "pair", "status", "--json", "--admin", admins["primary"], "--admin-token", ex["TICKETING_ADMIN_TOKEN"])
+	var ps server.PairStatus
+	if code != 0 || json.Unmarshal([]byte(out), &ps) != nil || ps.ID != pairID || ps.State != "ACTIVE" || !ps.PeerAlive {
+		t.Errorf("pair status --json: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, _, stderr = runCapture(t, "cluster", "status", "--admin", admins["primary"], "--admin-token", ex["TICKETING_ADMIN_TOKEN"]); code != 1 ||
+		!strings.Contains(stderr, "use 'ticketingd pair status'") {
+		t.Errorf("cluster status of a pair node: exit %d: %s", code, stderr)
 	}
 
 	if err := nodes["primary"].cmd.Process.Kill(); err != nil {

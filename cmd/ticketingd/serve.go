@@ -60,6 +60,7 @@ The server logs "listening" with addr=HOST:PORT once it accepts connections.`,
 	}
 	o.register(cmd.Flags())
 	cmd.Flags().SortFlags = false
+	groupServeFlags(cmd)
 	return cmd
 }
 

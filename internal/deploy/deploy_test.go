@@ -493,6 +493,17 @@ func TestPlanCluster(t *testing.T) {
 	if c := p.config(t, path.Join("n1", ConfigFile)); c.ConsoleKeys {
 		t.Errorf("console-keys without ConsoleKeys")
 	}
+	// Off, each config says how to turn it on, in a commented line.
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if data := string(p.files[path.Join(id, ConfigFile)].Data); !strings.Contains(data, "\n# console-keys: true   # show lock keys in the console") {
+			t.Errorf("%s: no commented console-keys line:\n%s", id, data)
+		}
+	}
+	s0 := single(dir)
+	s0.AdminToken = true
+	if data := string(mustPlan(t, s0).files[ConfigFile].Data); !strings.Contains(data, "\n# console-keys: true   # show lock keys in the console") {
+		t.Errorf("single with the admin token: no commented console-keys line:\n%s", data)
+	}
 	s := cluster3(dir)
 	s.ConsoleKeys = true
 	p = mustPlan(t, s)
@@ -671,11 +682,70 @@ func TestCompose(t *testing.T) {
 	}
 	readme := string(p.files[ReadmeFile].Data)
 	for _, w := range []string{"systemctl enable --now ticketingd-n1.service", "docker compose up -d", "ticketingd serve --config n3/ticketingd.yaml",
-		"broker.ParseURL(os.Getenv(\"TICKETING_URL\"))", "export TICKETING_URL='ticketing://TOKEN@127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227?ca="} {
+		"broker.ParseURL(os.Getenv(\"TICKETING_URL\"))", "export TICKETING_URL=\"ticketing://$(grep -m 1 -v -e '^#' -e '^[[:space:]]*$' n1/client-tokens)@\"'127.0.0.1:5225,127.0.0.1:5226,127.0.0.1:5227?ca=",
+		"It was written by `ticketingd init`."} {
 		if !strings.Contains(readme, w) {
 			t.Errorf("README.md lacks %q:\n%s", w, readme)
 		}
 	}
+}
+
+// TestReadmeURL: the README's line that sets TICKETING_URL, run by sh in
+// the written bundle, gives the bundle's URL with its client token as it
+// is (the tokens file starts with comment lines); the README itself holds
+// no token. A front end's name is the "written by" of the bundle's files.
+func TestReadmeURL(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	for _, s := range []Spec{single(""), cluster3("")} {
+		dir := filepath.Join(t.TempDir(), "bundle dir")
+		s.Dir = dir
+		p := mustPlan(t, s)
+		if err := p.WriteDir(dir, false); err != nil {
+			t.Fatal(err)
+		}
+		readme := string(p.files[ReadmeFile].Data)
+		var line string
+		for l := range strings.Lines(readme) {
+			if strings.HasPrefix(l, "export TICKETING_URL=") {
+				line = l
+			}
+		}
+		cmd := exec.Command("sh", "-c", line+`printf %s "$TICKETING_URL"`)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != p.URL || !strings.Contains(p.URL, "://"+p.tok0(t)+"@") {
+			t.Errorf("%s: the README's line %q gives %q (%v), want %q", s.Topology, line, out, err, p.URL)
+		}
+		if strings.Contains(readme, p.tok0(t)) {
+			t.Errorf("%s: the README holds the client token", s.Topology)
+		}
+	}
+	s := cluster3(t.TempDir())
+	s.Frontend = "the web console (/deploy)"
+	p := mustPlan(t, s)
+	for _, f := range []string{ReadmeFile, DockerfileFile, ComposeFile, "n1/" + ConfigFile, unitFile(nodeRun{id: "n1", dir: "n1"})} {
+		if d := string(p.files[f].Data); !strings.Contains(d, "written by the web console (/deploy)") || strings.Contains(d, "ticketingd init") {
+			t.Errorf("%s written by the console:\n%s", f, d)
+		}
+	}
+}
+
+// tok0 is the bundle's first client token.
+func (p planned) tok0(t *testing.T) string {
+	t.Helper()
+	f, ok := p.files[TokensFile]
+	if !ok {
+		f = p.files["n1/"+TokensFile]
+	}
+	for l := range strings.Lines(string(f.Data)) {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return l
+		}
+	}
+	t.Fatal("no client token")
+	return ""
 }
 
 // TestWriteDir: the files with their exact modes under any umask; a

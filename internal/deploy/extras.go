@@ -23,7 +23,7 @@ func (p *planner) extras() error {
 			return err
 		}
 	}
-	p.file(DockerfileFile, 0o644, []byte(dockerfile), false)
+	p.file(DockerfileFile, 0o644, []byte(strings.Replace(dockerfile, "WRITTEN_BY", p.writtenBy(""), 1)), false)
 	p.file(DockerIgnore, 0o644, []byte("# Only the binary goes into the image: keys and tokens stay out of the build.\n*\n!"+BinaryName+"\n"), false)
 	compose, err := p.compose()
 	if err != nil {
@@ -73,7 +73,7 @@ func (p *planner) unit(r nodeRun) error {
 		}
 	}
 	var u strings.Builder
-	fmt.Fprintf(&u, "# systemd unit of %s, written by 'ticketingd init'.\n", what)
+	fmt.Fprintf(&u, "# systemd unit of %s, written by %s.\n", what, p.writtenBy(""))
 	fmt.Fprintf(&u, "# Its config and the files it names go to %s, readable by the user\n", installDir(r))
 	fmt.Fprintf(&u, "# %s; its data directory is %s/%s (see README.md).\n", ServiceUser, "/var/lib", stateDir(r))
 	fmt.Fprintf(&u, "[Unit]\nDescription=%s\n", what)
@@ -99,7 +99,7 @@ func (p *planner) unit(r nodeRun) error {
 
 // dockerfile builds an image of the static binary offline: FROM scratch,
 // nothing to pull.
-const dockerfile = `# Image of ticketingd for compose.yaml, written by 'ticketingd init'.
+const dockerfile = `# Image of ticketingd for compose.yaml, written by WRITTEN_BY.
 # It builds offline (no base image to pull, no network): put a static
 # binary named ticketingd beside this file first, built in a clone of the
 # repository with
@@ -164,7 +164,7 @@ func (p *planner) compose() ([]byte, error) {
 		proj.Services[name] = svc
 	}
 	var buf bytes.Buffer
-	buf.WriteString("# Docker Compose file of the bundle, written by 'ticketingd init': a service per\n" +
+	buf.WriteString("# Docker Compose file of the bundle, written by " + p.writtenBy("") + ": a service per\n" +
 		"# node on the host's network (the configs' addresses as they are). Build the image\n" +
 		"# and start: see README.md. The containers run as the owner of the bundle files.\n")
 	enc := yaml.NewEncoder(&buf)
@@ -180,12 +180,17 @@ func (p *planner) compose() ([]byte, error) {
 
 // readme is the bundle's README.md: its files, how to start it plainly,
 // under systemd and Docker Compose, and how a Go client connects. It
-// holds no secret: the URL has TOKEN for the client token.
+// holds no secret: the line that sets the client URL reads the token from
+// the tokens file.
 func (p *planner) readme() string {
 	var w strings.Builder
 	what := map[Topology]string{Single: "a single ticketingd server", Pair: "a hot-standby pair of ticketingd servers",
 		Cluster: fmt.Sprintf("a Raft cluster of %d ticketingd nodes", len(p.node))}[p.s.Topology]
-	fmt.Fprintf(&w, "# Ticketing deployment\n\nThis bundle deploys %s. It was written by `ticketingd init`.\n", what)
+	by := "`ticketingd init`"
+	if p.s.Frontend != "" {
+		by = p.s.Frontend
+	}
+	fmt.Fprintf(&w, "# Ticketing deployment\n\nThis bundle deploys %s. It was written by %s.\n", what, by)
 	w.WriteString("Files of mode 0600 hold private keys or tokens: keep them so, and out of\nrepositories.\n\n")
 	w.WriteString("| File | Mode |\n|---|---|\n")
 	for _, f := range p.b.Files {
@@ -246,11 +251,22 @@ func (p *planner) readme() string {
 		w.WriteString("On a machine of one node, start only its service: `docker compose up -d ID`.\n")
 	}
 
-	w.WriteString("\n## Connect from Go\n\nGive each client the URL through its environment, with TOKEN a token of\n`client-tokens`:\n\n```sh\n")
-	url := p.b.URL
-	if len(p.tok) > 0 {
-		url = strings.Replace(url, p.tok[0], "TOKEN", 1)
+	w.WriteString("\n## Connect from Go\n\nGive each client the URL through its environment. ")
+	pre, rest, ok := "", "", false
+	if len(p.tok) > 0 && len(p.node) > 0 {
+		pre, rest, ok = strings.Cut(p.b.URL, p.tok[0]+"@")
 	}
-	fmt.Fprintf(&w, "export TICKETING_URL='%s'\n```\n\n```go\n%s```\n", url, goSnippet)
+	if ok {
+		// The URL with the first token of client-tokens, read from the
+		// file when the line runs: usable as it is, in this directory,
+		// and no secret in this file.
+		tokens := path.Join(p.node[0].dir, TokensFile)
+		fmt.Fprintf(&w, "In this directory, this line sets it\nwith the first token of `%s` (its lines starting with # are comments):\n\n```sh\n", tokens)
+		fmt.Fprintf(&w, "export TICKETING_URL=\"%s$(grep -m 1 -v -e '^#' -e '^[[:space:]]*$' %s)@\"%s\n```\n", pre, ShellQuote(tokens), ShellQuote(rest))
+		fmt.Fprintf(&w, "\nElsewhere, put a token of `%s` in place of `TOKEN`: `%s`.\n", tokens, pre+"TOKEN@"+rest)
+	} else {
+		fmt.Fprintf(&w, "\n\n```sh\nexport TICKETING_URL='%s'\n```\n", p.b.URL)
+	}
+	fmt.Fprintf(&w, "\n```go\n%s```\n", goSnippet)
 	return w.String()
 }

@@ -336,7 +336,7 @@ func (p *planner) single() error {
 	if a.wildcard {
 		where = "all interfaces"
 	}
-	head := "# ticketingd configuration, written by 'ticketingd init'.\n" +
+	head := "# ticketingd configuration, written by " + p.writtenBy("") + ".\n" +
 		"# Keys are the flag names of 'ticketingd serve'; relative paths are relative to this file.\n"
 	if p.adm != "" {
 		head += "# Mode 0600: it holds the admin token.\n"
@@ -352,6 +352,9 @@ func (p *planner) single() error {
 	} else {
 		comments["admin-listen"] = comment{head: "# /metrics, /healthz, /status; every request but\n# GET /healthz needs 'Authorization: Bearer <admin-token>'."}
 		comments["console-keys"] = comment{line: consoleKeysComment}
+		if !p.s.ConsoleKeys {
+			before = consoleKeysOff + "\n" + before
+		}
 	}
 	comments["log-level"] = comment{head: strings.TrimSuffix(before, "\n")}
 	comments["token-start"] = comment{head: "# max-locks: 2000000\n# max-waiters: 1000000\n# max-key-waiters: 10000\n# max-sessions: 10000\n" +
@@ -518,7 +521,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 	b := commentBuilder{comments: map[string]comment{}}
 	var title string
 	if cluster {
-		title = fmt.Sprintf("ticketingd configuration of cluster node %s, written by 'ticketingd init --cluster'", n.id)
+		title = fmt.Sprintf("ticketingd configuration of cluster node %s, written by %s", n.id, p.writtenBy(" --cluster"))
 		if cas.clientCA != nil {
 			srv, err := cas.clientCA.Issue(pki.Server, []string{n.host}, certLife)
 			if err != nil {
@@ -560,7 +563,7 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 		b.key("advertise", "")
 		b.note("# raft-heartbeat: 500ms\n# raft-election: 500ms")
 	} else {
-		title = fmt.Sprintf("ticketingd configuration of the pair's %s, written by 'ticketingd init --pair'", n.id)
+		title = fmt.Sprintf("ticketingd configuration of the pair's %s, written by %s", n.id, p.writtenBy(" --pair"))
 		if cas.clientCA != nil {
 			kp, err := cas.clientCA.Issue(pki.Node, nodeCertHosts(n), certLife)
 			if err != nil {
@@ -609,6 +612,8 @@ func (p *planner) nodeDir(n placedNode, cas groupCAs, peers []string, peer *plac
 	b.key("admin-listen", "")
 	if p.s.ConsoleKeys {
 		b.key("console-keys", consoleKeysComment)
+	} else if p.adm != "" {
+		b.note(consoleKeysOff)
 	}
 	b.note("\n" + strings.TrimSuffix(p.tokenStartComment(), "\n"))
 	b.key("token-start", "")
@@ -654,8 +659,22 @@ func (b *commentBuilder) key(k, line string) {
 	b.pending = nil
 }
 
+// writtenBy names the front end that writes the bundle, for its files'
+// comments: Spec.Frontend, or 'ticketingd init' with flag (" --cluster").
+func (p *planner) writtenBy(flag string) string {
+	if p.s.Frontend != "" {
+		return p.s.Frontend
+	}
+	return "'ticketingd init" + flag + "'"
+}
+
 // consoleKeysComment is what a config says beside console-keys: true.
 const consoleKeysComment = "# the lock browser (console's Locks, /v1/locks): key names, expire now"
+
+// consoleKeysOff is the commented-out console-keys line of a config with
+// an admin token and the lock browser off: how to turn it on.
+const consoleKeysOff = "# console-keys: true   # show lock keys in the console's Locks and 'ticketingd locks list'\n" +
+	"#                      # (key names, expire now; behind the admin token); restart the node to apply"
 
 // absPath is the absolute path of name in the bundle directory dir.
 func absPath(dir, name string) string {

@@ -91,6 +91,11 @@ type OwnTLS struct {
 type Spec struct {
 	// Topology is single, pair or cluster.
 	Topology Topology `json:"topology"`
+	// Frontend names what writes the bundle, for the "written by" of its
+	// README, configs, units and compose file: "ticketingd init" when
+	// empty (then the configs name its --cluster or --pair). Set by the
+	// front end, never from a request.
+	Frontend string `json:"-"`
 	// Dir is the directory the bundle is written to or unpacked at: the
 	// guide names its files there, and the client URL's ca= is the
 	// absolute path of its ca.pem (a relative Dir is taken from the

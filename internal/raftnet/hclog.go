@@ -2,10 +2,12 @@ package raftnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -152,7 +154,7 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
-	lvl := slogLevel(level)
+	lvl := slogLevel(routineLevel(level, msg, args))
 	if !a.out.Enabled(context.Background(), lvl) {
 		return
 	}
@@ -173,6 +175,50 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 		}
 	}
 	a.out.Log(context.Background(), lvl, msg, args...)
+}
+
+// routineLevel is the level of a raft line: level, lowered for the lines
+// raft writes at Warn or Error in routine cases, which are not a problem
+// to look into:
+//   - "heartbeat timeout reached, starting election" with no last leader
+//     (last-leader-id empty): the first election of a node that has not
+//     yet heard from a leader, at bootstrap or at a start, is Info; the
+//     same line after a leader was known (the leader was lost) stays Warn;
+//   - "failed to decode incoming command" and "failed to flush response"
+//     whose error is net.ErrClosed ("use of closed network connection"):
+//     the node's own transport closing its connections as it shuts down
+//     (a graceful stop or restart) is Debug; any other error stays Error.
+func routineLevel(level hclog.Level, msg string, args []any) hclog.Level {
+	switch msg {
+	case "heartbeat timeout reached, starting election":
+		if level == hclog.Warn && argString(args, "last-leader-id") == "" && argString(args, "last-leader-addr") == "" {
+			return hclog.Info
+		}
+	case "failed to decode incoming command", "failed to flush response":
+		if err, _ := argValue(args, "error").(error); level == hclog.Error && errors.Is(err, net.ErrClosed) {
+			return hclog.Debug
+		}
+	}
+	return level
+}
+
+// argValue is the value of the key/value argument named key, or nil.
+func argValue(args []any, key string) any {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == key {
+			return args[i+1]
+		}
+	}
+	return nil
+}
+
+// argString is argValue as a string ("" if absent).
+func argString(args []any, key string) string {
+	v := argValue(args, key)
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
 }
 
 func (a *hcAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,47 @@ func TestHCLoggerRateLimit(t *testing.T) {
 			sup = append(sup, l["suppressed"])
 		}
 		t.Errorf("appendEntries lines for the dead peer: %d, suppressed %v; want 2, suppressed [0 29]", len(lines), sup)
+	}
+}
+
+// TestHCLoggerRoutineLevels: the lines raft writes at Warn or Error in
+// routine cases come out lower (a node's first election, with no leader
+// known yet, at Info; its own connections closed as it shuts down, at
+// Debug); the same messages in the cases that deserve a look keep their
+// level, and so do other warnings.
+func TestHCLoggerRoutineLevels(t *testing.T) {
+	buf := proctest.NewLogBuffer()
+	lg := newHCAdapter(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: levelTrace})), "", nil, newRepeatLimiter(time.Now)).Named("raft")
+	closedErr := &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+	// What raft passes: raft.ServerAddress and raft.ServerID values.
+	lg.Warn("heartbeat timeout reached, starting election", "last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID(""))
+	lg.Warn("heartbeat timeout reached, starting election", "last-leader-addr", raft.ServerAddress("127.0.0.1:7226"), "last-leader-id", raft.ServerID("n2"))
+	lg.Error("failed to decode incoming command", "error", closedErr)
+	lg.Error("failed to flush response", "error", closedErr)
+	lg.Error("failed to decode incoming command", "error", errors.New("msgpack decode error [pos 3]: invalid"))
+	lg.Warn("failed to contact quorum of nodes, stepping down")
+	lg.Error("failed to appendEntries to", "peer", raft.Server{ID: "n3"}, "error", closedErr)
+
+	want := []struct{ msg, level string }{
+		{"heartbeat timeout reached, starting election", "INFO"},
+		{"heartbeat timeout reached, starting election", "WARN"},
+		{"failed to decode incoming command", "DEBUG"},
+		{"failed to flush response", "DEBUG"},
+		{"failed to decode incoming command", "ERROR"},
+		{"failed to contact quorum of nodes, stepping down", "WARN"},
+		{"failed to appendEntries to", "ERROR"},
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["msg"] != want[i].msg || m["level"] != want[i].level {
+			t.Errorf("line %d: %v at %v, want %q at %s", i, m["msg"], m["level"], want[i].msg, want[i].level)
+		}
 	}
 }

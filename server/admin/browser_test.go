@@ -153,8 +153,9 @@ func TestBrowserConsoleAsksForToken(t *testing.T) {
 
 // TestBrowserDeployPage fills the deployment form in headless chromium,
 // typing and clicking: a cluster with a node's host missing and a
-// relative directory gets its messages beside those fields (and the list on top); put
-// right, it previews every file with the secrets masked until "Show
+// relative directory gets its messages beside those fields and a summary
+// on top in the page's order, each going as its field is edited; the
+// token-start select shows its options whole. Put right, it previews every file with the secrets masked until "Show
 // secrets", and the .zip button downloads that same bundle, whose client
 // tokens hold the token of the URL shown. An edit after the preview says
 // the downloads no longer match. On a phone's screen the page does not
@@ -182,6 +183,28 @@ func TestBrowserDeployPage(t *testing.T) {
 		` && document.getElementById("nodes-2-host").getAttribute("aria-describedby") !== null && document.getElementById("preview").hidden`,
 		describe, 30*time.Second)
 	browsertest.Screenshot(t, tab, "deploy-form.png")
+	// The summary reads in the page's order: node 3's host, then the
+	// directory (the answer lists them by name, the other way round).
+	if got := browsertest.Eval[string](t, tab, `[...document.querySelectorAll("#form-errors li")].map(li => li.textContent.split(":")[0]).join(" | ")`); got != "Node 3, Host | Directory the bundle is unpacked at" {
+		t.Errorf("summary in the order %q, want the page's", got)
+	}
+	// The select shows its longest option whole: text, padding and arrow
+	// fit in its box.
+	const fits = `(() => { const s = document.getElementById("token_start"), cs = getComputedStyle(s), m = document.createElement("span");
+		m.style.font = cs.font; m.style.whiteSpace = "pre"; m.style.position = "absolute"; document.body.append(m);
+		let w = 0; for (const o of s.options) { m.textContent = o.text; w = Math.max(w, m.getBoundingClientRect().width); } m.remove();
+		return Math.ceil(w) + parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight) + 20 + " <= " + s.clientWidth; })()`
+	if got := browsertest.Eval[string](t, tab, fits); !fitsIn(got) {
+		t.Errorf("the token-start select cuts its option text: %s", got)
+	}
+	// Editing a field marked wrong takes its message and its summary
+	// line away; the other problem stays, the summary with it.
+	browsertest.Do(t, tab, browsertest.Fill("#nodes-2-host", "127.0.0"))
+	browsertest.WaitJS(t, tab, `!document.querySelector('p.err[data-error-for="nodes[2].host"]').textContent && document.getElementById("nodes-2-host").getAttribute("aria-invalid") === null`+
+		` && document.querySelectorAll("#form-errors li").length === 1 && !document.getElementById("form-errors").hidden && `+errIs("dir", "want an absolute path"),
+		describe, 10*time.Second)
+	browsertest.Do(t, tab, browsertest.Fill("#dir", "/srv"))
+	browsertest.WaitJS(t, tab, `document.getElementById("form-errors").hidden && document.querySelectorAll("p.err:not(:empty)").length === 0`, describe, 10*time.Second)
 
 	browsertest.Do(t, tab,
 		browsertest.Fill("#nodes-2-host", "127.0.0.1"),
@@ -245,6 +268,15 @@ func TestBrowserDeployPage(t *testing.T) {
 	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
 	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
 		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)
+}
+
+// fitsIn reports whether "A <= B" (numbers) holds.
+func fitsIn(s string) bool {
+	var a, b float64
+	if _, err := fmt.Sscanf(s, "%g <= %g", &a, &b); err != nil {
+		return false
+	}
+	return a <= b
 }
 
 // TestBrowserLockBrowser: the Locks page of a node with the lock browser

@@ -94,6 +94,10 @@ func sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// DeployFrontend is the "written by" of the bundles the deployment page
+// plans (deploy.Spec.Frontend).
+const DeployFrontend = "the web console's deployment page (/deploy)"
+
 // deployHandler plans a bundle: POST /v1/deploy with a deploy.Spec as
 // JSON. It logs one line per request, without a secret: the topology and
 // the outcome.
@@ -108,6 +112,7 @@ func deployHandler(log *slog.Logger) http.HandlerFunc {
 			writeJSONError(w, code, DeployErrorResponse{Error: err.Error()})
 			return
 		}
+		spec.Frontend = DeployFrontend
 		var fes deploy.FieldErrors
 		errors.As(deploy.Validate(spec), &fes)
 		if spec.Dir != "" && !path.IsAbs(spec.Dir) && !filepath.IsAbs(spec.Dir) {

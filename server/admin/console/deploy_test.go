@@ -189,6 +189,12 @@ func TestDeployPlan(t *testing.T) {
 			t.Errorf("no %s in the preview", want)
 		}
 	}
+	// Written by the console, and its files say so.
+	for _, f := range []string{"README.md", "n1/ticketingd.yaml", "compose.yaml", "n1/ticketingd-n1.service"} {
+		if d := files[f].Text; !strings.Contains(d, "written by "+console.DeployFrontend) || strings.Contains(d, "ticketingd init") {
+			t.Errorf("%s does not say the console wrote it:\n%s", f, d)
+		}
+	}
 	if !strings.Contains(files["n2/ticketingd.yaml"].Text, "console-keys: true") {
 		t.Errorf("n2's config without console-keys:\n%s", files["n2/ticketingd.yaml"].Text)
 	}

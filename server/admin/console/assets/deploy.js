@@ -137,16 +137,27 @@
     return node ? node.querySelector("legend").textContent + ", " + text : text;
   }
 
+  // showErrors puts each field's message beside its field and a summary
+  // on top that links to them, in the order of the page (top to bottom),
+  // not the order of the answer. A message whose field is not on the page
+  // is in the summary only.
   function showErrors(message, fields) {
     const box = document.getElementById("form-errors");
     const list = box.querySelector("ul");
     document.getElementById("form-errors-h").textContent = message;
     let n = 0;
-    for (const field of Object.keys(fields || {})) {
+    const order = function (field) {
+      const p = errorElement(field);
+      if (!p || p.closest("[hidden]")) return Infinity;
+      return [...form.querySelectorAll("p.err")].indexOf(p);
+    };
+    const names = Object.keys(fields || {}).sort(function (a, b) { return order(a) - order(b); });
+    for (const field of names) {
       const msgs = fields[field].join("; ");
       const p = errorElement(field);
       const li = document.createElement("li");
       if (p && !p.closest("[hidden]")) {
+        li.dataset.errorFor = p.dataset.errorFor;
         p.textContent = (p.textContent ? p.textContent + "; " : "") + (p.dataset.errorFor === field ? msgs : field + ": " + msgs);
         p.id = p.id || "err-" + (n++) + "-" + field.replace(/[^a-z0-9]/gi, "-");
         const input = form.querySelector('[name="' + CSS.escape(p.dataset.errorFor) + '"]');
@@ -220,8 +231,22 @@
     if (ev.target.name === "topology" || ev.target.name === "tls" || ev.target.id === "size") syncVisibility();
   });
   // Any edit after a preview: the downloads no longer match the form.
-  form.addEventListener("input", function () {
+  // An edit of a field marked wrong takes its mark, its message and its
+  // line of the summary away (the next preview checks it again); the
+  // summary goes when it is empty.
+  form.addEventListener("input", function (ev) {
     if (last) stale.hidden = false;
+    const input = ev.target;
+    if (!input.name || input.getAttribute("aria-invalid") !== "true") return;
+    input.removeAttribute("aria-invalid");
+    const ids = (input.getAttribute("aria-describedby") || "").split(" ").filter(function (x) { return x && !x.startsWith("err-"); });
+    if (ids.length) input.setAttribute("aria-describedby", ids.join(" "));
+    else input.removeAttribute("aria-describedby");
+    const p = form.querySelector('p.err[data-error-for="' + CSS.escape(input.name) + '"]');
+    if (p) p.textContent = "";
+    const box = document.getElementById("form-errors");
+    for (const li of box.querySelectorAll('li[data-error-for="' + CSS.escape(input.name) + '"]')) li.remove();
+    if (!box.querySelector("li")) box.hidden = true;
   });
 
   form.addEventListener("submit", async function (ev) {

@@ -327,7 +327,11 @@ func TestPair_ActiveBackDuringSettle(t *testing.T) {
 // lost active is in flight (it may still answer), the other node is not
 // dialled; the active answers, and the other node is never contacted.
 func TestPair_NoSwitchWhileAttemptInFlight(t *testing.T) {
-	const settle = 500 * time.Millisecond
+	// Between the loss and the redial to the restarted active (a pause of
+	// at most a quarter of it) no attempt is in flight: a stall of the
+	// machine as long as the settle delay there would rightly send the
+	// broker to the other node. Two seconds make that unlikely.
+	const settle = 2 * time.Second
 	addr := freeAddr(t)
 	a := newPairNode(t, addr, wire.RoleActive, true, "")
 	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")

@@ -1124,7 +1124,10 @@ func TestRelease(t *testing.T) {
 	t.Run("late reply within the grace is absorbed; silence beyond it closes the session", func(t *testing.T) {
 		f2 := newFake(t)
 		cfg := testConfig(f2.Addr)
-		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, time.Second
+		// The late R (400 ms) is well within the grace even on a stalled
+		// machine; the unanswered RELEASE below closes the session after
+		// window plus grace, well within eventually's deadline.
+		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, 3*time.Second
 		b2 := allReady(t, f2, cfg)
 		tk, err := b2.Acquire(t.Context(), "rel-late", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {

@@ -108,6 +108,9 @@ type Broker struct {
 	// Config.Cluster, or the first non-empty one a node gave; nil until
 	// then.
 	ident atomic.Pointer[clusterIdent]
+	// onPause, a test hook (nil otherwise), is told every pause a session
+	// chooses before reopening (see pauseChosen).
+	onPause atomic.Pointer[func(*session, pauseChoice)]
 
 	mu      sync.Mutex
 	tickets [ticketShards]ticketShard // unreleased tickets, for Close

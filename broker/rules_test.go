@@ -162,16 +162,21 @@ func TestNewNeverBlocks(t *testing.T) {
 		}
 		cfg := testConfig(f.Addr)
 		cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 80*time.Millisecond
+		start := time.Now()
 		b, err := broker.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer b.Close()
 		time.Sleep(500 * time.Millisecond)
-		// Two sessions, each at most 500ms/10ms+1 attempts; without backoff it
-		// would be thousands.
-		if n := f.hellos.Load(); n < 4 || n > 120 {
-			t.Fatalf("%d HELLOs in 500ms", n)
+		eventually(t, "a few HELLOs", func() bool { return f.hellos.Load() >= 4 })
+		// Two sessions, each at most one attempt per 10 ms (the shortest
+		// pause), counted over the time until the count was read however
+		// long a stall made it; without backoff, thousands in 500 ms.
+		n := f.hellos.Load()
+		elapsed := time.Since(start)
+		if limit := 2 * (1 + int64(elapsed/(10*time.Millisecond))); n > limit {
+			t.Fatalf("%d HELLOs in %v, want at most %d", n, elapsed, limit)
 		}
 	})
 	t.Run("reconnect backoff grows when sessions drop right after HELLO", func(t *testing.T) {
@@ -184,15 +189,24 @@ func TestNewNeverBlocks(t *testing.T) {
 		}
 		cfg := testConfig(f.Addr)
 		cfg.BackoffMin, cfg.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
+		start := time.Now()
 		b, err := broker.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer b.Close()
 		time.Sleep(600 * time.Millisecond)
-		// Growing: about 7 per session; at BackoffMin: about 80.
-		if n := f.hellos.Load(); n < 4 || n > 40 {
-			t.Fatalf("%d HELLOs in 600ms", n)
+		eventually(t, "a few HELLOs", func() bool { return f.hellos.Load() >= 4 })
+		// Growing, the pauses are 5+10+20+40+80 ms at least, then 100 ms at
+		// least: per session at most 7 + elapsed/100ms attempts, counted
+		// over the time until the count was read however long a stall made
+		// it. A session that a stall kept open for BackoffMax restarts its
+		// backoff (at most once per 200 ms, six quick attempts each): 3 more
+		// per 100 ms. That is 62 at 600 ms; at BackoffMin: about 160.
+		n := f.hellos.Load()
+		elapsed := time.Since(start)
+		if limit := 2 * (7 + 4*int64(elapsed/(100*time.Millisecond))); n > limit {
+			t.Fatalf("%d HELLOs in %v, want at most %d", n, elapsed, limit)
 		}
 	})
 }
@@ -373,7 +387,7 @@ func TestRoundRobinAndKeepalive(t *testing.T) {
 		select {
 		case err := <-done:
 			mustIs(t, err, broker.ErrIndeterminate)
-		case <-time.After(3 * s):
+		case <-time.After(30 * s): // the reply grace is an hour
 			t.Fatal("Acquire hung on a session whose writer is stuck")
 		}
 	})
@@ -1110,7 +1124,10 @@ func TestRelease(t *testing.T) {
 	t.Run("late reply within the grace is absorbed; silence beyond it closes the session", func(t *testing.T) {
 		f2 := newFake(t)
 		cfg := testConfig(f2.Addr)
-		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, time.Second
+		// The late R (400 ms) is well within the grace even on a stalled
+		// machine; the unanswered RELEASE below closes the session after
+		// window plus grace, well within eventually's deadline.
+		cfg.ReleaseWindow, cfg.ReplyGrace = 200*time.Millisecond, 3*time.Second
 		b2 := allReady(t, f2, cfg)
 		tk, err := b2.Acquire(t.Context(), "rel-late", broker.AcquireOptions{Lease: 30 * s})
 		if err != nil {

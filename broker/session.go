@@ -292,6 +292,7 @@ func (s *session) run() {
 				d = s.backoffMax()
 				attempt = maxAttempt
 			}
+			b.pauseChosen(s, pauseChoice{attempt: attempt, swung: swung, inPair: inPair, d: d})
 			ok, poked := s.pause(d)
 			if !ok {
 				return
@@ -370,6 +371,7 @@ func (s *session) run() {
 		if inPair {
 			d = min(d, jitter(b.pair.retryPace())) // the lost active: see pair.retryPace
 		}
+		b.pauseChosen(s, pauseChoice{attempt: attempt, inPair: inPair, dropped: true, d: d})
 		ok, poked := s.pause(d)
 		if !ok {
 			return
@@ -379,6 +381,24 @@ func (s *session) run() {
 		} else if attempt < maxAttempt {
 			attempt++
 		}
+	}
+}
+
+// pauseChoice is a pause the run loop chose before reopening a session,
+// for a test hook (see Broker.onPause): the decision, apart from the
+// clock and the scheduler.
+type pauseChoice struct {
+	attempt int  // the backoff's attempt counter it was computed from
+	swung   bool // the failed attempt followed a swing of the pair to the session's node
+	inPair  bool // pair mode: bounded by the pair's retry pace
+	dropped bool // after a ready session dropped (not a failed open)
+	d       time.Duration
+}
+
+// pauseChosen passes c to the test hook, if one is set.
+func (b *Broker) pauseChosen(s *session, c pauseChoice) {
+	if f := b.onPause.Load(); f != nil {
+		(*f)(s, c)
 	}
 }
 

@@ -15,11 +15,11 @@ import (
 // BenchmarkUpdate measures one single-row UPDATE in a transaction, plain
 // (begin, UPDATE, commit) and fenced (begin, check-and-bump, UPDATE,
 // commit, release of a fake ticket), sequentially, and reports the median
-// latency as p50-ns. The fence adds the check-and-bump and the check that
-// fn left the transaction open: one round trip on PostgreSQL (the check
-// rides in the COMMIT's query; TestPgxRoundTrips), three statements on
-// MySQL and SQLite (SAVEPOINT after the bump, RELEASE SAVEPOINT before
-// COMMIT).
+// latency as p50-ns. On PostgreSQL the fence adds no round trip (the
+// check-and-bump rides in the BEGIN's query, the check that fn left the
+// transaction open in the COMMIT's; TestPgxRoundTrips), only the high-water
+// row's write; on MySQL and SQLite it adds three statements (the bump,
+// SAVEPOINT after it, RELEASE SAVEPOINT before COMMIT).
 // PostgreSQL goes through pgxfence; MySQL and SQLite through sqlfence.
 // For MySQL, add interpolateParams=true to TICKETING_TEST_MYSQL_DSN to
 // measure without go-sql-driver's per-statement prepare round trips. The

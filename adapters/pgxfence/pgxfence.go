@@ -2,6 +2,7 @@ package pgxfence
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -211,14 +212,33 @@ func beginGuard(ctx context.Context, db Beginner, plan fence.Plan) (pgx.Tx, core
 		return nil, nil, false, nil
 	}
 	r := plan.Resources[0]
-	tx, err := tb.BeginTx(ctx, pgx.TxOptions{
-		BeginQuery:  "BEGIN; " + staleSQL(plan.Table, r, plan.Token),
-		CommitQuery: commitCheckedSQL,
-	})
+	conn := connOf(tb)
+	args := "decode('" + hex.EncodeToString([]byte(r)) + "', 'hex'), " + strconv.FormatInt(plan.Token, 10)
+	literal := "BEGIN; " + staleSQL(plan.Table, args)
+	query, prepared := literal, ""
+	if mode := conn.Config().DefaultQueryExecMode; mode != pgx.QueryExecModeSimpleProtocol && mode != pgx.QueryExecModeExec {
+		// Prepared once per connection (pgx remembers it: later calls
+		// send nothing), so the server plans the bump once, not at
+		// every call. A failed Prepare (a missing table, say) leaves
+		// the literal statement, whose error is then the answer.
+		name := preparedName(plan.Table)
+		if _, err := conn.Prepare(ctx, name, staleSQL(plan.Table, "$1, $2")); err == nil {
+			query, prepared = "BEGIN; EXECUTE "+name+"("+args+")", name
+		}
+	}
+	tx, err := tb.BeginTx(ctx, pgx.TxOptions{BeginQuery: query, CommitQuery: commitCheckedSQL})
+	var pgErr *pgconn.PgError
+	if prepared != "" && errors.As(err, &pgErr) && pgErr.Code == "26000" && !conn.IsClosed() {
+		// The prepared statement is gone (DEALLOCATE or DISCARD sent
+		// behind pgx's back): nothing ran but the BEGIN. Forget it, and
+		// send the literal statement.
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr == nil {
+			_ = conn.Deallocate(ctx, prepared)
+			tx, err = tb.BeginTx(ctx, pgx.TxOptions{BeginQuery: literal, CommitQuery: commitCheckedSQL})
+		}
+	}
 	if err != nil {
-		var pgErr *pgconn.PgError
-		conn := connOf(tb)
-		if !errors.As(err, &pgErr) || conn == nil || conn.IsClosed() {
+		if !errors.As(err, &pgErr) || conn.IsClosed() {
 			// The connection failed (pgx closed it, which rolls back
 			// whatever began): nothing is open.
 			if release != nil {
@@ -290,19 +310,23 @@ func (a *abortedTx) Rollback(ctx context.Context) error {
 // rejects a token; the stored high-water follows it.
 const staleMessage = "ticketing: stale token, high-water "
 
-// staleSQL is beginGuard's check-and-bump for table, resource r and token
-// tok, as literals. It is upsertSQL, but a rejected token fails the
-// statement instead of returning no row: the high-water it compared with
-// (the row is locked, the latest version) is cast to a number with
-// staleMessage before it, and PostgreSQL reports the text it could not
-// cast (SQLSTATE 22P02). The CASE is evaluated per row: nothing is folded
-// at planning.
-func staleSQL(table, r string, tok int64) string {
-	t := strconv.FormatInt(tok, 10)
-	return "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES (decode('" + hex.EncodeToString([]byte(r)) + "', 'hex'), " + t + ", now()) " +
+// staleSQL is beginGuard's check-and-bump for table, with args the
+// resource and the token: literals, or $1, $2 to prepare it. It is upsertSQL, but a rejected token fails the statement instead
+// of returning no row: the high-water it compared with (the row is
+// locked, the latest version) is cast to a number with staleMessage
+// before it, and PostgreSQL reports the text it could not cast (SQLSTATE
+// 22P02). The CASE is evaluated per row: nothing is folded at planning.
+func staleSQL(table, args string) string {
+	return "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES (" + args + ", now()) " +
 		"ON CONFLICT (resource) DO UPDATE SET high_water = CASE WHEN f.high_water < EXCLUDED.high_water THEN EXCLUDED.high_water " +
 		"ELSE CAST('" + staleMessage + "' || f.high_water AS bigint) END, updated_at = EXCLUDED.updated_at " +
 		"RETURNING f.high_water, set_config('" + markerName + "', '" + markerValue + "', true)"
+}
+
+// preparedName is the name beginGuard prepares staleSQL under for table.
+func preparedName(table string) string {
+	sum := sha256.Sum256([]byte(staleSQL(table, "$1, $2")))
+	return "ticketing_fence_bump_" + hex.EncodeToString(sum[:8])
 }
 
 // staleHighWater returns the high-water that staleSQL put in its error,

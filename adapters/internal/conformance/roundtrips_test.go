@@ -276,3 +276,53 @@ func TestPgxBumpLiterals(t *testing.T) {
 		}
 	}
 }
+
+// Run prepares its check-and-bump once per connection. If the prepared
+// statement is dropped behind pgx's back (DEALLOCATE), Run still fences:
+// it sends the statement as literals, and prepares it again next time.
+func TestPgxBumpDeallocated(t *testing.T) {
+	dsn := testdb.Postgres(t)
+	openAdmin(t, "pgx", dsn, fence.Postgres)
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	ctx := t.Context()
+	prepared := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT name FROM pg_prepared_statements WHERE name LIKE 'ticketing_fence_bump_%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	run := func(tok uint64) error {
+		return pgxfence.Run(ctx, pool, fencetest.NewTicket("dealloc", tok), func(pgx.Tx) error { return nil })
+	}
+	// Prepared by the first Run; dropped; the next Run sends literals
+	// and forgets it; the one after prepares it again.
+	for tok, want := range []int{1: 1, 2: 0, 3: 1, 4: 0} {
+		if tok == 0 {
+			continue
+		}
+		if err := run(uint64(tok)); err != nil {
+			t.Fatalf("token %d: %v", tok, err)
+		}
+		names := prepared()
+		if tok%2 == 1 {
+			if len(names) != 1 {
+				t.Fatalf("token %d: prepared bump statements %v, want one", tok, names)
+			}
+			if _, err := pool.Exec(ctx, "DEALLOCATE "+names[0]); err != nil {
+				t.Fatal(err)
+			}
+		} else if len(names) != want {
+			t.Fatalf("token %d: prepared bump statements %v, want none", tok, names)
+		}
+	}
+	var se *fence.StaleError
+	if err := run(4); !errors.As(err, &se) || se.HighWater != 4 {
+		t.Fatalf("token 4 again: %v, want a *fence.StaleError with high-water 4", err)
+	}
+}

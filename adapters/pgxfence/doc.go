@@ -47,7 +47,9 @@
 //
 // Run, with a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, sends the first
 // resource's check-and-bump in the BEGIN's own query (pgx's
-// TxOptions.BeginQuery: fn still gets pgx's pgx.Tx), with the resource as
+// TxOptions.BeginQuery: fn still gets pgx's pgx.Tx), as an EXECUTE of a
+// statement prepared once per connection (the statement itself with
+// QueryExecModeSimpleProtocol or QueryExecModeExec), with the resource as
 // a hex literal and the token as a number. There a rejected token fails
 // the statement with the high-water it compared with in the error text
 // (SQLSTATE 22P02, a failed cast), which Run returns as the

@@ -188,10 +188,11 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 // beginGuard begins Run's transaction and checks and bumps the first
 // resource's high-water in the same round trip: the BEGIN and the
 // check-and-bump go to the server as one simple-protocol query (pgx's
-// TxOptions.BeginQuery), so the fence costs no round trip of its own.
-// The query carries the resource and the token as literals (the resource
-// hex-encoded, the token a number: nothing of the caller's is spliced in
-// as SQL). A rejected token makes the statement fail with the stored
+// TxOptions.BeginQuery), so the fence costs no round trip of its own:
+// an EXECUTE of staleSQL prepared once per connection, or staleSQL itself
+// where the connection does not prepare statements. The query carries
+// the resource and the token as literals (the resource hex-encoded, the
+// token a number: nothing of the caller's is spliced in as SQL). A rejected token makes the statement fail with the stored
 // high-water in its error (staleSQL), which aborts the transaction: the
 // answer is the *fence.StaleError that Guard returns, without Guard's
 // second query. The other resources, if any, are checked by Guard's own

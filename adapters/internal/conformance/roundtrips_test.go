@@ -255,9 +255,19 @@ func TestPgxRoundTrips(t *testing.T) {
 // The check-and-bump that rides with the BEGIN carries the resource and
 // the token as literals: a resource of any bytes (quotes, backslashes,
 // NUL, not UTF-8) is stored as given, and a rejection reports the stored
-// high-water, also the largest token.
+// high-water, also the largest token: as the EXECUTE of the prepared
+// statement, and as the statement itself on a connection that prepares
+// none (QueryExecModeSimpleProtocol).
 func TestPgxBumpLiterals(t *testing.T) {
-	tg := openPgx(t)
+	t.Run("prepared", func(t *testing.T) { testPgxBumpLiterals(t, openPgx(t)) })
+	t.Run("simple protocol", func(t *testing.T) {
+		testPgxBumpLiterals(t, openPgxTuned(t, func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		}))
+	})
+}
+
+func testPgxBumpLiterals(t *testing.T, tg *target) {
 	ctx := t.Context()
 	for _, r := range []string{"it's", `a\b'); DROP TABLE items; --`, "nul\x00byte", "\xff\xfe", "$1"} {
 		for _, tok := range []uint64{7, math.MaxInt64} {

@@ -45,6 +45,16 @@
 // increase in commit order. A stale token costs a second statement that
 // reads the high-water for the *fence.StaleError.
 //
+// Run, with a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, sends the first
+// resource's check-and-bump in the BEGIN's own query (pgx's
+// TxOptions.BeginQuery: fn still gets pgx's pgx.Tx), as an EXECUTE of a
+// statement prepared once per connection (the statement itself with
+// QueryExecModeSimpleProtocol or QueryExecModeExec), with the resource as
+// a hex literal and the token as a number. There a rejected token fails
+// the statement with the high-water it compared with in the error text
+// (SQLSTATE 22P02, a failed cast), which Run returns as the
+// *fence.StaleError, without the second statement.
+//
 // # Isolation
 //
 // READ COMMITTED, PostgreSQL's default, is right: ON CONFLICT DO UPDATE
@@ -81,8 +91,8 @@
 // connection itself and gives it back once the transaction is over, so fn
 // gets the connection's own pgx.Tx, not a *pgxpool.Tx), in which a failed
 // check makes PostgreSQL skip the COMMIT. So a fenced transaction costs
-// one round trip more than the same transaction unfenced: the
-// check-and-bump. When that check fails (fn committed and began a new
+// as many round trips as the same transaction unfenced: the
+// check-and-bump rides with the BEGIN, the check with the COMMIT. When that check fails (fn committed and began a new
 // transaction), pgx closes the connection, as it does after any failed
 // commit query that leaves a transaction open: a pool replaces it; a
 // *pgx.Conn of yours must be dialled again, and a *pgxpool.Conn of yours

@@ -2,8 +2,11 @@ package pgxfence
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -114,23 +117,18 @@ type txAdapter struct{ tx pgx.Tx }
 func (t txAdapter) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
 func (t txAdapter) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
 
-// begin starts Run's transaction. For the Beginners whose BeginTx honours
-// pgx.TxOptions.CommitQuery (*pgxpool.Pool, *pgxpool.Conn, *pgx.Conn) it
-// sets commitCheckedSQL as the commit query and returns a checkedTx: the
-// check that fn left the transaction open then rides in the COMMIT's round
-// trip. Any other Beginner gets the plain commit, after a check of its own
-// round trip (Driver.Ended).
-func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
-	type txBeginner interface {
-		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-	}
-	var (
-		tb      txBeginner // stays nil for a nil pointer, whose Begin panics below as before
-		release func()     // gives back a connection Run acquired
-	)
+// txBeginner is what Run begins its transaction with when it can check
+// in the COMMIT's round trip: *pgxpool.Conn and *pgx.Conn, and the
+// connection Run acquires from a *pgxpool.Pool.
+type txBeginner interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}
+
+// beginner returns the txBeginner for db, and the function that gives
+// back a connection Run acquired (nil if none), or tb nil for any other
+// Beginner (and for a nil pointer, whose Begin panics as before).
+func beginner(ctx context.Context, db Beginner) (tb txBeginner, release func(), err error) {
 	switch c := db.(type) {
-	case nil:
-		return nil, nil, errors.New("nil db")
 	case *pgxpool.Pool:
 		if c != nil {
 			// Run holds the connection itself until the transaction is
@@ -142,16 +140,33 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			tb, release = pc.Conn(), pc.Release
+			return pc.Conn(), pc.Release, nil
 		}
 	case *pgxpool.Conn:
 		if c != nil {
-			tb = c
+			return c, nil, nil
 		}
 	case *pgx.Conn:
 		if c != nil {
-			tb = c
+			return c, nil, nil
 		}
+	}
+	return nil, nil, nil
+}
+
+// begin starts Run's transaction. For the Beginners whose BeginTx honours
+// pgx.TxOptions.CommitQuery (*pgxpool.Pool, *pgxpool.Conn, *pgx.Conn) it
+// sets commitCheckedSQL as the commit query and returns a checkedTx: the
+// check that fn left the transaction open then rides in the COMMIT's round
+// trip. Any other Beginner gets the plain commit, after a check of its own
+// round trip (Driver.Ended).
+func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
+	if db == nil {
+		return nil, nil, errors.New("nil db")
+	}
+	tb, release, err := beginner(ctx, db)
+	if err != nil {
+		return nil, nil, err
 	}
 	if tb == nil {
 		tx, err := db.Begin(ctx)
@@ -168,6 +183,169 @@ func begin(ctx context.Context, db Beginner) (pgx.Tx, core.Tx, error) {
 		return nil, nil, err
 	}
 	return tx, &checkedTx{tx: tx, release: release}, nil
+}
+
+// beginGuard begins Run's transaction and checks and bumps the first
+// resource's high-water in the same round trip: the BEGIN and the
+// check-and-bump go to the server as one simple-protocol query (pgx's
+// TxOptions.BeginQuery), so the fence costs no round trip of its own:
+// an EXECUTE of staleSQL prepared once per connection, or staleSQL itself
+// where the connection does not prepare statements. The query carries
+// the resource and the token as literals (the resource hex-encoded, the
+// token a number: nothing of the caller's is spliced in as SQL). A rejected token makes the statement fail with the stored
+// high-water in its error (staleSQL), which aborts the transaction: the
+// answer is the *fence.StaleError that Guard returns, without Guard's
+// second query. The other resources, if any, are checked by Guard's own
+// statements. It handles the Beginners that begin uses a checkedTx for,
+// and tokens above 0 (token 0 is never stored: Guard only reads).
+func beginGuard(ctx context.Context, db Beginner, plan fence.Plan) (pgx.Tx, core.Tx, bool, error) {
+	if db == nil || plan.Token <= 0 || len(plan.Resources) == 0 {
+		return nil, nil, false, nil
+	}
+	if _, nested := db.(pgx.Tx); nested {
+		return nil, nil, false, nil
+	}
+	tb, release, err := beginner(ctx, db)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	if tb == nil {
+		return nil, nil, false, nil
+	}
+	r := plan.Resources[0]
+	conn := connOf(tb)
+	args := "decode('" + hex.EncodeToString([]byte(r)) + "', 'hex'), " + strconv.FormatInt(plan.Token, 10)
+	literal := "BEGIN; " + staleSQL(plan.Table, args)
+	query, prepared := literal, ""
+	if mode := conn.Config().DefaultQueryExecMode; mode != pgx.QueryExecModeSimpleProtocol && mode != pgx.QueryExecModeExec {
+		// Prepared once per connection (pgx remembers it: later calls
+		// send nothing), so the server plans the bump once, not at
+		// every call. A failed Prepare (a missing table, say) leaves
+		// the literal statement, whose error is then the answer.
+		name := preparedName(plan.Table)
+		if _, err := conn.Prepare(ctx, name, staleSQL(plan.Table, "$1, $2")); err == nil {
+			query, prepared = "BEGIN; EXECUTE "+name+"("+args+")", name
+		}
+	}
+	tx, err := tb.BeginTx(ctx, pgx.TxOptions{BeginQuery: query, CommitQuery: commitCheckedSQL})
+	var pgErr *pgconn.PgError
+	if prepared != "" && errors.As(err, &pgErr) && pgErr.Code == "26000" && !conn.IsClosed() {
+		// The prepared statement is gone (DEALLOCATE or DISCARD sent
+		// behind pgx's back): nothing ran but the BEGIN. Forget it, and
+		// send the literal statement.
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr == nil {
+			_ = conn.Deallocate(ctx, prepared)
+			tx, err = tb.BeginTx(ctx, pgx.TxOptions{BeginQuery: literal, CommitQuery: commitCheckedSQL})
+		}
+	}
+	if err != nil {
+		if !errors.As(err, &pgErr) || conn.IsClosed() {
+			// The connection failed (pgx closed it, which rolls back
+			// whatever began): nothing is open.
+			if release != nil {
+				release()
+			}
+			return nil, nil, true, err
+		}
+		// The server answered: the transaction may be open and aborted.
+		aborted := &abortedTx{conn: conn, release: release}
+		if hw, ok := staleHighWater(pgErr); ok {
+			return nil, aborted, true, &fence.StaleError{Resource: r, Token: uint64(plan.Token), HighWater: hw}
+		}
+		if noTable(err) {
+			return nil, aborted, true, notMigrated(plan.Table, err)
+		}
+		return nil, aborted, true, fmt.Errorf("pgxfence: check-and-bump %q: %w", r, err)
+	}
+	checked := &checkedTx{tx: tx, release: release}
+	if len(plan.Resources) > 1 {
+		rest := plan
+		rest.Resources = plan.Resources[1:]
+		if err := guard(ctx, tx, rest); err != nil {
+			return nil, checked, true, err
+		}
+	}
+	return tx, checked, true, nil
+}
+
+// connOf returns the *pgx.Conn of a txBeginner.
+func connOf(tb txBeginner) *pgx.Conn {
+	switch c := tb.(type) {
+	case *pgx.Conn:
+		return c
+	case *pgxpool.Conn:
+		return c.Conn()
+	}
+	return nil
+}
+
+// abortedTx is the transaction of a beginGuard whose check-and-bump
+// failed: pgx returned no pgx.Tx, and the connection may be in an aborted
+// transaction. Rollback ends it and gives back a connection Run acquired.
+type abortedTx struct {
+	conn    *pgx.Conn
+	release func()
+}
+
+func (a *abortedTx) Commit(ctx context.Context) error {
+	return errors.New("pgxfence: commit of a transaction whose check-and-bump failed")
+}
+
+func (a *abortedTx) Rollback(ctx context.Context) error {
+	defer func() {
+		if a.release != nil {
+			a.release()
+			a.release = nil
+		}
+	}()
+	if _, err := a.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		// As pgx does when a rollback fails: the connection is closed,
+		// which rolls back on the server.
+		_ = a.conn.Close(ctx)
+		return err
+	}
+	return nil
+}
+
+// staleMessage starts the text that staleSQL casts to a number when it
+// rejects a token; the stored high-water follows it.
+const staleMessage = "ticketing: stale token, high-water "
+
+// staleSQL is beginGuard's check-and-bump for table, with args the
+// resource and the token: literals, or $1, $2 to prepare it. It is upsertSQL, but a rejected token fails the statement instead
+// of returning no row: the high-water it compared with (the row is
+// locked, the latest version) is cast to a number with staleMessage
+// before it, and PostgreSQL reports the text it could not cast (SQLSTATE
+// 22P02). The CASE is evaluated per row: nothing is folded at planning.
+func staleSQL(table, args string) string {
+	return "INSERT INTO " + table + " AS f (resource, high_water, updated_at) VALUES (" + args + ", now()) " +
+		"ON CONFLICT (resource) DO UPDATE SET high_water = CASE WHEN f.high_water < EXCLUDED.high_water THEN EXCLUDED.high_water " +
+		"ELSE CAST('" + staleMessage + "' || f.high_water AS bigint) END, updated_at = EXCLUDED.updated_at " +
+		"RETURNING f.high_water, set_config('" + markerName + "', '" + markerValue + "', true)"
+}
+
+// preparedName is the name beginGuard prepares staleSQL under for table.
+func preparedName(table string) string {
+	sum := sha256.Sum256([]byte(staleSQL(table, "$1, $2")))
+	return "ticketing_fence_bump_" + hex.EncodeToString(sum[:8])
+}
+
+// staleHighWater returns the high-water that staleSQL put in its error,
+// if pgErr is that error.
+func staleHighWater(pgErr *pgconn.PgError) (uint64, bool) {
+	if pgErr.Code != "22P02" {
+		return 0, false
+	}
+	_, after, ok := strings.Cut(pgErr.Message, staleMessage)
+	if !ok {
+		return 0, false
+	}
+	end := 0
+	for end < len(after) && after[end] >= '0' && after[end] <= '9' {
+		end++
+	}
+	hw, err := strconv.ParseUint(after[:end], 10, 64)
+	return hw, err == nil
 }
 
 // commitCheckedSQL is the commit query of Run's transaction: it commits
@@ -251,6 +429,9 @@ func driver(db Beginner) core.Driver[pgx.Tx] {
 		},
 		Begin: func(ctx context.Context) (pgx.Tx, core.Tx, error) {
 			return begin(ctx, db)
+		},
+		BeginGuard: func(ctx context.Context, plan fence.Plan) (pgx.Tx, core.Tx, bool, error) {
+			return beginGuard(ctx, db, plan)
 		},
 		Guard:    guard,
 		Ended:    ended,

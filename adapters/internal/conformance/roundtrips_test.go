@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -32,10 +33,10 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// The fence costs one round trip on PostgreSQL (the check-and-bump), for
-// each kind of db Run takes a connection from itself: the check that fn
-// left the transaction open rides in the COMMIT's round trip. Before, it
-// was a SELECT of its own: two extra round trips.
+// The fence costs no round trip of its own on PostgreSQL, for each kind
+// of db Run takes a connection from itself: the check-and-bump goes in
+// the BEGIN's query, and the check that fn left the transaction open
+// rides in the COMMIT's.
 func TestPgxRoundTrips(t *testing.T) {
 	dsn := testdb.Postgres(t)
 	admin := openAdmin(t, "pgx", dsn, fence.Postgres)
@@ -87,8 +88,8 @@ func TestPgxRoundTrips(t *testing.T) {
 		return func() error { return pgxfence.Run(ctx, db, fencetest.NewTicket("rt", token.Add(1)), update) }
 	}
 	t.Run("pool", func(t *testing.T) {
-		if n := trips(t, run(pool)); n != plain+1 {
-			t.Errorf("fenced with a *pgxpool.Pool: %d round trips, want %d (one more than plain)", n, plain+1)
+		if n := trips(t, run(pool)); n != plain {
+			t.Errorf("fenced with a *pgxpool.Pool: %d round trips, want %d (as many as plain)", n, plain)
 		}
 		if s := pool.Stat(); s.AcquiredConns() != 0 {
 			t.Errorf("%d connections still acquired after Run", s.AcquiredConns())
@@ -100,13 +101,13 @@ func TestPgxRoundTrips(t *testing.T) {
 	}
 	defer c.Release()
 	t.Run("pool conn", func(t *testing.T) {
-		if n := trips(t, run(c)); n != plain+1 {
-			t.Errorf("fenced with a *pgxpool.Conn: %d round trips, want %d", n, plain+1)
+		if n := trips(t, run(c)); n != plain {
+			t.Errorf("fenced with a *pgxpool.Conn: %d round trips, want %d", n, plain)
 		}
 	})
 	t.Run("conn", func(t *testing.T) {
-		if n := trips(t, run(c.Conn())); n != plain+1 {
-			t.Errorf("fenced with a *pgx.Conn: %d round trips, want %d", n, plain+1)
+		if n := trips(t, run(c.Conn())); n != plain {
+			t.Errorf("fenced with a *pgx.Conn: %d round trips, want %d", n, plain)
 		}
 		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
 			t.Errorf("connection left in transaction status %q", st)
@@ -248,5 +249,90 @@ func TestPgxRoundTrips(t *testing.T) {
 				t.Errorf("after a failed COMMIT the connection is closed (%v) or in transaction status %q", conn.IsClosed(), conn.PgConn().TxStatus())
 			}
 		})
+	}
+}
+
+// The check-and-bump that rides with the BEGIN carries the resource and
+// the token as literals: a resource of any bytes (quotes, backslashes,
+// NUL, not UTF-8) is stored as given, and a rejection reports the stored
+// high-water, also the largest token: as the EXECUTE of the prepared
+// statement, and as the statement itself on a connection that prepares
+// none (QueryExecModeSimpleProtocol).
+func TestPgxBumpLiterals(t *testing.T) {
+	t.Run("prepared", func(t *testing.T) { testPgxBumpLiterals(t, openPgx(t)) })
+	t.Run("simple protocol", func(t *testing.T) {
+		testPgxBumpLiterals(t, openPgxTuned(t, func(cfg *pgxpool.Config) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		}))
+	})
+}
+
+func testPgxBumpLiterals(t *testing.T, tg *target) {
+	ctx := t.Context()
+	for _, r := range []string{"it's", `a\b'); DROP TABLE items; --`, "nul\x00byte", "\xff\xfe", "$1"} {
+		for _, tok := range []uint64{7, math.MaxInt64} {
+			if err := tg.run(ctx, fencetest.NewTicket(r, tok), nil2); err != nil {
+				t.Fatalf("resource %q token %d: %v", r, tok, err)
+			}
+			var hw int64
+			if err := tg.admin.QueryRow("SELECT high_water FROM "+fence.DefaultTable+" WHERE resource = $1", []byte(r)).Scan(&hw); err != nil || uint64(hw) != tok {
+				t.Fatalf("resource %q: stored high-water %d (%v), want %d", r, hw, err, tok)
+			}
+			err := tg.run(ctx, fencetest.NewTicket(r, tok), nil2)
+			var se *fence.StaleError
+			if !errors.As(err, &se) || *se != (fence.StaleError{Resource: r, Token: tok, HighWater: tok}) {
+				t.Fatalf("resource %q token %d again: %v, want a *fence.StaleError with high-water %d", r, tok, err, tok)
+			}
+		}
+	}
+}
+
+// Run prepares its check-and-bump once per connection. If the prepared
+// statement is dropped behind pgx's back (DEALLOCATE), Run still fences:
+// it sends the statement as literals, and prepares it again next time.
+func TestPgxBumpDeallocated(t *testing.T) {
+	dsn := testdb.Postgres(t)
+	openAdmin(t, "pgx", dsn, fence.Postgres)
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 1 })
+	ctx := t.Context()
+	prepared := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT name FROM pg_prepared_statements WHERE name LIKE 'ticketing_fence_bump_%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	run := func(tok uint64) error {
+		return pgxfence.Run(ctx, pool, fencetest.NewTicket("dealloc", tok), func(pgx.Tx) error { return nil })
+	}
+	// Prepared by the first Run; dropped; the next Run sends literals
+	// and forgets it; the one after prepares it again.
+	for tok, want := range []int{1: 1, 2: 0, 3: 1, 4: 0} {
+		if tok == 0 {
+			continue
+		}
+		if err := run(uint64(tok)); err != nil {
+			t.Fatalf("token %d: %v", tok, err)
+		}
+		names := prepared()
+		if tok%2 == 1 {
+			if len(names) != 1 {
+				t.Fatalf("token %d: prepared bump statements %v, want one", tok, names)
+			}
+			if _, err := pool.Exec(ctx, "DEALLOCATE "+names[0]); err != nil {
+				t.Fatal(err)
+			}
+		} else if len(names) != want {
+			t.Fatalf("token %d: prepared bump statements %v, want none", tok, names)
+		}
+	}
+	var se *fence.StaleError
+	if err := run(4); !errors.As(err, &se) || se.HighWater != 4 {
+		t.Fatalf("token 4 again: %v, want a *fence.StaleError with high-water 4", err)
 	}
 }

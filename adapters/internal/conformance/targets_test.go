@@ -277,9 +277,21 @@ func openSQL(t testing.TB, name, driver, dsn string, d fence.Dialect, md fence.D
 
 func openPgx(t testing.TB) *target {
 	t.Helper()
+	return openPgxTuned(t, nil)
+}
+
+// openPgxTuned is openPgx with the pool's config also changed by tune (if
+// not nil).
+func openPgxTuned(t testing.TB, tune func(*pgxpool.Config)) *target {
+	t.Helper()
 	dsn := testdb.Postgres(t)
 	tg := &target{name: "pgx/postgres", dialect: fence.Postgres, admin: openAdmin(t, "pgx", dsn, fence.Postgres)}
-	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) { cfg.MaxConns = 32 })
+	pool := newPgxPool(t, dsn, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 32
+		if tune != nil {
+			tune(cfg)
+		}
+	})
 	tg.pool = pool
 	tg.run = func(ctx context.Context, tk fence.Ticket, fn func(querier) error, opts ...fence.Option) error {
 		return pgxfence.Run(ctx, pool, tk, func(tx pgx.Tx) error { return fn(pgxQ{tg, tx}) }, opts...)

@@ -55,6 +55,13 @@ type Driver[T any] struct {
 	Begin func(ctx context.Context) (T, Tx, error)
 	// Guard performs the check-and-bump for plan inside tx.
 	Guard func(ctx context.Context, tx T, plan fence.Plan) error
+	// BeginGuard, if not nil, is tried before Begin: it starts a
+	// transaction and performs Guard's check-and-bump in the same round
+	// trip, with Guard's outcomes. handled false means it sent nothing:
+	// Run goes on with Begin and Guard. Otherwise an error with raw nil
+	// is a failed begin, and an error with raw not nil is Guard's
+	// (Run rolls raw back).
+	BeginGuard func(ctx context.Context, plan fence.Plan) (tx T, raw Tx, handled bool, err error)
 	// Ended, if not nil, reports whether tx is no longer the transaction that Guard
 	// ran in (the business function committed or rolled back, explicitly
 	// or implicitly): (true, nil). (false, nil) means it still is; an
@@ -151,14 +158,33 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if fn == nil {
 		return release(fmt.Errorf("%s: nil function", d.Pkg))
 	}
-	tx, began, err := d.Begin(ctx)
-	if err != nil {
-		return release(fmt.Errorf("%s: begin: %w", d.Pkg, err))
+	var (
+		tx      T
+		began   Tx
+		guarded bool
+	)
+	if d.BeginGuard != nil {
+		tx, began, guarded, err = d.BeginGuard(ctx, plan)
+		if guarded && err != nil {
+			if began == nil {
+				return release(fmt.Errorf("%s: begin: %w", d.Pkg, err))
+			}
+			raw = began
+			return rollback(err)
+		}
+	}
+	if !guarded {
+		tx, began, err = d.Begin(ctx)
+		if err != nil {
+			return release(fmt.Errorf("%s: begin: %w", d.Pkg, err))
+		}
 	}
 	raw = began
 
-	if err := d.Guard(ctx, tx, plan); err != nil {
-		return rollback(err)
+	if !guarded {
+		if err := d.Guard(ctx, tx, plan); err != nil {
+			return rollback(err)
+		}
 	}
 	txEnded := func() (bool, error) {
 		if d.Ended == nil {

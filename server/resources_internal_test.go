@@ -221,10 +221,12 @@ func TestCloseBeforeHelloDeadline(t *testing.T) {
 	defer s.Close()
 	sc, cl := tcpPair(t)
 	peer := peerOf(sc.RemoteAddr())
-	if !s.addPending(peer) {
+	pt, ok := s.addPending(peer)
+	if !ok {
 		t.Fatal("addPending refused")
 	}
 	c := s.newConn(sc, peer)
+	c.pendingT = pt
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()

@@ -1,5 +1,5 @@
 //go:build !unix
 
-package main
+package server
 
-func openFileLimit() (uint64, bool) { return 0, false }
+func OpenFileLimit() (uint64, bool) { return 0, false }

@@ -472,6 +472,9 @@
 //	ticketing_pending_conns              gauge: connections before HELLO_OK
 //	ticketing_idle_timeouts_total        counter: sessions dropped by IdleTimeout
 //	ticketing_pending_refused_total      counter: connections closed by MaxPendingConns
+//	ticketing_conn_budget                gauge: ConnBudget (0: no cap)
+//	ticketing_conn_budget_in_use         gauge: connections holding a unit of it
+//	ticketing_conn_budget_refused_total  counter: connections closed by ConnBudget
 //	ticketing_peer_session_limit_total   counter: E(7) by MaxSessionsPerPeer
 //	ticketing_auth_failures_total        counter: HELLOs with a wrong token
 //	ticketing_auth_throttled_total       counter: of those, closed unanswered

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,19 +35,48 @@ func TestConnBudgetKeepsFilesForTokens(t *testing.T) {
 		t.Skip("floods a real process with connections")
 	}
 	t.Parallel()
+	floodUnderBudget(t, nil, "--token-block 1")
+}
+
+// TestConnBudgetClusterKeepsCommitting: the same flood, on a single-node
+// cluster's lock, admin and Raft ports (plain TCP: no handshake gate on
+// the Raft port, only the budget): the leader keeps committing grants and
+// releases, and /healthz from 127.0.0.1 answers.
+func TestConnBudgetClusterKeepsCommitting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods a real process with connections")
+	}
+	t.Parallel()
+	raft := "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
+	floodUnderBudget(t, []string{raft}, "--cluster --node-id solo --raft-listen "+raft+" --peers solo="+raft)
+}
+
+// floodUnderBudget runs ticketingd serve with args under an open-file
+// limit of 256, opens a session, floods the lock port, the admin port and
+// the further addresses more with idle connections from 127.0.0.2 to
+// 127.0.0.9, and checks that the session keeps acquiring and releasing
+// and /healthz from 127.0.0.1 answers.
+func floodUnderBudget(t *testing.T, more []string, args string) {
 	bin := buildBinary(t)
 	data := filepath.Join(t.TempDir(), "data")
 	sp := startBinary(t, "/bin/sh", "-c", "ulimit -n 256 && exec "+bin+" serve --listen 127.0.0.1:0 --log-format json --node-name n1"+
-		" --token-block 1 --admin-listen 127.0.0.1:0 --admin-header-timeout 1m --data-dir "+data)
+		" --admin-listen 127.0.0.1:0 --admin-header-timeout 1m --data-dir "+data+" "+args)
 	lockAddr := sp.addr(t)
 	rec := sp.stderr.waitJSON(t, "listening", sp.done)
 	if rec["conn_budget"] != float64(128) || rec["fd_reserve"] != float64(128) {
 		t.Fatalf("listening line %v, want conn_budget 128 (256 - fd_reserve 128)", rec)
 	}
 	adminAddr := sp.stderr.waitJSON(t, "admin listening", sp.done)["addr"].(string)
+	if len(more) > 0 {
+		sp.stderr.waitJSON(t, "cluster: leading", sp.done)
+	}
 
 	// The client's session, before the flood.
-	r := openConf(t, lockAddr)
+	r := dialConf(t, lockAddr)
+	r.send(x(t, "000000084800000001010000")) // HELLO req 1, no token, no name
+	if f := r.next(); len(f) < 5 || f[4] != 'O' {
+		t.Fatalf("HELLO answered %x, want HELLO_OK", f)
+	}
 	req := uint32(1)
 	cycle := func(what string) {
 		t.Helper()
@@ -74,7 +104,7 @@ func TestConnBudgetKeepsFilesForTokens(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	for i := 2; i <= 9; i++ {
 		src := fmt.Sprintf("127.0.0.%d", i)
-		for _, addr := range []string{lockAddr, adminAddr} {
+		for _, addr := range append([]string{lockAddr, adminAddr}, more...) {
 			for range 40 {
 				wg.Add(1)
 				go func() { defer wg.Done(); holdIdle(ctx, src, addr, &held) }()

@@ -22,6 +22,18 @@ const (
 	DefaultHelloTimeout  = 5 * time.Second
 	DefaultTokenBlock    = 10_000
 
+	// DefaultFDReserve is Config.FDReserve's default: what the server
+	// opens besides accepted connections, counted generously: about 10 for
+	// the standard streams, the runtime's poller, the listeners and a
+	// connection being refused on each, 2 for the data directory's and
+	// the Raft log's locks, 2 for a ceiling write, up to 16 for the Raft
+	// log's segments (open until the log is compacted, and one being
+	// created) and 8 for snapshots being written or read, about 6 per peer
+	// for outbound Raft connections (a pool of 3, the pipeline, a vote, a
+	// snapshot: 54 for nine peers), a pair's link, name lookups and the
+	// metrics' reads of /proc.
+	DefaultFDReserve = 128
+
 	// DefaultIdleTimeout is three keepalive intervals of the broker
 	// (broker.DefaultKeepAlive, 10 s): a healthy broker session sends a
 	// PING at least every 10 s, so it is never idle that long.
@@ -173,6 +185,32 @@ type Config struct {
 	// contract.)
 	OwnedReleaseOnly bool
 
+	// ConnBudget caps the connections accepted and not yet closed over
+	// every listener of the server: the lock port's sessions and
+	// connections before HELLO, a pair's peer listener, a cluster node's
+	// Raft transport, and the listeners given to BudgetListener (the
+	// admin port). A connection accepted beyond it is closed at once, with
+	// a Warn line (at most one a second) and
+	// ticketing_conn_budget_refused_total. Its last units (a quarter, at
+	// most 64) are kept for connections from 127.0.0.1 and ::1 on a
+	// BudgetListener, and from the configured members on the peer
+	// listeners. Zero means the open-file limit (RLIMIT_NOFILE's soft
+	// limit, which the Go runtime raises to the hard one at start) minus
+	// FDReserve, at least 16, so that the token store's ceiling writes and
+	// the Raft log's segment and snapshot files always find a descriptor;
+	// where the limit cannot be read, and for a negative value, there is
+	// no cap. (Addition to the agreed contract.)
+	ConnBudget int
+
+	// FDReserve is the descriptors the default ConnBudget leaves for
+	// everything but accepted connections: standard streams, the runtime's
+	// poller, listeners, the data directory's lock, the token store's
+	// ceiling write (a temporary file and the directory), the Raft log's
+	// open segments, their creation and the snapshots, outbound
+	// connections to peers, and name lookups. Zero means DefaultFDReserve;
+	// a negative value is an error in New.
+	FDReserve int
+
 	// Cluster, if non-nil, makes the server a node of a Raft cluster (see
 	// ClusterConfig): only the leader serves, tokens come from the
 	// replicated counter, and the Raft state is kept in DataDir/raft.
@@ -225,6 +263,12 @@ func (c *Config) normalize() error {
 	}
 	if c.MaxPendingConns < 0 {
 		c.MaxPendingConns = max(c.MaxSessions/10, minPerPeerDefault)
+	}
+	if c.FDReserve < 0 {
+		return fmt.Errorf("server: Config.FDReserve is negative (%d)", c.FDReserve)
+	}
+	if c.FDReserve == 0 {
+		c.FDReserve = DefaultFDReserve
 	}
 	if c.HelloTimeout < 0 {
 		return fmt.Errorf("server: Config.HelloTimeout is negative (%v)", c.HelloTimeout)

@@ -358,7 +358,7 @@ func newCluster(s *Server) (*cluster, error) {
 			}
 			return addrs
 		}
-		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.peerTLS, Members: members, Logger: s.log})
+		nt, err := raftnet.New(raftnet.Config{BindAddr: cc.RaftListen, Advertise: adv, TLS: cc.peerTLS, Members: members, Budget: s.budget, Logger: s.log})
 		if err != nil {
 			return nil, err
 		}

@@ -42,13 +42,16 @@ func (p *pair) helloTimeout() time.Duration {
 // MaxPeerConns, at most MaxPeerConnsPerSource each, and a connection for
 // which there is no slot is closed at once. With the hello deadline, a
 // stranger can hold at most that many file descriptors and goroutines,
-// each for helloTimeout, and never the peer's slots.
+// each for helloTimeout, and never the peer's slots. Every connection takes
+// a unit of the server's connection budget too (Config.ConnBudget).
 func (p *pair) admitConns() {
 	pc := p.cfg
 	g := connlimit.NewGate(pc.MaxPeerConns, min(pc.MaxPeerConnsPerSource, pc.MaxPeerConns), PairPeerSlots)
 	refused := connlimit.NewLimiter(time.Second)
 	log := p.s.log
-	p.ln = connlimit.NewListener(p.ln, g, func(c net.Conn, why connlimit.Refusal) {
+	// The budget first: every descriptor counts, the gate's refusals too
+	// until they are closed. The peer's IPs may take its preferred units.
+	p.ln = connlimit.NewListener(p.s.budget.Listener(p.ln, "pair peer", g.IsMember), g, func(c net.Conn, why connlimit.Refusal) {
 		refused.Do(func(suppressed int) {
 			what := "too many connections before the hello"
 			switch why {

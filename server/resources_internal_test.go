@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/internal/pki"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
@@ -88,7 +89,7 @@ func sockBuf(t *testing.T, nc net.Conn, opt int) int {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
 	}
-	rc, err := nc.(*net.TCPConn).SyscallConn()
+	rc, err := connlimit.NetConnOf(nc).(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,10 +222,12 @@ func TestCloseBeforeHelloDeadline(t *testing.T) {
 	defer s.Close()
 	sc, cl := tcpPair(t)
 	peer := peerOf(sc.RemoteAddr())
-	if !s.addPending(peer) {
+	pt, ok := s.addPending(peer)
+	if !ok {
 		t.Fatal("addPending refused")
 	}
 	c := s.newConn(sc, peer)
+	c.pendingT = pt
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()

@@ -458,3 +458,57 @@ func TestPeerLogLinesRateLimited(t *testing.T) {
 		t.Errorf("summary has no per-peer count:\n%s", logs.b.String())
 	}
 }
+
+// TestConnBudget: Config.ConnBudget caps the connections of every
+// listener together: on the lock port, sessions and connections before
+// HELLO take its units but the last one (kept for loopback on a
+// BudgetListener); one beyond is closed at once and counted; a
+// BudgetListener's connection from 127.0.0.1 takes the kept unit; a closed
+// connection gives its unit back.
+func TestConnBudget(t *testing.T) {
+	s, addr := startServer(t, server.Config{ConnBudget: 4})
+	live := session(t, addr)
+	idle := dial(t, addr)
+	idle2 := dial(t, addr)
+	eventually(t, "3 units in use", func() bool { return s.Stats().ConnBudgetInUse == 3 })
+	extra := dial(t, addr)
+	if _, err := extra.recvErr(5 * time.Second); !errors.Is(err, io.EOF) && !isReset(err) {
+		t.Fatalf("connection beyond the budget: %v, want closed", err)
+	}
+	if st := s.Stats(); st.ConnBudget != 4 || st.ConnBudgetRefused != 1 {
+		t.Fatalf("stats: budget %d refused %d, want 4 and 1", st.ConnBudget, st.ConnBudgetRefused)
+	}
+	live.send(ping(2))
+	live.expect(wire.TypePong, 2)
+
+	// Another listener, sharing the budget: loopback takes the kept unit.
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := s.BudgetListener(raw, "test")
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	dialFrom(t, "127.0.0.1", raw.Addr().String())
+	other := <-accepted
+	if other == nil {
+		t.Fatal("loopback refused the kept unit")
+	}
+	defer other.Close()
+	if n := s.Stats().ConnBudgetInUse; n != 4 {
+		t.Fatalf("units in use %d, want 4", n)
+	}
+
+	// Units given back: the strangers' share counts the kept unit in use.
+	idle.nc.Close()
+	idle2.nc.Close()
+	eventually(t, "two units given back", func() bool { return s.Stats().ConnBudgetInUse == 2 })
+	session(t, addr)
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
@@ -23,14 +24,20 @@ import (
 
 // Stats is a point-in-time snapshot of a Server's state and counters.
 type Stats struct {
-	Sessions     int    `json:"sessions"`      // sessions that completed HELLO and are open
-	Pending      int    `json:"pending"`       // connections that have not completed HELLO yet
-	HeldLocks    int    `json:"held_locks"`    // granted, unexpired locks (expired ones are swept within ~100 ms)
-	Waiters      int    `json:"waiters"`       // queued ACQUIREs over all keys
-	LastToken    uint64 `json:"last_token"`    // highest fencing token handed out; never above TokenCeiling
-	TokenCeiling uint64 `json:"token_ceiling"` // durable ceiling: no token above it is ever issued
-	Standby      bool   `json:"standby"`       // the role does not serve (RoleStandby)
-	Role         string `json:"role"`          // the role: standby, standalone, active or leader (Server.SetRole)
+	Sessions int `json:"sessions"` // sessions that completed HELLO and are open
+	Pending  int `json:"pending"`  // connections that have not completed HELLO yet
+	// ConnBudget is the connections the server's listeners may hold open
+	// at once (Config.ConnBudget; 0: no cap), ConnBudgetInUse those that
+	// do, ConnBudgetRefused the connections closed at accept beyond it.
+	ConnBudget        int    `json:"conn_budget"`
+	ConnBudgetInUse   int    `json:"conn_budget_in_use"`
+	ConnBudgetRefused uint64 `json:"conn_budget_refused"`
+	HeldLocks         int    `json:"held_locks"`    // granted, unexpired locks (expired ones are swept within ~100 ms)
+	Waiters           int    `json:"waiters"`       // queued ACQUIREs over all keys
+	LastToken         uint64 `json:"last_token"`    // highest fencing token handed out; never above TokenCeiling
+	TokenCeiling      uint64 `json:"token_ceiling"` // durable ceiling: no token above it is ever issued
+	Standby           bool   `json:"standby"`       // the role does not serve (RoleStandby)
+	Role              string `json:"role"`          // the role: standby, standalone, active or leader (Server.SetRole)
 
 	Grants         uint64 `json:"grants"`          // G replies with a new token (idempotent retries excluded)
 	TimedOut       uint64 `json:"timed_out"`       // T replies (those to a CANCEL included)
@@ -78,13 +85,13 @@ type Server struct {
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
 	mode         mode              // standalone's shards or a Raft node: chosen at New
 	sessions     atomic.Int64
-	pending      atomic.Int64 // connections before HELLO_OK
 	lastCapSweep atomic.Int64
 	m            counters
 
 	peerSessions peerCounts
-	peerPending  peerCounts
-	pendingPer   int // connections before HELLO one peer may hold
+	pending      *connlimit.Gate   // connections before HELLO_OK: MaxPendingConns, pendingPer per peer
+	pendingPer   int               // connections before HELLO one peer may hold
+	budget       *connlimit.Budget // every listener's connections (Config.ConnBudget); nil: no cap
 	auth         authThrottle
 	logs         logLimiter
 	writeChunk   int           // bytes per socket write (see conn.writeLocked)
@@ -130,8 +137,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m.init()
 	s.peerSessions.n = make(map[netip.Addr]int)
-	s.peerPending.n = make(map[netip.Addr]int)
 	s.pendingPer = min(max(cfg.MaxPendingConns/4, minPerPeerDefault), cfg.MaxPendingConns)
+	s.pending = connlimit.NewGate(cfg.MaxPendingConns, s.pendingPer, 0)
+	s.newBudget()
 	s.writeChunk = cfg.SocketBuffer
 	if s.writeChunk <= 0 {
 		s.writeChunk = DefaultSocketBuffer
@@ -168,6 +176,8 @@ func New(cfg Config) (*Server, error) {
 // Serve accepts connections on ln and serves each as a session until
 // Shutdown or Close, after which it returns ErrServerClosed. Serve may be
 // called for several listeners at once; it closes ln when it returns.
+// Each connection takes a unit of the connection budget (Config.ConnBudget)
+// until it closes.
 // Temporary Accept errors are retried with a short backoff; any other error
 // is returned.
 func (s *Server) Serve(ln net.Listener) error {
@@ -182,6 +192,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return err
 	}
+	ln = s.budget.Listener(ln, "lock", nil)
 	s.listeners[ln] = struct{}{}
 	if s.firstAddr == nil {
 		s.firstAddr = ln.Addr()
@@ -214,7 +225,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		peer := peerOf(nc.RemoteAddr())
-		if !s.addPending(peer) {
+		pt, ok := s.addPending(peer)
+		if !ok {
 			// Refused as cheaply as possible: no goroutine, no buffer.
 			s.m.pendingRefused.Add(1)
 			nc.Close()
@@ -226,7 +238,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			continue
 		}
-		if tc, ok := nc.(*net.TCPConn); ok && s.cfg.SocketBuffer > 0 {
+		if tc, ok := connlimit.NetConnOf(nc).(*net.TCPConn); ok && s.cfg.SocketBuffer > 0 {
 			tc.SetReadBuffer(s.cfg.SocketBuffer)
 			tc.SetWriteBuffer(s.cfg.SocketBuffer)
 		}
@@ -236,11 +248,12 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			s.donePending(peer)
+			s.donePending(pt)
 			nc.Close()
 			return ErrServerClosed
 		}
 		c := s.newConn(nc, peer)
+		c.pendingT = pt
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -251,21 +264,18 @@ func (s *Server) Serve(ln net.Listener) error {
 // addPending counts a new connection before HELLO from peer, unless
 // MaxPendingConns, or the per-address share of them (a quarter, at least 64),
 // is reached.
-func (s *Server) addPending(peer netip.Addr) bool {
-	if s.pending.Add(1) > int64(s.cfg.MaxPendingConns) {
-		s.pending.Add(-1)
-		return false
-	}
-	if !s.peerPending.add(peer, s.pendingPer) {
-		s.pending.Add(-1)
-		return false
-	}
-	return true
+func (s *Server) addPending(peer netip.Addr) (connlimit.Ticket, bool) {
+	t, why := s.pending.Enter(peer)
+	return t, why == connlimit.Admitted
 }
 
-func (s *Server) donePending(peer netip.Addr) {
-	s.peerPending.remove(peer)
-	s.pending.Add(-1)
+// donePending gives back the count addPending took.
+func (s *Server) donePending(t connlimit.Ticket) { s.pending.Leave(t) }
+
+// pendingConns returns the connections before HELLO.
+func (s *Server) pendingConns() int {
+	n, _ := s.pending.InUse()
+	return n
 }
 
 // errTemporary returns err if it says it is temporary (as accept errors
@@ -393,22 +403,25 @@ func (s *Server) finish() {
 func (s *Server) Stats() Stats {
 	role := s.role.Load().role
 	st := Stats{
-		Sessions:       int(s.sessions.Load()),
-		Pending:        int(s.pending.Load()),
-		HeldLocks:      s.mode.heldLocks(),
-		Waiters:        int(s.capacity.Waiters.Load()),
-		LastToken:      s.mode.lastToken(),
-		TokenCeiling:   s.mode.tokenCeiling(),
-		Standby:        !role.Serving(),
-		Role:           role.String(),
-		Grants:         s.m.grants.Load(),
-		TimedOut:       s.m.timeouts.Load(),
-		Busy:           s.m.busy.Load(),
-		Released:       s.m.released.Load(),
-		NotHeld:        s.m.notHeld.Load(),
-		Kept:           s.m.kept.Load(),
-		ProtocolErrors: s.m.protoErrs.Load(),
-		Expired:        s.m.expired.Load(),
+		Sessions:          int(s.sessions.Load()),
+		Pending:           s.pendingConns(),
+		ConnBudget:        func() int { n, _ := s.budget.Max(); return n }(),
+		ConnBudgetInUse:   s.budget.InUse(),
+		ConnBudgetRefused: s.budget.Refused(),
+		HeldLocks:         s.mode.heldLocks(),
+		Waiters:           int(s.capacity.Waiters.Load()),
+		LastToken:         s.mode.lastToken(),
+		TokenCeiling:      s.mode.tokenCeiling(),
+		Standby:           !role.Serving(),
+		Role:              role.String(),
+		Grants:            s.m.grants.Load(),
+		TimedOut:          s.m.timeouts.Load(),
+		Busy:              s.m.busy.Load(),
+		Released:          s.m.released.Load(),
+		NotHeld:           s.m.notHeld.Load(),
+		Kept:              s.m.kept.Load(),
+		ProtocolErrors:    s.m.protoErrs.Load(),
+		Expired:           s.m.expired.Load(),
 	}
 	st.TokenUnavailable = s.m.tokenUnavailable.Load()
 	st.Cancelled = s.m.cancelled.Load()

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
@@ -46,8 +47,11 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	peer   netip.Addr // for the per-peer limits
-	br     *bufio.Reader
-	ver    uint8 // protocol version of the session (from its HELLO; reader only)
+	// pendingT is the connection's count before HELLO (Server.addPending),
+	// given back at HELLO_OK or close.
+	pendingT connlimit.Ticket
+	br       *bufio.Reader
+	ver      uint8 // protocol version of the session (from its HELLO; reader only)
 	// client is the session's identity for the lock browser (its HELLO's
 	// name, remote), set at HELLO_OK before its first request is read;
 	// its holdings keep it, and nothing else of the session.
@@ -415,11 +419,11 @@ func (c *conn) serve() {
 	defer s.wg.Done()
 	if !c.handshakeAndHello() {
 		c.closePending()
-		s.donePending(c.peer)
+		s.donePending(c.pendingT)
 		s.untrack(c)
 		return
 	}
-	s.donePending(c.peer)
+	s.donePending(c.pendingT)
 	c.readLoop()
 
 	// Stop the writer (it flushes what is queued), then close.

@@ -61,6 +61,10 @@ type serveOptions struct {
 	AdminMaxConnsPerSource int
 	AdminHeaderTimeout     time.Duration
 	AdminAllowedHosts      []string
+	// The connection budget over every listener (server.Config.ConnBudget
+	// and FDReserve).
+	ConnBudget int
+	FDReserve  int
 
 	// Cluster mode (see checkCluster in cluster.go). Advertise and the
 	// PeerTLS files are a pair node's settings too.
@@ -132,6 +136,8 @@ func (o *serveOptions) options() []option {
 		opt(&o.MaxSessions, "max-sessions", 0, "limit on open sessions; 0 means the default (10000)"),
 		opt(&o.MaxPerPeer, "max-sessions-per-peer", 0, "limit on open sessions from one address (IPv4 address or IPv6 /64); 0 means the default (a quarter of max-sessions, at least 64)"),
 		opt(&o.MaxPending, "max-pending-conns", 0, "limit on connections that have not completed HELLO; more are closed at accept; 0 means the default (a tenth of max-sessions, at least 64)"),
+		opt(&o.ConnBudget, "conn-budget", 0, "limit on the connections open at once over every listener (lock port, admin, peer and Raft ports); more are closed at accept; 0 means the open-file limit minus --fd-reserve, -1 no limit"),
+		opt(&o.FDReserve, "fd-reserve", 0, fmt.Sprintf("file descriptors the default --conn-budget leaves for the token store, the Raft log and snapshots, listeners and outbound connections; 0 means the default (%d)", server.DefaultFDReserve)),
 		opt(&o.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "drop a session that sends no complete frame for this long while no ACQUIRE of it waits (brokers PING every 10s); 0 turns it off"),
 		opt(&o.SocketBuffer, "socket-buffer", server.DefaultSocketBuffer, "kernel send and receive buffer `bytes` of every connection, and the most written to it at once; at least 16384, or 0 for the operating system's defaults (autotuning)"),
 		opt(&o.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a session whose socket takes no piece of its pending replies for this long (a peer that does not read); must be > 0"),
@@ -345,10 +351,14 @@ func (o *serveOptions) check(fs *pflag.FlagSet) error {
 	}{{"max-locks", o.MaxLocks}, {"max-waiters", o.MaxWaiters}, {"max-key-waiters", o.MaxKeyWaiters}, {"max-sessions", o.MaxSessions},
 		{"max-sessions-per-peer", o.MaxPerPeer}, {"max-pending-conns", o.MaxPending},
 		{"admin-max-conns", o.AdminMaxConns}, {"admin-max-conns-per-source", o.AdminMaxConnsPerSource},
-		{"peer-max-conns", o.PeerMaxConns}, {"peer-max-conns-per-source", o.PeerMaxConnsPerSource}} {
+		{"peer-max-conns", o.PeerMaxConns}, {"peer-max-conns-per-source", o.PeerMaxConnsPerSource},
+		{"fd-reserve", o.FDReserve}} {
 		if l.v < 0 {
 			return usagef("invalid %s %d: must be >= 0 (0 means the default)", src(l.name), l.v)
 		}
+	}
+	if o.ConnBudget < -1 {
+		return usagef("invalid %s %d: must be >= -1 (0 means the open-file limit minus --fd-reserve, -1 no limit)", src("conn-budget"), o.ConnBudget)
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return usagef("--tls-cert and --tls-key must be given together")

@@ -1574,12 +1574,13 @@ func TestConformanceShutdown(t *testing.T) {
 }
 
 // TestServeWarnsLowFileLimit: a server whose open-file limit cannot hold
-// max-sessions says so at startup (past the limit, clients would hang in
-// the listen backlog instead of getting E(7)); with enough, it is quiet.
+// max-sessions says so at startup (past the connection budget, the limit
+// minus fd-reserve, clients are closed at accept instead of getting E(7));
+// with enough, it is quiet.
 func TestServeWarnsLowFileLimit(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
-	const msg = "open-file limit is too low for max-sessions: clients beyond it will hang instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions"
+	const msg = "open-file limit is too low for max-sessions: connections beyond the connection budget (the limit minus fd-reserve) are closed at accept, clients' too, instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions"
 	run := func(t *testing.T, extra string) *subprocess {
 		sp := startBinary(t, "/bin/sh", "-c", "ulimit -n 256 && exec "+bin+" serve --listen 127.0.0.1:0 --log-format json --data-dir "+
 			filepath.Join(t.TempDir(), "data")+" "+extra)
@@ -1594,19 +1595,19 @@ func TestServeWarnsLowFileLimit(t *testing.T) {
 		}
 	})
 	t.Run("max-sessions that fits", func(t *testing.T) {
-		sp := run(t, "--max-sessions 100")
+		sp := run(t, "--max-sessions 50") // 50 + 64 before HELLO + 128 reserved
 		if strings.Contains(sp.stderr.String(), "open-file limit") {
 			t.Fatalf("warned:\n%s", sp.stderr.String())
 		}
 	})
 	// The admin listener's connections count too: 100 sessions, 64
-	// before HELLO, 64 reserved, 200 admin connections and 2x16 for
-	// loopback need 460.
+	// before HELLO, 128 reserved, 200 admin connections and 2x16 for
+	// loopback need 524.
 	t.Run("admin connections that do not fit", func(t *testing.T) {
 		sp := run(t, "--max-sessions 100 --admin-listen 127.0.0.1:0 --admin-max-conns 200")
 		rec := sp.stderr.waitJSON(t, msg, sp.done)
-		if rec["needed"] != float64(460) {
-			t.Fatalf("warning %v, want needed 460", rec)
+		if rec["needed"] != float64(524) {
+			t.Fatalf("warning %v, want needed 524", rec)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -193,7 +194,9 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			ConsoleKeys:  o.ConsoleKeys,
 			AllowedHosts: adminAllowedHosts(o),
 		}), o.AdminHeaderTimeout, log)
-		limited := admin.LimitListener(aln, admin.ConnLimits{
+		// The budget first, so that every admin descriptor counts; loopback
+		// may take its preferred units.
+		limited := admin.LimitListener(srv.BudgetListener(aln, "admin"), admin.ConnLimits{
 			MaxConns:          o.AdminMaxConns,
 			MaxConnsPerSource: o.AdminMaxConnsPerSource,
 			Logger:            log,
@@ -214,9 +217,11 @@ func serve(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		defer wg.Done()
 		serveErr <- srv.Serve(ln)
 	}()
+	budget, budgetPref, _ := srv.ConnBudget()
 	attrs := []any{"addr", ln.Addr().String(), "data_dir", o.DataDir,
 		"tls", tlsConf != nil, "client_cert_required", o.TLSClientCA != "",
 		"client_tokens", len(tokens), "standby", o.Standby,
+		"conn_budget", budget, "conn_budget_preferred", budgetPref, "fd_reserve", cmp.Or(cfg.FDReserve, server.DefaultFDReserve),
 		"version", readBuildInfo().Version, "revision", readBuildInfo().Revision}
 	log.Info("listening", append(attrs, modeAttrs(&cfg)...)...)
 
@@ -304,6 +309,8 @@ func serverConfig(o *serveOptions, tokens []string, tlsConf *tls.Config, log *sl
 		SocketBuffer:       socketBuffer(o.SocketBuffer),
 		WriteTimeout:       o.WriteTimeout,
 		OwnedReleaseOnly:   o.OwnedRelease,
+		ConnBudget:         o.ConnBudget,
+		FDReserve:          o.FDReserve,
 	}
 }
 
@@ -398,14 +405,9 @@ func newAdminServer(h http.Handler, headerTimeout time.Duration, log *slog.Logge
 	}
 }
 
-// fdReserve is the file descriptors needed besides sessions, connections
-// before HELLO and the admin and peer listeners' connections: listeners,
-// the data directory, the token store's and the Raft log's files, and logs.
-const fdReserve = 64
-
 // fileNeed is the open files the settings of o may take at once: sessions,
 // connections before HELLO, the admin listener's and a pair's peer
-// listener's connections (each capped), and fdReserve. It returns the
+// listener's connections (each capped), and --fd-reserve. It returns the
 // effective max-sessions and max-pending-conns too.
 func fileNeed(o *serveOptions) (need uint64, maxSessions, maxPending int) {
 	maxSessions, maxPending = o.MaxSessions, o.MaxPending
@@ -415,7 +417,11 @@ func fileNeed(o *serveOptions) (need uint64, maxSessions, maxPending int) {
 	if maxPending == 0 {
 		maxPending = max(maxSessions/10, 64) // server.Config's default
 	}
-	need = uint64(maxSessions) + uint64(maxPending) + fdReserve
+	reserve := o.FDReserve
+	if reserve == 0 {
+		reserve = server.DefaultFDReserve
+	}
+	need = uint64(maxSessions) + uint64(maxPending) + uint64(reserve)
 	if o.AdminListen != "" {
 		adminConns := o.AdminMaxConns
 		if adminConns == 0 {
@@ -430,18 +436,22 @@ func fileNeed(o *serveOptions) (need uint64, maxSessions, maxPending int) {
 }
 
 // checkFileLimit warns when the open-file limit cannot hold what fileNeed
-// counts: past it, accept fails (EMFILE) and further clients wait in the
-// listen backlog with no answer instead of getting E(7), and the token
-// store may fail to reserve tokens.
+// counts: the connection budget (the limit minus --fd-reserve) then runs
+// out before the caps do, and connections beyond it, clients' too, are
+// closed at accept instead of getting E(7). The token store and the Raft
+// log keep their descriptors either way.
 func checkFileLimit(log *slog.Logger, o *serveOptions) {
+	if o.ConnBudget != 0 {
+		return // set by hand: the operator sized it
+	}
 	need, maxSessions, maxPending := fileNeed(o)
-	lim, ok := openFileLimit()
+	lim, ok := server.OpenFileLimit()
 	if !ok || lim >= need {
 		return
 	}
-	log.Warn("open-file limit is too low for max-sessions: clients beyond it will hang instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions",
+	log.Warn("open-file limit is too low for max-sessions: connections beyond the connection budget (the limit minus fd-reserve) are closed at accept, clients' too, instead of getting E(7); raise it (ulimit -n, systemd LimitNOFILE=) or lower max-sessions",
 		"nofile_limit", lim, "max_sessions", maxSessions, "max_pending_conns", maxPending, "needed", need,
-		"counted", "max-sessions, max-pending-conns, admin-max-conns and peer-max-conns (with their reserved slots), and 64 for files and listeners")
+		"counted", "max-sessions, max-pending-conns, admin-max-conns and peer-max-conns (with their reserved slots), and fd-reserve for files, listeners and outbound connections")
 }
 
 // aeadSuites are the TLS 1.2 cipher suites the lock port accepts: ECDHE

@@ -57,6 +57,7 @@ type streamConfig struct {
 	handshakeTimeout                time.Duration
 	maxShared, perSource, perMember int
 	members                         func() []raft.ServerAddress
+	budget                          *connlimit.Budget
 }
 
 func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConfig, log *slog.Logger) *tlsStream {
@@ -81,6 +82,7 @@ func newTLSStream(ln net.Listener, advertise net.Addr, p *PeerTLS, sc streamConf
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP != nil && !ta.IP.IsUnspecified() {
 		s.local = &net.TCPAddr{IP: ta.IP, Zone: ta.Zone}
 	}
+	s.ln = sc.budget.Listener(ln, "raft", s.gate.IsMember)
 	if sc.members != nil {
 		w := s.memberWatch(sc.members)
 		w.Refresh(ctx) // members have their slots from the start

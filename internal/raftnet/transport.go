@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 )
 
 // Config configures New. Only BindAddr is required.
@@ -80,6 +82,12 @@ type Config struct {
 	// without TLS.
 	MaxHandshakesPerSource int
 
+	// Budget, if not nil, is the process's connection budget: every
+	// inbound connection takes a unit of it until it closes, and one
+	// beyond it is closed at accept. With TLS, members' IPs (see Members)
+	// may take its preferred units.
+	Budget *connlimit.Budget
+
 	// Logger receives the transport's log lines (failed handshakes at Warn,
 	// at most one line a second with a count of the suppressed ones), and,
 	// through HCLogger, those of raft's NetworkTransport. Nil discards them.
@@ -143,12 +151,12 @@ func New(cfg Config) (*raft.NetworkTransport, error) {
 		stream = newTLSStream(ln, advertise, cfg.TLS, streamConfig{
 			handshakeTimeout: cfg.HandshakeTimeout,
 			maxShared:        cfg.MaxHandshakes, perSource: cfg.MaxHandshakesPerSource, perMember: cfg.MemberHandshakes,
-			members: cfg.Members,
+			members: cfg.Members, budget: cfg.Budget,
 		}, log)
 	} else {
 		log.Warn("raft peer transport without TLS: anyone who can reach this address can join the cluster, vote and append to its log; set --peer-tls-cert, --peer-tls-key and --peer-tls-ca",
 			"listen", ln.Addr().String(), "advertise", advertise.String())
-		stream = &tcpStream{ln: ln, advertise: advertise}
+		stream = &tcpStream{ln: cfg.Budget.Listener(ln, "raft", nil), advertise: advertise}
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,

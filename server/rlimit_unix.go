@@ -1,12 +1,12 @@
 //go:build unix
 
-package main
+package server
 
 import "syscall"
 
-// openFileLimit returns the process's soft limit on open files (which the Go
+// OpenFileLimit returns the process's soft limit on open files (which the Go
 // runtime has already raised to the hard limit at startup).
-func openFileLimit() (uint64, bool) {
+func OpenFileLimit() (uint64, bool) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, false

@@ -1,5 +1,0 @@
-//go:build !unix
-
-package main
-
-func openFileLimit() (uint64, bool) { return 0, false }

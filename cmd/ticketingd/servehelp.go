@@ -23,7 +23,7 @@ var serveFlagGroups = []struct {
 	{"Listening", []string{"listen", "node-name", "standby", "standby-hint"}},
 	{"Tokens and data", []string{"data-dir", "client-token", "client-tokens-file", "token-start", "initial-token", "token-block", "owned-release-only"}},
 	{"TLS", []string{"tls-cert", "tls-key", "tls-client-ca"}},
-	{"Limits and timeouts", []string{"max-locks", "max-waiters", "max-key-waiters", "max-sessions", "max-sessions-per-peer", "max-pending-conns",
+	{"Limits and timeouts", []string{"max-locks", "max-waiters", "max-key-waiters", "max-sessions", "max-sessions-per-peer", "max-pending-conns", "conn-budget", "fd-reserve",
 		"idle-timeout", "socket-buffer", "write-timeout", "shutdown-timeout"}},
 	{"Admin and console", []string{"admin-listen", "admin-token", "console-keys", "admin-max-conns", "admin-max-conns-per-source",
 		"admin-header-timeout", "admin-allowed-host"}},

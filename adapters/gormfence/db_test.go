@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,7 +40,7 @@ type env struct {
 
 // Item is the row the tests write.
 type Item struct {
-	ID  int64 `gorm:"primaryKey;autoIncrement:false" db:"id"`
+	ID  int64  `gorm:"primaryKey;autoIncrement:false" db:"id"`
 	Val string `gorm:"size:64" db:"val"`
 }
 
@@ -181,7 +182,7 @@ func (e *env) q(query string) string {
 	for _, r := range query {
 		if r == '?' {
 			n++
-			b.WriteString("$" + string(rune('0'+n)))
+			b.WriteString("$" + strconv.Itoa(n))
 			continue
 		}
 		b.WriteRune(r)

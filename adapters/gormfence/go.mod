@@ -5,8 +5,10 @@ go 1.26.0
 replace github.com/ticketing-dev/ticketing => ../..
 
 require (
+	entgo.io/ent v0.14.5
 	github.com/glebarez/sqlite v1.11.0
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/ticketing-dev/ticketing v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	gorm.io/driver/mysql v1.5.7

@@ -214,7 +214,7 @@ func (e *env) itemVal(t testing.TB, id int64) string {
 		return ""
 	}
 	if err != nil {
-		t.Fatalf("read item %d: %v", id, err)
+		t.Fatalf("read row %d: %v", id, err)
 	}
 	return v
 }

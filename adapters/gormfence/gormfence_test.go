@@ -46,7 +46,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Run: %v", err)
 				}
 				if v := e.itemVal(t, 1); v != "ten" {
-					t.Errorf("item 1 = %q, want ten", v)
+					t.Errorf("row 1 = %q, want ten", v)
 				}
 				if hw := e.highWater(t, "acct-1"); hw != 10 {
 					t.Errorf("high-water %d, want 10", hw)
@@ -74,7 +74,7 @@ func TestRun(t *testing.T) {
 					t.Error("fn ran with a stale token")
 				}
 				if v := e.itemVal(t, 2); v != "" {
-					t.Errorf("item 2 = %q after a stale token, want nothing", v)
+					t.Errorf("row 2 = %q after a stale token, want nothing", v)
 				}
 				if hw := e.highWater(t, "acct-1"); hw != 10 {
 					t.Errorf("high-water %d, want 10", hw)
@@ -97,7 +97,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Run: %v, want fn's error as is", err)
 				}
 				if v := e.itemVal(t, 3); v != "" {
-					t.Errorf("item 3 = %q after fn failed, want nothing", v)
+					t.Errorf("row 3 = %q after fn failed, want nothing", v)
 				}
 				if hw := e.highWater(t, "acct-2"); hw != 0 {
 					t.Errorf("high-water %d after fn failed, want no bump", hw)
@@ -119,7 +119,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Run: %v", err)
 				}
 				if atRelease != "seven" {
-					t.Errorf("at release, another connection saw item 4 = %q: released before commit", atRelease)
+					t.Errorf("at release, another connection saw row 4 = %q: released before commit", atRelease)
 				}
 				if tk.Releases() != 1 {
 					t.Errorf("releases %d, want 1", tk.Releases())
@@ -135,7 +135,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Run: %v, want a *fence.ReleaseError with a nil Primary", err)
 				}
 				if v := e.itemVal(t, 5); v != "three" {
-					t.Errorf("item 5 = %q, want three (committed)", v)
+					t.Errorf("row 5 = %q, want three (committed)", v)
 				}
 			})
 
@@ -149,7 +149,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Run: %v, want fence.ErrLeaseExpired", err)
 				}
 				if v := e.itemVal(t, 6); v != "" {
-					t.Errorf("item 6 = %q after the lease ran out, want nothing", v)
+					t.Errorf("row 6 = %q after the lease ran out, want nothing", v)
 				}
 			})
 
@@ -203,7 +203,7 @@ func TestRun(t *testing.T) {
 					t.Fatalf("Guard in db.Transaction: %v", err)
 				}
 				if v := e.itemVal(t, 9); v != "two" || e.highWater(t, "acct-8") != 2 {
-					t.Errorf("item 9 = %q, high-water %d; want two, 2", v, e.highWater(t, "acct-8"))
+					t.Errorf("row 9 = %q, high-water %d; want two, 2", v, e.highWater(t, "acct-8"))
 				}
 			})
 		})

@@ -53,7 +53,7 @@ func TestSqlx(t *testing.T) {
 				t.Fatalf("sqlfence.Run with sqlx: %v", err)
 			}
 			if v := e.itemVal(t, 20); v != "ten" || e.highWater(t, "sqlx") != 10 || tk.Releases() != 1 {
-				t.Errorf("item 20 = %q, high-water %d, releases %d; want ten, 10, 1", v, e.highWater(t, "sqlx"), tk.Releases())
+				t.Errorf("row 20 = %q, high-water %d, releases %d; want ten, 10, 1", v, e.highWater(t, "sqlx"), tk.Releases())
 			}
 
 			// A stale token: refused, nothing written.
@@ -66,7 +66,7 @@ func TestSqlx(t *testing.T) {
 				t.Fatalf("stale token: %v, want fence.ErrStale", err)
 			}
 			if v := e.itemVal(t, 21); v != "" {
-				t.Errorf("item 21 = %q after a stale token, want nothing", v)
+				t.Errorf("row 21 = %q after a stale token, want nothing", v)
 			}
 
 			// Without a Beginner of its own: wrap the *sql.Tx (sqlx.Tx's
@@ -84,7 +84,7 @@ func TestSqlx(t *testing.T) {
 				t.Fatalf("fn's error: %v, want it as is", err)
 			}
 			if v := e.itemVal(t, 22); v != "" || e.highWater(t, "sqlx-2") != 0 {
-				t.Errorf("item 22 = %q, high-water %d after fn failed; want nothing", v, e.highWater(t, "sqlx-2"))
+				t.Errorf("row 22 = %q, high-water %d after fn failed; want nothing", v, e.highWater(t, "sqlx-2"))
 			}
 		})
 	}
@@ -114,7 +114,7 @@ func TestEnt(t *testing.T) {
 				t.Fatalf("sqlfence.Run with ent: %v", err)
 			}
 			if v := e.itemVal(t, 30); v != "ten" || e.highWater(t, "ent") != 10 || tk.Releases() != 1 {
-				t.Errorf("item 30 = %q, high-water %d, releases %d; want ten, 10, 1", v, e.highWater(t, "ent"), tk.Releases())
+				t.Errorf("row 30 = %q, high-water %d, releases %d; want ten, 10, 1", v, e.highWater(t, "ent"), tk.Releases())
 			}
 
 			tk = fencetest.NewTicket("ent", 9)
@@ -123,7 +123,7 @@ func TestEnt(t *testing.T) {
 				t.Fatalf("stale token: %v, want fence.ErrStale", err)
 			}
 			if v := e.itemVal(t, 31); v != "" {
-				t.Errorf("item 31 = %q after a stale token, want nothing", v)
+				t.Errorf("row 31 = %q after a stale token, want nothing", v)
 			}
 
 			boom := errors.New("boom")
@@ -138,7 +138,7 @@ func TestEnt(t *testing.T) {
 				t.Fatalf("fn's error: %v, want it as is", err)
 			}
 			if v := e.itemVal(t, 32); v != "" {
-				t.Errorf("item 32 = %q after fn failed, want nothing", v)
+				t.Errorf("row 32 = %q after fn failed, want nothing", v)
 			}
 		})
 	}

@@ -185,6 +185,29 @@ func TestRun(t *testing.T) {
 				}
 			})
 
+			t.Run("prepared statements", func(t *testing.T) {
+				// PrepareStmt: GORM's transaction is a *gorm.PreparedStmtTX
+				// around the *sql.Tx.
+				pdb := e.db.Session(&gorm.Session{PrepareStmt: true})
+				tk := fencetest.NewTicket("acct-9", 3)
+				if err := gormfence.Run(ctx, pdb, tk, put(10, "three")); err != nil {
+					t.Fatalf("Run with PrepareStmt: %v", err)
+				}
+				boom := errors.New("boom")
+				err := gormfence.Run(ctx, pdb, fencetest.NewTicket("acct-9", 4), func(tx *gorm.DB) error {
+					if err := put(11, "four")(tx); err != nil {
+						return err
+					}
+					return boom
+				})
+				if err != boom {
+					t.Fatalf("Run with PrepareStmt: %v, want fn's error", err)
+				}
+				if v, w := e.itemVal(t, 10), e.itemVal(t, 11); v != "three" || w != "" || e.highWater(t, "acct-9") != 3 {
+					t.Errorf("rows 10, 11 = %q, %q, high-water %d; want three, nothing, 3", v, w, e.highWater(t, "acct-9"))
+				}
+			})
+
 			t.Run("guard", func(t *testing.T) {
 				tk := fencetest.NewTicket("acct-8", 2)
 				err := e.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

@@ -1092,6 +1092,9 @@ func TestKubernetesSpec(t *testing.T) {
 	if *k != (Kubernetes{}) {
 		t.Errorf("Plan changed the caller's Kubernetes: %+v", *k)
 	}
+	if !strings.Contains(b.Guide, "kubectl apply -k "+cluster.Dir+"/k8s/") || !slices.ContainsFunc(b.Warnings, func(w string) bool { return strings.Contains(w, DefaultKubeImage) }) {
+		t.Errorf("guide or warnings do not say how to apply the manifests, or that the image is a placeholder:\n%s\n%q", b.Guide, b.Warnings)
+	}
 	var names []string
 	for _, f := range b.Files {
 		if strings.HasPrefix(f.Path, KubeDir+"/") {

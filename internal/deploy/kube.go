@@ -399,6 +399,10 @@ func (p *planner) kube() error {
 		}
 	}
 	p.kubeURL = u
+	if k.Image == DefaultKubeImage {
+		p.b.Warnings = append(p.b.Warnings, fmt.Sprintf("the StatefulSet runs the image %s, a placeholder: push an image built with the bundle's Dockerfile and name it in %s/statefulset.yaml",
+			DefaultKubeImage, KubeDir))
+	}
 	return nil
 }
 

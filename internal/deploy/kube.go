@@ -257,7 +257,9 @@ func (p *planner) kube() error {
 	labels := map[string]string{"app.kubernetes.io/name": "ticketingd", "app.kubernetes.io/instance": KubeName}
 	meta := func(name string) kubeMeta { return kubeMeta{Name: name, Namespace: ns, Labels: labels} }
 
-	secret := map[string]string{TokensFile: string(tokensBody(p.tok, string(p.s.Topology))), AdminTokenFile: p.adm + "\n"}
+	// The admin token without a newline: the env var ADMIN_TOKEN takes
+	// the value as it is.
+	secret := map[string]string{TokensFile: string(tokensBody(p.tok, string(p.s.Topology))), AdminTokenFile: p.adm}
 	clientSvc := []string{KubeName, KubeName + "." + ns, KubeName + "." + ns + ".svc", KubeName + "." + ns + ".svc.cluster.local"}
 	var peers []string
 	var initial []server.Peer

@@ -230,6 +230,14 @@ func checkBundle(t *testing.T, s deploy.Spec, b *deploy.Bundle) {
 			}
 		}
 	}
+	// A value from the Secret goes into a flag as it is: no newline.
+	for _, e := range c.Env {
+		if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && o.secrets[r.SecretKeyRef.Name] != nil {
+			if v := o.secrets[r.SecretKeyRef.Name].StringData[r.SecretKeyRef.Key]; v != strings.TrimSpace(v) || v == "" {
+				t.Errorf("env %s from Secret key %s: %q, want a value without spaces or newlines around it", e.Name, r.SecretKeyRef.Key, v)
+			}
+		}
+	}
 	if e := env["POD_NAME"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("POD_NAME: want the downward API's metadata.name, got %+v", e)
 	}

@@ -48,10 +48,13 @@ const (
 	KubeName    = "ticketing"
 	KubePeers   = "ticketing-peers"
 	KubeStorage = "1Gi"
-	kubeConfig  = "/etc/ticketingd"
-	kubeSecret  = "/etc/ticketingd/secret"
-	kubeData    = "/var/lib/ticketingd"
-	kubeUser    = 65532
+	// The ConfigMap and the Secret are mounted side by side: a mount
+	// inside the read-only ConfigMap volume would need a directory made
+	// in it.
+	kubeConfig = "/etc/ticketingd/config"
+	kubeSecret = "/etc/ticketingd/secret"
+	kubeData   = "/var/lib/ticketingd"
+	kubeUser   = 65532
 )
 
 // checkKube checks s.Kubernetes (filled in with its defaults).
@@ -303,7 +306,7 @@ func (p *planner) kube() error {
 
 	// The config every pod shares; what differs (node-id, advertise
 	// addresses, certificates) are flags from the pod's name.
-	cfg := Config{Listen: ":" + strconv.Itoa(port), DataDir: kubeData + "/" + DataDir, ClientTokensFile: "secret/" + TokensFile,
+	cfg := Config{Listen: ":" + strconv.Itoa(port), DataDir: kubeData + "/" + DataDir, ClientTokensFile: kubeSecret + "/" + TokensFile,
 		AdminListen: ":" + strconv.Itoa(adminPort), ConsoleKeys: p.s.ConsoleKeys, TokenStart: p.s.TokenStart,
 		LogLevel: "info", LogFormat: "json", ShutdownTimeout: 10 * time.Second}
 	clusterID := ""
@@ -311,7 +314,7 @@ func (p *planner) kube() error {
 		clusterID = server.NewClusterIDFor(initial)
 		cfg.Cluster, cfg.ClusterID, cfg.InitialState, cfg.RaftListen, cfg.Peers = true, clusterID, "new", ":"+strconv.Itoa(raftPort), peers
 		if p.cas.clusterCA != nil {
-			cfg.PeerTLSCA = "secret/" + ClusterCACert
+			cfg.PeerTLSCA = kubeSecret + "/" + ClusterCACert
 		}
 	}
 	head := "# ticketingd configuration of the Kubernetes pods, written by " + p.writtenBy("") + ".\n" +

@@ -280,6 +280,13 @@ func checkBundle(t *testing.T, s deploy.Spec, b *deploy.Bundle) {
 	}
 	mounts := map[string]corev1.VolumeMount{} // by volume
 	for _, m := range c.VolumeMounts {
+		// No mount inside another: the runtime would have to make its
+		// directory in a read-only ConfigMap or Secret volume.
+		for _, m2 := range c.VolumeMounts {
+			if m2.Name != m.Name && strings.HasPrefix(m.MountPath+"/", m2.MountPath+"/") {
+				t.Errorf("mount %s (%s) is inside mount %s (%s)", m.Name, m.MountPath, m2.Name, m2.MountPath)
+			}
+		}
 		if _, ok := volumes[m.Name]; !ok && !claims[m.Name] {
 			t.Errorf("mount %s: no volume or volumeClaimTemplate of that name", m.Name)
 		}
@@ -348,7 +355,10 @@ func checkBundle(t *testing.T, s deploy.Spec, b *deploy.Bundle) {
 	var secretPaths []string
 	for _, p := range []string{cfg.ClientTokensFile, cfg.TLSCert, cfg.TLSKey, cfg.PeerTLSCert, cfg.PeerTLSKey, cfg.PeerTLSCA} {
 		if p != "" {
-			secretPaths = append(secretPaths, path.Join(cfgDir, p))
+			if !path.IsAbs(p) {
+				p = path.Join(cfgDir, p)
+			}
+			secretPaths = append(secretPaths, p)
 		}
 	}
 	for _, flag := range []string{"--tls-cert", "--tls-key", "--peer-tls-cert", "--peer-tls-key"} {

@@ -667,3 +667,47 @@ func TestInitConsoleKeys(t *testing.T) {
 		t.Errorf("single server: exit %d: %s", code, stderr)
 	}
 }
+
+// TestInitKubernetes: --kubernetes adds the manifests in k8s/ for the
+// namespace and image given (a single server gets an admin token, which
+// the probes' admin listener needs); a pair, a bad namespace and the k8s
+// flags without --kubernetes are usage errors.
+func TestInitKubernetes(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCapture(t, "init", "--dir", dir, "--kubernetes", "--k8s-namespace", "locks", "--k8s-image", "registry.example/ticketingd:2"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	sts, err := os.ReadFile(filepath.Join(dir, "k8s", "statefulset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sts), "image: registry.example/ticketingd:2") || !strings.Contains(string(sts), "namespace: locks") {
+		t.Errorf("statefulset.yaml:\n%s", sts)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "k8s", "secret.yaml")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("secret.yaml: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, initAdminTokenFile)); err != nil {
+		t.Errorf("no admin token with --kubernetes: %v", err)
+	}
+	cdir := t.TempDir()
+	if code, _, stderr := runCapture(t, "init", "--dir", cdir, "--cluster", "--kubernetes", "--node", "a=10.0.0.1", "--node", "b=10.0.0.2", "--node", "c=10.0.0.3"); code != 0 {
+		t.Fatalf("cluster: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(cdir, "k8s", "pdb.yaml")); err != nil {
+		t.Errorf("cluster: %v", err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pair", "--node", "primary=10.0.0.1", "--node", "backup=10.0.0.2", "--kubernetes"}, "--kubernetes: a pair is not offered on Kubernetes"},
+		{[]string{"--kubernetes", "--k8s-namespace", "Locks"}, `invalid --k8s-namespace "Locks"`},
+		{[]string{"--k8s-image", "x"}, "--k8s-image needs --kubernetes"},
+	} {
+		args := append([]string{"init", "--dir", t.TempDir()}, c.args...)
+		if code, _, stderr := runCapture(t, args...); code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+}

@@ -62,6 +62,12 @@ type initOptions struct {
 	// ConsoleKeys (--cluster, --pair): console-keys: true in every
 	// node's config, the lock browser.
 	ConsoleKeys bool
+
+	// --kubernetes: the bundle's manifests in k8s/, for the namespace
+	// and the image.
+	Kubernetes   bool
+	K8sNamespace string
+	K8sImage     string
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
@@ -112,7 +118,18 @@ its client listener and the peer link, the client token and a data
 directory. Each node listens on HOST:--port, its peer link on
 HOST:--peer-port and its admin listener on 127.0.0.1:--admin-port; when the
 two share a host the backup gets the next ports. The output is as for
---cluster, the URL's cluster= being the pair's pair-id.`,
+--cluster, the URL's cluster= being the pair's pair-id.
+
+With --kubernetes, a single server's or a cluster's bundle also holds
+Kubernetes manifests in DIR/k8s (kubectl apply -k DIR/k8s): a StatefulSet
+whose pods are the nodes (ticketing-0, ticketing-1, ...; their names are
+the node IDs), a headless Service naming them, a client Service, a
+PodDisruptionBudget for a cluster, the config as a ConfigMap and the
+tokens, keys and certificates as a Secret, for the namespace
+--k8s-namespace and the image --k8s-image (a placeholder to replace by
+default). It always generates an admin token: the probes ask /healthz on
+the pod's address. A pair is not offered on Kubernetes. See
+docs/kubernetes.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Dir == "" {
@@ -120,6 +137,11 @@ two share a host the backup gets the next ports. The output is as for
 			}
 			if o.Cluster && o.Pair {
 				return usagef("--cluster and --pair exclude each other")
+			}
+			for _, name := range []string{"k8s-namespace", "k8s-image"} {
+				if cmd.Flags().Changed(name) && !o.Kubernetes {
+					return usagef("--%s needs --kubernetes", name)
+				}
 			}
 			if o.Cluster {
 				return initClusterCmd(cmd, &o, stdout)
@@ -164,5 +186,8 @@ two share a host the backup gets the next ports. The output is as for
 	f.IntVar(&o.PeerPort, "peer-port", defaultPeerPort, "with --pair: TCP `port` of each node's peer link (nodes sharing a host: the next one)")
 	f.IntVar(&o.AdminPort, "admin-port", defaultAdminPort, "with --cluster or --pair: TCP `port` of each node's admin listener on 127.0.0.1 (nodes sharing a host: the next ones)")
 	f.BoolVar(&o.ConsoleKeys, "console-keys", false, "with --cluster or --pair: turn on the lock browser of every node's admin listener (console-keys: true): key names, expire now, behind the admin token")
+	f.BoolVar(&o.Kubernetes, "kubernetes", false, "also write Kubernetes manifests into DIR/k8s (a single server or a cluster; with an admin token)")
+	f.StringVar(&o.K8sNamespace, "k8s-namespace", deploy.DefaultKubeNamespace, "with --kubernetes: the `namespace` of the objects and of the pods' DNS names")
+	f.StringVar(&o.K8sImage, "k8s-image", deploy.DefaultKubeImage, "with --kubernetes: the ticketingd container `image` the StatefulSet runs (build it with the bundle's Dockerfile and push it)")
 	return cmd
 }

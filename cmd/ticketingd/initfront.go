@@ -21,6 +21,11 @@ import (
 // initWrite plans spec, writes the bundle into o.Dir and prints its
 // guide; nodes are the --node entries of spec.Nodes, for errors.
 func initWrite(cmd *cobra.Command, o *initOptions, spec deploy.Spec, nodes []string, stdout io.Writer) error {
+	if o.Kubernetes {
+		// The probes reach /healthz on the pod's address: an admin
+		// listener off loopback, which needs the admin token.
+		spec.Kubernetes, spec.AdminToken = &deploy.Kubernetes{Namespace: o.K8sNamespace, Image: o.K8sImage}, true
+	}
 	b, err := deploy.Plan(spec)
 	if err != nil {
 		return initSpecError(err, o, nodes)
@@ -71,6 +76,12 @@ func initSpecError(err error, o *initOptions, nodes []string) error {
 	case name == "peer_port":
 		port, _, _ := o.linkPort()
 		return usagef("invalid --%s %d: %s", linkFlag, port, fe.Msg)
+	case name == "kubernetes" && sub == "namespace":
+		return usagef("invalid --k8s-namespace %q: %s", o.K8sNamespace, fe.Msg)
+	case name == "kubernetes" && sub == "image":
+		return usagef("invalid --k8s-image %q: %s", o.K8sImage, fe.Msg)
+	case name == "kubernetes":
+		return usagef("--kubernetes: %s", fe.Msg)
 	case name == "console_keys":
 		return usagef("--console-keys: %s", fe.Msg)
 	case name == "admin_port":

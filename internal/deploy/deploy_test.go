@@ -1067,3 +1067,80 @@ func TestRootIsOneSafeName(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesSpec: the manifests are in k8s/ only when asked for, and
+// what Kubernetes cannot run is refused naming its field (the manifests
+// themselves are decoded with the Kubernetes API types in k8stest).
+func TestKubernetesSpec(t *testing.T) {
+	cluster := DefaultSpec(Cluster)
+	cluster.Dir = t.TempDir()
+	cluster.Nodes = []Node{{ID: "a", Host: "10.0.0.1"}, {ID: "b", Host: "10.0.0.2"}, {ID: "c", Host: "10.0.0.3"}}
+	b, err := Plan(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range b.Files {
+		if strings.HasPrefix(f.Path, KubeDir+"/") {
+			t.Errorf("%s without Spec.Kubernetes", f.Path)
+		}
+	}
+	k := &Kubernetes{}
+	cluster.Kubernetes = k
+	if b, err = Plan(cluster); err != nil {
+		t.Fatal(err)
+	}
+	if *k != (Kubernetes{}) {
+		t.Errorf("Plan changed the caller's Kubernetes: %+v", *k)
+	}
+	if !strings.Contains(b.Guide, "kubectl apply -k "+cluster.Dir+"/k8s/") || !slices.ContainsFunc(b.Warnings, func(w string) bool { return strings.Contains(w, DefaultKubeImage) }) {
+		t.Errorf("guide or warnings do not say how to apply the manifests, or that the image is a placeholder:\n%s\n%q", b.Guide, b.Warnings)
+	}
+	var names []string
+	for _, f := range b.Files {
+		if strings.HasPrefix(f.Path, KubeDir+"/") {
+			names = append(names, f.Path)
+			if strings.Contains(f.Path, "secret") != f.Secret {
+				t.Errorf("%s: Secret %v", f.Path, f.Secret)
+			}
+		}
+	}
+	if len(names) != 6 {
+		t.Errorf("k8s files %v, want the Secret, ConfigMap, Services, StatefulSet, PodDisruptionBudget and kustomization", names)
+	}
+	if p := b.Preview(File{Path: "k8s/secret.yaml", Data: []byte("x: " + b.tokens[0]), Secret: true}); strings.Contains(p, b.tokens[0]) {
+		t.Errorf("preview shows a token: %s", p)
+	}
+
+	pair := DefaultSpec(Pair)
+	pair.Dir = t.TempDir()
+	pair.Nodes = []Node{{ID: RolePrimary, Host: "10.0.0.1"}, {ID: RoleBackup, Host: "10.0.0.2"}}
+	pair.Kubernetes = &Kubernetes{}
+	single := DefaultSpec(Single)
+	single.Dir = t.TempDir()
+	single.Kubernetes = &Kubernetes{}
+	own := DefaultSpec(Single)
+	own.Dir, own.AdminToken, own.TLS = t.TempDir(), true, TLSOwn
+	own.OwnTLS = OwnTLS{CertFile: "/etc/c.pem", KeyFile: "/etc/k.pem"}
+	own.Kubernetes = &Kubernetes{}
+	badNS := cluster
+	badNS.Kubernetes = &Kubernetes{Namespace: "Prod_1"}
+	badImage := cluster
+	badImage.Kubernetes = &Kubernetes{Image: "ticketingd:1\nrm"}
+	for _, c := range []struct {
+		name  string
+		s     Spec
+		field string
+	}{
+		{"pair", pair, "kubernetes"},
+		{"single without admin token", single, "admin_token"},
+		{"own TLS files", own, "kubernetes"},
+		{"namespace", badNS, "kubernetes.namespace"},
+		{"image", badImage, "kubernetes.image"},
+	} {
+		err := Validate(c.s)
+		var fes FieldErrors
+		if !errors.As(err, &fes) || !slices.ContainsFunc(fes, func(fe *FieldError) bool { return fe.Field == c.field }) {
+			t.Errorf("%s: %v, want an error of %s", c.name, err, c.field)
+		}
+	}
+}

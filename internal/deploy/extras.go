@@ -30,6 +30,11 @@ func (p *planner) extras() error {
 		return err
 	}
 	p.file(ComposeFile, 0o644, compose, false)
+	if p.s.Kubernetes != nil {
+		if err := p.kube(); err != nil {
+			return err
+		}
+	}
 	p.file(ReadmeFile, 0o644, []byte(p.readme()), false)
 	return nil
 }
@@ -249,6 +254,10 @@ func (p *planner) readme() string {
 	w.WriteString("The services use the host's network, so the configs' addresses hold as they are.\n")
 	if len(p.node) > 1 && !p.l.loopback {
 		w.WriteString("On a machine of one node, start only its service: `docker compose up -d ID`.\n")
+	}
+
+	if p.s.Kubernetes != nil {
+		w.WriteString(p.kubeReadme())
 	}
 
 	w.WriteString("\n## Connect from Go\n\nGive each client the URL through its environment. ")

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -28,8 +29,13 @@ func SSHHost(host string) string {
 // extrasNote is the guide's last paragraph: the bundle's files for
 // service managers.
 func (p *planner) extrasNote() string {
-	return fmt.Sprintf("\nThe bundle's %s also says how to run it under systemd (a unit per node)\n"+
+	note := fmt.Sprintf("\nThe bundle's %s also says how to run it under systemd (a unit per node)\n"+
 		"and Docker Compose (%s; %s for the static binary).\n", ReadmeFile, ComposeFile, DockerfileFile)
+	if p.s.Kubernetes != nil {
+		note += fmt.Sprintf("Kubernetes: kubectl apply -k %s/ (namespace %s, image %s; see %s).\n",
+			path.Join(p.s.Dir, KubeDir), p.s.Kubernetes.Namespace, p.s.Kubernetes.Image, ReadmeFile)
+	}
+	return note
 }
 
 // singleGuide is the guide of a single server; listed are the files it

@@ -154,6 +154,10 @@ type planner struct {
 	tok  []string // client tokens
 	adm  string   // admin token, "" without
 	node []nodeRun
+	cas  groupCAs // the bundle's CAs, for the Kubernetes manifests
+	// kubeURL is the clients' URL inside the Kubernetes cluster, TOKEN
+	// for the token ("" without Spec.Kubernetes).
+	kubeURL string
 }
 
 // nodeRun is what the systemd unit, compose.yaml and README of a bundle
@@ -309,6 +313,7 @@ func (p *planner) single() error {
 		if err != nil {
 			return err
 		}
+		p.cas.clientCA = ca
 		srv, err := ca.Issue(pki.Server, a.hosts, certLife)
 		if err != nil {
 			return err
@@ -429,6 +434,7 @@ func (p *planner) group() error {
 		}
 		caKeys = append(caKeys, ClusterCAKey)
 	}
+	p.cas = cas
 	if p.adm != "" {
 		p.file(AdminTokenFile, 0o600, []byte(p.adm+"\n"), true)
 	}

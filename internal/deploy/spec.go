@@ -149,6 +149,10 @@ type Spec struct {
 	// "" means clock.
 	TokenStart string `json:"token_start,omitempty"`
 
+	// Kubernetes, if not nil, adds Kubernetes manifests to the bundle, in
+	// KubeDir (see Kubernetes); a pair is not offered there.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+
 	// Existing, set by LoadCluster, makes the plan one of nodes added to
 	// that cluster bundle: of its CAs and tokens, with
 	// initial-cluster-state existing. TLS, OwnTLS, PeerTLS, ClientTokens,
@@ -377,6 +381,12 @@ func place(s Spec) (*layout, FieldErrors) {
 		if !validPort(p.port) {
 			errs.add(p.field, "want 1..65535")
 		}
+	}
+	if s.Kubernetes != nil {
+		k := *s.Kubernetes // the caller's stays as it was
+		s.Kubernetes = &k
+		l.s.Kubernetes = &k
+		checkKube(&s, &errs)
 	}
 	switch s.Topology {
 	case Single:

@@ -265,6 +265,20 @@ func TestBrowserDeployPage(t *testing.T) {
 	browsertest.Do(t, tab, browsertest.Fill("#nodes-0-client_port", "6000"))
 	browsertest.WaitJS(t, tab, `!document.getElementById("stale").hidden`, describe, 10*time.Second)
 
+	// Kubernetes manifests: the namespace and image fields show with the
+	// box; the preview lists k8s/, the Secret masked.
+	browsertest.Do(t, tab, chromedp.Click(chromedp.CSS("#kubernetes")))
+	browsertest.WaitJS(t, tab, `!document.querySelector('[data-show="kube"]').hidden`, describe, 10*time.Second)
+	browsertest.Do(t, tab, browsertest.Fill(`#kubernetes\.namespace`, "locks"),
+		browsertest.Fill(`#kubernetes\.image`, "registry.example/ticketingd:1"),
+		chromedp.Click(chromedp.CSS("#plan")))
+	browsertest.WaitJS(t, tab, `document.querySelector('#files details[data-path="k8s/statefulset.yaml"]') !== null`, describe, 30*time.Second)
+	if sts, sec := browsertest.Eval[string](t, tab, `document.querySelector('#files details[data-path="k8s/statefulset.yaml"] pre').textContent`),
+		browsertest.Eval[string](t, tab, `document.querySelector('#files details[data-path="k8s/secret.yaml"] pre').textContent`); !strings.Contains(sts, "image: registry.example/ticketingd:1") ||
+		!strings.Contains(sts, "$(POD_NAME).ticketing-peers.locks.svc.cluster.local") || strings.Contains(sec, "PRIVATE KEY") {
+		t.Errorf("Kubernetes preview: statefulset.yaml\n%s\nsecret.yaml\n%s", sts, sec)
+	}
+
 	browsertest.Do(t, tab, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
 	browsertest.WaitJS(t, tab, `document.documentElement.scrollWidth <= window.innerWidth`,
 		`document.documentElement.scrollWidth + " > " + window.innerWidth`, 10*time.Second)

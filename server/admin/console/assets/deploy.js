@@ -64,7 +64,8 @@
     const t = topology();
     for (const el of form.querySelectorAll("[data-show]")) {
       const show = el.dataset.show;
-      el.hidden = !(show === t || (show === "group" && t !== "single") || (show === "own" && tlsMode() === "own"));
+      el.hidden = !(show === t || (show === "group" && t !== "single") || (show === "own" && tlsMode() === "own") ||
+        (show === "kube" && document.getElementById("kubernetes").checked));
     }
     syncNodes();
   }
@@ -88,6 +89,9 @@
       console_keys: document.getElementById("console_keys").checked,
       token_start: value("token_start"),
     };
+    if (document.getElementById("kubernetes").checked) {
+      s.kubernetes = { namespace: value("kubernetes.namespace"), image: value("kubernetes.image") };
+    }
     if (s.tls === "own") {
       s.own_tls = { cert_file: value("own_tls.cert_file"), key_file: value("own_tls.key_file"), ca_file: value("own_tls.ca_file") };
     }
@@ -228,7 +232,7 @@
   }
 
   form.addEventListener("change", function (ev) {
-    if (ev.target.name === "topology" || ev.target.name === "tls" || ev.target.id === "size") syncVisibility();
+    if (ev.target.name === "topology" || ev.target.name === "tls" || ev.target.id === "size" || ev.target.id === "kubernetes") syncVisibility();
   });
   // Any edit after a preview: the downloads no longer match the form.
   // An edit of a field marked wrong takes its mark, its message and its

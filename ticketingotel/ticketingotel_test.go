@@ -225,10 +225,18 @@ func TestLost(t *testing.T) {
 	if !errors.Is(context.Cause(held), broker.ErrLeaseEnding) {
 		t.Fatalf("cause %v, want ErrLeaseEnding", context.Cause(held))
 	}
-	parent.End()
-	if got := sums(t, reader, "ticketing.lock.lost", "ticketing.lost.cause"); got["lease_ending"] != 1 {
-		t.Errorf("lost locks: %v", got)
+	// The tracer is told just after the context is cancelled: wait for
+	// it before ending the span that gets the event.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := sums(t, reader, "ticketing.lock.lost", "ticketing.lost.cause")
+		if got["lease_ending"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lost locks: %v", got)
+		}
 	}
+	parent.End()
 	work := spans(exp, "work")
 	if len(work) != 1 || len(work[0].Events) != 1 || work[0].Events[0].Name != "ticketing.lock.lost" {
 		t.Errorf("work span events: %+v", work)

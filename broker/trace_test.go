@@ -163,3 +163,41 @@ func TestTracerLost(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTracerLostNotHeld: a KeepAlive whose refresh is answered N (the
+// operator expired the lock) signals the loss to the tracer with
+// ErrNotHeld.
+func TestTracerLostNotHeld(t *testing.T) {
+	rs := startServer(t, server.Config{}, "127.0.0.1:0")
+	rec := &recTracer{}
+	cfg := testConfig(rs.Addr)
+	cfg.Tracer = rec
+	b := newBroker(t, cfg)
+	tk, err := b.Acquire(t.Context(), "k", broker.AcquireOptions{Lease: 3 * s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := tk.KeepAlive(t.Context(), 3*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.ExpireLock(t.Context(), "k", tk.Token(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(60 * s):
+		t.Fatal("KeepAlive did not signal the loss")
+	}
+	mustIs(t, context.Cause(held), broker.ErrNotHeld)
+	want := fmt.Sprintf("lost k token=%d done=true %s", tk.Token(), broker.ErrNotHeld.Error())
+	for deadline := time.Now().Add(30 * s); ; time.Sleep(10 * time.Millisecond) {
+		calls := rec.got()
+		if calls[len(calls)-1] == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lost call: %q", calls)
+		}
+	}
+}

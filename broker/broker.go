@@ -585,6 +585,21 @@ type AcquireOptions struct {
 // ACQUIREs waiting on it Indeterminate too. Acquire never waits for a
 // session: with none ready it fails at once with ErrUnsent.
 func (b *Broker) Acquire(ctx context.Context, key string, opts AcquireOptions) (*Ticket, error) {
+	tr := b.set.Tracer
+	if tr == nil {
+		return b.acquire(ctx, key, opts)
+	}
+	ctx = tr.TraceAcquireStart(ctx, TraceAcquireStartData{Key: key, Lease: opts.Lease, Wait: opts.Wait, Work: opts.Work})
+	t, err := b.acquire(ctx, key, opts)
+	d := TraceAcquireEndData{Key: key, Err: err}
+	if t != nil {
+		d.Token, d.Deadline = t.Token(), t.Deadline()
+	}
+	tr.TraceAcquireEnd(ctx, d)
+	return t, err
+}
+
+func (b *Broker) acquire(ctx context.Context, key string, opts AcquireOptions) (*Ticket, error) {
 	waitS, leaseS, workS, err := validate(key, &opts)
 	if err != nil {
 		return nil, err

@@ -188,6 +188,11 @@ type Config struct {
 	// Dialer opens the TCP connections (default: a net.Dialer). Tests use
 	// it to inject faults. TLS, if configured, is layered on its result.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Tracer observes Acquire, refreshes, Release and lost KeepAlives
+	// (default: nil, nothing traced, at no cost). Module
+	// github.com/ticketing-dev/ticketing/otel provides one for
+	// OpenTelemetry; see docs/opentelemetry.md.
+	Tracer Tracer
 }
 
 // settings is a validated Config with defaults applied.

@@ -200,8 +200,20 @@ func (b *Broker) pickVersion(v uint8) (c *conn, older bool) {
 	return nil, older
 }
 
-// refresh sends one EXTEND of st for leaseS seconds (see Refresh).
+// refresh sends one EXTEND of st for leaseS seconds (see Refresh), traced.
 func (b *Broker) refresh(ctx context.Context, st *ticketState, leaseS int64) error {
+	tr := b.set.Tracer
+	if tr == nil {
+		return b.refreshOnce(ctx, st, leaseS)
+	}
+	ctx = tr.TraceRefreshStart(ctx, TraceRefreshStartData{Key: st.key, Token: st.token, Lease: time.Duration(leaseS) * time.Second})
+	err := b.refreshOnce(ctx, st, leaseS)
+	tr.TraceRefreshEnd(ctx, TraceRefreshEndData{Key: st.key, Token: st.token, Deadline: st.currentDeadline(), Err: err})
+	return err
+}
+
+// refreshOnce sends one EXTEND of st for leaseS seconds.
+func (b *Broker) refreshOnce(ctx context.Context, st *ticketState, leaseS int64) error {
 	if st.done.Load() {
 		return st.releasedErr()
 	}
@@ -344,6 +356,7 @@ func (k *keeper) run() {
 				msg += "; the last refresh"
 			}
 			k.cancel(newErr(ErrLeaseEnding, msg, last))
+			k.lost()
 			return
 		}
 		if now.Before(at) {
@@ -369,10 +382,21 @@ func (k *keeper) run() {
 			return
 		case errors.Is(err, ErrNotHeld), errors.Is(err, ErrClosed):
 			k.cancel(err)
+			if errors.Is(err, ErrNotHeld) {
+				k.lost()
+			}
 			return
 		default:
 			last, next = err, time.Now().Add(retry)
 		}
+	}
+}
+
+// lost tells the tracer, if any, that k signalled a possible loss (its
+// context is cancelled, with the cause).
+func (k *keeper) lost() {
+	if tr := k.b.set.Tracer; tr != nil {
+		tr.TraceLost(k.ctx, TraceLostData{Key: k.st.key, Token: k.st.token, Cause: context.Cause(k.ctx)})
 	}
 }
 

@@ -184,6 +184,17 @@ func (st *ticketState) extendTo(d time.Time) {
 // derived from it, as in defer t.Release(held)) does not cancel the
 // release itself.
 func (t *Ticket) Release(ctx context.Context) error {
+	tr := t.b.set.Tracer
+	if tr == nil {
+		return t.release(ctx)
+	}
+	ctx = tr.TraceReleaseStart(ctx, TraceReleaseStartData{Key: t.st.key, Token: t.st.token})
+	err := t.release(ctx)
+	tr.TraceReleaseEnd(ctx, TraceReleaseEndData{Key: t.st.key, Token: t.st.token, Err: err})
+	return err
+}
+
+func (t *Ticket) release(ctx context.Context) error {
 	b, st := t.b, t.st
 	if st.done.Load() {
 		st.relMu.Lock()

@@ -47,6 +47,7 @@ type settings struct {
 	resources []string
 	table     string
 	margin    time.Duration
+	tracer    Tracer
 }
 
 // WithResource fences the named resource instead of the ticket's key.
@@ -93,6 +94,8 @@ type Plan struct {
 	Token int64
 	// CommitMargin is the remaining lease time required at commit.
 	CommitMargin time.Duration
+	// Tracer is WithTracer's, nil without it.
+	Tracer Tracer
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
@@ -138,6 +141,7 @@ func NewPlan(t Ticket, opts ...Option) (Plan, error) {
 		Table:        s.table,
 		Token:        int64(tok),
 		CommitMargin: s.margin,
+		Tracer:       s.tracer,
 	}, nil
 }
 

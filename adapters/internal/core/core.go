@@ -150,6 +150,17 @@ func Run[T any](ctx context.Context, d Driver[T], ticket fence.Ticket, fn func(T
 	if err != nil {
 		return release(err)
 	}
+	if tr := plan.Tracer; tr != nil {
+		// Traced from here on: the end is reported with Run's result,
+		// after the release (on a panic: before the release, with the
+		// result nil, and the panic goes on).
+		tok := uint64(plan.Token)
+		ctx = tr.TraceFenceStart(ctx, fence.TraceFenceStartData{Resources: plan.Resources, Table: plan.Table, Token: tok})
+		tctx := ctx
+		defer func() {
+			tr.TraceFenceEnd(tctx, fence.TraceFenceEndData{Resources: plan.Resources, Table: plan.Table, Token: tok, Err: err})
+		}()
+	}
 	if d.Check != nil {
 		if err := d.Check(); err != nil {
 			return release(err)

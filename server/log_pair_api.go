@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 )
@@ -170,26 +170,12 @@ func (pc *PairConfig) validate(c *Config) error {
 			listen = pc.listener.Addr().String()
 		}
 		for _, a := range []struct{ field, addr string }{{"Listen", listen}, {"Peer", pc.Peer}} {
-			if !loopbackHostPort(a.addr) {
+			if !connlimit.LoopbackHostPort(a.addr) {
 				return fmt.Errorf("server: PairConfig.%s %q is not a loopback address, and the peer link is plain TCP: anyone who reaches it could pose as the peer; give PeerCertificate and PeerRoots (mutual TLS), or set PeerPlaintext on a network nobody else reaches", a.field, a.addr)
 			}
 		}
 	}
 	return nil
-}
-
-// loopbackHostPort reports whether host:port names this machine only: a
-// loopback IP or localhost.
-func loopbackHostPort(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // loopbackAddr reports whether a is a loopback TCP address.

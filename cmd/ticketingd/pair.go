@@ -2,9 +2,9 @@ package main
 
 import (
 	"net"
-	"strings"
 	"time"
 
+	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/server"
 )
 
@@ -70,7 +70,7 @@ func (o *serveOptions) checkPair(src func(string) string) error {
 	if o.PeerTLSCert == "" && !o.PeerPlaintext {
 		for _, name := range []string{"peer", "peer-listen"} {
 			addr := map[string]string{"peer": o.Peer, "peer-listen": o.PeerListen}[name]
-			if !loopbackHostPort(addr) {
+			if !connlimit.LoopbackHostPort(addr) {
 				return usagef("%s %q is not a loopback address and the peer link is plain TCP (no --peer-tls-cert): anyone who reaches it could pose as the peer; give --peer-tls-cert, --peer-tls-key and --peer-tls-ca (ticketingd init --pair writes them), or --peer-plaintext on a network nobody else reaches", src(name), addr)
 			}
 		}
@@ -104,20 +104,6 @@ func pairConfig(o *serveOptions, listen net.Addr, pt *peerTLS) *server.PairConfi
 		pc.PeerCertificate, pc.PeerRoots = &cert, pt.roots
 	}
 	return pc
-}
-
-// loopbackHostPort reports whether host:port names this machine only: a
-// loopback IP or localhost.
-func loopbackHostPort(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // pairPeerConnsNeed is the open files a pair's peer listener may take: its

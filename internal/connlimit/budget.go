@@ -3,6 +3,7 @@ package connlimit
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,4 +175,18 @@ func NetConnOf(c net.Conn) net.Conn {
 // local probe connects from.
 func IsLoopbackHost(ip netip.Addr) bool {
 	return ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || ip == netip.IPv6Loopback()
+}
+
+// LoopbackHostPort reports whether addr (host:port) names this machine
+// only: a loopback IP, or localhost.
+func LoopbackHostPort(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -122,3 +122,23 @@ func TestBudgetListener(t *testing.T) {
 		t.Fatalf("NetConnOf gave %T, want *net.TCPConn", NetConnOf(s))
 	}
 }
+
+func TestLoopbackHostPort(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:7000":  true,
+		"127.0.0.9:7000":  true,
+		"[::1]:7000":      true,
+		"localhost:7000":  true,
+		"LocalHost.:7000": true,
+		"10.0.0.5:7000":   false,
+		"[::]:7000":       false,
+		"0.0.0.0:7000":    false,
+		"db.internal:1":   false,
+		"127.0.0.1":       false, // no port
+		"":                false,
+	} {
+		if got := LoopbackHostPort(addr); got != want {
+			t.Errorf("LoopbackHostPort(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -12,8 +12,11 @@ import (
 )
 
 // TestPairClientLinkCutFirst: a pair of ticketingd processes with the
-// defaults that decide a takeover (a 1 s heartbeat, the broker's 2 s
-// PairSettle and its default backoff, up to 5 s). The broker reaches each
+// broker's defaults that decide where it goes (its 2 s PairSettle and its
+// default backoff, up to 5 s) and a 4 s heartbeat: the backup counts its
+// peer dead after 8 s of silence, so a stalled primary (a loaded machine)
+// cannot make it take over while the test needs it passive; with the 1 s
+// default a 2 s stall did. The broker reaches each
 // node through a fault proxy. First its link to the active primary is cut
 // (the proxy drops everything) while the peer link holds: the backup,
 // hearing its peer, answers M, and the broker goes back and forth between
@@ -24,7 +27,7 @@ import (
 // epoch than the primary's, and a lock held on the primary before the
 // cut is still held on the backup.
 func TestPairClientLinkCutFirst(t *testing.T) {
-	p := startPair(t, harness.PairOptions{})
+	p := startPair(t, harness.PairOptions{Heartbeat: 4 * time.Second})
 	proxy := func(target string) *faultproxy.Proxy {
 		px, err := faultproxy.New(target)
 		if err != nil {

@@ -330,8 +330,9 @@ func TestPair_NoSwitchWhileAttemptInFlight(t *testing.T) {
 	// Between the loss and the redial to the restarted active (a pause of
 	// at most a quarter of it) no attempt is in flight: a stall of the
 	// machine as long as the settle delay there would rightly send the
-	// broker to the other node. Two seconds make that unlikely.
-	const settle = 2 * time.Second
+	// broker to the other node. Six seconds leave a stall of more than
+	// four (the redial comes within a quarter of the settle delay).
+	const settle = 6 * time.Second
 	addr := freeAddr(t)
 	a := newPairNode(t, addr, wire.RoleActive, true, "")
 	other := newPairNode(t, "127.0.0.1:0", wire.RoleActive, true, "")

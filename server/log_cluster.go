@@ -64,8 +64,7 @@ type cluster struct {
 
 	// The scheduler (leader only): the lock core of the leader, fed by the
 	// applied log, under sh.mu, which also guards the fields below it.
-	sh      shard
-	active  bool
+	sh      shard // sh.serving: the scheduler runs (this node leads)
 	stint   uint64
 	seq     uint64
 	pending map[uint64]*proposal // the commands of this stint in flight, by seq
@@ -265,7 +264,7 @@ func newCluster(s *Server) (*cluster, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128 (maxEntryCommands)
 		}),
 	}
-	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline}
+	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline, view: ViewLeader}
 	cl.sh.core = lockcore.New(lockcore.Config{
 		Capacity:      &s.capacity,
 		MaxKeyWaiters: s.cfg.MaxKeyWaiters,
@@ -652,7 +651,7 @@ func (cl *cluster) takeOver() {
 	// The proposer takes the new stint before the first command can be
 	// queued.
 	cl.resetProposerLocked(stint)
-	cl.active = true
+	cl.sh.serving = true
 	cl.sh.mu.Unlock()
 	cl.serving.Store(true)
 	if err := s.SetRole(RoleLeader, ""); err != nil {
@@ -667,8 +666,8 @@ func (cl *cluster) takeOver() {
 // which closes every session with M.
 func (cl *cluster) stopScheduler() {
 	cl.sh.mu.Lock()
-	was := cl.active
-	cl.active = false
+	was := cl.sh.serving
+	cl.sh.serving = false
 	cl.sh.core.Demote()
 	cl.pending = nil
 	cl.resetProposerLocked(0)
@@ -679,9 +678,15 @@ func (cl *cluster) stopScheduler() {
 	}
 }
 
+// clusterMode is the server's mode if it is a Raft node, else nil.
+func (s *Server) clusterMode() *cluster {
+	cl, _ := s.mode.(*cluster)
+	return cl
+}
+
 // ClusterStatus returns this node's view of the cluster.
 func (s *Server) ClusterStatus() (ClusterStatus, error) {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ClusterStatus{}, ErrNotCluster
 	}
@@ -804,7 +809,7 @@ func changeTimeout(ctx context.Context) time.Duration {
 // cluster as a voter (on the leader). Adding a node that is already a
 // voter at that address changes nothing.
 func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ErrNotCluster
 	}
@@ -830,7 +835,7 @@ func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
 // RemoveServer removes node id from the cluster (on the leader). A leader
 // may remove itself: it steps down once the change is committed.
 func (s *Server) RemoveServer(ctx context.Context, id string) error {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ErrNotCluster
 	}
@@ -897,7 +902,6 @@ func (s *Server) startCluster() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cl = cl
 	s.mode = cl
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {

@@ -84,7 +84,8 @@ type lockLog interface {
 	admitRequest(sh *shard, c *conn) (by uint64, waited, ok bool)
 	// readApplied calls f with the applied machine, under what guards it,
 	// where no core serves (a follower, a passive), and returns its view
-	// name; notServing is why an operator's Expire is refused here.
+	// name; notServing is why an operator's Expire is refused here. Both
+	// are called without sh.mu.
 	readApplied(f func(m *lockcore.Machine)) string
 	notServing() error
 }
@@ -197,12 +198,13 @@ func (s *Server) extend(c *conn, req *wire.Request, arrived int64) {
 func (s *Server) expire(x *lockcore.Expire) error {
 	sh := s.mode.shardOf(x.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if !sh.serving {
-		return s.mode.notServing()
+		sh.mu.Unlock()
+		return s.mode.notServing() // (not under sh.mu: a pair takes its own mutex, and takes sh.mu under it)
 	}
 	sh.core.Expire(s.shardNow(sh), x)
 	s.carryOut(sh, nil)
+	sh.mu.Unlock()
 	return nil
 }
 

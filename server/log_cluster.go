@@ -23,6 +23,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/raftstore"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // Raft mode: the node.
@@ -135,8 +136,8 @@ type cluster struct {
 }
 
 func (cc *ClusterConfig) validate(c *Config) error {
-	if !validNodeID(cc.NodeID) {
-		return fmt.Errorf("server: ClusterConfig.NodeID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.NodeID)
+	if !replica.ValidID(cc.NodeID) {
+		return replica.IDError("ClusterConfig.NodeID", cc.NodeID)
 	}
 	if cc.transport == nil {
 		if cc.RaftListen == "" {
@@ -159,7 +160,7 @@ func (cc *ClusterConfig) validate(c *Config) error {
 		seen := map[string]bool{}
 		self := false
 		for _, p := range cc.Peers {
-			if !validNodeID(p.ID) || p.Address == "" {
+			if !replica.ValidID(p.ID) || p.Address == "" {
 				return fmt.Errorf("server: ClusterConfig.Peers: bad peer %q=%q", p.ID, p.Address)
 			}
 			if seen[p.ID] {
@@ -180,8 +181,8 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	if cc.Join && len(cc.Peers) > 0 {
 		return errors.New("server: ClusterConfig.Join (initial-cluster-state existing: the node waits to be added and never bootstraps) and Peers (the configuration of a new cluster) exclude each other")
 	}
-	if cc.ClusterID != "" && !validNodeID(cc.ClusterID) {
-		return fmt.Errorf("server: ClusterConfig.ClusterID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.ClusterID)
+	if cc.ClusterID != "" && !replica.ValidID(cc.ClusterID) {
+		return replica.IDError("ClusterConfig.ClusterID", cc.ClusterID)
 	}
 	if cc.HeartbeatTimeout < 0 || cc.ElectionTimeout < 0 {
 		return errors.New("server: negative ClusterConfig timeout")
@@ -210,24 +211,14 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	return cc.checkPeerTLS()
 }
 
-// MaxNodeIDLen is the longest ClusterConfig.NodeID.
-const MaxNodeIDLen = 64
+// MaxNodeIDLen is the longest ClusterConfig.NodeID (and ClusterID,
+// PairConfig.ID).
+const MaxNodeIDLen = replica.MaxIDLen
 
-// ValidNodeID reports whether id can be a ClusterConfig.NodeID: 1 to
-// MaxNodeIDLen bytes of ASCII letters, digits, '.', '_' and '-'.
-func ValidNodeID(id string) bool { return validNodeID(id) }
-
-func validNodeID(id string) bool {
-	if len(id) == 0 || len(id) > MaxNodeIDLen {
-		return false
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
+// ValidNodeID reports whether id can be a ClusterConfig.NodeID (or a
+// ClusterID, a PairConfig.ID): 1 to MaxNodeIDLen bytes of ASCII letters,
+// digits, '.', '_' and '-', and neither "." nor "..".
+func ValidNodeID(id string) bool { return replica.ValidID(id) }
 
 func concreteHostPort(a string) error {
 	host, _, err := net.SplitHostPort(a)
@@ -813,8 +804,8 @@ func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
 	if cl == nil {
 		return ErrNotCluster
 	}
-	if !validNodeID(id) {
-		return fmt.Errorf("server: node ID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", id)
+	if !replica.ValidID(id) {
+		return replica.IDError("node ID", id)
 	}
 	if err := concreteHostPort(raftAddr); err != nil {
 		return fmt.Errorf("server: raft address: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // ClusterConfig makes a Server a node of a Raft cluster (Config.Cluster).
@@ -147,7 +148,7 @@ type ClusterConfig struct {
 // checkPeerTLS checks PeerCertificate and PeerRoots (for validate) and
 // makes cc.peerTLS of them.
 func (cc *ClusterConfig) checkPeerTLS() (err error) {
-	cc.peerTLS, err = peerTLSOf("ClusterConfig", cc.PeerCertificate, cc.PeerRoots)
+	cc.peerTLS, err = replica.PeerTLS("ClusterConfig", cc.PeerCertificate, cc.PeerRoots)
 	return err
 }
 

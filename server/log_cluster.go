@@ -146,7 +146,7 @@ func (cc *ClusterConfig) validate(c *Config) error {
 		if cc.RaftAdvertise == "" {
 			cc.RaftAdvertise = cc.RaftListen
 		}
-		if err := concreteHostPort(cc.RaftAdvertise); err != nil {
+		if err := replica.DialableHostPort(cc.RaftAdvertise); err != nil {
 			return fmt.Errorf("server: ClusterConfig.RaftAdvertise: %w", err)
 		}
 	}
@@ -220,17 +220,6 @@ const MaxNodeIDLen = replica.MaxIDLen
 // digits, '.', '_' and '-', and neither "." nor "..".
 func ValidNodeID(id string) bool { return replica.ValidID(id) }
 
-func concreteHostPort(a string) error {
-	host, _, err := net.SplitHostPort(a)
-	if err != nil {
-		return err
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		return fmt.Errorf("%q is not an address other nodes can dial", a)
-	}
-	return nil
-}
-
 // newCluster starts the Raft node of s (called by New).
 func newCluster(s *Server) (*cluster, error) {
 	cc := *s.cfg.Cluster
@@ -268,7 +257,7 @@ func newCluster(s *Server) (*cluster, error) {
 	cl.fsm.identified = cl.identified
 	cl.newID = cc.ClusterID
 	if cl.newID == "" {
-		cl.newID = NewClusterID()
+		cl.newID = replica.NewID()
 	}
 	ok := false
 	defer func() {
@@ -807,7 +796,7 @@ func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
 	if !replica.ValidID(id) {
 		return replica.IDError("node ID", id)
 	}
-	if err := concreteHostPort(raftAddr); err != nil {
+	if err := replica.DialableHostPort(raftAddr); err != nil {
 		return fmt.Errorf("server: raft address: %w", err)
 	}
 	if cl.r.State() != raft.Leader {

@@ -123,7 +123,7 @@ func (pc *PairConfig) validate(c *Config) error {
 	if pc.Peer == "" {
 		return errors.New("server: PairConfig.Peer (the other node's peer address) is required")
 	}
-	if err := concreteHostPort(pc.Peer); err != nil {
+	if err := replica.DialableHostPort(pc.Peer); err != nil {
 		return fmt.Errorf("server: PairConfig.Peer: %w", err)
 	}
 	if pc.listener == nil {

@@ -156,7 +156,7 @@ func loadPairID(dir string, pc PairConfig) (string, error) {
 	case pc.ID != "":
 		return pc.ID, storePairID(dir, pc.ID)
 	case pc.Role == PairPrimary:
-		id := NewClusterID()
+		id := replica.NewID()
 		return id, storePairID(dir, id)
 	}
 	return "", nil

@@ -1,14 +1,17 @@
 // Package replica holds what the server's two replicated modes, the Raft
-// cluster and the hot-standby pair, share: the rule for their names (a
-// node's ID, a cluster's ID, a pair's ID) and the mutual TLS between
-// their nodes. Each mode imports it; neither uses the other's files for
+// cluster and the hot-standby pair, share: their identities (the rule for
+// a node's, a cluster's and a pair's ID, and a new random one), the
+// addresses their nodes give each other, and the mutual TLS between them. Each mode imports it; neither uses the other's files for
 // these.
 package replica
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
+	"net"
 
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 )
@@ -54,4 +57,25 @@ func PeerTLS(config string, cert *tls.Certificate, roots *x509.CertPool) (*raftn
 		return nil, fmt.Errorf("server: %s.PeerCertificate: %w", config, err)
 	}
 	return p, nil
+}
+
+// NewID returns a random identity for a cluster or a pair: 128 bits as
+// 32 lowercase hexadecimal digits.
+func NewID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// DialableHostPort checks that a, HOST:PORT, is an address other nodes
+// can dial: not a wildcard and not without a host.
+func DialableHostPort(a string) error {
+	host, _, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return fmt.Errorf("%q is not an address other nodes can dial", a)
+	}
+	return nil
 }

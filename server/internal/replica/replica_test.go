@@ -33,3 +33,23 @@ func TestPeerTLSBothOrNeither(t *testing.T) {
 		t.Fatalf("no certificate: %v", err)
 	}
 }
+
+func TestNewIDIsAValidID(t *testing.T) {
+	a, b := NewID(), NewID()
+	if len(a) != 32 || !ValidID(a) || a == b {
+		t.Fatalf("NewID: %q, %q", a, b)
+	}
+}
+
+func TestDialableHostPort(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:7001", "node-1:7001", "[::1]:7001"} {
+		if err := DialableHostPort(a); err != nil {
+			t.Errorf("%s: %v", a, err)
+		}
+	}
+	for _, a := range []string{":7001", "0.0.0.0:7001", "[::]:7001", "127.0.0.1"} {
+		if err := DialableHostPort(a); err == nil {
+			t.Errorf("%s: accepted", a)
+		}
+	}
+}

@@ -21,7 +21,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 BENCH=${BENCH:-}
 if [ -z "$BENCH" ]; then
-  go build -o "$tmp/ticketing-bench" "$(dirname "$0")/../cmd/ticketing-bench"
+  (cd "$(dirname "$0")/.." && go build -o "$tmp/ticketing-bench" ./cmd/ticketing-bench)
   BENCH=$tmp/ticketing-bench
 fi
 cps() { python3 -c 'import json,sys; print(round(json.load(sys.stdin)["cycles_per_sec"]))'; }

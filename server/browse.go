@@ -15,9 +15,9 @@ import (
 )
 
 // The lock browser and the operator's "expire now": Server.Locks,
-// Server.Lock and Server.ExpireLock. Every mode answers them through its
-// mode methods (locks, lock, expire): the serving core where this node
-// serves, the applied machine where it does not.
+// Server.Lock and Server.ExpireLock. The lock path answers them in every
+// mode alike (session_shard.go: lockChunk, lock, expire): the serving core
+// where this node serves, the mode's applied machine where it does not.
 
 // Page sizes of Server.Locks.
 const (
@@ -258,7 +258,7 @@ func (b *browser) page(ctx context.Context, s *Server, q lockcore.LockQuery) (*l
 	b.mu.Lock()
 	gen := b.gen
 	b.mu.Unlock()
-	a, err := b.scan(s.mode, q)
+	a, err := b.scan(s, q)
 	if err != nil {
 		return nil, err
 	}
@@ -284,10 +284,10 @@ func (b *browser) page(ctx context.Context, s *Server, q lockcore.LockQuery) (*l
 
 // scan searches the mode's tables for q's page; if the view changes
 // meanwhile (this node began or stopped serving), it starts again, once.
-func (b *browser) scan(m mode, q lockcore.LockQuery) (*lockAnswer, error) {
+func (b *browser) scan(s *Server, q lockcore.LockQuery) (*lockAnswer, error) {
 	b.scans.Add(1)
 	for range 2 {
-		if a, ok := b.merge(m, q); ok {
+		if a, ok := b.merge(s, q); ok {
 			return a, nil
 		}
 	}
@@ -306,8 +306,8 @@ type lockSource struct {
 // selected locks in order, from its cursor on): a lock goes into the page
 // once every table whose locks are not all known has searched past it.
 // It reports false if the view changed.
-func (b *browser) merge(m mode, q lockcore.LockQuery) (*lockAnswer, bool) {
-	n := m.lockSources()
+func (b *browser) merge(s *Server, q lockcore.LockQuery) (*lockAnswer, bool) {
+	n := s.mode.tables()
 	srcs := make([]lockSource, n)
 	for i := range srcs {
 		srcs[i].after = q.After
@@ -362,7 +362,7 @@ func (b *browser) merge(m mode, q lockcore.LockQuery) (*lockAnswer, bool) {
 				break
 			}
 			cq := lockcore.LockQuery{Prefix: q.Prefix, After: sr.after, Limit: need - len(page)}
-			v, buf, r := m.lockChunk(i, cq, min(refill, budget), nil)
+			v, buf, r := s.lockChunk(i, cq, min(refill, budget), nil)
 			if view == "" {
 				view = v
 			} else if v != view {
@@ -428,7 +428,7 @@ func (s *Server) Lock(ctx context.Context, key string) (LockDetail, error) {
 	if err := checkKey(key); err != nil {
 		return LockDetail{}, err
 	}
-	view, d, ok := s.mode.lock(key)
+	view, d, ok := s.lock(key)
 	if !ok {
 		return LockDetail{}, fmt.Errorf("%w: %q", ErrLockNotFound, key)
 	}
@@ -499,7 +499,7 @@ func (s *Server) expireLock(ctx context.Context, key string, token uint64) error
 		defer cancel()
 	}
 	a := &adminCall{done: make(chan lockcore.Effect, 1)}
-	if err := s.mode.expire(&lockcore.Expire{S: a, Key: []byte(key), Token: token}); err != nil {
+	if err := s.expire(&lockcore.Expire{S: a, Key: []byte(key), Token: token}); err != nil {
 		return err
 	}
 	select {
@@ -536,11 +536,4 @@ func answerAdmin(e *lockcore.Effect) bool {
 		}
 	}
 	return ok
-}
-
-// coreExpire hands an Expire to sh's core and carries out its effects
-// (under sh.mu).
-func (s *Server) coreExpire(sh *shard, x *lockcore.Expire) {
-	sh.core.Expire(s.shardNow(sh), x)
-	s.carryOut(sh, nil)
 }

@@ -9,20 +9,15 @@ import (
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
-// coresMode is a mode whose lock browser's tables are cores filled
-// directly (the rest of the mode is not used).
+// coresMode is a mode whose lock browser's tables are serving shards
+// whose cores are filled directly (the rest of the mode is not used).
 type coresMode struct {
 	mode
-	cores []*lockcore.Core
-	now   int64
+	shards []*shard
 }
 
-func (m *coresMode) lockSources() int { return len(m.cores) }
-
-func (m *coresMode) lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
-	page, r := m.cores[i].Scan(m.now, q, max, page)
-	return "test", page, r
-}
+func (m *coresMode) tables() int        { return len(m.shards) }
+func (m *coresMode) table(i int) *shard { return m.shards[i] }
 
 // grantAll applies every command at once, with the next token.
 type grantAll struct{ last uint64 }
@@ -46,25 +41,28 @@ func (liveSession) Live() bool { return true }
 // gives exactly the held locks the query selects, in order.
 func TestLocksMergeBounded(t *testing.T) {
 	for _, n := range []int{1, 5, numShards} {
-		m := &coresMode{now: 1}
+		m := &coresMode{}
+		s := &Server{clk: NewFakeClock(), mode: m}
+		now := s.now()
 		log := &grantAll{}
 		for range n {
-			m.cores = append(m.cores, lockcore.New(lockcore.Config{Capacity: &lockcore.Capacity{MaxLocks: 1 << 20, MaxWaiters: 1 << 10}, MaxKeyWaiters: 4}, log))
+			core := lockcore.New(lockcore.Config{Capacity: &lockcore.Capacity{MaxLocks: 1 << 20, MaxWaiters: 1 << 10}, MaxKeyWaiters: 4}, log)
+			m.shards = append(m.shards, &shard{core: core, serving: true, view: "test"})
 		}
 		var held []string
 		for i := range 30_000 {
 			k := fmt.Sprintf("idle/%05d", i)
-			c := m.cores[i%n]
-			c.Acquire(1, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
+			c := m.shards[i%n].core
+			c.Acquire(now, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
 			tok := c.Effects()[0].Token
 			if i%997 == 0 || i > 29_990 {
 				held = append(held, k)
 				continue
 			}
-			c.Release(1, &lockcore.Release{S: liveSession{}, Key: []byte(k), Token: tok})
+			c.Release(now, &lockcore.Release{S: liveSession{}, Key: []byte(k), Token: tok})
 		}
 		for _, k := range []string{"a", "held/1", "held/2", "zz"} {
-			m.cores[len(k)%n].Acquire(1, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
+			m.shards[len(k)%n].core.Acquire(now, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
 			held = append(held, k)
 		}
 		slices.Sort(held)
@@ -82,7 +80,7 @@ func TestLocksMergeBounded(t *testing.T) {
 				var got []string
 				for pages := 0; ; pages++ {
 					before := b.visits.Load()
-					a, err := b.scan(m, q)
+					a, err := b.scan(s, q)
 					if err != nil {
 						t.Fatal(err)
 					}

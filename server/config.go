@@ -75,6 +75,9 @@ type Config struct {
 	StandbyHint string
 
 	clock clock // tests only: the scheduler's clock (nil: the real one)
+	// mode: tests only: a mode of the test's own (a lockLog of its own,
+	// session_shard.go), made by New instead of standalone's.
+	mode func(*Server) mode
 
 	// MaxLocks limits held (unexpired) locks; default DefaultMaxLocks.
 	// MaxWaiters limits queued ACQUIREs over all keys; default DefaultMaxWaiters.

@@ -55,26 +55,20 @@
 //	                      clusters, pairs, crashes, upgrades
 //	docs/ha.md          what each mode keeps when a node fails
 //
-// # The code: the lock core, the replication logs, the sessions
+// # The code: the lock core, the lock path, the modes, the sessions
 //
-// The code is in three rooms, and a file's name says which it is in:
+// The code is in four rooms, and a file's name says which it is in:
 //
 //	internal/lockcore/   the lock core: every lock rule, once (no clock, no I/O)
-//	log_standalone*.go   the replication logs, one per mode, behind the
-//	log_cluster*.go        seam lockcore.Proposer: standalone (the token
-//	log_pair*.go           store), the Raft cluster, the hot-standby pair
-//	session*.go          the sessions: frames in, the core's events;
-//	                       the core's effects, frames out (session_shard.go
-//	                       is where the two meet, and the mode interface)
-//
-// Beside them are the server's front door (server.go: New, Serve,
-// Shutdown, Stats; browse.go: the lock browser and expire now; config.go;
-// role.go; metrics.go; clock.go) and the
-// pure parts the logs are built from, each a package of its own:
-// internal/bstar (the Binary Star state machine) and, outside server/,
-// internal/raftlog, internal/raftstore and internal/raftnet (the Raft
-// node's log, stable store and transport). The admin HTTP handler is
-// package server/admin.
+//	lockpath.go          the lock path, once for every mode: a request goes
+//	                       into one core event; its replies go out as
+//	                       effects and its commands to the mode's log
+//	log_standalone*.go   the modes, each a log behind the seam
+//	log_cluster*.go        lockcore.Proposer and a few answers to the lock
+//	log_pair*.go           path (lockLog): standalone (the token store), the
+//	                       Raft cluster, the hot-standby pair; replicated.go
+//	                       holds what the two replicated ones share
+//	session*.go          the sessions: frames in, frames out
 //
 // Every lock decision is made once, in internal/lockcore: a deterministic
 // Machine (the replicated holdings and the highest token) and a Core in

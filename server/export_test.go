@@ -55,7 +55,7 @@ func (n *InmemNode) Use(cc *ClusterConfig) {
 func SetRaftTuning(cc *ClusterConfig, f func(*raft.Config)) { cc.tune = f }
 
 // Snapshot makes the node take a Raft snapshot now.
-func (s *Server) Snapshot() error { return s.cl.r.Snapshot().Error() }
+func (s *Server) Snapshot() error { return s.clusterMode().r.Snapshot().Error() }
 
 // UseLossy is Use with a transport that fails each outgoing RPC for which
 // drop returns true (message loss; pipelining is off so that every append
@@ -105,7 +105,7 @@ func (t *lossyTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 // leases, and how many of all those are on the leader's own queue (not
 // charged to a session).
 func ProposalsPending(s *Server) (requests, expiries, own int) {
-	cl := s.cl
+	cl := s.clusterMode()
 	cl.sh.mu.Lock()
 	defer cl.sh.mu.Unlock()
 	if cl.own == nil {
@@ -141,7 +141,7 @@ func (n *InmemNode) UseTransport(cc *ClusterConfig) { cc.transport = n.Trans }
 
 // TransferLeadershipTo hands the leadership of s (the leader) to node id.
 func (s *Server) TransferLeadershipTo(id, addr string) error {
-	return s.cl.r.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
+	return s.clusterMode().r.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 }
 
 // BrowseWork is the lock browser's work so far (Server.Locks): its scans,

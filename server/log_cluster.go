@@ -23,6 +23,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/raftstore"
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // Raft mode: the node.
@@ -64,8 +65,7 @@ type cluster struct {
 
 	// The scheduler (leader only): the lock core of the leader, fed by the
 	// applied log, under sh.mu, which also guards the fields below it.
-	sh      shard
-	active  bool
+	sh      shard // sh.serving: the scheduler runs (this node leads)
 	stint   uint64
 	seq     uint64
 	pending map[uint64]*proposal // the commands of this stint in flight, by seq
@@ -136,8 +136,8 @@ type cluster struct {
 }
 
 func (cc *ClusterConfig) validate(c *Config) error {
-	if !validNodeID(cc.NodeID) {
-		return fmt.Errorf("server: ClusterConfig.NodeID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.NodeID)
+	if !replica.ValidID(cc.NodeID) {
+		return replica.IDError("ClusterConfig.NodeID", cc.NodeID)
 	}
 	if cc.transport == nil {
 		if cc.RaftListen == "" {
@@ -146,7 +146,7 @@ func (cc *ClusterConfig) validate(c *Config) error {
 		if cc.RaftAdvertise == "" {
 			cc.RaftAdvertise = cc.RaftListen
 		}
-		if err := concreteHostPort(cc.RaftAdvertise); err != nil {
+		if err := replica.DialableHostPort(cc.RaftAdvertise); err != nil {
 			return fmt.Errorf("server: ClusterConfig.RaftAdvertise: %w", err)
 		}
 	}
@@ -160,7 +160,7 @@ func (cc *ClusterConfig) validate(c *Config) error {
 		seen := map[string]bool{}
 		self := false
 		for _, p := range cc.Peers {
-			if !validNodeID(p.ID) || p.Address == "" {
+			if !replica.ValidID(p.ID) || p.Address == "" {
 				return fmt.Errorf("server: ClusterConfig.Peers: bad peer %q=%q", p.ID, p.Address)
 			}
 			if seen[p.ID] {
@@ -181,8 +181,8 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	if cc.Join && len(cc.Peers) > 0 {
 		return errors.New("server: ClusterConfig.Join (initial-cluster-state existing: the node waits to be added and never bootstraps) and Peers (the configuration of a new cluster) exclude each other")
 	}
-	if cc.ClusterID != "" && !validNodeID(cc.ClusterID) {
-		return fmt.Errorf("server: ClusterConfig.ClusterID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", cc.ClusterID)
+	if cc.ClusterID != "" && !replica.ValidID(cc.ClusterID) {
+		return replica.IDError("ClusterConfig.ClusterID", cc.ClusterID)
 	}
 	if cc.HeartbeatTimeout < 0 || cc.ElectionTimeout < 0 {
 		return errors.New("server: negative ClusterConfig timeout")
@@ -211,35 +211,14 @@ func (cc *ClusterConfig) validate(c *Config) error {
 	return cc.checkPeerTLS()
 }
 
-// MaxNodeIDLen is the longest ClusterConfig.NodeID.
-const MaxNodeIDLen = 64
+// MaxNodeIDLen is the longest ClusterConfig.NodeID (and ClusterID,
+// PairConfig.ID).
+const MaxNodeIDLen = replica.MaxIDLen
 
-// ValidNodeID reports whether id can be a ClusterConfig.NodeID: 1 to
-// MaxNodeIDLen bytes of ASCII letters, digits, '.', '_' and '-'.
-func ValidNodeID(id string) bool { return validNodeID(id) }
-
-func validNodeID(id string) bool {
-	if len(id) == 0 || len(id) > MaxNodeIDLen {
-		return false
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func concreteHostPort(a string) error {
-	host, _, err := net.SplitHostPort(a)
-	if err != nil {
-		return err
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		return fmt.Errorf("%q is not an address other nodes can dial", a)
-	}
-	return nil
-}
+// ValidNodeID reports whether id can be a ClusterConfig.NodeID (or a
+// ClusterID, a PairConfig.ID): 1 to MaxNodeIDLen bytes of ASCII letters,
+// digits, '.', '_' and '-', and neither "." nor "..".
+func ValidNodeID(id string) bool { return replica.ValidID(id) }
 
 // newCluster starts the Raft node of s (called by New).
 func newCluster(s *Server) (*cluster, error) {
@@ -265,7 +244,7 @@ func newCluster(s *Server) (*cluster, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128 (maxEntryCommands)
 		}),
 	}
-	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline}
+	cl.sh = shard{exact: true, rep: cl, wakeAt: lockcore.NoDeadline, view: ViewLeader}
 	cl.sh.core = lockcore.New(lockcore.Config{
 		Capacity:      &s.capacity,
 		MaxKeyWaiters: s.cfg.MaxKeyWaiters,
@@ -278,7 +257,7 @@ func newCluster(s *Server) (*cluster, error) {
 	cl.fsm.identified = cl.identified
 	cl.newID = cc.ClusterID
 	if cl.newID == "" {
-		cl.newID = NewClusterID()
+		cl.newID = replica.NewID()
 	}
 	ok := false
 	defer func() {
@@ -652,7 +631,7 @@ func (cl *cluster) takeOver() {
 	// The proposer takes the new stint before the first command can be
 	// queued.
 	cl.resetProposerLocked(stint)
-	cl.active = true
+	cl.sh.serving = true
 	cl.sh.mu.Unlock()
 	cl.serving.Store(true)
 	if err := s.SetRole(RoleLeader, ""); err != nil {
@@ -667,8 +646,8 @@ func (cl *cluster) takeOver() {
 // which closes every session with M.
 func (cl *cluster) stopScheduler() {
 	cl.sh.mu.Lock()
-	was := cl.active
-	cl.active = false
+	was := cl.sh.serving
+	cl.sh.serving = false
 	cl.sh.core.Demote()
 	cl.pending = nil
 	cl.resetProposerLocked(0)
@@ -679,9 +658,15 @@ func (cl *cluster) stopScheduler() {
 	}
 }
 
+// clusterMode is the server's mode if it is a Raft node, else nil.
+func (s *Server) clusterMode() *cluster {
+	cl, _ := s.mode.(*cluster)
+	return cl
+}
+
 // ClusterStatus returns this node's view of the cluster.
 func (s *Server) ClusterStatus() (ClusterStatus, error) {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ClusterStatus{}, ErrNotCluster
 	}
@@ -804,14 +789,14 @@ func changeTimeout(ctx context.Context) time.Duration {
 // cluster as a voter (on the leader). Adding a node that is already a
 // voter at that address changes nothing.
 func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ErrNotCluster
 	}
-	if !validNodeID(id) {
-		return fmt.Errorf("server: node ID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", id)
+	if !replica.ValidID(id) {
+		return replica.IDError("node ID", id)
 	}
-	if err := concreteHostPort(raftAddr); err != nil {
+	if err := replica.DialableHostPort(raftAddr); err != nil {
 		return fmt.Errorf("server: raft address: %w", err)
 	}
 	if cl.r.State() != raft.Leader {
@@ -830,7 +815,7 @@ func (s *Server) AddVoter(ctx context.Context, id, raftAddr string) error {
 // RemoveServer removes node id from the cluster (on the leader). A leader
 // may remove itself: it steps down once the change is committed.
 func (s *Server) RemoveServer(ctx context.Context, id string) error {
-	cl := s.cl
+	cl := s.clusterMode()
 	if cl == nil {
 		return ErrNotCluster
 	}
@@ -897,7 +882,6 @@ func (s *Server) startCluster() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.cl = cl
 	s.mode = cl
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // ClusterConfig makes a Server a node of a Raft cluster (Config.Cluster).
@@ -147,27 +148,8 @@ type ClusterConfig struct {
 // checkPeerTLS checks PeerCertificate and PeerRoots (for validate) and
 // makes cc.peerTLS of them.
 func (cc *ClusterConfig) checkPeerTLS() (err error) {
-	cc.peerTLS, err = peerTLSOf("ClusterConfig", cc.PeerCertificate, cc.PeerRoots)
+	cc.peerTLS, err = replica.PeerTLS("ClusterConfig", cc.PeerCertificate, cc.PeerRoots)
 	return err
-}
-
-// peerTLSOf checks a config's PeerCertificate and PeerRoots (its type
-// named in the errors) and makes a raftnet.PeerTLS of them; nil without
-// them.
-func peerTLSOf(config string, cert *tls.Certificate, roots *x509.CertPool) (*raftnet.PeerTLS, error) {
-	switch {
-	case cert == nil && roots == nil:
-		return nil, nil
-	case cert == nil:
-		return nil, fmt.Errorf("server: %s.PeerRoots without PeerCertificate: give both (mutual TLS between the nodes) or neither (plain TCP)", config)
-	case roots == nil:
-		return nil, fmt.Errorf("server: %s.PeerCertificate without PeerRoots: give both (mutual TLS between the nodes) or neither (plain TCP)", config)
-	}
-	p, err := raftnet.NewPeerTLS(*cert, roots)
-	if err != nil {
-		return nil, fmt.Errorf("server: %s.PeerCertificate: %w", config, err)
-	}
-	return p, nil
 }
 
 // Peer is one node of a cluster's initial configuration.

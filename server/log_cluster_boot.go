@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // Cluster identity and bootstrap.
@@ -89,11 +90,7 @@ func refusef(format string, args ...any) error {
 
 // NewClusterID returns a random cluster identity: 128 bits as 32
 // lowercase hexadecimal digits.
-func NewClusterID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func NewClusterID() string { return replica.NewID() }
 
 // NewClusterIDFor returns a random cluster identity bound to the initial
 // configuration peers: NewClusterID's 32 digits, ".p" and 12 hexadecimal
@@ -194,7 +191,7 @@ func loadIncarnation(stable raft.StableStore) (string, error) {
 	if len(v) > 0 {
 		return string(v), nil
 	}
-	inc := NewClusterID()
+	inc := replica.NewID()
 	if err := stable.Set(keyIncarnation, []byte(inc)); err != nil {
 		return "", err
 	}

@@ -144,15 +144,15 @@ func (cl *cluster) queueFor(id uint64) *pqueue {
 	return q
 }
 
-// admitLocked returns true when c may propose: while c's session has
-// MaxSessionProposals commands awaiting their apply, it waits (mu released)
-// for one to apply, and reads nothing more meanwhile. It returns false if
-// the session or the scheduler ended while it waited (nothing to answer:
-// the session is closing, or gets M).
-func (cl *cluster) admitLocked(c *conn) bool {
+// admitLocked reports whether c may propose: while c's session has
+// MaxSessionProposals commands awaiting their apply, it waits (mu released:
+// waited) for one to apply, and reads nothing more meanwhile. It reports
+// false if the session or the scheduler ended while it waited (nothing to
+// answer: the session is closing, or gets M).
+func (cl *cluster) admitLocked(c *conn) (waited, ok bool) {
 	q := cl.queues[c.qid]
 	if c.qid == 0 || q == nil || q.n < cl.cfg.MaxSessionProposals {
-		return true
+		return false, true
 	}
 	cl.sessionWaits.Add(1)
 	q.waiting.Store(true)
@@ -179,11 +179,11 @@ func (cl *cluster) admitLocked(c *conn) bool {
 			t.Reset(admitRecheck)
 		}
 		cl.sh.mu.Lock()
-		if !cl.active || cl.stint != stint || c.dead.Load() {
-			return false
+		if !cl.sh.serving || cl.stint != stint || c.dead.Load() {
+			return true, false
 		}
 		if q.n < cl.cfg.MaxSessionProposals {
-			return true
+			return true, true
 		}
 	}
 }

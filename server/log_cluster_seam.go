@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
@@ -51,7 +50,7 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 	sh := &cl.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !cl.active || stint != cl.stint {
+	if !sh.serving || stint != cl.stint {
 		return
 	}
 	now := s.shardNow(sh)
@@ -65,8 +64,7 @@ func (cl *cluster) applied(stint uint64, res []cmdResult) {
 		delete(cl.pending, r.seq)
 		cl.appliedLocked(p)
 		first = min(first, p.at)
-		sh.core.Applied(now, p.lp, r.res)
-		s.carryOut(sh, nil)
+		s.applied(sh, now, p.lp, r.res)
 	}
 	// The entry's earliest command: its wait is the entry's commit latency
 	// (with the wait for its turn in the proposer).
@@ -104,84 +102,32 @@ func (cl *cluster) resync(key string) {
 	cl.s.resyncKey(&cl.sh, "cluster", key, h, ok)
 }
 
-// acquire handles an ACQUIRE on the leader.
-func (cl *cluster) acquire(c *conn, req *wire.Request, arrived int64) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || !cl.admitLocked(c) {
-		return // stepping down: the session gets M and closes
+// The lock path's questions (lockLog, session_shard.go): one table, the
+// leader's scheduler, which serves while this node leads; elsewhere the
+// lock browser reads the applied machine, and an operator's Expire is
+// refused with the leader's address.
+
+func (cl *cluster) shardOf([]byte) *shard { return &cl.sh }
+func (cl *cluster) tables() int           { return 1 }
+func (cl *cluster) table(int) *shard      { return &cl.sh }
+func (cl *cluster) notServing() error     { return cl.notLeader() }
+
+// admitRequest: a session waits for its turn while MaxSessionProposals
+// of its commands await their apply (admitLocked); its commands are
+// charged to its number.
+func (cl *cluster) admitRequest(_ *shard, c *conn) (uint64, bool, bool) {
+	waited, ok := cl.admitLocked(c)
+	if !ok {
+		return 0, waited, false
 	}
-	cl.s.coreAcquire(sh, c, req, arrived, cl.sessionID(c))
+	return cl.sessionID(c), waited, true
 }
 
-// release handles a RELEASE (owned: RELEASE_OWNED) on the leader.
-func (cl *cluster) release(c *conn, req *wire.Request, owned bool) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || !cl.admitLocked(c) {
-		return
-	}
-	cl.s.coreRelease(sh, c, req, owned, cl.sessionID(c))
-}
-
-// extend handles an EXTEND on the leader: K once its command is applied.
-func (cl *cluster) extend(c *conn, req *wire.Request, arrived int64) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active || !cl.admitLocked(c) {
-		return
-	}
-	cl.s.coreExtend(sh, c, req, cl.sessionID(c))
-}
-
-// The lock browser's one table: the leader's core; elsewhere the applied
-// machine.
-func (cl *cluster) lockSources() int { return 1 }
-
-func (cl *cluster) lockChunk(_ int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	if cl.active {
-		defer sh.mu.Unlock()
-		page, r := sh.core.Scan(cl.s.shardNow(sh), q, max, page)
-		return ViewLeader, page, r
-	}
-	sh.mu.Unlock()
+func (cl *cluster) readApplied(f func(m *lockcore.Machine)) string {
 	cl.fsm.mu.Lock()
 	defer cl.fsm.mu.Unlock()
-	page, r := cl.fsm.sm.Scan(q, max, page)
-	return ViewFollowerApplied, page, r
-}
-
-func (cl *cluster) lock(key string) (string, lockcore.LockDetail, bool) {
-	sh := &cl.sh
-	sh.mu.Lock()
-	if cl.active {
-		defer sh.mu.Unlock()
-		d, ok := sh.core.Lock(cl.s.shardNow(sh), key)
-		return ViewLeader, d, ok
-	}
-	sh.mu.Unlock()
-	cl.fsm.mu.Lock()
-	defer cl.fsm.mu.Unlock()
-	d, ok := cl.fsm.sm.Lock(key)
-	return ViewFollowerApplied, d, ok
-}
-
-// expire hands an operator's Expire to the leader's core: a Free of kind
-// expire, answered once it is applied; a node that does not lead refuses.
-func (cl *cluster) expire(x *lockcore.Expire) error {
-	sh := &cl.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !cl.active {
-		return cl.notLeader()
-	}
-	cl.s.coreExpire(sh, x)
-	return nil
+	f(cl.fsm.sm)
+	return ViewFollowerApplied
 }
 
 func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }

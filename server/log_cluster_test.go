@@ -474,6 +474,7 @@ func TestClusterConfigErrors(t *testing.T) {
 	for name, cc := range map[string]server.ClusterConfig{
 		"no node id":                  {RaftListen: "127.0.0.1:0", Advertise: "127.0.0.1:1"},
 		"bad node id":                 {NodeID: "a b", RaftListen: "127.0.0.1:0", Advertise: "127.0.0.1:1"},
+		"dot-dot node id":             {NodeID: "..", RaftListen: "127.0.0.1:0", Advertise: "127.0.0.1:1"},
 		"no raft listen":              {NodeID: "a", Advertise: "127.0.0.1:1"},
 		"no advertise":                {NodeID: "a", RaftListen: "127.0.0.1:7000"},
 		"unspecified":                 {NodeID: "a", RaftListen: "0.0.0.0:7000", Advertise: "127.0.0.1:1"},

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/bstar"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
@@ -65,7 +64,6 @@ type pair struct {
 	// sh.mu.
 	sh        shard
 	m         *lockcore.Machine
-	active    bool     // the core serves
 	hasState  bool     // the machine is a copy of the active's (a snapshot came), or this node's own from serving
 	seq       uint64   // the last stream seq: the active's last command, the passive's last applied
 	attached  *outLink // the out link the stream goes to; nil: unreplicated
@@ -151,9 +149,8 @@ func (s *Server) startPair() (*Server, error) {
 	p.fsm, _ = bstar.New(start, pc.Heartbeat) // validated
 	p.state.Store(uint32(start))
 	p.started = s.now()
-	p.sh = shard{exact: true, rep: p, wakeAt: lockcore.NoDeadline}
+	p.sh = shard{exact: true, rep: p, wakeAt: lockcore.NoDeadline, view: ViewActive}
 	p.sh.core = lockcore.New(lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}, pairLog{p})
-	s.pr = p
 	s.mode = p
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {
@@ -418,7 +415,7 @@ func (p *pair) activate(now int64) error {
 	hs := p.m.Holdings()
 	sh.core.Promote(p.s.shardNow(sh), hs, int64(p.cfg.Heartbeat))
 	p.s.rearm(sh)
-	p.active, p.hasState = true, true
+	p.sh.serving, p.hasState = true, true
 	p.attached, p.pending = nil, nil
 	p.replicating.Store(false)
 	sh.mu.Unlock()
@@ -494,7 +491,7 @@ func (p *pair) stepDown() {
 	sh := &p.sh
 	sh.mu.Lock()
 	sh.core.Demote()
-	p.active, p.hasState = false, false
+	p.sh.serving, p.hasState = false, false
 	if p.attached != nil {
 		p.attached.close()
 	}
@@ -798,80 +795,27 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 	}
 }
 
-// pair's mode.
+// The lock path's questions (lockLog, session_shard.go): one table, the
+// active's core; on the passive, the lock browser reads its machine (the
+// active's state as of the last command it applied), and an operator's
+// Expire is refused with the active's address.
 
-func (p *pair) acquire(c *conn, req *wire.Request, arrived int64) {
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !p.active {
-		return // stepping down: the session gets M and closes
-	}
-	p.s.coreAcquire(sh, c, req, arrived, 0)
+func (p *pair) shardOf([]byte) *shard                           { return &p.sh }
+func (p *pair) tables() int                                     { return 1 }
+func (p *pair) table(int) *shard                                { return &p.sh }
+func (p *pair) admitRequest(*shard, *conn) (uint64, bool, bool) { return 0, false, true }
+
+func (p *pair) readApplied(f func(m *lockcore.Machine)) string {
+	p.sh.mu.Lock()
+	defer p.sh.mu.Unlock()
+	f(p.m)
+	return ViewPassiveApplied
 }
 
-func (p *pair) release(c *conn, req *wire.Request, owned bool) {
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !p.active {
-		return
-	}
-	p.s.coreRelease(sh, c, req, owned, 0)
-}
-
-func (p *pair) extend(c *conn, req *wire.Request, arrived int64) {
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !p.active {
-		return
-	}
-	p.s.coreExtend(sh, c, req, 0)
-}
-
-// The lock browser's one table: the active's core; on the passive, its
-// machine (the active's state as of the last command it applied).
-func (p *pair) lockSources() int { return 1 }
-
-func (p *pair) lockChunk(_ int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if p.active {
-		page, r := sh.core.Scan(p.s.shardNow(sh), q, max, page)
-		return ViewActive, page, r
-	}
-	page, r := p.m.Scan(q, max, page)
-	return ViewPassiveApplied, page, r
-}
-
-func (p *pair) lock(key string) (string, lockcore.LockDetail, bool) {
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if p.active {
-		d, ok := sh.core.Lock(p.s.shardNow(sh), key)
-		return ViewActive, d, ok
-	}
-	d, ok := p.m.Lock(key)
-	return ViewPassiveApplied, d, ok
-}
-
-// expire hands an operator's Expire to the active's core (answered once
-// the passive, if attached, has acknowledged it); the passive refuses.
-func (p *pair) expire(x *lockcore.Expire) error {
+func (p *pair) notServing() error {
 	p.mu.Lock()
-	active := p.peerAdv
-	p.mu.Unlock()
-	sh := &p.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !p.active {
-		return &NotActiveError{Active: active}
-	}
-	p.s.coreExpire(sh, x)
-	return nil
+	defer p.mu.Unlock()
+	return &NotActiveError{Active: p.peerAdv}
 }
 
 func (p *pair) lastToken() uint64    { return p.last.Load() }
@@ -933,10 +877,16 @@ type PairStatus struct {
 	Peer          string `json:"peer"`           // the peer's address
 }
 
+// pairMode is the server's mode if it is a pair node, else nil.
+func (s *Server) pairMode() *pair {
+	p, _ := s.mode.(*pair)
+	return p
+}
+
 // PairStatus returns this node's view of its pair; ok is false if the
 // server is not a pair node.
 func (s *Server) PairStatus() (st PairStatus, ok bool) {
-	p := s.pr
+	p := s.pairMode()
 	if p == nil {
 		return PairStatus{}, false
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ticketing-dev/ticketing/internal/connlimit"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/wire"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // PairRole is the role a node of a hot-standby pair is started with: the
@@ -122,7 +123,7 @@ func (pc *PairConfig) validate(c *Config) error {
 	if pc.Peer == "" {
 		return errors.New("server: PairConfig.Peer (the other node's peer address) is required")
 	}
-	if err := concreteHostPort(pc.Peer); err != nil {
+	if err := replica.DialableHostPort(pc.Peer); err != nil {
 		return fmt.Errorf("server: PairConfig.Peer: %w", err)
 	}
 	if pc.listener == nil {
@@ -139,8 +140,8 @@ func (pc *PairConfig) validate(c *Config) error {
 	if len(pc.Advertise) > wire.MaxNameLen {
 		return fmt.Errorf("server: PairConfig.Advertise longer than %d bytes", wire.MaxNameLen)
 	}
-	if pc.ID != "" && !validNodeID(pc.ID) {
-		return fmt.Errorf("server: PairConfig.ID %q: must be 1 to 64 letters, digits, '.', '_' or '-'", pc.ID)
+	if pc.ID != "" && !replica.ValidID(pc.ID) {
+		return replica.IDError("PairConfig.ID", pc.ID)
 	}
 	if pc.Heartbeat < 0 {
 		return fmt.Errorf("server: PairConfig.Heartbeat is negative (%v)", pc.Heartbeat)
@@ -161,7 +162,7 @@ func (pc *PairConfig) validate(c *Config) error {
 		return errors.New("server: Config.Standby and Config.Pair are exclusive (a pair node's role follows the pair's state machine)")
 	}
 	var err error
-	if pc.peerTLS, err = peerTLSOf("PairConfig", pc.PeerCertificate, pc.PeerRoots); err != nil {
+	if pc.peerTLS, err = replica.PeerTLS("PairConfig", pc.PeerCertificate, pc.PeerRoots); err != nil {
 		return err
 	}
 	if pc.peerTLS == nil && !pc.PeerPlaintext {

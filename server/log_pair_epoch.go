@@ -12,6 +12,7 @@ import (
 
 	"github.com/ticketing-dev/ticketing/internal/fsutil"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
+	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )
 
 // Tokens of a hot-standby pair: an epoch in the high bits.
@@ -144,7 +145,7 @@ func loadPairID(dir string, pc PairConfig) (string, error) {
 		return "", fmt.Errorf("server: pair: %w", err)
 	}
 	stored := strings.TrimSpace(string(b))
-	if err == nil && !validNodeID(stored) {
+	if err == nil && !replica.ValidID(stored) {
 		return "", fmt.Errorf("server: pair: %s holds no valid pair ID", filepath.Join(dir, pairIDFile))
 	}
 	switch {
@@ -155,7 +156,7 @@ func loadPairID(dir string, pc PairConfig) (string, error) {
 	case pc.ID != "":
 		return pc.ID, storePairID(dir, pc.ID)
 	case pc.Role == PairPrimary:
-		id := NewClusterID()
+		id := replica.NewID()
 		return id, storePairID(dir, id)
 	}
 	return "", nil

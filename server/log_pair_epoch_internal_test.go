@@ -91,7 +91,7 @@ func TestEpochStore(t *testing.T) {
 func TestPairReepochWhileReplicating(t *testing.T) {
 	clk := NewFakeClock()
 	s, backup := seamPairNodes(t, clk)
-	p, q := s.pr, backup.pr
+	p, q := s.pairMode(), backup.pairMode()
 
 	p.mu.Lock()
 	from := p.serving - 1

@@ -73,7 +73,7 @@ func (p *pair) acked(o *outLink, seq uint64) {
 	sh := &p.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if p.attached != o || !p.active {
+	if p.attached != o || !p.sh.serving {
 		return
 	}
 	n := 0
@@ -90,8 +90,7 @@ func (p *pair) acked(o *outLink, seq uint64) {
 		if done[i].lp == nil {
 			continue // an epoch move ('F'), not a command
 		}
-		sh.core.Applied(now, done[i].lp, done[i].res)
-		p.s.carryOut(sh, nil)
+		p.s.applied(sh, now, done[i].lp, done[i].res)
 		done[i].lp = nil
 	}
 }
@@ -127,8 +126,7 @@ func (p *pair) detachLocked(why string) {
 			continue // an epoch move ('F'), not a command
 		}
 		p.unreplicated.Add(1)
-		p.sh.core.Applied(now, pend[i].lp, pend[i].res)
-		p.s.carryOut(&p.sh, nil)
+		p.s.applied(&p.sh, now, pend[i].lp, pend[i].res)
 	}
 }
 
@@ -143,7 +141,7 @@ func (p *pair) maybeAttach(now int64) {
 	sh := &p.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if !p.active || p.attached == o {
+	if !p.sh.serving || p.attached == o {
 		return
 	}
 	if p.attached != nil {
@@ -175,7 +173,7 @@ func (p *pair) applyStream(st *inStream, typ byte, body []byte) (uint64, error) 
 	sh := &p.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if p.active {
+	if p.sh.serving {
 		// Both serve (a split brain): the heartbeats decide who steps
 		// down; this node takes no stream meanwhile, and acknowledges
 		// nothing, so the peer detaches.

@@ -54,7 +54,7 @@ func seamPairNodes(t *testing.T, clk *FakeClock) (primary, backup *Server) {
 // machine is the active's.
 func seamPair(t *testing.T, clk *FakeClock) *seamLog {
 	s, backup := seamPairNodes(t, clk)
-	p, q := s.pr, backup.pr
+	p, q := s.pairMode(), backup.pairMode()
 	return &seamLog{s: s, clk: clk, rest: func() (seamState, string) {
 		p.sh.mu.Lock()
 		pending, projected := p.sh.core.Pending()+len(p.pending), p.sh.core.Holdings()

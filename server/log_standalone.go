@@ -29,24 +29,46 @@ const (
 	msNs        = int64(time.Millisecond)
 )
 
-// shards is standalone's mode.
-type shards struct{ s *Server }
-
-func (t shards) lastToken() uint64                  { return t.s.tokens.last.Load() }
-func (t shards) tokenCeiling() uint64               { return t.s.tokens.ceiling.Load() }
-func (t shards) heldLocks() int                     { return int(t.s.capacity.Held.Load()) }
-func (t shards) health() error                      { return t.s.tokens.health(tokenWait) }
-func (shards) hello()                               {}
-func (shards) refusal() error                       { return nil }
-func (shards) stopping()                            {}
-func (t shards) collectors() []prometheus.Collector { return nil }
-
-func (t shards) close() {
-	for i := range t.s.shards {
-		t.s.shards[i].stopTimer()
-	}
-	t.s.tokens.close()
+// standalone is standalone's mode: the token store and the shards, whose
+// cores it feeds. It is a lockLog (session_shard.go) of numShards tables,
+// every one always serving.
+type standalone struct {
+	s      *Server
+	tokens *tokenStore
+	shards [numShards]shard
 }
+
+func (t *standalone) lastToken() uint64                { return t.tokens.last.Load() }
+func (t *standalone) tokenCeiling() uint64             { return t.tokens.ceiling.Load() }
+func (t *standalone) heldLocks() int                   { return int(t.s.capacity.Held.Load()) }
+func (t *standalone) health() error                    { return t.tokens.health(tokenWait) }
+func (*standalone) hello()                             {}
+func (*standalone) refusal() error                     { return nil }
+func (*standalone) stopping()                          {}
+func (*standalone) collectors() []prometheus.Collector { return nil }
+
+func (t *standalone) close() {
+	for i := range t.shards {
+		t.shards[i].stopTimer()
+	}
+	t.tokens.close()
+}
+
+// The lock path's questions (lockLog): a key's shard is by a hash of the
+// key; every shard serves; nothing is refused and nothing waits.
+
+func (t *standalone) shardOf(key []byte) *shard {
+	return &t.shards[maphash.Bytes(t.s.seed, key)%numShards]
+}
+
+func (t *standalone) tables() int        { return numShards }
+func (t *standalone) table(i int) *shard { return &t.shards[i] }
+
+func (*standalone) admitRequest(*shard, *conn) (uint64, bool, bool) { return 0, false, true }
+
+// (Not reached: every shard serves.)
+func (*standalone) readApplied(func(*lockcore.Machine)) string { return ViewStandalone }
+func (*standalone) notServing() error                          { return nil }
 
 // localLog is standalone's lockcore.Proposer: every command applies at
 // once; a grant takes the next token of the store's reservation.
@@ -80,17 +102,16 @@ func (l localLog) Propose(p *lockcore.Proposal) bool {
 	return true
 }
 
-func (s *Server) initShards() {
+// newStandalone makes standalone's mode over the token store tokens.
+func newStandalone(s *Server, tokens *tokenStore) *standalone {
+	t := &standalone{s: s, tokens: tokens}
 	cfg := lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}
-	for i := range s.shards {
-		s.shards[i].core = lockcore.New(cfg, localLog{s.tokens})
-		s.shards[i].wakeAt = lockcore.NoDeadline
+	for i := range t.shards {
+		t.shards[i].core = lockcore.New(cfg, localLog{tokens})
+		t.shards[i].wakeAt = lockcore.NoDeadline
+		t.shards[i].serving, t.shards[i].view = true, ViewStandalone
 	}
-	s.mode = shards{s}
-}
-
-func (s *Server) shardFor(key []byte) *shard {
-	return &s.shards[maphash.Bytes(s.seed, key)%numShards]
+	return t
 }
 
 // tokenWait bounds how long an ACQUIRE of a free key waits, outside any
@@ -108,27 +129,6 @@ type tokenWaiter struct {
 	// counted: still counted in capacity.Waiters; whoever clears it
 	// (acquireLate, or a CANCEL) uncounts it.
 	counted atomic.Bool
-}
-
-func (t shards) acquire(c *conn, req *wire.Request, arrived int64) {
-	s := t.s
-	if s.capacity.Held.Load() >= int64(s.cfg.MaxLocks) {
-		s.sweepForCapacity()
-	}
-	sh := s.shardFor(req.Key)
-	a := s.acquireEvent(c, req, arrived, 0)
-	sh.mu.Lock()
-	// The ACQUIRE is decided as of its arrival (no second clock read on
-	// the grant path), or of the shard's last event if that came later. A
-	// lease counted from arrival ends no earlier than its holder's own
-	// count, which starts when it sent the ACQUIRE.
-	sh.last = max(sh.last, arrived)
-	sh.core.Acquire(sh.last, &a)
-	deferred := s.carryOut(sh, c)
-	sh.mu.Unlock()
-	if deferred {
-		s.deferAcquire(c, req, arrived, sh)
-	}
 }
 
 // deferAcquire makes an ACQUIRE that found no token wait for the
@@ -167,7 +167,7 @@ func (s *Server) deferAcquire(c *conn, req *wire.Request, arrived int64, sh *sha
 // for good. Whoever sets tw.done under the shard mutex (this, a CANCEL,
 // the closing session) answers it, or nobody does.
 func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, sh *shard, tw *tokenWaiter, gone <-chan struct{}) {
-	err := s.tokens.await(tokenWait, gone)
+	err := s.mode.(*standalone).tokens.await(tokenWait, gone)
 	if tw.counted.Swap(false) {
 		s.capacity.Waiters.Add(-1) // from here on it is decided, or queued as a waiter of its own
 	}
@@ -205,58 +205,6 @@ func (s *Server) ownedOnly(c *conn) bool {
 	return s.cfg.OwnedReleaseOnly && c.ver >= wire.Version2
 }
 
-func (t shards) release(c *conn, req *wire.Request, owned bool) {
-	s := t.s
-	sh := s.shardFor(req.Key)
-	r := releaseEvent(c, req, owned, 0)
-	sh.mu.Lock()
-	sh.core.Release(s.shardNow(sh), &r)
-	s.carryOut(sh, c)
-	sh.mu.Unlock()
-}
-
-func (t shards) extend(c *conn, req *wire.Request, arrived int64) {
-	s := t.s
-	sh := s.shardFor(req.Key)
-	x := extendEvent(c, req, 0)
-	sh.mu.Lock()
-	// As of its arrival, as an ACQUIRE: the extended lease counts from
-	// when the frame was read (PROTOCOL: "after the server received the
-	// EXTEND"), no later.
-	sh.last = max(sh.last, arrived)
-	sh.core.Extend(sh.last, &x)
-	s.carryOut(sh, c)
-	sh.mu.Unlock()
-}
-
-// The lock browser's tables are the shards (a key has one: the browser
-// merges their pages).
-func (t shards) lockSources() int { return numShards }
-
-func (t shards) lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
-	sh := &t.s.shards[i]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	page, r := sh.core.Scan(t.s.shardNow(sh), q, max, page)
-	return ViewStandalone, page, r
-}
-
-func (t shards) lock(key string) (string, lockcore.LockDetail, bool) {
-	sh := t.s.shardFor([]byte(key))
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	d, ok := sh.core.Lock(t.s.shardNow(sh), key)
-	return ViewStandalone, d, ok
-}
-
-func (t shards) expire(x *lockcore.Expire) error {
-	sh := t.s.shardFor(x.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	t.s.coreExpire(sh, x)
-	return nil
-}
-
 // noToken counts an ACQUIRE answered B because no token was available,
 // and logs at most once per second with the count since the last line.
 func (s *Server) noToken(reason error) {
@@ -270,8 +218,8 @@ func (s *Server) noToken(reason error) {
 // sweepAll ends every lease that is due and forgets idle entries, in every
 // shard.
 func (s *Server) sweepAll() {
-	for i := range s.shards {
-		s.shardDue(&s.shards[i])
+	for i := range s.mode.tables() {
+		s.shardDue(s.mode.table(i))
 	}
 }
 
@@ -303,18 +251,18 @@ func (s *Server) sweeper() {
 // startStandalone opens the token store and starts the shards, the
 // sweeper and the housekeeping: New's last step for a standalone server.
 func (s *Server) startStandalone() (*Server, error) {
-	var err error
-	if s.tokens, err = openStore(s.cfg.DataDir, s.cfg.TokenBlock, s.cfg.InitialToken, s.cfg.TokenStart, s.now); err != nil {
+	tokens, err := openStore(s.cfg.DataDir, s.cfg.TokenBlock, s.cfg.InitialToken, s.cfg.TokenStart, s.now)
+	if err != nil {
 		return nil, err
 	}
-	if s.tokens.recovered {
+	if tokens.recovered {
 		s.cfg.Logger.Warn("token store: no valid ceiling in a used data dir (tokens.ceiling, its temporary file and the copy in LOCK are all missing or corrupt); tokens continue above initial-token alone, which must be at least the highest token ever issued from this directory. Remove initial-token from the configuration once this start has succeeded: left in place, it would be trusted again if the ceiling were lost again",
 			"data_dir", s.cfg.DataDir, "initial_token", s.cfg.InitialToken)
 	}
-	s.initShards()
+	s.mode = newStandalone(s, tokens)
 	if s.cfg.Registerer != nil {
 		if err := s.register(s.cfg.Registerer); err != nil {
-			s.tokens.close()
+			tokens.close()
 			return nil, err
 		}
 	}

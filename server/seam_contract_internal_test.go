@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ticketing-dev/ticketing/internal/wire"
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
@@ -98,14 +99,15 @@ func seamLocal(t *testing.T, clk *FakeClock, dir string) *seamLog {
 	t.Cleanup(func() { s.Close() })
 	return &seamLog{s: s, clk: clk, rest: func() (seamState, string) {
 		var hs []lockcore.Holding
-		for i := range s.shards {
-			sh := &s.shards[i]
+		st := s.mode.(*standalone)
+		for i := range st.shards {
+			sh := &st.shards[i]
 			sh.mu.Lock()
 			hs = append(hs, sh.core.Holdings()...)
 			sh.mu.Unlock()
 		}
 		slices.SortFunc(hs, func(a, b lockcore.Holding) int { return strings.Compare(a.Key, b.Key) })
-		return seamState{last: s.tokens.last.Load(), projected: hs}, ""
+		return seamState{last: st.tokens.last.Load(), projected: hs}, ""
 	}}
 }
 
@@ -190,7 +192,7 @@ func seamRaft(t *testing.T, clk *FakeClock, n int) *seamLog {
 
 func seamRaftLog(nodes []*seamNode, leader int, clk *FakeClock) *seamLog {
 	s := nodes[leader].s
-	cl := s.cl
+	cl := s.clusterMode()
 	return &seamLog{s: s, clk: clk, rest: func() (seamState, string) {
 		cl.sh.mu.Lock()
 		pending, projected := cl.sh.core.Pending()+len(cl.pending), cl.sh.core.Holdings()
@@ -203,7 +205,7 @@ func seamRaftLog(nodes []*seamNode, leader int, clk *FakeClock) *seamLog {
 			if nd.s.isClosed() {
 				continue
 			}
-			if hs, l := nd.s.cl.fsm.holdingsNow(); l != last || !slices.Equal(hs, applied) {
+			if hs, l := nd.s.clusterMode().fsm.holdingsNow(); l != last || !slices.Equal(hs, applied) {
 				return seamState{}, fmt.Sprintf("node %s's machine (last %d, %v) is not the leader's (last %d, %v)", nd.in.ID, l, hs, last, applied)
 			}
 		}
@@ -279,59 +281,47 @@ func (l *memLog) apply() bool {
 	return true
 }
 
-// memTable is the mode of a Server whose every key goes to one shard,
-// the in-memory log's (as a cluster leader's do to cluster.sh).
-type memTable struct {
-	shards // the standalone Server's, but for acquire, release and extend
-	s      *Server
-	sh     *shard
+// A mode of its own: memLog is also the whole mode of its Server (one
+// type: the lock path is the server's, session_shard.go). Its one shard
+// always serves; its status is its machine's.
+
+func (l *memLog) shardOf([]byte) *shard                           { return l.sh }
+func (l *memLog) tables() int                                     { return 1 }
+func (l *memLog) table(int) *shard                                { return l.sh }
+func (l *memLog) admitRequest(*shard, *conn) (uint64, bool, bool) { return 0, false, true }
+func (l *memLog) notServing() error                               { return nil }
+func (l *memLog) readApplied(f func(*lockcore.Machine)) string {
+	f(l.m)
+	return "mem"
 }
 
-func (mt memTable) acquire(c *conn, req *wire.Request, arrived int64) {
-	a := lockcore.Acquire{S: c, ReqID: req.ReqID, Key: req.Key, Owner: req.Owner, LeaseS: req.LeaseS, WaitS: req.WaitS,
-		OwnedOnly: mt.s.ownedOnly(c), Arrived: arrived}
-	mt.sh.mu.Lock()
-	defer mt.sh.mu.Unlock()
-	mt.sh.core.Acquire(mt.s.shardNow(mt.sh), &a)
-	mt.s.carryOut(mt.sh, c) // (no Defer: the log never applies at once)
-}
+func (l *memLog) hello()                             {}
+func (l *memLog) refusal() error                     { return nil }
+func (l *memLog) stopping()                          {}
+func (l *memLog) lastToken() uint64                  { return l.m.Last() }
+func (l *memLog) tokenCeiling() uint64               { return l.m.Last() }
+func (l *memLog) heldLocks() int                     { return l.m.Len() }
+func (l *memLog) health() error                      { return nil }
+func (l *memLog) collectors() []prometheus.Collector { return nil }
+func (l *memLog) close()                             { l.sh.stopTimer() }
 
-func (mt memTable) release(c *conn, req *wire.Request, owned bool) {
-	r := lockcore.Release{S: c, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
-	mt.sh.mu.Lock()
-	defer mt.sh.mu.Unlock()
-	mt.sh.core.Release(mt.s.shardNow(mt.sh), &r)
-	mt.s.carryOut(mt.sh, c)
-}
-
-func (mt memTable) extend(c *conn, req *wire.Request, arrived int64) {
-	mt.sh.mu.Lock()
-	defer mt.sh.mu.Unlock()
-	mt.s.coreExtend(mt.sh, c, req, 0)
-}
-
-// seamMem is the in-memory log, behind a standalone Server whose lock
-// table is one shard built here, driven like a cluster leader's core
-// (exact lease ends).
+// seamMem is the in-memory log, the mode of a Server of its own, driven
+// like a cluster leader's core (exact lease ends).
 func seamMem(t *testing.T, clk *FakeClock, reorder bool) (*seamLog, *memLog) {
-	cfg := Config{DataDir: t.TempDir()}
+	var ml *memLog
+	cfg := Config{DataDir: t.TempDir(), mode: func(s *Server) mode {
+		sh := &shard{wakeAt: lockcore.NoDeadline, exact: true, serving: true, view: "mem"}
+		ml = &memLog{t: t, s: s, sh: sh, m: lockcore.NewMachine(), reorder: reorder}
+		sh.core = lockcore.New(lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}, ml)
+		return ml
+	}}
 	SetClock(&cfg, clk)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := &shard{wakeAt: lockcore.NoDeadline, exact: true}
-	ml := &memLog{t: t, s: s, sh: sh, m: lockcore.NewMachine(), reorder: reorder}
-	sh.core = lockcore.New(lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}, ml)
-	s.mode = memTable{shards{s}, s, sh}
-	t.Cleanup(func() {
-		s.Close()
-		sh.mu.Lock()
-		if sh.wake != nil {
-			sh.wake.Stop()
-		}
-		sh.mu.Unlock()
-	})
+	t.Cleanup(func() { s.Close() })
+	sh := ml.sh
 	return &seamLog{s: s, clk: clk, pump: ml.apply, rest: func() (seamState, string) {
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
@@ -754,9 +744,9 @@ func TestSeamContractLeaderChange(t *testing.T) {
 	seamIsolate(nodes, l1)
 	a.acq(3, "k9", 0, 60) // cannot commit
 	r.expect(on(a, wM()), on(b, wM()))
-	s1.cl.sh.mu.Lock()
-	held, pending := s1.cl.sh.core.Len(), s1.cl.sh.core.Pending()
-	s1.cl.sh.mu.Unlock()
+	s1.clusterMode().sh.mu.Lock()
+	held, pending := s1.clusterMode().sh.core.Len(), s1.clusterMode().sh.core.Pending()
+	s1.clusterMode().sh.mu.Unlock()
 	if held != 0 || pending != 0 {
 		t.Fatalf("contract (d): the deposed leader's core has %d holdings and %d commands in flight", held, pending)
 	}

@@ -70,9 +70,6 @@ type Stats struct {
 type Server struct {
 	cfg          Config
 	log          *slog.Logger
-	tokens       *tokenStore   // standalone only
-	cl           *cluster      // Raft mode only
-	pr           *pair         // pair mode only
 	group        func() string // the replicated group's identity (groupID); nil standalone. Set before any goroutine of the mode starts
 	tokenDigests [][sha256.Size]byte
 	role         atomic.Pointer[roleState] // current role; its HELLO_OK or hint
@@ -81,9 +78,8 @@ type Server struct {
 	epoch        time.Time
 	clk          clock // nil: the real monotonic clock (epoch)
 
-	shards       [numShards]shard  // standalone: the lock table (log_standalone.go)
 	capacity     lockcore.Capacity // held locks and waiters, against MaxLocks and MaxWaiters
-	mode         mode              // standalone's shards or a Raft node: chosen at New
+	mode         mode              // standalone, a Raft node or a pair node, with its state: chosen at New
 	sessions     atomic.Int64
 	lastCapSweep atomic.Int64
 	m            counters
@@ -164,6 +160,11 @@ func New(cfg Config) (*Server, error) {
 	s.capacity.MaxLocks, s.capacity.MaxWaiters = int64(cfg.MaxLocks), int64(cfg.MaxWaiters)
 	// The mode, chosen once: nothing after New asks which it is.
 	switch {
+	case cfg.mode != nil:
+		s.mode = cfg.mode(s)
+		s.bg.Add(1)
+		go s.housekeeping()
+		return s, nil
 	case cfg.Cluster != nil:
 		return s.startCluster()
 	case cfg.Pair != nil:

@@ -10,28 +10,35 @@ import (
 	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
-// Sessions and the lock cores: how a session's requests become a core's
-// events, and the core's effects frames.
+// The lock path: how a session's requests become a core's events, and
+// the core's effects frames. It is written once, for every mode.
 //
 // Every lock decision is a lockcore.Core's (package internal/lockcore).
 // A shard is one core and what drives it: the mutex every event of the
-// core is under, the core's clock (never going back), and one timer at the
-// core's next deadline. The server's mode (log_standalone.go: 256 shards over
-// the token store; log_cluster_seam.go: a Raft leader's one core fed by the
-// applied log) takes ACQUIREs and RELEASEs to its shards; CANCEL and a
-// closing session's drops go to the shard their in-flight record names.
-// After each event, carryOut does what the core asks: replies into the
-// sessions (session.go), counters, the in-flight records of queued ACQUIREs.
+// core is under, the core's clock (never going back), its log (the
+// mode's lockcore.Proposer) and one timer at the core's next deadline.
+// The mode (type mode, below) says which shard decides a key (standalone:
+// one of numShards by a hash of the key; a replicated mode: its one),
+// whether a shard serves now, and whether a session's request is taken;
+// CANCEL and a closing session's drops go to the shard their in-flight
+// record names. After each event, carryOut does what the core asks:
+// replies into the sessions (session.go), counters, the in-flight records
+// of queued ACQUIREs.
 
 // shard is one lock core and what drives it: its mutex (every event of
 // the core is under it), its clock and its timer. Standalone has numShards
-// of them; a cluster leader one (cluster.sh).
+// of them; a cluster leader and a pair's active one each.
 type shard struct {
 	mu     sync.Mutex
 	core   *lockcore.Core
 	wake   timer // at wakeAt: the core's Next (with exact, NextExpiry too)
 	wakeAt int64 // lockcore.NoDeadline: not armed
 	last   int64 // the latest now given to core: its events come in time order
+	// serving: this core takes requests now (a cluster's leader, a pair's
+	// active, always standalone); otherwise the node is stepping down or
+	// does not lead, and requests are not taken (the session gets M).
+	serving bool
+	view    string // the lock browser's name for the serving core's view
 	// exact: every lease ends on time (a replicated core: the followers'
 	// state, a takeover's restart); otherwise the leases of keys without
 	// waiters end when touched or swept.
@@ -43,47 +50,58 @@ type shard struct {
 	_   [64]byte
 }
 
-// replicated is what a replicated mode does with the effects only its
-// core has.
-type replicated interface {
-	proposalLimited()      // an ACQUIRE answered B: Config.MaxPending commands await their apply
-	slowCommit(took int64) // a grant answered B: it applied took ns after its proposal
-	resync(key string)     // a command did not apply as projected: key's projection from the machine
+// mode is how the server keeps its lock table, chosen once, at New:
+// standalone (log_standalone.go: numShards cores over the token store),
+// a Raft node (*cluster, log_cluster*.go: its leader runs one core fed
+// by the applied log) or one node of a hot-standby pair (*pair,
+// log_pair*.go: its active runs one core over the pair's log). The lock
+// path itself (acquire, release, extend, cancel, the lock browser,
+// expire: below) is written once, here; a mode supplies only its lockLog
+// and what the server reports of it (modeStatus). No caller asks which
+// mode it is.
+type mode interface {
+	lockLog
+	modeStatus
 }
 
-// mode is how the server keeps its lock table, chosen once, at New:
-// standalone's shards over the token store (shards), a Raft node
-// (*cluster), whose leader runs one core fed by the applied log, or one
-// node of a hot-standby pair (*pair), whose active node runs one core
-// over the pair's log. Sessions hand their ACQUIREs, RELEASEs and EXTENDs
-// to it (CANCEL and a closing session's drops go to the core their
-// in-flight record names); HELLO, Serve, Shutdown, status, metrics and
-// health ask it what only it knows. No caller asks which mode it is.
-type mode interface {
+// lockLog is what a mode gives the lock path: its shards (each a core,
+// the mutex every event of that core is under, and the core's Proposer:
+// the replication log), whether a shard serves now (shard.serving, under
+// its mutex), the mode's word on a session's request, and the applied
+// state that answers the lock browser where no core serves.
+type lockLog interface {
+	// shardOf is the shard whose core decides key.
+	shardOf(key []byte) *shard
+	// tables is the number of shards; table(i) the i-th (the lock
+	// browser pages through each).
+	tables() int
+	table(i int) *shard
+	// admitRequest is the mode's word, under sh.mu on a serving shard, on a
+	// request of c: the session its commands are charged to (by; 0:
+	// none), and false if it is not taken (c is closing, or sh stopped
+	// serving while it waited; nothing is answered). waited: the mutex
+	// was released meanwhile (the event time is read again).
+	admitRequest(sh *shard, c *conn) (by uint64, waited, ok bool)
+	// readApplied calls f with the applied machine, under what guards it,
+	// where no core serves (a follower, a passive), and returns its view
+	// name; notServing is why an operator's Expire is refused here. Both
+	// are called without sh.mu.
+	readApplied(f func(m *lockcore.Machine)) string
+	notServing() error
+}
+
+// modeStatus is what the server reports of its mode, and its lifecycle.
+type modeStatus interface {
 	hello()         // a client's HELLO passed the token check (the pair's CLIENT_REQUEST: it may make this node active)
 	refusal() error // why this node refuses to serve at all (a cluster node's refusal, log_cluster_boot.go), or nil
 	stopping()      // Shutdown began (not Close): a Raft leader hands its leadership over before it stops
 
-	acquire(c *conn, req *wire.Request, arrived int64)
-	release(c *conn, req *wire.Request, owned bool)
-	extend(c *conn, req *wire.Request, arrived int64) // EXTEND (version 3)
-	lastToken() uint64                                // the highest token handed out (standalone), or applied (Raft)
-	tokenCeiling() uint64                             // the durable ceiling (standalone); the committed counter (Raft)
-	heldLocks() int                                   // held locks: in Raft mode, the holdings of the applied log
-	health() error                                    // TokenStoreErr
-	collectors() []prometheus.Collector               // the mode's own, beside the server's
-	close()                                           // the end of Close and Shutdown
-
-	// The lock browser (browse.go): its tables (lockSources of them, the
-	// serving core's or the applied machine's), one bounded chunk of a
-	// table's held locks (lockcore's Scan, under the table's mutex) and
-	// one key's, with the view they come from; expire hands an operator's
-	// Expire to the serving core, or refuses (NotLeaderError,
-	// NotActiveError) where this node does not serve.
-	lockSources() int
-	lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (view string, out []lockcore.LockInfo, r lockcore.ScanResult)
-	lock(key string) (view string, d lockcore.LockDetail, held bool)
-	expire(x *lockcore.Expire) error
+	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
+	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
+	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
+	health() error                      // TokenStoreErr
+	collectors() []prometheus.Collector // the mode's own, beside the server's
+	close()                             // the end of Close and Shutdown
 }
 
 // acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a
@@ -93,37 +111,142 @@ func (s *Server) acquireEvent(c *conn, req *wire.Request, arrived int64, by uint
 		WaitS: req.WaitS, OwnedOnly: s.ownedOnly(c), Arrived: arrived, Client: c.client}
 }
 
-// releaseEvent is a RELEASE of c (owned: RELEASE_OWNED) as a core's
-// event, charged to session by (0: none).
-func releaseEvent(c *conn, req *wire.Request, owned bool, by uint64) lockcore.Release {
-	return lockcore.Release{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+// enter takes a request of c, read at arrived (0: its time is not
+// known), to sh's core (under sh.mu): the session it is charged to and
+// the event's time, or false if sh does not serve (its node is stepping
+// down: the session gets M and closes) or the mode does not take it.
+//
+// The event's time is taken once, here: the request's arrival (no second
+// clock read on the grant path; a lease counted from arrival ends no
+// earlier than its holder's own count, which starts when it sent the
+// request), or the clock if the arrival is not known or the request
+// waited for its turn; never before an instant the core was already
+// given.
+func (s *Server) enter(sh *shard, c *conn, arrived int64) (by uint64, now int64, ok bool) {
+	if !sh.serving {
+		return 0, 0, false
+	}
+	by, waited, ok := s.mode.admitRequest(sh, c)
+	if !ok {
+		return 0, 0, false
+	}
+	if waited || arrived == 0 {
+		return by, s.shardNow(sh), true
+	}
+	sh.last = max(sh.last, arrived)
+	return by, sh.last, true
 }
 
-// extendEvent is an EXTEND of c as a core's event, charged to session by
-// (0: none).
-func extendEvent(c *conn, req *wire.Request, by uint64) lockcore.Extend {
-	return lockcore.Extend{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, LeaseS: req.LeaseS}
-}
-
-// coreAcquire, coreRelease and coreExtend hand a session's request to
-// sh's core as its event, charged to session by, and carry out the
-// effects (under sh.mu): a replicated mode's serving core.
-func (s *Server) coreAcquire(sh *shard, c *conn, req *wire.Request, arrived int64, by uint64) {
+// acquire handles a well-formed, in-range ACQUIRE from c's reader, whose
+// frame was read at arrived.
+func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
+	sh := s.mode.shardOf(req.Key)
+	if !sh.exact && s.capacity.Held.Load() >= int64(s.cfg.MaxLocks) {
+		s.sweepForCapacity() // leases that end when touched: count them out first
+	}
+	sh.mu.Lock()
+	by, now, ok := s.enter(sh, c, arrived)
+	if !ok {
+		sh.mu.Unlock()
+		return
+	}
 	a := s.acquireEvent(c, req, arrived, by)
-	sh.core.Acquire(s.shardNow(sh), &a)
+	sh.core.Acquire(now, &a)
+	deferred := s.carryOut(sh, c)
+	sh.mu.Unlock()
+	if deferred {
+		s.deferAcquire(c, req, arrived, sh)
+	}
+}
+
+// release handles a well-formed, in-range RELEASE from c's reader, or with
+// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
+// is also req.Owner.
+func (s *Server) release(c *conn, req *wire.Request, owned bool) {
+	sh := s.mode.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	by, now, ok := s.enter(sh, c, 0)
+	if !ok {
+		return
+	}
+	r := lockcore.Release{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, Owned: owned}
+	sh.core.Release(now, &r)
 	s.carryOut(sh, c)
 }
 
-func (s *Server) coreRelease(sh *shard, c *conn, req *wire.Request, owned bool, by uint64) {
-	r := releaseEvent(c, req, owned, by)
-	sh.core.Release(s.shardNow(sh), &r)
+// extend handles a well-formed, in-range EXTEND (version 3) from c's
+// reader, whose frame was read at arrived: the lease counts from then
+// (PROTOCOL: "after the server received the EXTEND"), no later.
+func (s *Server) extend(c *conn, req *wire.Request, arrived int64) {
+	sh := s.mode.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	by, now, ok := s.enter(sh, c, arrived)
+	if !ok {
+		return
+	}
+	x := lockcore.Extend{S: c, By: by, ReqID: req.ReqID, Key: req.Key, Token: req.Token, Owner: req.Owner, LeaseS: req.LeaseS}
+	sh.core.Extend(now, &x)
 	s.carryOut(sh, c)
 }
 
-func (s *Server) coreExtend(sh *shard, c *conn, req *wire.Request, by uint64) {
-	x := extendEvent(c, req, by)
-	sh.core.Extend(s.shardNow(sh), &x)
-	s.carryOut(sh, c)
+// expire hands an operator's Expire to the core that serves its key (a
+// Free of kind expire, answered once it applies); a node whose core does
+// not serve refuses with the mode's reason (NotLeaderError,
+// NotActiveError).
+func (s *Server) expire(x *lockcore.Expire) error {
+	sh := s.mode.shardOf(x.Key)
+	sh.mu.Lock()
+	if !sh.serving {
+		sh.mu.Unlock()
+		return s.mode.notServing() // (not under sh.mu: a pair takes its own mutex, and takes sh.mu under it)
+	}
+	sh.core.Expire(s.shardNow(sh), x)
+	s.carryOut(sh, nil)
+	sh.mu.Unlock()
+	return nil
+}
+
+// lockChunk is one bounded chunk of table i's held locks for the lock
+// browser (lockcore's Scan, under the table's mutex), with the view it
+// comes from: the serving core's, or the applied machine's.
+func (s *Server) lockChunk(i int, q lockcore.LockQuery, max int, page []lockcore.LockInfo) (string, []lockcore.LockInfo, lockcore.ScanResult) {
+	sh := s.mode.table(i)
+	sh.mu.Lock()
+	if sh.serving {
+		defer sh.mu.Unlock()
+		page, r := sh.core.Scan(s.shardNow(sh), q, max, page)
+		return sh.view, page, r
+	}
+	sh.mu.Unlock()
+	var r lockcore.ScanResult
+	view := s.mode.readApplied(func(m *lockcore.Machine) { page, r = m.Scan(q, max, page) })
+	return view, page, r
+}
+
+// lock is one key's holding for the lock browser, with its view.
+func (s *Server) lock(key string) (string, lockcore.LockDetail, bool) {
+	sh := s.mode.shardOf([]byte(key))
+	sh.mu.Lock()
+	if sh.serving {
+		defer sh.mu.Unlock()
+		d, ok := sh.core.Lock(s.shardNow(sh), key)
+		return sh.view, d, ok
+	}
+	sh.mu.Unlock()
+	var d lockcore.LockDetail
+	var ok bool
+	view := s.mode.readApplied(func(m *lockcore.Machine) { d, ok = m.Lock(key) })
+	return view, d, ok
+}
+
+// applied gives sh's core the outcome r of p, a command of its in
+// flight, and carries out the effects (under sh.mu; now is the event's
+// time): how a replicating log hands back what it applied.
+func (s *Server) applied(sh *shard, now int64, p *lockcore.Proposal, r lockcore.Result) {
+	sh.core.Applied(now, p, r)
+	s.carryOut(sh, nil)
 }
 
 // resyncKey sets key's projection in sh's core to the holding (h, held)
@@ -138,18 +261,6 @@ func (s *Server) resyncKey(sh *shard, what, key string, h lockcore.Holding, held
 	sh.core.Resync(s.shardNow(sh), key, hp)
 	s.carryOut(sh, nil)
 }
-
-// acquire handles a well-formed, in-range ACQUIRE from c's reader.
-func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) { s.mode.acquire(c, req, arrived) }
-
-// extend handles a well-formed, in-range EXTEND (version 3) from c's
-// reader, whose frame was read at arrived: the lease counts from then.
-func (s *Server) extend(c *conn, req *wire.Request, arrived int64) { s.mode.extend(c, req, arrived) }
-
-// release handles a well-formed, in-range RELEASE from c's reader, or with
-// owned a RELEASE_OWNED (version 2), which frees the key only if its holder
-// is also req.Owner.
-func (s *Server) release(c *conn, req *wire.Request, owned bool) { s.mode.release(c, req, owned) }
 
 // cancel handles a CANCEL (version 2) naming reqID: if that ACQUIRE of c
 // is still waiting in a queue, or for a token (acquireLate: not yet

@@ -21,7 +21,7 @@ func BenchmarkTableCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.tokens.await(tokenWait, nil); err != nil { // the first reservation
+	if err := s.mode.(*standalone).tokens.await(tokenWait, nil); err != nil { // the first reservation
 		b.Fatal(err)
 	}
 	a, p := net.Pipe()

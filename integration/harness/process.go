@@ -81,7 +81,9 @@ func startProcess(name, bin string, args []string, stderr io.Writer) (*Process, 
 	p.cmd.Stdout = p.Stdout
 	p.cmd.Stderr = p.Stderr
 	if stderr != nil {
-		p.cmd.Stderr = io.MultiWriter(p.Stderr, stderr)
+		// stderr first: a line a waiter finds in p.Stderr (WaitLine) is
+		// then in stderr too (a server's Log, read right after it started).
+		p.cmd.Stderr = io.MultiWriter(stderr, p.Stderr)
 	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ type raftLog struct{ cl *cluster }
 
 // Propose queues p's command (under sh.mu, as every core event).
 func (l raftLog) Propose(p *lockcore.Proposal) bool {
-	l.cl.proposeLocked(&proposal{lp: p, key: p.Key()}, p.By(), p.AppendCommand)
+	l.cl.proposeLocked(&proposal{lp: p, key: p.Key(), at: p.At()}, p.By(), p.AppendCommand)
 	return false
 }
 

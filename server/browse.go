@@ -16,7 +16,7 @@ import (
 
 // The lock browser and the operator's "expire now": Server.Locks,
 // Server.Lock and Server.ExpireLock. The lock path answers them in every
-// mode alike (session_shard.go: lockChunk, lock, expire): the serving core
+// mode alike (lockpath.go: lockChunk, lock, expire): the serving core
 // where this node serves, the mode's applied machine where it does not.
 
 // Page sizes of Server.Locks.

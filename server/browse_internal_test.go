@@ -62,7 +62,9 @@ func TestLocksMergeBounded(t *testing.T) {
 			c.Release(now, &lockcore.Release{S: liveSession{}, Key: []byte(k), Token: tok})
 		}
 		for _, k := range []string{"a", "held/1", "held/2", "zz"} {
-			m.shards[len(k)%n].core.Acquire(now, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
+			c := m.shards[len(k)%n].core
+			c.Acquire(now, &lockcore.Acquire{S: liveSession{}, Key: []byte(k), LeaseS: 60})
+			c.Effects() // (hands the grant to the log)
 			held = append(held, k)
 		}
 		slices.Sort(held)

@@ -76,7 +76,7 @@ type Config struct {
 
 	clock clock // tests only: the scheduler's clock (nil: the real one)
 	// mode: tests only: a mode of the test's own (a lockLog of its own,
-	// session_shard.go), made by New instead of standalone's.
+	// lockpath.go), made by New instead of standalone's.
 	mode func(*Server) mode
 
 	// MaxLocks limits held (unexpired) locks; default DefaultMaxLocks.

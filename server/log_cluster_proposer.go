@@ -193,7 +193,9 @@ func (cl *cluster) admitLocked(c *conn) (waited, ok bool) {
 func (cl *cluster) proposeLocked(p *proposal, by uint64, enc func(b []byte, seq uint64) []byte) {
 	cl.seq++
 	seq := cl.seq
-	p.at = cl.s.now()
+	if p.at == 0 { // (a command of the lock core carries the instant of the event that proposed it)
+		p.at = cl.s.now()
+	}
 	cl.pending[seq] = p
 	q := cl.queueFor(by)
 	q.n++

@@ -9,7 +9,7 @@ import (
 
 // The Raft mode's replication log, and the leader's lock core on it.
 //
-// A cluster node's mode (see session_shard.go) is the *cluster: while it leads,
+// A cluster node's mode (see lockpath.go) is the *cluster: while it leads,
 // one lock core (cluster.sh) over all keys takes the sessions' requests.
 // Its commands go through raftLog into the leader's proposer
 // (log_cluster_proposer.go), which packs them into hashicorp/raft entries;
@@ -38,7 +38,7 @@ type raftLog struct{ cl *cluster }
 
 // Propose queues p's command (under sh.mu, as every core event).
 func (l raftLog) Propose(p *lockcore.Proposal) bool {
-	l.cl.proposeLocked(&proposal{lp: p, key: p.Key()}, p.By(), p.AppendCommand)
+	l.cl.proposeLocked(&proposal{lp: p, key: p.Key(), at: p.At()}, p.By(), p.AppendCommand)
 	return false
 }
 
@@ -102,7 +102,7 @@ func (cl *cluster) resync(key string) {
 	cl.s.resyncKey(&cl.sh, "cluster", key, h, ok)
 }
 
-// The lock path's questions (lockLog, session_shard.go): one table, the
+// The lock path's questions (lockLog, lockpath.go): one table, the
 // leader's scheduler, which serves while this node leads; elsewhere the
 // lock browser reads the applied machine, and an operator's Expire is
 // refused with the leader's address.

@@ -795,7 +795,7 @@ func (p *pair) readIn(nc net.Conn, r *bufio.Reader) {
 	}
 }
 
-// The lock path's questions (lockLog, session_shard.go): one table, the
+// The lock path's questions (lockLog, lockpath.go): one table, the
 // active's core; on the passive, the lock browser reads its machine (the
 // active's state as of the last command it applied), and an operator's
 // Expire is refused with the active's address.

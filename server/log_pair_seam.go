@@ -37,7 +37,7 @@ func (l pairLog) Propose(lp *lockcore.Proposal) bool {
 	p.last.Store(p.m.Last())
 	p.nheld.Store(int64(p.m.Len()))
 	if res.Err != nil && lp.Grants() {
-		if _, ok := p.failedLog.due(p.s.now(), 1); ok {
+		if _, ok := p.failedLog.due(lp.At(), 1); ok {
 			p.s.log.Error("pair: no token left in this node's epoch: grants of free keys are answered B until it serves again under a new epoch (a failover or a restart)", "ceiling", p.m.Ceiling())
 		}
 	}
@@ -49,7 +49,7 @@ func (l pairLog) Propose(lp *lockcore.Proposal) bool {
 			// and gives this command its outcome after those before it.
 			o.close()
 		}
-		p.pending = append(p.pending, pairPending{seq: seq, at: p.s.now(), lp: lp, res: res})
+		p.pending = append(p.pending, pairPending{seq: seq, at: lp.At(), lp: lp, res: res})
 		return false
 	}
 	p.unreplicated.Add(1)

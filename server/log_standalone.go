@@ -30,7 +30,7 @@ const (
 )
 
 // standalone is standalone's mode: the token store and the shards, whose
-// cores it feeds. It is a lockLog (session_shard.go) of numShards tables,
+// cores it feeds. It is a lockLog (lockpath.go) of numShards tables,
 // every one always serving.
 type standalone struct {
 	s      *Server

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ticketing-dev/ticketing/internal/fsutil"
+	"github.com/ticketing-dev/ticketing/server/internal/lockcore"
 )
 
 // Token store files in Config.DataDir.
@@ -30,8 +31,9 @@ const (
 // MaxToken is the highest fencing token a server ever issues: 2^63-1, so
 // that a token fits every signed 64-bit database column and the fence, which
 // refuses larger ones. A server whose ceiling would pass it stops granting
-// (ErrTokensExhausted) rather than wrap.
-const MaxToken uint64 = 1<<63 - 1
+// (ErrTokensExhausted) rather than wrap. It is the lock scheduler's
+// lockcore.MaxToken: one definition for every mode.
+const MaxToken uint64 = lockcore.MaxToken
 
 // MaxClockStart bounds the wall-clock start of a new token store or
 // cluster (see ClockStart): 2^60, about 36,000 years of microseconds, so
@@ -105,8 +107,10 @@ const MaxTokenBlock uint64 = 1 << 32
 // ErrTokensExhausted is the error of New when the token space is used up
 // (the stored ceiling, or Config.InitialToken, plus one TokenBlock would pass
 // MaxToken), and of Server.TokenStoreErr once a running server has reserved
-// up to MaxToken: from then on a free key's ACQUIRE gets B.
-var ErrTokensExhausted = errors.New("server: fencing token space exhausted")
+// up to MaxToken: from then on a free key's ACQUIRE gets B. It is the lock
+// scheduler's lockcore.ErrTokensExhausted, so errors.Is matches a grant's
+// exhausted result in every mode as well.
+var ErrTokensExhausted = lockcore.ErrTokensExhausted
 
 // ErrCeilingMissing is the error of New for a data directory that has been
 // used but holds no valid token ceiling: starting again from scratch could

@@ -282,7 +282,7 @@ func (l *memLog) apply() bool {
 }
 
 // A mode of its own: memLog is also the whole mode of its Server (one
-// type: the lock path is the server's, session_shard.go). Its one shard
+// type: the lock path is the server's, lockpath.go). Its one shard
 // always serves; its status is its machine's.
 
 func (l *memLog) shardOf([]byte) *shard                           { return l.sh }

@@ -53,12 +53,13 @@ type Core struct {
 	waits    waitHeap
 	keys     keyHeap
 	fx       []Effect
-	spare    *Proposal // recycled proposals
-	nheld    int64     // projected holdings (counted in Capacity.Held)
-	nwait    int64     // queued waiters (counted in Capacity.Waiters)
-	pending  int       // proposals in flight
-	expiring int       // of pending, the expiries
-	gen      uint64    // Demote's count: a proposal of an earlier one is not awaited
+	out      []*Proposal // the commands of the last event, not yet handed to the log (drain)
+	spare    *Proposal   // recycled proposals
+	nheld    int64       // projected holdings (counted in Capacity.Held)
+	nwait    int64       // queued waiters (counted in Capacity.Waiters)
+	pending  int         // proposals in flight
+	expiring int         // of pending, the expiries
+	gen      uint64      // Demote's count: a proposal of an earlier one is not awaited
 }
 
 // New returns a Core that proposes its commands to log.
@@ -111,11 +112,39 @@ type Extend struct {
 	By     uint64 // as Acquire.By
 }
 
-// Effects returns the effects of the last event, valid until the next one.
-func (c *Core) Effects() []Effect { return c.fx }
+// Effects hands the commands of the last event to the log, in the order
+// the event made them, then returns the event's effects (those of the
+// commands the log applied at once included), valid until the next
+// event. An event only decides and records: it calls no Proposer; the
+// driver reads Effects after each event, as go.etcd.io/raft's Ready is
+// read after each step.
+func (c *Core) Effects() []Effect {
+	c.drain()
+	return c.fx
+}
 
-// begin starts an event: the last event's effects are done with.
+// drain hands each command of out to the log: one applied at once has
+// its outcome carried out now (as of the instant it was proposed, which
+// may propose more: they follow in turn); one that is not is in flight.
+func (c *Core) drain() {
+	for i := 0; i < len(c.out); i++ {
+		p := c.out[i]
+		c.out[i] = nil
+		if c.log.Propose(p) {
+			c.apply(p, &p.res, p.at)
+		} else {
+			c.inFlight(p)
+		}
+	}
+	c.out = c.out[:0]
+}
+
+// begin starts an event: the last event's commands are handed to the log
+// (should its effects not have been read), and its effects are done with.
 func (c *Core) begin() {
+	if len(c.out) > 0 {
+		c.drain()
+	}
 	c.fx = c.fx[:0] // (the references left in it are overwritten by the next effects)
 }
 
@@ -156,11 +185,8 @@ func (c *Core) Acquire(now int64, a *Acquire) {
 		p := c.proposal(e, a.By, now)
 		p.to.from(a) // (field by field: this is every grant's path)
 		p.hasTo = true
-		if !c.propose(p, now) {
-			e.ext().pend = p
-			p.to.queued = true
-			c.emit(Effect{Kind: Track, S: a.S, ReqID: a.ReqID})
-		}
+		p.first = true
+		c.propose(p)
 		return
 	}
 	g := a.grantee()
@@ -292,7 +318,7 @@ func (c *Core) Extend(now int64, x *Extend) {
 	}
 	p := c.proposal(e, x.By, now)
 	p.extend, p.tok, p.owner, p.elease, p.rc, p.rid = true, e.token, e.owner, e.lease, x.S, x.ReqID
-	c.propose(p, now)
+	c.propose(p)
 }
 
 // Expire is an operator's "expire now" of a key (an admin request, not a
@@ -460,25 +486,45 @@ func (c *Core) proposal(e *entry, by uint64, now int64) *Proposal {
 		p = new(Proposal)
 	} else {
 		c.spare, p.next = p.next, nil
-		p.free, p.hasTo, p.inFlight, p.expiry, p.extend, p.forced = false, false, false, false, false, false
+		p.free, p.hasTo, p.inFlight, p.expiry, p.extend, p.forced, p.first = false, false, false, false, false, false, false
 		p.tok, p.fkind, p.rid = 0, 0, 0
 	}
 	p.e, p.by, p.at, p.gen = e, by, now, c.gen
 	return p
 }
 
-// propose hands p to the log; it reports whether p applied at once.
-func (c *Core) propose(p *Proposal, now int64) bool {
-	if c.log.Propose(p) {
-		c.apply(p, &p.res, now)
-		return true
-	}
+// propose records p, a command of this event, for the log: Effects hands
+// it over once the event has ended (drain).
+func (c *Core) propose(p *Proposal) { c.out = append(c.out, p) }
+
+// inFlight is what follows a command the log did not apply at once: it
+// counts as in flight, an ACQUIRE whose grant it is is tracked (Track),
+// and a Free's releaser may be answered at once (EarlyRelease).
+func (c *Core) inFlight(p *Proposal) {
 	p.inFlight = true
 	c.pending++
 	if p.expiry {
 		c.expiring++
 	}
-	return false
+	e := p.e
+	if p.first {
+		e.ext().pend = p
+		p.to.queued = true
+		c.emit(Effect{Kind: Track, S: p.to.s, ReqID: p.to.reqID})
+		return
+	}
+	if !p.free {
+		return
+	}
+	e.ext().freeing = p
+	if c.cfg.EarlyRelease && p.rc != nil && p.fkind != FreeExpire {
+		// R now: the log's order has decided it (the Free is behind
+		// everything granted before, and any grant of the key goes behind
+		// it). If it never applies, the holding stays until its lease
+		// ends, as if its holder had died: no token or exclusion changes.
+		c.emit(Effect{Kind: Released, S: p.rc, ReqID: p.rid})
+		p.rc = nil
+	}
 }
 
 // freeForced is free's kind for an Expire: a Free of kind FreeExpire whose
@@ -511,22 +557,13 @@ func (c *Core) free(e *entry, kind uint8, rc Session, rby uint64, rid uint32, ow
 		c.nheld--
 		c.cfg.Capacity.Held.Add(-1)
 	}
-	if c.propose(p, now) {
-		return
-	}
-	x := e.ext()
-	x.freeing = p
 	if p.hasTo {
-		x.pend = p
+		// Recorded now: this event may meet the grant again (an ACQUIRE
+		// of its recipient's owner, after the expiry it decided first).
+		x := e.ext()
+		x.freeing, x.pend = p, p
 	}
-	if c.cfg.EarlyRelease && rc != nil && kind != FreeExpire {
-		// R now: the log's order has decided it (the Free is behind
-		// everything granted before, and any grant of the key goes behind
-		// it). If it never applies, the holding stays until its lease
-		// ends, as if its holder had died: no token or exclusion changes.
-		p.rc = nil
-		c.emit(Effect{Kind: Released, S: rc, ReqID: rid})
-	}
+	c.propose(p)
 }
 
 // nextWaiter takes the oldest waiter of e that is live and whose wait has
@@ -744,9 +781,8 @@ func (c *Core) grantNext(e *entry, now int64) {
 		e.setBy(w.g.by)
 		np := c.proposal(e, w.g.by, now)
 		np.to, np.hasTo = w.g, true
-		if !c.propose(np, now) {
-			e.ext().pend = np
-		}
+		e.ext().pend = np // (cleared when it applies)
+		c.propose(np)
 		return
 	}
 	c.idle(e, now)
@@ -855,6 +891,8 @@ func (c *Core) Demote() {
 	c.nonempty = [len(c.nonempty)]uint64{}
 	c.waits, c.keys = nil, nil
 	c.nheld, c.nwait, c.pending, c.expiring = 0, 0, 0, 0
+	clear(c.out)
+	c.out = c.out[:0] // (not handed to the log: nothing of this core is awaited)
 	c.spare = nil
 	c.gen++
 }

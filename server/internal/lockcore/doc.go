@@ -19,9 +19,12 @@
 // its effects go out, the way go.etcd.io/raft's RawNode hands out Ready:
 //
 //   - replies to sessions (Effects, read after each event);
-//   - commands, handed to a Proposer (the replication seam): a Grant when a
-//     free key is acquired, a Free when a holding ends (a release, or an
-//     expiry, with the grant to the next waiter in the same command);
+//   - commands for a Proposer (the replication seam): a Grant when a free
+//     key is acquired, a Free when a holding ends (a release, or an
+//     expiry, with the grant to the next waiter in the same command). An
+//     event only records them; reading its Effects hands them to the
+//     Proposer, in order, once the event has ended, so that no event calls
+//     into a log (which may read a clock or write to a network link);
 //   - the next instant something is due (Next, NextExpiry), at which the
 //     driver calls Tick.
 //

@@ -122,7 +122,9 @@ type Result struct {
 }
 
 // Proposer makes a command durable and ordered: the replication seam as
-// the Core sees it. Propose hands over p; a Proposer that applies at once
+// the Core sees it. Core.Effects hands over each command of the last
+// event after the event has ended, in the order the event made them
+// (Proposal.At is that event's instant); a Proposer that applies at once
 // sets the outcome (p.SetResult) and returns true. One that does not
 // returns false and later gives the outcome to Core.Applied, once, in the
 // order the commands apply, unless the Core was demoted meanwhile. The
@@ -157,6 +159,7 @@ type Proposal struct {
 	at       int64         // proposed
 	by       uint64        // the session it is charged to (Acquire.By, Release.By)
 	inFlight bool
+	first    bool // the Grant of an ACQUIRE's first decision (tracked if it stays in flight)
 	expiry   bool // a Free no RELEASE asked for (a lease ended)
 	gen      uint64
 	res      Result // the outcome of a command applied at once (SetResult)
@@ -184,6 +187,9 @@ type lateRelease struct {
 
 // SetResult is how a Proposer that applies p at once gives its outcome.
 func (p *Proposal) SetResult(r Result) { p.res = r }
+
+// At is the instant of the event that proposed p (the driver's now).
+func (p *Proposal) At() int64 { return p.at }
 
 // Key is the command's key.
 func (p *Proposal) Key() string { return p.e.key }

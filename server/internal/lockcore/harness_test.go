@@ -453,8 +453,9 @@ func (h *harness) resync(key string) {
 // effects takes the log's trace and the Core's effects of the last event,
 // checks and formats them, then checks the invariants.
 func (h *harness) effects() {
+	fx := h.core.Effects() // (hands the event's commands to the log first)
 	h.out = append(h.out, h.log.takeTrace()...)
-	for _, f := range h.core.Effects() {
+	for _, f := range fx {
 		h.out = append(h.out, h.effect(f))
 	}
 	h.check()

@@ -58,7 +58,7 @@ const GrantExhausted = GrantHeld + 1
 
 // ErrTokensExhausted is a Grant command's Result.Err when the counter is
 // at MaxToken (or at the ceiling, SetCeiling).
-var ErrTokensExhausted = errors.New("lockcore: no token left: the counter is at the maximum token")
+var ErrTokensExhausted = errors.New("fencing token space exhausted")
 
 // NewMachine returns an empty Machine: nothing held, counter 0.
 func NewMachine() *Machine { return &Machine{h: make(map[string]holding), idx: newKeyIndex()} }

@@ -153,6 +153,7 @@ func TestScanVisitsOnlyItsKeys(t *testing.T) {
 		k := fmt.Sprintf("lock/%06d", i)
 		a.Key = []byte(k)
 		c.Acquire(1, &a)
+		c.Effects()
 		m.Grant(k, Owner{1}, 250, false, 0)
 	}
 	for name, scan := range map[string]func(LockQuery, int, []LockInfo) ([]LockInfo, ScanResult){

@@ -28,6 +28,14 @@ type etcdNode struct {
 	stop   chan struct{}
 	done   chan struct{}
 	err    error
+
+	// With AsyncStorageWrites: the append and apply goroutines' queues.
+	async   bool
+	appendc chan *raftpb.Message
+	applyc  chan *raftpb.Message
+	wg      sync.WaitGroup
+	errMu   sync.Mutex
+	aerr    error
 }
 
 type etcdGroup struct {
@@ -37,7 +45,14 @@ type etcdGroup struct {
 
 // startEtcd starts (or restarts, from the WALs in dirs) the etcd variant:
 // node i (Raft ID i+1) keeps its WAL in dirs[i] and listens on addrs[i].
-func startEtcd(dirs, addrs []string) (group, error) {
+func startEtcd(dirs, addrs []string) (group, error) { return startEtcdMode(dirs, addrs, false) }
+
+// startEtcdAsync is startEtcd with raft.Config.AsyncStorageWrites: the
+// Ready loop hands appends and applies to goroutines of their own and
+// never waits for an fdatasync.
+func startEtcdAsync(dirs, addrs []string) (group, error) { return startEtcdMode(dirs, addrs, true) }
+
+func startEtcdMode(dirs, addrs []string, async bool) (group, error) {
 	g := &etcdGroup{}
 	peers := map[uint64]string{}
 	var rpeers []raft.Peer
@@ -46,7 +61,8 @@ func startEtcd(dirs, addrs []string) (group, error) {
 		rpeers = append(rpeers, raft.Peer{ID: uint64(i + 1)})
 	}
 	for i, dir := range dirs {
-		en := &etcdNode{id: uint64(i + 1), w: &g.w, store: raft.NewMemoryStorage(), stop: make(chan struct{}), done: make(chan struct{})}
+		en := &etcdNode{id: uint64(i + 1), w: &g.w, store: raft.NewMemoryStorage(), stop: make(chan struct{}), done: make(chan struct{}),
+			async: async, appendc: make(chan *raftpb.Message, 1024), applyc: make(chan *raftpb.Message, 1024)}
 		w, hs, ents, err := openWAL(dir)
 		if err != nil {
 			g.Close()
@@ -73,6 +89,8 @@ func startEtcd(dirs, addrs []string) (group, error) {
 			CheckQuorum:     true,
 			PreVote:         true,
 			Logger:          quietLogger(),
+
+			AsyncStorageWrites: async,
 		}
 		if len(ents) == 0 && raft.IsEmptyHardState(hs) {
 			en.n = raft.StartNode(cfg, rpeers)
@@ -87,6 +105,11 @@ func startEtcd(dirs, addrs []string) (group, error) {
 			return nil, err
 		}
 		g.nodes = append(g.nodes, en)
+		if async {
+			en.wg.Add(2)
+			go en.appendLoop()
+			go en.applyLoop()
+		}
 		go en.run()
 	}
 	// Node 1 campaigns at once rather than after an election timeout.
@@ -114,6 +137,24 @@ func (en *etcdNode) run() {
 			if rd.SoftState != nil {
 				en.leader.Store(rd.SoftState.RaftState == raft.StateLeader)
 			}
+			if en.async {
+				// Remote messages go now (a leader's MsgApps before its
+				// own append); the append and the apply, with the
+				// responses raft attached to them, go to their goroutines.
+				var remote []*raftpb.Message
+				for _, m := range rd.Messages {
+					switch m.GetTo() {
+					case raft.LocalAppendThread:
+						en.appendc <- m
+					case raft.LocalApplyThread:
+						en.applyc <- m
+					default:
+						remote = append(remote, m)
+					}
+				}
+				en.tr.send(remote)
+				continue
+			}
 			lead := en.leader.Load()
 			if lead {
 				en.tr.send(rd.Messages)
@@ -132,25 +173,85 @@ func (en *etcdNode) run() {
 			if !lead {
 				en.tr.send(rd.Messages)
 			}
-			for _, e := range rd.CommittedEntries {
-				switch e.GetType() {
-				case raftpb.EntryType_EntryNormal:
-					if len(e.GetData()) > 0 {
-						en.m.apply(e.GetData())
-						en.w.done(e.GetData())
-					}
-				case raftpb.EntryType_EntryConfChange:
-					cc := &raftpb.ConfChange{}
-					if err := proto.Unmarshal(e.GetData(), cc); err != nil {
-						en.err = err
-						return
-					}
-					en.n.ApplyConfChange(cc)
-				}
+			if err := en.apply(rd.CommittedEntries); err != nil {
+				en.err = err
+				return
 			}
 			en.n.Advance()
 		}
 	}
+}
+
+// appendLoop persists each MsgStorageAppend (fdatasync), then delivers
+// its responses: to this node (the leader's own acknowledgement) by Step,
+// to peers (a follower's MsgAppResp) by the transport.
+func (en *etcdNode) appendLoop() {
+	defer en.wg.Done()
+	for {
+		select {
+		case <-en.stop:
+			return
+		case m := <-en.appendc:
+			var hs *raftpb.HardState
+			if m.Term != nil || m.Vote != nil || m.Commit != nil {
+				hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+			} else {
+				hs = &raftpb.HardState{}
+			}
+			err := en.wal.save(hs, m.GetEntries())
+			if err == nil {
+				err = en.store.Append(m.GetEntries())
+			}
+			if err == nil && !raft.IsEmptyHardState(hs) {
+				err = en.store.SetHardState(hs)
+			}
+			if err != nil {
+				en.fail(err)
+				return
+			}
+			en.respond(m.GetResponses())
+		}
+	}
+}
+
+// applyLoop applies each MsgStorageApply's entries, then delivers its
+// responses.
+func (en *etcdNode) applyLoop() {
+	defer en.wg.Done()
+	for {
+		select {
+		case <-en.stop:
+			return
+		case m := <-en.applyc:
+			if err := en.apply(m.GetEntries()); err != nil {
+				en.fail(err)
+				return
+			}
+			en.respond(m.GetResponses())
+		}
+	}
+}
+
+func (en *etcdNode) respond(msgs []*raftpb.Message) {
+	var remote []*raftpb.Message
+	for _, r := range msgs {
+		if r.GetTo() == en.id {
+			if err := en.n.Step(context.Background(), r); err != nil {
+				return
+			}
+			continue
+		}
+		remote = append(remote, r)
+	}
+	en.tr.send(remote)
+}
+
+func (en *etcdNode) fail(err error) {
+	en.errMu.Lock()
+	if en.aerr == nil {
+		en.aerr = err
+	}
+	en.errMu.Unlock()
 }
 
 func (g *etcdGroup) Propose(ctx context.Context, cmd []byte) error {
@@ -205,11 +306,31 @@ func (g *etcdGroup) Close() error {
 	}
 	for _, en := range g.nodes {
 		<-en.done
+		en.wg.Wait()
 		en.n.Stop()
-		errs = append(errs, en.err, en.wal.close())
+		errs = append(errs, en.err, en.aerr, en.wal.close())
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func (en *etcdNode) apply(ents []*raftpb.Entry) error {
+	for _, e := range ents {
+		switch e.GetType() {
+		case raftpb.EntryType_EntryNormal:
+			if len(e.GetData()) > 0 {
+				en.m.apply(e.GetData())
+				en.w.done(e.GetData())
+			}
+		case raftpb.EntryType_EntryConfChange:
+			cc := &raftpb.ConfChange{}
+			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+				return err
+			}
+			en.n.ApplyConfChange(cc)
+		}
+	}
+	return nil
 }
 
 // quietLogger discards raft's log lines.

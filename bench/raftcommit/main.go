@@ -18,6 +18,7 @@ import (
 var starters = map[string]func(dirs, addrs []string) (group, error){
 	"hashicorp": startHashi,
 	"etcd":      startEtcd,
+	"etcdasync": startEtcdAsync,
 }
 
 func main() {

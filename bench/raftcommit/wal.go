@@ -14,17 +14,28 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// wal is the etcd variant's log: one append-only file of records, each
+// wal is the etcd variant's log: one file of records, zeros written ahead
+// of them (see zeroChunk), each
 // [4 length][4 CRC-32C of type+data][1 type][data], type recEntry (a
 // raftpb.Entry) or recHard (a raftpb.HardState). An entry at index i
 // replaces every earlier-written entry at i or above. Appends are
 // fdatasync'd (datasync, the product's primitive) when raft.MustSync says
 // so: new entries, or a new term or vote.
 type wal struct {
-	f    *os.File
-	buf  []byte
-	prev *raftpb.HardState
+	f      *os.File
+	buf    []byte
+	prev   *raftpb.HardState
+	off    int64 // where the records end
+	zeroed int64 // zeros are written up to here
 }
+
+// zeroChunk is how much the WAL zeroes ahead of its records at a time, as
+// internal/raftlog does: an fdatasync after a write into zeros already
+// written flushes the data alone, while one after an append that grows
+// the file also commits the file system's journal.
+const zeroChunk = 1 << 20
+
+var zeros = make([]byte, zeroChunk)
 
 const (
 	recEntry = 1
@@ -88,11 +99,7 @@ func openWAL(dir string) (*wal, *raftpb.HardState, []*raftpb.Entry, error) {
 		f.Close()
 		return nil, hs, nil, err
 	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return nil, hs, nil, err
-	}
-	return &wal{f: f, prev: hs}, hs, ents, nil
+	return &wal{f: f, prev: hs, off: good, zeroed: good}, hs, ents, nil
 }
 
 func (w *wal) record(typ byte, m proto.Message) error {
@@ -127,13 +134,24 @@ func (w *wal) save(hs *raftpb.HardState, ents []*raftpb.Entry) error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	if _, err := w.f.Write(w.buf); err != nil {
+	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return err
 	}
-	sync := raft.MustSync(hs, w.prev, len(ents))
-	if !raft.IsEmptyHardState(hs) {
-		w.prev = hs
+	w.off += int64(len(w.buf))
+	if w.off+zeroChunk/2 > w.zeroed {
+		// Zeros read as the end of the records (a zero header fails its CRC).
+		at := max(w.zeroed, w.off)
+		if _, err := w.f.WriteAt(zeros, at); err != nil {
+			return err
+		}
+		w.zeroed = at + zeroChunk
 	}
+	cur := hs
+	if raft.IsEmptyHardState(hs) {
+		cur = w.prev
+	}
+	sync := raft.MustSync(cur, w.prev, len(ents))
+	w.prev = cur
 	if sync {
 		return datasync(w.f)
 	}

@@ -11,6 +11,8 @@
 //     TCP transport (transport.go). Its leader sends a Ready's MsgApps
 //     before it persists that Ready's entries: a commit is one fsync on the
 //     critical path, the leader's in parallel with the followers'.
+//   - variant "etcdasync": the same with raft.Config.AsyncStorageWrites,
+//     appends and applies in goroutines of their own.
 //
 // The three nodes are three groups of goroutines in one process, talking
 // TCP over 127.0.0.1. Rounds alternate the variants; see bench/README.md.

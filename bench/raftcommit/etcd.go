@@ -192,24 +192,42 @@ func (en *etcdNode) appendLoop() {
 		case <-en.stop:
 			return
 		case m := <-en.appendc:
-			var hs *raftpb.HardState
-			if m.Term != nil || m.Vote != nil || m.Commit != nil {
-				hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
-			} else {
-				hs = &raftpb.HardState{}
+			// Every append queued goes in one write and one fdatasync,
+			// as the plain loop's Ready batches them.
+			ms := []*raftpb.Message{m}
+		drain:
+			for len(ms) < 256 {
+				select {
+				case m := <-en.appendc:
+					ms = append(ms, m)
+				default:
+					break drain
+				}
 			}
-			err := en.wal.save(hs, m.GetEntries())
-			if err == nil {
-				err = en.store.Append(m.GetEntries())
+			us := make([]update, len(ms))
+			for i, m := range ms {
+				hs := &raftpb.HardState{}
+				if m.Term != nil || m.Vote != nil || m.Commit != nil {
+					hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+				}
+				us[i] = update{hs, m.GetEntries()}
 			}
-			if err == nil && !raft.IsEmptyHardState(hs) {
-				err = en.store.SetHardState(hs)
+			err := en.wal.saveAll(us)
+			for _, u := range us {
+				if err == nil {
+					err = en.store.Append(u.ents)
+				}
+				if err == nil && !raft.IsEmptyHardState(u.hs) {
+					err = en.store.SetHardState(u.hs)
+				}
 			}
 			if err != nil {
 				en.fail(err)
 				return
 			}
-			en.respond(m.GetResponses())
+			for _, m := range ms {
+				en.respond(m.GetResponses())
+			}
 		}
 	}
 }

@@ -120,16 +120,35 @@ func (w *wal) record(typ byte, m proto.Message) error {
 // save appends hs (if not empty) and ents, in one write, and fdatasyncs
 // when raft.MustSync says so.
 func (w *wal) save(hs *raftpb.HardState, ents []*raftpb.Entry) error {
+	return w.saveAll([]update{{hs, ents}})
+}
+
+// update is one Ready's (or one MsgStorageAppend's) entries and hard state.
+type update struct {
+	hs   *raftpb.HardState
+	ents []*raftpb.Entry
+}
+
+// saveAll appends the updates in order, in one write, with at most one
+// fdatasync.
+func (w *wal) saveAll(us []update) error {
 	w.buf = w.buf[:0]
-	for i := range ents {
-		if err := w.record(recEntry, ents[i]); err != nil {
-			return err
+	sync := false
+	for _, u := range us {
+		for i := range u.ents {
+			if err := w.record(recEntry, u.ents[i]); err != nil {
+				return err
+			}
 		}
-	}
-	if !raft.IsEmptyHardState(hs) {
-		if err := w.record(recHard, hs); err != nil {
-			return err
+		cur := w.prev
+		if !raft.IsEmptyHardState(u.hs) {
+			if err := w.record(recHard, u.hs); err != nil {
+				return err
+			}
+			cur = u.hs
 		}
+		sync = sync || raft.MustSync(cur, w.prev, len(u.ents))
+		w.prev = cur
 	}
 	if len(w.buf) == 0 {
 		return nil
@@ -146,12 +165,6 @@ func (w *wal) save(hs *raftpb.HardState, ents []*raftpb.Entry) error {
 		}
 		w.zeroed = at + zeroChunk
 	}
-	cur := hs
-	if raft.IsEmptyHardState(hs) {
-		cur = w.prev
-	}
-	sync := raft.MustSync(cur, w.prev, len(ents))
-	w.prev = cur
 	if sync {
 		return datasync(w.f)
 	}

@@ -175,7 +175,9 @@ type grantee struct {
 	lease     uint8
 	ownedOnly bool
 	arrived   int64
-	deadline  int64 // past it the grant is answered T
+	deadline  int64 // past it the grant is answered T (a token waiter: B)
+	tokenBy   int64 // the end of its token wait (Config.TokenWait; 0: none began)
+	waitS     uint8 // the ACQUIRE's wait_s (a token waiter is decided again with it)
 	queued    bool  // recorded in flight by the driver
 	late      bool  // an Acquire.Late: no Defer again
 }

@@ -160,7 +160,7 @@ type tokenStore struct {
 	// reserved, if set, is called after each reservation ends (done or
 	// failed), from the reserving goroutine, outside the store's mutex.
 	reserved atomic.Pointer[func()]
-	closed  bool
+	closed   bool
 
 	kick chan struct{}
 	done chan struct{}

@@ -17,9 +17,9 @@ import (
 // grant its token at once, so no command is ever in flight. Leases of keys
 // nobody touches are ended by a sweep every sweepPeriod (and before a
 // capacity decision); those with waiters by the shard's timer. An ACQUIRE
-// of a free key that finds no token (the next block's fsync is late) is
-// deferred: it waits for the reservation off its session's reader, then
-// the core decides it once more.
+// of a free key that finds no token (the next block's fsync is late)
+// waits in its core as a token waiter (lockcore.Config.TokenWait), which
+// decides it again when the reservation ends (tokensReserved).
 
 const (
 	numShards   = 256

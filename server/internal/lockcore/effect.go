@@ -35,9 +35,10 @@ const (
 	// req_id is in flight (it may not be reused; CANCEL leaves it alone).
 	Track
 	// Defer: an ACQUIRE of a free key found no token available (the
-	// Proposer's Result.Retry) and is not decided: the driver waits for
-	// tokens off the session's reader and submits it again with
-	// Acquire.Late, which decides it for good.
+	// Proposer's Result.Retry) and is not decided, in a core without
+	// Config.TokenWait (with it, the ACQUIRE waits as a token waiter):
+	// the driver submits it again with Acquire.Late, which decides it
+	// for good.
 	Defer
 	// Expired: a lease ended and its Free applied (a count, no reply).
 	Expired

@@ -152,11 +152,8 @@ func (s *Server) acquire(c *conn, req *wire.Request, arrived int64) {
 	}
 	a := s.acquireEvent(c, req, arrived, by)
 	sh.core.Acquire(now, &a)
-	deferred := s.carryOut(sh, c)
+	s.carryOut(sh, c)
 	sh.mu.Unlock()
-	if deferred {
-		s.deferAcquire(c, req, arrived, sh)
-	}
 }
 
 // release handles a well-formed, in-range RELEASE from c's reader, or with
@@ -281,42 +278,28 @@ func (s *Server) cancel(c *conn, reqID uint32) {
 	if f, ok = c.flightOf(reqID); !ok || f.sh != sh {
 		return
 	}
-	switch {
-	case f.w != nil:
+	if f.w != nil {
 		sh.core.Cancel(s.shardNow(sh), f.w)
 		s.carryOut(sh, c)
-	case f.tw != nil && !f.tw.done:
-		f.tw.done = true // acquireLate will not decide it
-		if f.tw.counted.Swap(false) {
-			s.capacity.Waiters.Add(-1)
-		}
-		s.m.timeouts.Add(1)
-		s.m.cancelled.Add(1)
-		c.replySimpleQueued(wire.TypeTimedOut, reqID)
 	}
 }
 
-// dropFlight removes f, an ACQUIRE of a closing session, from its queue,
-// or ends its wait for a token.
+// dropFlight removes f, an ACQUIRE of a closing session, from its queue
+// or from the token waiters.
 func (s *Server) dropFlight(f flight) {
-	if f.w == nil && f.tw == nil {
+	if f.w == nil {
 		return // its grant is in flight: nothing to drop
 	}
 	f.sh.mu.Lock()
-	if f.w != nil {
-		f.sh.core.Drop(f.w)
-	} else if f.tw != nil {
-		f.tw.done = true
-	}
+	f.sh.core.Drop(f.w)
 	f.sh.mu.Unlock()
 }
 
 // carryOut does what the last event of sh's core asks (under sh.mu):
 // replies (caller is the session whose reader sent the event, if any: it
 // flushes its own replies, the others' writers are woken), counters, the
-// in-flight records of queued ACQUIREs; then it sets the shard's timer. It
-// reports whether the core deferred the caller's ACQUIRE (Defer).
-func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
+// in-flight records of queued ACQUIREs; then it sets the shard's timer.
+func (s *Server) carryOut(sh *shard, caller *conn) {
 	var desync []string
 	fx := sh.core.Effects()
 	for i := range fx {
@@ -378,7 +361,10 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 		case lockcore.Track:
 			c.addInflight(e.ReqID, flight{sh: sh})
 		case lockcore.Defer:
-			deferred = true
+			// Not reached: a core whose log can lack a token waits for
+			// one itself (lockcore.Config.TokenWait).
+			s.noToken(errTokenStall)
+			c.send(wire.TypeBusy, e.ReqID, false, wake)
 		case lockcore.Expired:
 			s.m.expired.Add(1)
 		case lockcore.Desync:
@@ -389,7 +375,6 @@ func (s *Server) carryOut(sh *shard, caller *conn) (deferred bool) {
 	for _, key := range desync {
 		sh.rep.resync(key) // (only a replicated core's command can fail to apply as projected)
 	}
-	return deferred
 }
 
 // rearm keeps sh's timer at its core's Next instant (under sh.mu). A timer

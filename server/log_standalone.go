@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"hash/maphash"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,9 +17,9 @@ import (
 // grant its token at once, so no command is ever in flight. Leases of keys
 // nobody touches are ended by a sweep every sweepPeriod (and before a
 // capacity decision); those with waiters by the shard's timer. An ACQUIRE
-// of a free key that finds no token (the next block's fsync is late) is
-// deferred: it waits for the reservation off its session's reader, then
-// the core decides it once more.
+// of a free key that finds no token (the next block's fsync is late)
+// waits in its core as a token waiter (lockcore.Config.TokenWait), which
+// decides it again when the reservation ends (tokensReserved).
 
 const (
 	numShards   = 256
@@ -105,96 +104,42 @@ func (l localLog) Propose(p *lockcore.Proposal) bool {
 // newStandalone makes standalone's mode over the token store tokens.
 func newStandalone(s *Server, tokens *tokenStore) *standalone {
 	t := &standalone{s: s, tokens: tokens}
-	cfg := lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters}
+	cfg := lockcore.Config{Capacity: &s.capacity, MaxKeyWaiters: s.cfg.MaxKeyWaiters, TokenWait: int64(tokenWait)}
 	for i := range t.shards {
 		t.shards[i].core = lockcore.New(cfg, localLog{tokens})
 		t.shards[i].wakeAt = lockcore.NoDeadline
 		t.shards[i].serving, t.shards[i].view = true, ViewStandalone
 	}
+	f := t.tokensReserved
+	tokens.reserved.Store(&f)
 	return t
 }
 
-// tokenWait bounds how long an ACQUIRE of a free key waits, outside any
-// lock, for the token store to reserve tokens when none is left below the
-// durable ceiling (a slow or stalled disk); past it the ACQUIRE gets B. It
-// is also how long a reservation may run before TokenStoreErr reports the
-// store as stalled.
+// tokenWait bounds how long an ACQUIRE of a free key waits, as a token
+// waiter of its core (lockcore.Config.TokenWait), for the token store to
+// reserve tokens when none is left below the durable ceiling (a slow or
+// stalled disk); past it the ACQUIRE gets B. It is also how long a
+// reservation may run before TokenStoreErr reports the store as stalled.
 var tokenWait = time.Second
 
-// tokenWaiter is an ACQUIRE the core deferred (no token), waiting for the
-// token store off its session's reader.
-type tokenWaiter struct {
-	// done: decided, cancelled or dropped (under the shard mutex).
-	done bool
-	// counted: still counted in capacity.Waiters; whoever clears it
-	// (acquireLate, or a CANCEL) uncounts it.
-	counted atomic.Bool
-}
-
-// deferAcquire makes an ACQUIRE that found no token wait for the
-// reservation in a goroutine of its own, off the reader and without the
-// shard mutex, so that the session's later requests, RELEASE, PING and
-// other keys go on. It stays in the session's in-flight map meanwhile (its
-// req_id may not be reused; a closing session ends it). It counts as a
-// waiter (MaxWaiters) while it waits, so that pipelined ACQUIREs on a
-// stalled disk cannot start goroutines without bound.
-func (s *Server) deferAcquire(c *conn, req *wire.Request, arrived int64, sh *shard) {
-	if !s.capacity.TakeWaiter() {
-		s.m.busy.Add(1)
-		c.replySimple(wire.TypeBusy, req.ReqID)
-		return
+// tokensReserved is the token store's word that a reservation ended (it
+// raised the ceiling, or failed): every shard's token waiters are decided
+// again. Each shard is looked at under its mutex, so that a waiter made
+// just before cannot be missed (one made after finds the new ceiling).
+func (t *standalone) tokensReserved() {
+	select {
+	case <-t.s.closingCh:
+		return // the sessions close; no timer may start again
+	default:
 	}
-	tw := &tokenWaiter{}
-	tw.counted.Store(true)
-	gone, ok := c.addTokenWaiter(req.ReqID, flight{sh: sh, tw: tw})
-	if !ok {
-		s.capacity.Waiters.Add(-1)
-		return // the session is closing
-	}
-	r := *req
-	r.Key = append([]byte(nil), req.Key...) // req aliases the read buffer
-	r.AuthToken, r.Name = nil, nil
-	s.wg.Add(1) // the reader's own count is held: Close waits for this too
-	go func() {
-		defer s.wg.Done()
-		s.acquireLate(c, &r, arrived, sh, tw, gone)
-	}()
-}
-
-// acquireLate decides, off the reader, an ACQUIRE whose free key found no
-// token: it waits up to tokenWait for the reservation (or until the
-// session closes), then has the core decide it once more (Acquire.Late),
-// for good. Whoever sets tw.done under the shard mutex (this, a CANCEL,
-// the closing session) answers it, or nobody does.
-func (s *Server) acquireLate(c *conn, req *wire.Request, arrived int64, sh *shard, tw *tokenWaiter, gone <-chan struct{}) {
-	err := s.mode.(*standalone).tokens.await(tokenWait, gone)
-	if tw.counted.Swap(false) {
-		s.capacity.Waiters.Add(-1) // from here on it is decided, or queued as a waiter of its own
-	}
-	if errors.Is(err, errAwaitStopped) {
-		return // the session closed: nothing to answer
-	}
-	sh.mu.Lock()
-	if tw.done || c.dead.Load() {
-		tw.done = true
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		if sh.core.TokenWaiters() > 0 {
+			sh.core.TokensReady(t.s.shardNow(sh))
+			t.s.carryOut(sh, nil)
+		}
 		sh.mu.Unlock()
-		return // cancelled (answered T) or its session is closing
-	}
-	tw.done = true
-	if err == nil {
-		a := s.acquireEvent(c, req, arrived, 0)
-		a.Late = true
-		sh.core.Acquire(s.shardNow(sh), &a)
-		s.carryOut(sh, nil)
-		sh.mu.Unlock()
-		return
-	}
-	sh.mu.Unlock()
-	if errors.Is(err, errTokenStall) || errors.Is(err, ErrTokensExhausted) {
-		s.noToken(err)
-		c.replySimpleQueued(wire.TypeBusy, req.ReqID)
-	} else {
-		s.internalErrorQueued(c, req.ReqID, err) // the disk failed: E(6)
 	}
 }
 

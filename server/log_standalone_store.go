@@ -156,7 +156,11 @@ type tokenStore struct {
 	mu      sync.Mutex
 	err     error         // last reservation error; cleared by a successful one
 	changed chan struct{} // closed (and replaced) when a reservation ends or the store closes
-	closed  bool
+
+	// reserved, if set, is called after each reservation ends (done or
+	// failed), from the reserving goroutine, outside the store's mutex.
+	reserved atomic.Pointer[func()]
+	closed   bool
 
 	kick chan struct{}
 	done chan struct{}
@@ -406,6 +410,9 @@ func (t *tokenStore) run() {
 		close(t.changed)
 		t.changed = make(chan struct{})
 		t.mu.Unlock()
+		if f := t.reserved.Load(); f != nil {
+			(*f)()
+		}
 	}
 }
 

@@ -76,7 +76,6 @@ type conn struct {
 	started  bool              // the writer goroutine runs (from HELLO_OK on)
 	inflight map[uint32]flight // made by the first queued ACQUIRE
 	qid      uint64            // its number for a cluster leader's proposer (under cluster.mu; 0: none yet)
-	gone     chan struct{}     // made by the first ACQUIRE waiting for a token; closed when the session ends
 
 	// wmu is held for every write to nc, by the reader (inline flush) or
 	// the writer goroutine; whoever holds it takes all of out, so replies
@@ -155,12 +154,11 @@ func (c *conn) dropInflightLocked(reqID uint32) {
 }
 
 // flight is an ACQUIRE of the session awaiting its reply from sh's core:
-// queued (w), waiting for a token off the reader (tw, standalone), or with
-// neither, its grant in flight (a cluster leader's).
+// a waiter (w: queued, or waiting for a token), or without one, its grant
+// in flight (a replicated core's).
 type flight struct {
 	sh *shard
 	w  *lockcore.Waiter
-	tw *tokenWaiter
 }
 
 // addInflight records f as awaiting the reply to reqID. An entry of the
@@ -184,21 +182,6 @@ func (c *conn) addInflightLocked(reqID uint32, f flight) bool {
 	}
 	c.inflight[reqID] = f
 	return true
-}
-
-// addTokenWaiter records f, an ACQUIRE about to wait for a token off the
-// reader, as awaiting its reply, and returns the channel closed when the
-// session ends.
-func (c *conn) addTokenWaiter(reqID uint32, f flight) (<-chan struct{}, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.addInflightLocked(reqID, f) {
-		return nil, false
-	}
-	if c.gone == nil {
-		c.gone = make(chan struct{})
-	}
-	return c.gone, true
 }
 
 // flightOf returns the record of reqID, if it is in flight.
@@ -437,8 +420,8 @@ func (c *conn) serve() {
 	<-c.writerDone
 	c.nc.Close()
 
-	// Drop the session's queued ACQUIREs, and end those waiting for a
-	// token; its grants stay.
+	// Drop the session's waiting ACQUIREs (queued, or waiting for a
+	// token); its grants stay.
 	c.mu.Lock()
 	fs := make([]flight, 0, len(c.inflight))
 	for _, f := range c.inflight {
@@ -446,9 +429,6 @@ func (c *conn) serve() {
 	}
 	clear(c.inflight)
 	c.nInflight.Store(0)
-	if c.gone != nil {
-		close(c.gone)
-	}
 	c.mu.Unlock()
 	for _, f := range fs {
 		s.dropFlight(f)

@@ -38,6 +38,14 @@ type Config struct {
 	// EarlyRelease answers a RELEASE R as soon as its Free is proposed,
 	// before it applies (an opt-in deviation: see the server's docs).
 	EarlyRelease bool
+	// TokenWait: an ACQUIRE of a free key whose grant applied without a
+	// token that may come soon (Result.Retry: the token store is writing
+	// its next reservation) waits for one this long (ns) as a token
+	// waiter: counted among the waiters (MaxWaiters), answered T by a
+	// CANCEL, decided again at TokensReady, B (NoToken) once the time is
+	// up. 0: no such wait; the ACQUIRE is answered Defer (the driver's to
+	// decide) on its first decision, B on a later one.
+	TokenWait int64
 }
 
 // Core is the lock scheduler over a set of keys (see the package doc).
@@ -53,6 +61,7 @@ type Core struct {
 	waits    waitHeap
 	keys     keyHeap
 	fx       []Effect
+	tokenq   []*Waiter   // token waiters, oldest first (TokenWait)
 	out      []*Proposal // the commands of the last event, not yet handed to the log (drain)
 	spare    *Proposal   // recycled proposals
 	nheld    int64       // projected holdings (counted in Capacity.Held)
@@ -88,6 +97,8 @@ type Acquire struct {
 	// Client is S's identity for the lock browser (Locks, Lock): one per
 	// session, shared by its holdings and waiters (nil: none).
 	Client *Client
+
+	tokenBy int64 // a token waiter decided again: the end of its token wait
 }
 
 // Release is a RELEASE, or with Owned a RELEASE_OWNED.
@@ -157,6 +168,10 @@ func (c *Core) reply(k Kind, g *grantee, why Why) {
 // Acquire decides an ACQUIRE.
 func (c *Core) Acquire(now int64, a *Acquire) {
 	c.begin()
+	c.acquire(now, a)
+}
+
+func (c *Core) acquire(now int64, a *Acquire) {
 	e := c.m[string(a.Key)]
 	if e != nil && e.held && e.token != 0 && now >= e.end {
 		c.free(e, FreeExpire, nil, 0, 0, e.owner, now)
@@ -250,6 +265,7 @@ func (g *grantee) from(a *Acquire) {
 	g.s, g.by, g.reqID, g.owner, g.lease, g.ownedOnly = a.S, a.By, a.ReqID, a.Owner, a.LeaseS, a.OwnedOnly
 	g.client = a.Client
 	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.Late
+	g.waitS, g.tokenBy = a.WaitS, a.tokenBy
 }
 
 func (a *Acquire) grantee() (g grantee) {
@@ -388,7 +404,7 @@ func (c *Core) Cancel(now int64, w *Waiter) bool {
 	if w.done || w.proposed {
 		return false
 	}
-	c.dropQueued(w)
+	c.dropWaiter(w)
 	c.reply(TimedOut, &w.g, Cancelled)
 	return true
 }
@@ -397,9 +413,81 @@ func (c *Core) Cancel(now int64, w *Waiter) bool {
 // and may be called while the last event's effects are being carried out.
 func (c *Core) Drop(w *Waiter) {
 	if !w.done && !w.proposed {
-		c.dropQueued(w)
+		c.dropWaiter(w)
 	}
 }
+
+// dropWaiter removes w from its queue, or from the token waiters.
+func (c *Core) dropWaiter(w *Waiter) {
+	if w.tok {
+		c.dropToken(w)
+		return
+	}
+	c.dropQueued(w)
+}
+
+// awaitToken makes the ACQUIRE g, whose grant of e's key applied with no
+// token yet (err says why), a token waiter until its token wait ends; past
+// that end it is B (NoToken), and so is one the waiters' bound refuses
+// (Full).
+func (c *Core) awaitToken(e *entry, g *grantee, err error, now int64) {
+	by := g.tokenBy
+	if by == 0 {
+		by = now + c.cfg.TokenWait
+	}
+	queued := g.queued || g.late
+	if now >= by {
+		c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: queued, Err: err})
+		return
+	}
+	if !c.cfg.Capacity.TakeWaiter() {
+		c.emit(Effect{Kind: Busy, Why: Full, S: g.s, ReqID: g.reqID, Queued: queued})
+		return
+	}
+	c.nwait++
+	w := &Waiter{g: *g, e: e, tok: true, err: err}
+	w.g.tokenBy, w.g.deadline, w.g.queued, w.g.late = by, by, true, true
+	c.tokenq = append(c.tokenq, w)
+	heap.Push(&c.waits, w)
+	c.emit(Effect{Kind: Queue, S: g.s, ReqID: g.reqID, W: w})
+}
+
+// dropToken removes w from the token waiters.
+func (c *Core) dropToken(w *Waiter) {
+	if i := slices.Index(c.tokenq, w); i >= 0 {
+		c.tokenq = slices.Delete(c.tokenq, i, i+1)
+	}
+	c.nwait--
+	c.cfg.Capacity.Waiters.Add(-1)
+	w.done = true
+	c.unwatchWaiter(w)
+}
+
+// TokensReady is the driver's word that the token store's reservation
+// ended (done, or failed): every token waiter, oldest first, is decided
+// again, as the key is now (granted, queued, T, or a token waiter again
+// until its token wait ends); those of closing sessions are dropped.
+func (c *Core) TokensReady(now int64) {
+	c.begin()
+	ws := c.tokenq
+	c.tokenq = nil
+	for _, w := range ws {
+		if w.done {
+			continue
+		}
+		c.dropToken(w)
+		if !w.g.s.Live() {
+			continue
+		}
+		a := Acquire{S: w.g.s, ReqID: w.g.reqID, Key: []byte(w.e.key), Owner: w.g.owner, LeaseS: w.g.lease,
+			WaitS: w.g.waitS, OwnedOnly: w.g.ownedOnly, Arrived: w.g.arrived, By: w.g.by, Late: true,
+			Client: w.g.client, tokenBy: w.g.tokenBy}
+		c.acquire(now, &a)
+	}
+}
+
+// TokenWaiters is the number of token waiters (TokenWait).
+func (c *Core) TokenWaiters() int { return len(c.tokenq) }
 
 func (c *Core) dropQueued(w *Waiter) {
 	e := w.e
@@ -452,6 +540,12 @@ func (c *Core) Tick(now int64) {
 	c.begin()
 	for len(c.waits) > 0 && c.waits[0].g.deadline <= now {
 		w := c.waits[0]
+		if w.tok {
+			// Its token wait ended with no token: B, with the last reason.
+			c.dropToken(w)
+			c.emit(Effect{Kind: Busy, Why: NoToken, S: w.g.s, ReqID: w.g.reqID, Queued: true, Err: w.err})
+			continue
+		}
 		c.dropQueued(w)
 		c.reply(TimedOut, &w.g, WaitEnded)
 	}
@@ -702,6 +796,9 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 		case r.Held:
 			c.reply(Busy, g, NoToken)
 			c.emit(Effect{Kind: Desync, Err: &DesyncError{e.key}})
+		case r.Retry && p.first && c.cfg.TokenWait > 0 && !(r.Fatal && g.tokenBy != 0):
+			// (A failed store gets one more reservation before E(6).)
+			c.awaitToken(e, g, r.Err, now)
 		case r.Retry && !g.late && !g.queued:
 			c.emit(Effect{Kind: Defer, S: g.s, ReqID: g.reqID})
 		case r.Fatal:
@@ -889,7 +986,7 @@ func (c *Core) Demote() {
 	c.idx = newEntryIndex()
 	c.lists = [numLists]expList{}
 	c.nonempty = [len(c.nonempty)]uint64{}
-	c.waits, c.keys = nil, nil
+	c.waits, c.keys, c.tokenq = nil, nil, nil
 	c.nheld, c.nwait, c.pending, c.expiring = 0, 0, 0, 0
 	clear(c.out)
 	c.out = c.out[:0] // (not handed to the log: nothing of this core is awaited)

@@ -35,9 +35,10 @@ const (
 	// req_id is in flight (it may not be reused; CANCEL leaves it alone).
 	Track
 	// Defer: an ACQUIRE of a free key found no token available (the
-	// Proposer's Result.Retry) and is not decided: the driver waits for
-	// tokens off the session's reader and submits it again with
-	// Acquire.Late, which decides it for good.
+	// Proposer's Result.Retry) and is not decided, in a core without
+	// Config.TokenWait (with it, the ACQUIRE waits as a token waiter):
+	// the driver submits it again with Acquire.Late, which decides it
+	// for good.
 	Defer
 	// Expired: a lease ended and its Free applied (a count, no reply).
 	Expired
@@ -175,7 +176,9 @@ type grantee struct {
 	lease     uint8
 	ownedOnly bool
 	arrived   int64
-	deadline  int64 // past it the grant is answered T
+	deadline  int64 // past it the grant is answered T (a token waiter: B)
+	tokenBy   int64 // the end of its token wait (Config.TokenWait; 0: none began)
+	waitS     uint8 // the ACQUIRE's wait_s (a token waiter is decided again with it)
 	queued    bool  // recorded in flight by the driver
 	late      bool  // an Acquire.Late: no Defer again
 }

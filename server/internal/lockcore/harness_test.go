@@ -198,7 +198,8 @@ func (h *harness) oracle(key reqKey, r *request, f Effect) {
 	switch e {
 	case expectFree:
 		ok = f.Kind == Track || f.Kind == Defer || f.Kind == Failed || f.Kind == Busy ||
-			f.Kind == Granted && h.issued[f.Token] == issue{}
+			f.Kind == Granted && h.issued[f.Token] == issue{} ||
+			f.Kind == Queue && f.W != nil && f.W.tok // a token waiter (Config.TokenWait)
 	case expectRetry:
 		ok = f.Kind == Granted && f.Token == r.expTok
 	case expectNoWait:
@@ -670,6 +671,14 @@ func (h *harness) check() {
 				h.errorf("%s: queue of %d counts %d, %d owners", k, n, e.q.n, len(e.q.byOwner))
 			}
 			waiters += int64(n)
+		}
+	}
+	for _, w := range c.tokenq {
+		// Token waiters: in the waits heap, in no key's queue.
+		waiters++
+		next = min(next, w.g.deadline)
+		if w.done || !w.tok || w.g.deadline != w.g.tokenBy {
+			h.errorf("token waiter %s#%d done %v tok %v", sessionName(w.g.s), w.g.reqID, w.done, w.tok)
 		}
 	}
 	for _, w := range c.waits {

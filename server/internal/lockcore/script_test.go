@@ -24,7 +24,7 @@ import (
 // happens at the last time given):
 //
 //	config [max-locks=100] [max-waiters=100] [max-key-waiters=100] [max-pending=0]
-//	       [max-commit=0] [early-release] [log=sync|async]      a new Core and log
+//	       [max-commit=0] [early-release] [token-wait=0] [log=sync|async]   a new Core and log
 //	acquire t= s= req= key= owner= lease= wait= [owned-only] [late] [arrived=]
 //	release t= s= req= key= token= [owner=] [owned]
 //	expire t= s= req= key= token=   an operator's Expire (answered to s)
@@ -34,6 +34,7 @@ import (
 //	drop s= req=                Drop of a recorded ACQUIRE (a closing session)
 //	kill s=                     the session stops being live
 //	tick t=
+//	tokens-ready t=             the token store's reservation ended (TokensReady)
 //	apply [n=1|all] [t=]        the log applies its oldest commands in flight
 //	nexttoken-fails retry|fatal|exhausted   the next grant applied gets no token
 //	promote t= [margin=] [holdings=key:owner:token:lease[:owned],...]
@@ -268,6 +269,9 @@ func runCommand(hp **harness, line string) ([]string, error) {
 			return nil, err
 		}
 		cfg.EarlyRelease = a.flag("early-release")
+		if cfg.TokenWait, err = a.dur("token-wait", 0); err != nil {
+			return nil, err
+		}
 		cfg.Capacity = &Capacity{MaxLocks: int64(locks), MaxWaiters: int64(waiters)}
 		cfg.MaxKeyWaiters, cfg.MaxPending = int(keyWaiters), int(pending)
 		mode := "sync"
@@ -390,6 +394,9 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		h.kill(s)
 	case "tick":
 		h.tick()
+	case "tokens-ready":
+		h.core.TokensReady(h.now)
+		h.effects()
 	case "apply":
 		n := 1
 		if a.has("n") {

@@ -136,6 +136,8 @@ type Waiter struct {
 	hidx       int32 // 1-based position in Core.waits (0: none)
 	done       bool  // answered, dropped, or in a proposed grant
 	proposed   bool  // its grant is in flight (or it is the holder's retry awaiting it): CANCEL leaves it alone
+	tok        bool  // a token waiter (Config.TokenWait): in Core.tokenq, not in a key's queue
+	err        error // a token waiter: why there was no token
 }
 
 // ReqID is the waiting ACQUIRE's req_id.

@@ -468,13 +468,13 @@ func planNodes(s Spec, errs *FieldErrors) (nodes []placedNode, loopback bool) {
 		field := fmt.Sprintf("nodes[%d]", i)
 		host := trimBrackets(n.Host)
 		bad := false
-		if !server.ValidNodeID(n.ID) {
-			errs.add(field+".id", "the ID must be 1 to %d letters, digits, '.', '_' or '-'", server.MaxNodeIDLen)
-			bad = true
-		} else if n.ID == "." || n.ID == ".." {
+		if n.ID == "." || n.ID == ".." {
 			// The ID names the node's directory in the bundle and the
 			// archives: "." and ".." would put its files in another.
 			errs.add(field+".id", "the ID names the node's directory in the bundle: not %s", n.ID)
+			bad = true
+		} else if !server.ValidNodeID(n.ID) {
+			errs.add(field+".id", "the ID must be 1 to %d letters, digits, '.', '_' or '-'", server.MaxNodeIDLen)
 			bad = true
 		} else if ids[n.ID] {
 			if s.Existing != nil && s.Existing.has(n.ID) {

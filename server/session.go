@@ -406,7 +406,6 @@ func (c *conn) serve() {
 		s.untrack(c)
 		return
 	}
-	s.donePending(c.pendingT)
 	c.readLoop()
 
 	// Stop the writer (it flushes what is queued), then close.
@@ -693,6 +692,10 @@ func (c *conn) hello(body []byte, req *wire.Request) bool {
 	c.mu.Unlock()
 	c.active.Store(true)
 	c.session.Store(true)
+	// No longer pending before the client can read HELLO_OK: a client
+	// that has its session never finds itself counted among the
+	// connections before HELLO (MaxPendingConns).
+	s.donePending(c.pendingT)
 	go c.writeLoop()
 	c.signal()
 	if debug {

@@ -260,8 +260,8 @@ func (s *Server) resyncKey(sh *shard, what, key string, h lockcore.Holding, held
 }
 
 // cancel handles a CANCEL (version 2) naming reqID: if that ACQUIRE of c
-// is still waiting in a queue, or for a token (acquireLate: not yet
-// decided), it is removed and answered T at once; the lock table is
+// is still waiting in a queue, or for a token (a token waiter of the
+// core), it is removed and answered T at once; the lock table is
 // otherwise untouched. An ACQUIRE already granted or answered, or one being
 // answered right now, and an unknown reqID, are left alone: no reply, no
 // error.
@@ -360,11 +360,6 @@ func (s *Server) carryOut(sh *shard, caller *conn) {
 			}
 		case lockcore.Track:
 			c.addInflight(e.ReqID, flight{sh: sh})
-		case lockcore.Defer:
-			// Not reached: a core whose log can lack a token waits for
-			// one itself (lockcore.Config.TokenWait).
-			s.noToken(errTokenStall)
-			c.send(wire.TypeBusy, e.ReqID, false, wake)
 		case lockcore.Expired:
 			s.m.expired.Add(1)
 		case lockcore.Desync:

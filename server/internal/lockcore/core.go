@@ -43,8 +43,7 @@ type Config struct {
 	// its next reservation) waits for one this long (ns) as a token
 	// waiter: counted among the waiters (MaxWaiters), answered T by a
 	// CANCEL, decided again at TokensReady, B (NoToken) once the time is
-	// up. 0: no such wait; the ACQUIRE is answered Defer (the driver's to
-	// decide) on its first decision, B on a later one.
+	// up. 0: no such wait; the ACQUIRE is answered B (NoToken) at once.
 	TokenWait int64
 }
 
@@ -91,14 +90,12 @@ type Acquire struct {
 	// causes are charged (Proposal.By); 0: none. A number, not the
 	// session: a holding outlives its session.
 	By uint64
-	// Late: the second and last decision of an ACQUIRE that was deferred
-	// (Defer); its answers are Queued, and no token now is B.
-	Late bool
 	// Client is S's identity for the lock browser (Locks, Lock): one per
 	// session, shared by its holdings and waiters (nil: none).
 	Client *Client
 
 	tokenBy int64 // a token waiter decided again: the end of its token wait
+	late    bool  // a token waiter decided again: its answers are Queued
 }
 
 // Release is a RELEASE, or with Owned a RELEASE_OWNED.
@@ -179,11 +176,11 @@ func (c *Core) acquire(now int64, a *Acquire) {
 	res := decide(e != nil && e.held, ownerOf(e), &a.Owner)
 	if res == GrantNew {
 		if c.cfg.MaxPending > 0 && c.pending-c.expiring >= c.cfg.MaxPending {
-			c.emit(Effect{Kind: Busy, Why: Backlog, S: a.S, ReqID: a.ReqID, Queued: a.Late})
+			c.emit(Effect{Kind: Busy, Why: Backlog, S: a.S, ReqID: a.ReqID, Queued: a.late})
 			return
 		}
 		if !c.cfg.Capacity.takeHeld() {
-			c.emit(Effect{Kind: Busy, Why: Full, S: a.S, ReqID: a.ReqID, Queued: a.Late})
+			c.emit(Effect{Kind: Busy, Why: Full, S: a.S, ReqID: a.ReqID, Queued: a.late})
 			return
 		}
 		c.nheld++
@@ -209,7 +206,7 @@ func (c *Core) acquire(now int64, a *Acquire) {
 		// The holder's retry: its token, the lease not extended; or, while
 		// its grant is in flight, the grant's answer.
 		if e.token != 0 {
-			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.Late})
+			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.late})
 			return
 		}
 		w := &Waiter{g: g, e: e, proposed: true}
@@ -264,7 +261,7 @@ func (c *Core) acquire(now int64, a *Acquire) {
 func (g *grantee) from(a *Acquire) {
 	g.s, g.by, g.reqID, g.owner, g.lease, g.ownedOnly = a.S, a.By, a.ReqID, a.Owner, a.LeaseS, a.OwnedOnly
 	g.client = a.Client
-	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.Late
+	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.late
 	g.waitS, g.tokenBy = a.WaitS, a.tokenBy
 }
 
@@ -428,15 +425,17 @@ func (c *Core) dropWaiter(w *Waiter) {
 
 // awaitToken makes the ACQUIRE g, whose grant of e's key applied with no
 // token yet (err says why), a token waiter until its token wait ends; past
-// that end it is B (NoToken), and so is one the waiters' bound refuses
-// (Full).
+// that end it is B (NoToken), as is one of a closing session, and so is
+// one the waiters' bound refuses (Full).
 func (c *Core) awaitToken(e *entry, g *grantee, err error, now int64) {
 	by := g.tokenBy
 	if by == 0 {
 		by = now + c.cfg.TokenWait
 	}
 	queued := g.queued || g.late
-	if now >= by {
+	if now >= by || !g.s.Live() {
+		// (A session that closed while the grant was in flight is
+		// answered, not made to wait: nothing would drop its waiter.)
 		c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: queued, Err: err})
 		return
 	}
@@ -480,7 +479,7 @@ func (c *Core) TokensReady(now int64) {
 			continue
 		}
 		a := Acquire{S: w.g.s, ReqID: w.g.reqID, Key: []byte(w.e.key), Owner: w.g.owner, LeaseS: w.g.lease,
-			WaitS: w.g.waitS, OwnedOnly: w.g.ownedOnly, Arrived: w.g.arrived, By: w.g.by, Late: true,
+			WaitS: w.g.waitS, OwnedOnly: w.g.ownedOnly, Arrived: w.g.arrived, By: w.g.by, late: true,
 			Client: w.g.client, tokenBy: w.g.tokenBy}
 		c.acquire(now, &a)
 	}
@@ -797,10 +796,9 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 			c.reply(Busy, g, NoToken)
 			c.emit(Effect{Kind: Desync, Err: &DesyncError{e.key}})
 		case r.Retry && p.first && c.cfg.TokenWait > 0 && !(r.Fatal && g.tokenBy != 0):
-			// (A failed store gets one more reservation before E(6).)
+			// A token waiter until its token wait ends. (A failed store
+			// gets one more reservation before E(6).)
 			c.awaitToken(e, g, r.Err, now)
-		case r.Retry && !g.late && !g.queued:
-			c.emit(Effect{Kind: Defer, S: g.s, ReqID: g.reqID})
 		case r.Fatal:
 			c.emit(Effect{Kind: Failed, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
 		default:

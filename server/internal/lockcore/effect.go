@@ -34,12 +34,6 @@ const (
 	// Track: an ACQUIRE whose grant is proposed and not yet applied: its
 	// req_id is in flight (it may not be reused; CANCEL leaves it alone).
 	Track
-	// Defer: an ACQUIRE of a free key found no token available (the
-	// Proposer's Result.Retry) and is not decided, in a core without
-	// Config.TokenWait (with it, the ACQUIRE waits as a token waiter):
-	// the driver submits it again with Acquire.Late, which decides it
-	// for good.
-	Defer
 	// Expired: a lease ended and its Free applied (a count, no reply).
 	Expired
 	// Desync: a command did not apply as projected (not reached: the
@@ -83,7 +77,7 @@ type Effect struct {
 	Kind  Kind
 	Why   Why
 	// Queued: the reply answers an ACQUIRE the driver recorded in flight
-	// (Queue, Track, or an Acquire.Late): it forgets that record.
+	// (Queue or Track): it forgets that record.
 	Queued bool
 }
 
@@ -180,7 +174,7 @@ type grantee struct {
 	tokenBy   int64 // the end of its token wait (Config.TokenWait; 0: none began)
 	waitS     uint8 // the ACQUIRE's wait_s (a token waiter is decided again with it)
 	queued    bool  // recorded in flight by the driver
-	late      bool  // an Acquire.Late: no Defer again
+	late      bool  // a token waiter decided again (TokensReady)
 }
 
 type lateRelease struct {

@@ -65,7 +65,6 @@ type reqState uint8
 
 const (
 	reqOpen      reqState = iota
-	reqDeferred           // answered Defer: the driver submits it again, Late
 	reqAnswered           // its final answer came
 	reqDropped            // Drop removed it: no answer may come
 	reqAbandoned          // its session closed (kill in the property test, Demote): an answer may or may not come, but no G
@@ -79,13 +78,12 @@ type request struct {
 	owner    Owner
 	token    uint64 // RELEASE
 	arrived  int64
-	lease    uint8 // ACQUIRE: what a late try submits again
+	lease    uint8 // ACQUIRE, EXTEND: the lease asked for
 	wait     uint8
 	owned    bool
-	late     bool // submitted again after Defer
 	expect   expectation
 	expTok   uint64 // expectRetry: the holder's token
-	recorded bool   // the driver holds it in flight (Queue, Track, Late)
+	recorded bool   // the driver holds it in flight (Queue, Track)
 	w        *Waiter
 	state    reqState
 	answer   string
@@ -98,7 +96,7 @@ type expectation uint8
 
 const (
 	expectAny    expectation = iota // commands on the key in flight: not worked out
-	expectFree                      // a free key (or a lease ended): G new, B, Defer or failed; never T or queued
+	expectFree                      // a free key (or a lease ended): G new, B, failed or a token waiter; never T or queued
 	expectRetry                     // the holder's own: G with its token
 	expectNoWait                    // held by another, wait_s 0: T (no-wait)
 	expectWait                      // held by another, wait_s > 0: queued, or B (full)
@@ -197,7 +195,7 @@ func (h *harness) oracle(key reqKey, r *request, f Effect) {
 	ok := true
 	switch e {
 	case expectFree:
-		ok = f.Kind == Track || f.Kind == Defer || f.Kind == Failed || f.Kind == Busy ||
+		ok = f.Kind == Track || f.Kind == Failed || f.Kind == Busy ||
 			f.Kind == Granted && h.issued[f.Token] == issue{} ||
 			f.Kind == Queue && f.W != nil && f.W.tok // a token waiter (Config.TokenWait)
 	case expectRetry:
@@ -276,36 +274,29 @@ func sessionName(s Session) string {
 	return fmt.Sprintf("%v", s)
 }
 
-// acquire submits an ACQUIRE (arrived: when it was read; late: its second
-// decision after Defer).
-func (h *harness) acquire(s string, id uint32, key string, owner Owner, lease, wait uint8, ownedOnly, late bool, arrived int64) {
+// acquire submits an ACQUIRE (arrived: when it was read).
+func (h *harness) acquire(s string, id uint32, key string, owner Owner, lease, wait uint8, ownedOnly bool, arrived int64) {
 	k := reqKey{s, id}
-	if late {
-		r := h.reqs[k]
-		if r == nil || r.state != reqDeferred {
-			h.errorf("%v: a late ACQUIRE of a request that was not deferred", k)
-			r = &request{}
-			h.reqs[k] = r
-		}
-		*r = request{acquire: true, key: key, owner: owner, arrived: arrived, lease: lease, wait: wait, owned: ownedOnly,
-			late: true, recorded: true}
-		r.expect, r.expTok = h.expectAcquire(key, owner, wait)
-	} else {
-		if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
-			h.errorf("%v: req_id reused while it awaits its reply", k)
-		}
-		r := &request{acquire: true, key: key, owner: owner, arrived: arrived, lease: lease, wait: wait, owned: ownedOnly}
-		r.expect, r.expTok = h.expectAcquire(key, owner, wait)
-		h.reqs[k] = r
+	if r := h.reqs[k]; r != nil && r.state == reqOpen {
+		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
+	r := &request{acquire: true, key: key, owner: owner, arrived: arrived, lease: lease, wait: wait, owned: ownedOnly}
+	r.expect, r.expTok = h.expectAcquire(key, owner, wait)
+	h.reqs[k] = r
 	h.core.Acquire(h.now, &Acquire{S: h.session(s), By: h.session(s).num, ReqID: id, Key: []byte(key), Owner: owner,
-		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Late: late, Client: h.session(s).client})
+		LeaseS: lease, WaitS: wait, OwnedOnly: ownedOnly, Arrived: arrived, Client: h.session(s).client})
+	h.effects()
+}
+
+// tokensReady is the token store's word that its reservation ended.
+func (h *harness) tokensReady() {
+	h.core.TokensReady(h.now)
 	h.effects()
 }
 
 func (h *harness) release(s string, id uint32, key string, token uint64, owner Owner, owned bool) {
 	k := reqKey{s, id}
-	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
+	if r := h.reqs[k]; r != nil && r.state == reqOpen {
 		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
 	h.reqs[k] = &request{key: key, owner: owner, token: token, expect: h.expectRelease(key, token, owner, owned)}
@@ -316,7 +307,7 @@ func (h *harness) release(s string, id uint32, key string, token uint64, owner O
 // extend submits an EXTEND.
 func (h *harness) extend(s string, id uint32, key string, token uint64, owner Owner, lease uint8) {
 	k := reqKey{s, id}
-	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
+	if r := h.reqs[k]; r != nil && r.state == reqOpen {
 		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
 	h.reqs[k] = &request{extend: true, key: key, owner: owner, token: token, lease: lease, arrived: h.now,
@@ -329,7 +320,7 @@ func (h *harness) extend(s string, id uint32, key string, token uint64, owner Ow
 // session) under id.
 func (h *harness) expire(s string, id uint32, key string, token uint64) {
 	k := reqKey{s, id}
-	if r := h.reqs[k]; r != nil && (r.state == reqOpen || r.state == reqDeferred) {
+	if r := h.reqs[k]; r != nil && r.state == reqOpen {
 		h.errorf("%v: req_id reused while it awaits its reply", k)
 	}
 	h.reqs[k] = &request{expire: true, key: key, token: token, expect: h.expectExpire(key, token)}
@@ -373,7 +364,7 @@ func (h *harness) drop(s string, id uint32) {
 func (h *harness) kill(s string) {
 	h.session(s).live = false
 	for k, r := range h.reqs {
-		if k.s == s && (r.state == reqOpen || r.state == reqDeferred) {
+		if k.s == s && r.state == reqOpen {
 			r.state = reqAbandoned
 		}
 	}
@@ -411,7 +402,7 @@ func (h *harness) demote() {
 	h.core.Demote()
 	h.stale, h.demoted = len(h.log.flight), true
 	for _, r := range h.reqs {
-		if r.state == reqOpen || r.state == reqDeferred {
+		if r.state == reqOpen {
 			r.state = reqAbandoned
 		}
 	}
@@ -426,7 +417,7 @@ func (h *harness) promote(hs []Holding, margin int64) {
 	}
 	h.stale, h.demoted = len(h.log.flight), false
 	for _, r := range h.reqs {
-		if r.state == reqOpen || r.state == reqDeferred {
+		if r.state == reqOpen {
 			r.state = reqAbandoned
 		}
 	}
@@ -484,8 +475,6 @@ func (h *harness) effect(f Effect) string {
 		h.errorf("%v: %s after Drop removed it", k, kindName(f.Kind))
 	case r.state == reqAnswered:
 		h.errorf("%v: %s after its final answer %s", k, kindName(f.Kind), r.answer)
-	case r.state == reqDeferred:
-		h.errorf("%v: %s while deferred", k, kindName(f.Kind))
 	}
 	if f.Kind != Granted {
 		h.oracle(k, r, f)
@@ -518,15 +507,6 @@ func (h *harness) effect(f Effect) string {
 		}
 		r.recorded = true
 		return kindName(f.Kind) + " " + k.String()
-	case Defer:
-		if r.late {
-			h.errorf("%v: a late ACQUIRE deferred again", k)
-		}
-		s := final("defer")
-		if r.state == reqAnswered {
-			r.state = reqDeferred
-		}
-		return s
 	case Granted:
 		h.granted(k, r, f)
 		return final(fmt.Sprintf("G token=%d waited=%dms", f.Token, f.WaitedMS()))
@@ -725,7 +705,7 @@ func (h *harness) check() {
 func (h *harness) open() []string {
 	var ks []string
 	for k, r := range h.reqs {
-		if r.state == reqOpen || r.state == reqDeferred {
+		if r.state == reqOpen {
 			ks = append(ks, k.String())
 		}
 	}
@@ -786,7 +766,7 @@ func fmtTime(t int64) string {
 
 func kindName(k Kind) string {
 	names := map[Kind]string{Granted: "G", TimedOut: "T", Busy: "B", Released: "R", NotHeld: "N", Failed: "failed",
-		Queue: "queue", Track: "track", Defer: "defer", Expired: "expired", Desync: "desync", Kept: "K", Ended: "ended"}
+		Queue: "queue", Track: "track", Expired: "expired", Desync: "desync", Kept: "K", Ended: "ended"}
 	if n, ok := names[k]; ok {
 		return n
 	}

@@ -65,11 +65,17 @@ func runRandom(t *testing.T, seed int64, async bool, events int) bool {
 		}
 	}
 	cfg.EarlyRelease = rng.Intn(3) == 0
+	if rng.Intn(2) == 0 {
+		cfg.TokenWait = (1 + rng.Int63n(4)) * secondNs / 2
+	}
 	r := &randomRun{harness: newHarness(cfg, async), rng: rng, async: async, nextID: map[string]uint32{}}
 	conf := fmt.Sprintf("config log=%s max-locks=%d max-waiters=%d max-key-waiters=%d max-pending=%d max-commit=%s",
 		mode, cfg.Capacity.MaxLocks, cfg.Capacity.MaxWaiters, cfg.MaxKeyWaiters, cfg.MaxPending, fmtTime(cfg.MaxCommit))
 	if cfg.EarlyRelease {
 		conf += " early-release"
+	}
+	if cfg.TokenWait > 0 {
+		conf += " token-wait=" + fmtTime(cfg.TokenWait)
 	}
 	r.script = append(r.script, conf)
 	fail := func(what string) bool {
@@ -85,10 +91,11 @@ func runRandom(t *testing.T, seed int64, async bool, events int) bool {
 			return fail("an invariant broke")
 		}
 	}
-	// Drain: every deferred ACQUIRE is tried again, everything in flight
+	// Drain: every token waiter is decided again, everything in flight
 	// applies, and time runs past every wait and lease.
 	for range 20 {
-		r.resubmitAll()
+		r.do("tokens-ready t=%s", fmtTime(r.now))
+		r.tokensReady()
 		r.applyAll()
 		r.advance(300 * secondNs)
 		r.do("tick")
@@ -97,7 +104,7 @@ func runRandom(t *testing.T, seed int64, async bool, events int) bool {
 		if len(r.errs) > 0 {
 			return fail("an invariant broke while draining")
 		}
-		if len(r.log.flight) == 0 && len(r.core.waits) == 0 && r.core.Len() == 0 && len(r.deferred()) == 0 {
+		if len(r.log.flight) == 0 && len(r.core.waits) == 0 && r.core.Len() == 0 && r.core.TokenWaiters() == 0 {
 			break
 		}
 	}
@@ -148,7 +155,7 @@ func (r *randomRun) step() {
 		wait := uint8(r.rng.Intn(5))
 		owned := r.rng.Intn(5) == 0
 		r.do("acquire t=%s s=%s req=%d key=%s owner=%s lease=%d wait=%d%s", t, s, id, key, owner, lease, wait, flagIf(owned, " owned-only"))
-		r.acquire(s, id, key, ownerOfString(owner), lease, wait, owned, false, r.now)
+		r.acquire(s, id, key, ownerOfString(owner), lease, wait, owned, r.now)
 	case n < 50 && r.rng.Intn(3) == 0:
 		// An EXTEND: mostly by the holder, sometimes with a wrong token
 		// or owner.
@@ -225,7 +232,7 @@ func (r *randomRun) step() {
 			r.do("apply t=%s n=%d", t, k)
 			r.apply(k)
 		} else {
-			r.resubmitSome()
+			r.tokensReadySome()
 		}
 	case n < 96:
 		mode := []string{"retry", "fatal", "exhausted"}[r.rng.Intn(3)]
@@ -249,7 +256,7 @@ func (r *randomRun) step() {
 		r.do("promote t=%s margin=%s", t, fmtTime(margin))
 		r.promote(nil, margin)
 	default:
-		r.resubmitSome()
+		r.tokensReadySome()
 	}
 }
 
@@ -304,29 +311,11 @@ func (r *randomRun) pick(f func(*request) bool) (reqKey, bool) {
 	return ks[r.rng.Intn(len(ks))], true
 }
 
-func (r *randomRun) deferred() []reqKey {
-	return r.sortedKeys(func(q *request) bool { return q.state == reqDeferred })
-}
-
-// resubmitSome submits some deferred ACQUIREs again (late), as the driver
-// does once tokens are available.
-func (r *randomRun) resubmitSome() {
-	for _, k := range r.deferred() {
-		if r.rng.Intn(2) == 0 {
-			r.resubmit(k)
-		}
+// tokensReadySome ends the token store's reservation now and then, as a
+// store does once its write is done.
+func (r *randomRun) tokensReadySome() {
+	if r.rng.Intn(2) == 0 {
+		r.do("tokens-ready t=%s", fmtTime(r.now))
+		r.tokensReady()
 	}
-}
-
-func (r *randomRun) resubmitAll() {
-	for _, k := range r.deferred() {
-		r.resubmit(k)
-	}
-}
-
-func (r *randomRun) resubmit(k reqKey) {
-	q := r.reqs[k]
-	r.do("acquire t=%s s=%s req=%d key=%s owner=%s lease=%d wait=%d%s late arrived=%s", fmtTime(r.now), k.s, k.id, q.key,
-		ownerString(q.owner), q.lease, q.wait, flagIf(q.owned, " owned-only"), fmtTime(q.arrived))
-	r.acquire(k.s, k.id, q.key, q.owner, q.lease, q.wait, q.owned, true, q.arrived)
 }

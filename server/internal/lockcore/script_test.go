@@ -25,7 +25,7 @@ import (
 //
 //	config [max-locks=100] [max-waiters=100] [max-key-waiters=100] [max-pending=0]
 //	       [max-commit=0] [early-release] [token-wait=0] [log=sync|async]   a new Core and log
-//	acquire t= s= req= key= owner= lease= wait= [owned-only] [late] [arrived=]
+//	acquire t= s= req= key= owner= lease= wait= [owned-only] [arrived=]
 //	release t= s= req= key= token= [owner=] [owned]
 //	expire t= s= req= key= token=   an operator's Expire (answered to s)
 //	locks [t=] [prefix=] [after=] [limit=10]   the lock browser's page (Core.Locks)
@@ -309,7 +309,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		h.acquire(s, id, key, ownerOfString(owner), uint8(lease), uint8(wait), a.flag("owned-only"), a.flag("late"), arrived)
+		h.acquire(s, id, key, ownerOfString(owner), uint8(lease), uint8(wait), a.flag("owned-only"), arrived)
 	case "release":
 		s, id, key, token, err := sessKeyToken()
 		if err != nil {
@@ -395,8 +395,7 @@ func runCommand(hp **harness, line string) ([]string, error) {
 	case "tick":
 		h.tick()
 	case "tokens-ready":
-		h.core.TokensReady(h.now)
-		h.effects()
+		h.tokensReady()
 	case "apply":
 		n := 1
 		if a.has("n") {

@@ -96,12 +96,17 @@ type modeStatus interface {
 	refusal() error // why this node refuses to serve at all (a cluster node's refusal, log_cluster_boot.go), or nil
 	stopping()      // Shutdown began (not Close): a Raft leader hands its leadership over before it stops
 
-	lastToken() uint64                  // the highest token handed out (standalone), or applied (Raft)
-	tokenCeiling() uint64               // the durable ceiling (standalone); the committed counter (Raft)
-	heldLocks() int                     // held locks: in Raft mode, the holdings of the applied log
+	counts() modeCounts                 // its tokens and held locks (Stats, the metrics)
 	health() error                      // TokenStoreErr
 	collectors() []prometheus.Collector // the mode's own, beside the server's
 	close()                             // the end of Close and Shutdown
+}
+
+// modeCounts is what a mode counts of its tokens and locks.
+type modeCounts struct {
+	last    uint64 // the highest token handed out (standalone), or applied (a replicated log)
+	ceiling uint64 // the durable ceiling (standalone); the committed counter (a replicated log)
+	held    int    // held locks: in a replicated log, the holdings it applied
 }
 
 // acquireEvent is an ACQUIRE of c, whose frame was read at arrived, as a

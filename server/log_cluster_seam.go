@@ -130,9 +130,10 @@ func (cl *cluster) readApplied(f func(m *lockcore.Machine)) string {
 	return ViewFollowerApplied
 }
 
-func (cl *cluster) lastToken() uint64    { return cl.fsm.last.Load() }
-func (cl *cluster) tokenCeiling() uint64 { return cl.fsm.last.Load() }
-func (cl *cluster) heldLocks() int       { return int(cl.fsm.nheld.Load()) }
+func (cl *cluster) counts() modeCounts {
+	last := cl.fsm.last.Load()
+	return modeCounts{last: last, ceiling: last, held: int(cl.fsm.nheld.Load())}
+}
 
 // close is shutdown, then the scheduler's timer stops.
 func (cl *cluster) close() {

@@ -818,13 +818,13 @@ func (p *pair) notServing() error {
 	return &NotActiveError{Active: p.peerAdv}
 }
 
-func (p *pair) lastToken() uint64    { return p.last.Load() }
-func (p *pair) tokenCeiling() uint64 { return p.ceil.Load() }
-func (p *pair) heldLocks() int       { return int(p.nheld.Load()) }
-func (p *pair) health() error        { return nil }
-func (p *pair) hello()               { p.clientRequest() }
-func (p *pair) refusal() error       { return nil }
-func (p *pair) stopping()            {}
+func (p *pair) counts() modeCounts {
+	return modeCounts{last: p.last.Load(), ceiling: p.ceil.Load(), held: int(p.nheld.Load())}
+}
+func (p *pair) health() error  { return nil }
+func (p *pair) hello()         { p.clientRequest() }
+func (p *pair) refusal() error { return nil }
+func (p *pair) stopping()      {}
 
 // The effects of a replicated core that the pair never has: its core has
 // no MaxPending and no MaxCommit, and its machine applies at once.

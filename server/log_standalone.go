@@ -37,9 +37,9 @@ type standalone struct {
 	shards [numShards]shard
 }
 
-func (t *standalone) lastToken() uint64                { return t.tokens.last.Load() }
-func (t *standalone) tokenCeiling() uint64             { return t.tokens.ceiling.Load() }
-func (t *standalone) heldLocks() int                   { return int(t.s.capacity.Held.Load()) }
+func (t *standalone) counts() modeCounts {
+	return modeCounts{last: t.tokens.last.Load(), ceiling: t.tokens.ceiling.Load(), held: int(t.s.capacity.Held.Load())}
+}
 func (t *standalone) health() error                    { return t.tokens.health(tokenWait) }
 func (*standalone) hello()                             {}
 func (*standalone) refusal() error                     { return nil }

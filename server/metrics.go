@@ -107,10 +107,10 @@ func (s *Server) collectors() []prometheus.Collector {
 	m := &s.m
 	cs := []prometheus.Collector{
 		gauge("sessions", "Open sessions (HELLO completed).", func() float64 { return float64(s.sessions.Load()) }),
-		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.mode.heldLocks()) }),
+		gauge("held_locks", "Granted, unexpired locks.", func() float64 { return float64(s.mode.counts().held) }),
 		gauge("waiters", "ACQUIREs waiting in a queue.", func() float64 { return float64(s.capacity.Waiters.Load()) }),
-		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.mode.lastToken()) }),
-		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.mode.tokenCeiling()) }),
+		gauge("token_last", "Highest fencing token handed out.", func() float64 { return float64(s.mode.counts().last) }),
+		gauge("token_ceiling", "Durable token ceiling.", func() float64 { return float64(s.mode.counts().ceiling) }),
 		counter("grants_total", "Grants with a new token.", &m.grants),
 		counter("timeouts_total", "ACQUIREs answered T.", &m.timeouts),
 		counter("busy_total", "ACQUIREs answered B (a capacity limit, or no fencing token in time).", &m.busy),

@@ -295,12 +295,12 @@ func (l *memLog) readApplied(f func(*lockcore.Machine)) string {
 	return "mem"
 }
 
-func (l *memLog) hello()                             {}
-func (l *memLog) refusal() error                     { return nil }
-func (l *memLog) stopping()                          {}
-func (l *memLog) lastToken() uint64                  { return l.m.Last() }
-func (l *memLog) tokenCeiling() uint64               { return l.m.Last() }
-func (l *memLog) heldLocks() int                     { return l.m.Len() }
+func (l *memLog) hello()         {}
+func (l *memLog) refusal() error { return nil }
+func (l *memLog) stopping()      {}
+func (l *memLog) counts() modeCounts {
+	return modeCounts{last: l.m.Last(), ceiling: l.m.Last(), held: l.m.Len()}
+}
 func (l *memLog) health() error                      { return nil }
 func (l *memLog) collectors() []prometheus.Collector { return nil }
 func (l *memLog) close()                             { l.sh.stopTimer() }

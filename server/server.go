@@ -403,16 +403,17 @@ func (s *Server) finish() {
 // Stats returns a snapshot of the server's state and counters.
 func (s *Server) Stats() Stats {
 	role := s.role.Load().role
+	mc := s.mode.counts()
 	st := Stats{
 		Sessions:          int(s.sessions.Load()),
 		Pending:           s.pendingConns(),
 		ConnBudget:        func() int { n, _ := s.budget.Max(); return n }(),
 		ConnBudgetInUse:   s.budget.InUse(),
 		ConnBudgetRefused: s.budget.Refused(),
-		HeldLocks:         s.mode.heldLocks(),
+		HeldLocks:         mc.held,
 		Waiters:           int(s.capacity.Waiters.Load()),
-		LastToken:         s.mode.lastToken(),
-		TokenCeiling:      s.mode.tokenCeiling(),
+		LastToken:         mc.last,
+		TokenCeiling:      mc.ceiling,
 		Standby:           !role.Serving(),
 		Role:              role.String(),
 		Grants:            s.m.grants.Load(),

@@ -205,6 +205,19 @@ func (o *outLink) queue(typ byte, tail []byte, head ...uint64) bool {
 	return true
 }
 
+// fail marks the link lost without touching its connection: its writer
+// closes it (the log's Propose calls this under the shard mutex).
+func (o *outLink) fail() {
+	o.mu.Lock()
+	o.dead = true
+	o.buf = nil
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
 // close closes the connection; the writer and the reader end.
 func (o *outLink) close() {
 	o.once.Do(func() {
@@ -230,6 +243,10 @@ func (o *outLink) writeLoop(timeout time.Duration) {
 		}
 		o.mu.Lock()
 		b := o.buf
+		if o.dead {
+			o.mu.Unlock()
+			return // (fail: the deferred close closes the connection)
+		}
 		if len(b) == 0 {
 			o.mu.Unlock()
 			continue

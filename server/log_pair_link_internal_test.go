@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -86,5 +87,44 @@ func TestPairAckAfterHeartbeat(t *testing.T) {
 	}
 	if st, _ := s.PairStatus(); st.State != "PASSIVE" || st.HeldLocks != 1 {
 		t.Fatalf("backup %+v", st)
+	}
+}
+
+// TestOutLinkFailClosesFromItsWriter: a link the log gives up on (a full
+// queue) is closed by its writer goroutine, not by the caller of fail,
+// which runs under the shard mutex: fail only marks it, nothing queued
+// after is written, and the peer reads the end of the stream.
+func TestOutLinkFailClosesFromItsWriter(t *testing.T) {
+	local, peer := net.Pipe()
+	defer peer.Close()
+	o := newOutLink(local, 0)
+	done := make(chan struct{})
+	go func() { o.writeLoop(time.Second); close(done) }()
+
+	if !o.queue(frameCommand, []byte("x"), 1) {
+		t.Fatal("queue refused a frame on a live link")
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	if _, err := peer.Read(buf); err != nil {
+		t.Fatalf("the queued frame was not written: %v", err)
+	}
+
+	o.fail()
+	if o.queue(frameCommand, []byte("y"), 2) {
+		t.Fatal("queue took a frame after fail")
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not end after fail")
+	}
+	select {
+	case <-o.done:
+	default:
+		t.Fatal("the link is not closed after its writer ended")
+	}
+	if _, err := peer.Read(buf); err != io.EOF {
+		t.Fatalf("peer read %v after fail, want EOF", err)
 	}
 }

@@ -44,10 +44,11 @@ func (l pairLog) Propose(lp *lockcore.Proposal) bool {
 	if o := p.attached; o != nil {
 		seq := p.seq
 		if !o.queue(frameCommand, p.buf, seq) {
-			// The link is lost or its queue is full: closing it ends its
-			// reader, whose linkDown detaches (outside this core event)
-			// and gives this command its outcome after those before it.
-			o.close()
+			// The link is lost or its queue is full: its writer closes
+			// it (no connection is touched here), which ends its reader,
+			// whose linkDown detaches (outside this core event) and gives
+			// this command its outcome after those before it.
+			o.fail()
 		}
 		p.pending = append(p.pending, pairPending{seq: seq, at: lp.At(), lp: lp, res: res})
 		return false

@@ -157,12 +157,23 @@ func floodUnderBudget(t *testing.T, more []string, args string) {
 			}
 		}
 	}
-	if s := status(); s["token_store_error"] != nil || s["protocol_errors"] != float64(0) {
+	// The flooders' idle connections that outlive the HELLO timeout (5 s:
+	// a loaded machine takes that long) are closed with E(1), and only
+	// those: no other protocol error, no token store error.
+	if s := status(); s["token_store_error"] != nil || !onlyHelloTimeouts(s) {
 		t.Fatalf("/status after the flood %v", s)
 	}
 	if strings.Contains(sp.stderr.String(), "too many open files") {
 		t.Fatalf("the server ran out of descriptors:\n%s", sp.stderr.String())
 	}
+}
+
+// onlyHelloTimeouts reports whether every protocol error in a /status
+// answer is E(1), the code a connection that sent no HELLO in time gets.
+func onlyHelloTimeouts(s map[string]any) bool {
+	by, _ := s["protocol_errors_by_code"].(map[string]any)
+	n, _ := s["protocol_errors"].(float64)
+	return n == 0 || len(by) == 1 && by["1"] == n
 }
 
 // healthz sends GET /healthz from 127.0.0.1 to the admin port and returns

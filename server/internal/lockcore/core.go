@@ -94,8 +94,7 @@ type Acquire struct {
 	// session, shared by its holdings and waiters (nil: none).
 	Client *Client
 
-	tokenBy int64 // a token waiter decided again: the end of its token wait
-	late    bool  // a token waiter decided again: its answers are Queued
+	tokenBy int64 // a token waiter decided again: the end of its token wait (its answers are Queued)
 }
 
 // Release is a RELEASE, or with Owned a RELEASE_OWNED.
@@ -159,7 +158,7 @@ func (c *Core) begin() {
 func (c *Core) emit(e Effect) { c.fx = append(c.fx, e) }
 
 func (c *Core) reply(k Kind, g *grantee, why Why) {
-	c.emit(Effect{Kind: k, Why: why, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late})
+	c.emit(Effect{Kind: k, Why: why, S: g.s, ReqID: g.reqID, Queued: g.recorded()})
 }
 
 // Acquire decides an ACQUIRE.
@@ -176,11 +175,11 @@ func (c *Core) acquire(now int64, a *Acquire) {
 	res := decide(e != nil && e.held, ownerOf(e), &a.Owner)
 	if res == GrantNew {
 		if c.cfg.MaxPending > 0 && c.pending-c.expiring >= c.cfg.MaxPending {
-			c.emit(Effect{Kind: Busy, Why: Backlog, S: a.S, ReqID: a.ReqID, Queued: a.late})
+			c.emit(Effect{Kind: Busy, Why: Backlog, S: a.S, ReqID: a.ReqID, Queued: a.tokenBy != 0})
 			return
 		}
 		if !c.cfg.Capacity.takeHeld() {
-			c.emit(Effect{Kind: Busy, Why: Full, S: a.S, ReqID: a.ReqID, Queued: a.late})
+			c.emit(Effect{Kind: Busy, Why: Full, S: a.S, ReqID: a.ReqID, Queued: a.tokenBy != 0})
 			return
 		}
 		c.nheld++
@@ -206,7 +205,7 @@ func (c *Core) acquire(now int64, a *Acquire) {
 		// The holder's retry: its token, the lease not extended; or, while
 		// its grant is in flight, the grant's answer.
 		if e.token != 0 {
-			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.late})
+			c.emit(Effect{Kind: Granted, Why: Again, S: a.S, ReqID: a.ReqID, Token: e.token, Queued: a.tokenBy != 0})
 			return
 		}
 		w := &Waiter{g: g, e: e, proposed: true}
@@ -261,7 +260,7 @@ func (c *Core) acquire(now int64, a *Acquire) {
 func (g *grantee) from(a *Acquire) {
 	g.s, g.by, g.reqID, g.owner, g.lease, g.ownedOnly = a.S, a.By, a.ReqID, a.Owner, a.LeaseS, a.OwnedOnly
 	g.client = a.Client
-	g.arrived, g.deadline, g.queued, g.late = a.Arrived, NoDeadline, false, a.late
+	g.arrived, g.deadline, g.queued = a.Arrived, NoDeadline, false
 	g.waitS, g.tokenBy = a.WaitS, a.tokenBy
 }
 
@@ -432,7 +431,7 @@ func (c *Core) awaitToken(e *entry, g *grantee, err error, now int64) {
 	if by == 0 {
 		by = now + c.cfg.TokenWait
 	}
-	queued := g.queued || g.late
+	queued := g.recorded()
 	if now >= by || !g.s.Live() {
 		// (A session that closed while the grant was in flight is
 		// answered, not made to wait: nothing would drop its waiter.)
@@ -445,7 +444,7 @@ func (c *Core) awaitToken(e *entry, g *grantee, err error, now int64) {
 	}
 	c.nwait++
 	w := &Waiter{g: *g, e: e, tok: true, err: err}
-	w.g.tokenBy, w.g.deadline, w.g.queued, w.g.late = by, by, true, true
+	w.g.tokenBy, w.g.deadline, w.g.queued = by, by, true
 	c.tokenq = append(c.tokenq, w)
 	heap.Push(&c.waits, w)
 	c.emit(Effect{Kind: Queue, S: g.s, ReqID: g.reqID, W: w})
@@ -479,7 +478,7 @@ func (c *Core) TokensReady(now int64) {
 			continue
 		}
 		a := Acquire{S: w.g.s, ReqID: w.g.reqID, Key: []byte(w.e.key), Owner: w.g.owner, LeaseS: w.g.lease,
-			WaitS: w.g.waitS, OwnedOnly: w.g.ownedOnly, Arrived: w.g.arrived, By: w.g.by, late: true,
+			WaitS: w.g.waitS, OwnedOnly: w.g.ownedOnly, Arrived: w.g.arrived, By: w.g.by,
 			Client: w.g.client, tokenBy: w.g.tokenBy}
 		c.acquire(now, &a)
 	}
@@ -800,9 +799,9 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 			// gets one more reservation before E(6).)
 			c.awaitToken(e, g, r.Err, now)
 		case r.Fatal:
-			c.emit(Effect{Kind: Failed, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
+			c.emit(Effect{Kind: Failed, S: g.s, ReqID: g.reqID, Queued: g.recorded(), Err: r.Err})
 		default:
-			c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Err: r.Err})
+			c.emit(Effect{Kind: Busy, Why: NoToken, S: g.s, ReqID: g.reqID, Queued: g.recorded(), Err: r.Err})
 		}
 		c.answerRetries(p, Busy, NoToken, 0)
 		// The next waiter, if any, is tried in turn.
@@ -818,7 +817,7 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 	stale := c.cfg.MaxCommit > 0 && now-p.at > c.cfg.MaxCommit
 	// (A first try applied at once is its session reader's own request:
 	// that session is live.)
-	if live := !g.queued && !g.late || g.s.Live(); !live || now >= g.deadline || stale {
+	if live := !g.recorded() || g.s.Live(); !live || now >= g.deadline || stale {
 		// Its session is gone, or its wait ended while the grant was in
 		// flight (T), or the commit was too slow to trust (B): it is
 		// answered (if it is still there), and the key is freed again at
@@ -826,7 +825,7 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 		if live {
 			if stale {
 				// Wait: how long the commit took (the retries' carry 0).
-				c.emit(Effect{Kind: Busy, Why: SlowCommit, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Wait: now - p.at})
+				c.emit(Effect{Kind: Busy, Why: SlowCommit, S: g.s, ReqID: g.reqID, Queued: g.recorded(), Wait: now - p.at})
 			} else {
 				c.reply(TimedOut, g, GrantTooLate)
 			}
@@ -839,7 +838,7 @@ func (c *Core) granted(e *entry, p *Proposal, r *Result, now int64) {
 		c.free(e, FreeExpire, nil, 0, 0, e.owner, now)
 		return
 	}
-	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.queued || g.late, Token: r.Token, Wait: now - g.arrived})
+	c.emit(Effect{Kind: Granted, S: g.s, ReqID: g.reqID, Queued: g.recorded(), Token: r.Token, Wait: now - g.arrived})
 	c.answerRetries(p, Granted, Again, r.Token)
 }
 

@@ -174,8 +174,11 @@ type grantee struct {
 	tokenBy   int64 // the end of its token wait (Config.TokenWait; 0: none began)
 	waitS     uint8 // the ACQUIRE's wait_s (a token waiter is decided again with it)
 	queued    bool  // recorded in flight by the driver
-	late      bool  // a token waiter decided again (TokensReady)
 }
+
+// recorded reports whether the driver holds g's ACQUIRE in flight (queued,
+// or a token waiter decided again): its answer is Queued.
+func (g *grantee) recorded() bool { return g.queued || g.tokenBy != 0 }
 
 type lateRelease struct {
 	s   Session

@@ -198,33 +198,36 @@ func (o *outLink) queue(typ byte, tail []byte, head ...uint64) bool {
 	}
 	o.buf = appendFrame(o.buf, typ, tail, head...)
 	o.mu.Unlock()
+	o.wakeWriter()
+	return true
+}
+
+func (o *outLink) wakeWriter() {
 	select {
 	case o.wake <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// markDead makes queue refuse every frame from now on and drops the queue.
+func (o *outLink) markDead() {
+	o.mu.Lock()
+	o.dead = true
+	o.buf = nil
+	o.mu.Unlock()
 }
 
 // fail marks the link lost without touching its connection: its writer
 // closes it (the log's Propose calls this under the shard mutex).
 func (o *outLink) fail() {
-	o.mu.Lock()
-	o.dead = true
-	o.buf = nil
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	o.markDead()
+	o.wakeWriter()
 }
 
 // close closes the connection; the writer and the reader end.
 func (o *outLink) close() {
 	o.once.Do(func() {
-		o.mu.Lock()
-		o.dead = true
-		o.buf = nil
-		o.mu.Unlock()
+		o.markDead()
 		o.nc.Close()
 		close(o.done)
 	})

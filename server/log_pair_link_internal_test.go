@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,39 +93,60 @@ func TestPairAckAfterHeartbeat(t *testing.T) {
 
 // TestOutLinkFailClosesFromItsWriter: a link the log gives up on (a full
 // queue) is closed by its writer goroutine, not by the caller of fail,
-// which runs under the shard mutex: fail only marks it, nothing queued
-// after is written, and the peer reads the end of the stream.
+// which runs under the shard mutex: fail only marks it (the connection is
+// not closed while no writer runs), nothing queued after is written, and
+// the writer then closes the connection: the peer reads the end of the
+// stream.
 func TestOutLinkFailClosesFromItsWriter(t *testing.T) {
 	local, peer := net.Pipe()
 	defer peer.Close()
-	o := newOutLink(local, 0)
-	done := make(chan struct{})
-	go func() { o.writeLoop(time.Second); close(done) }()
+	cc := &closeCounter{Conn: local}
+	o := newOutLink(cc, 0)
 
 	if !o.queue(frameCommand, []byte("x"), 1) {
 		t.Fatal("queue refused a frame on a live link")
 	}
-	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	if _, err := peer.Read(buf); err != nil {
-		t.Fatalf("the queued frame was not written: %v", err)
-	}
-
 	o.fail()
+	if n := cc.n.Load(); n != 0 {
+		t.Fatalf("fail closed the connection itself (%d Close calls)", n)
+	}
+	select {
+	case <-o.done:
+		t.Fatal("fail closed the link itself")
+	default:
+	}
 	if o.queue(frameCommand, []byte("y"), 2) {
 		t.Fatal("queue took a frame after fail")
 	}
+
+	done := make(chan struct{})
+	go func() { o.writeLoop(time.Second); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the writer did not end after fail")
+	}
+	if n := cc.n.Load(); n != 1 {
+		t.Fatalf("%d Close calls after the writer ended, want 1", n)
 	}
 	select {
 	case <-o.done:
 	default:
 		t.Fatal("the link is not closed after its writer ended")
 	}
-	if _, err := peer.Read(buf); err != io.EOF {
-		t.Fatalf("peer read %v after fail, want EOF", err)
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := peer.Read(make([]byte, 64)); err != io.EOF {
+		t.Fatalf("peer read %d bytes, %v after fail, want EOF and nothing written", n, err)
 	}
+}
+
+// closeCounter counts the Close calls of its connection.
+type closeCounter struct {
+	net.Conn
+	n atomic.Int32
+}
+
+func (c *closeCounter) Close() error {
+	c.n.Add(1)
+	return c.Conn.Close()
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // Hooks for the black-box tests in package server_test.

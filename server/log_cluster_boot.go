@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 
 	"github.com/ticketing-dev/ticketing/server/internal/replica"
 )

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // What the leader's Raft transport saw of each peer: hashicorp/raft

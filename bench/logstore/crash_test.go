@@ -19,12 +19,18 @@ const smallSegmentsEnv = "LOGSTORE_TEST_WAL_SMALL_SEGMENTS"
 
 // crashConfig is the crash test of kind k (internal/crashtest): the child
 // appends and compacts the head, and truncates the tail if k.truncates.
+// internal/crashtest speaks the product's raft types: asProductLog
+// (adapt_test.go) gives it the product's log as it is and wraps the
+// upstream stores.
 func crashConfig(k storeKind) crashtest.Config {
 	return crashtest.Config{
 		ChildEnv: func(dir string) []string { return []string{crashChildEnv + "=" + k.name + ":" + dir} },
 		Open: func(dir string) (crashtest.Store, error) {
 			s, err := k.open(dir)
-			return crashtest.Store{Log: s.log, Stable: s.stable, Close: s.close}, err
+			if err != nil {
+				return crashtest.Store{}, err
+			}
+			return crashtest.Store{Log: asProductLog(s.log), Stable: s.stable, Close: s.close}, nil
 		},
 		Truncate: k.truncates,
 	}

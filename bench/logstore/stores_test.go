@@ -58,13 +58,15 @@ var kinds = []storeKind{
 
 // openRaftstore opens internal/raftstore.Open's stores: the log in
 // internal/raftlog (dir/log, 64 MiB segments, behind a raft.LogCache), the
-// stable store in raft-boltdb (dir/raft.db).
+// stable store in raft-boltdb (dir/raft.db). The log speaks the types of
+// the product's copy of hashicorp/raft: productLog (adapt_test.go) makes it
+// an upstream raft.LogStore.
 func openRaftstore(dir string) (store, error) {
 	s, err := raftstore.Open(dir, nil)
 	if err != nil {
 		return store{}, err
 	}
-	return store{s.Log, s.Stable, s.Close}, nil
+	return store{productLog{s.Log}, s.Stable, s.Close}, nil
 }
 
 // wal64KiB is raft-wal with small segments: a rotation every few appends.

@@ -9,8 +9,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/ticketing-dev/ticketing/internal/raft"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 	"github.com/ticketing-dev/ticketing/internal/raftstore"
 )

@@ -36,7 +36,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // TermEnv names the environment variable that gives a child the term of

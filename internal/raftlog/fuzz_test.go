@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // FuzzOpen damages the segment files of a valid log as the input says and

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/proctest"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // The tests of the batch marks of format version 2 (format.go): a bad

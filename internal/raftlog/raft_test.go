@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
+
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // counterFSM sums the commands (8-byte values) applied to it.

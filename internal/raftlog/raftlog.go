@@ -126,9 +126,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/fsutil"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // DefaultSegmentSize is the size segment files are preallocated to.

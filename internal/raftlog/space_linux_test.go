@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // Every segment used to be preallocated at the

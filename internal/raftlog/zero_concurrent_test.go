@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // TestGetLogDuringZeroAhead: GetLog runs alongside StoreLogs that write

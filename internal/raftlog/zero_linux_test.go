@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // The FIEMAP ioctl (linux/fiemap.h), to see which extents of a file are

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 
 	"github.com/ticketing-dev/ticketing/internal/connlimit"
 )

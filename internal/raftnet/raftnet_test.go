@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
 
 	"github.com/ticketing-dev/ticketing/internal/pki"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 	"github.com/ticketing-dev/ticketing/internal/raftnet"
 )
 

@@ -4,8 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/hashicorp/raft"
+	boltraft "github.com/hashicorp/raft"
+
 	"github.com/ticketing-dev/ticketing/internal/crashtest"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 )
 
 // crashChildEnv names the directory a child process of TestCrashKill9
@@ -25,6 +27,16 @@ const smallSegmentSize = 32 << 10
 // makeLogs returns n entries of term 1 from index first, as raft's leader
 // builds them.
 func makeLogs(first uint64, n int) []*raft.Log { return crashtest.Entries(first, n, 1) }
+
+// makeBoltLogs is makeLogs in the types raft-boltdb speaks (the upstream
+// hashicorp/raft module's), for raft.db's log of an older version.
+func makeBoltLogs(first uint64, n int) []*boltraft.Log {
+	var out []*boltraft.Log
+	for _, l := range makeLogs(first, n) {
+		out = append(out, &boltraft.Log{Index: l.Index, Term: l.Term, Type: boltraft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt})
+	}
+	return out
+}
 
 // payload is the data of entry idx of term 1: crashtest.PayloadSize bytes
 // that depend on idx, so a reader can check it.

@@ -41,7 +41,7 @@ func TestOpenAfterDowngradeKeepsBoltEntries(t *testing.T) {
 		t.Fatalf("raft.db log ends at %d after the migration, want empty", last)
 	}
 	for i := uint64(1); i <= 300; i += 100 {
-		if err := db.StoreLogs(makeLogs(i, 100)); err != nil {
+		if err := db.StoreLogs(makeBoltLogs(i, 100)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -78,11 +78,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
+	boltraft "github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
 	"github.com/ticketing-dev/ticketing/internal/fsutil"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 	"github.com/ticketing-dev/ticketing/internal/raftlog"
 )
 
@@ -242,8 +243,9 @@ func openLog(dir string, db *raftboltdb.BoltStore, logger hclog.Logger) (*raftlo
 // interrupted migration left: the log in logDir ends at last, with the
 // same term. Otherwise it returns ErrLogConflict.
 func checkLeftover(logDir string, db *raftboltdb.BoltStore, first, last uint64, opts raftlog.Options) error {
-	var bl, ll raft.Log
-	if err := db.GetLog(last, &bl); err != nil {
+	var ll raft.Log
+	bl, err := boltLog(db, last)
+	if err != nil {
 		return fmt.Errorf("raftstore: raft.db entry %d: %w", last, err)
 	}
 	log, err := raftlog.Open(logDir, opts)
@@ -270,17 +272,34 @@ func checkLeftover(logDir string, db *raftboltdb.BoltStore, first, last uint64, 
 		ErrLogConflict, filepath.Join(filepath.Dir(logDir), "raft.db"), first, last, bl.Term, last, logDir, logLast, filepath.Dir(logDir))
 }
 
+// boltLog reads entry i of raft.db's log. raft-boltdb speaks the types of
+// the upstream hashicorp/raft module; the entry is returned as the
+// product's raft.Log (package internal/raft, the same fields).
+func boltLog(db *raftboltdb.BoltStore, i uint64) (*raft.Log, error) {
+	var bl boltraft.Log
+	if err := db.GetLog(i, &bl); err != nil {
+		return nil, err
+	}
+	return &raft.Log{
+		Index:      bl.Index,
+		Term:       bl.Term,
+		Type:       raft.LogType(bl.Type),
+		Data:       bl.Data,
+		Extensions: bl.Extensions,
+		AppendedAt: bl.AppendedAt,
+	}, nil
+}
+
 // migrate copies entries first..last from db into a new log in dir. A
 // bolt log may have a gap (raft stores after one on a follower that
 // installed a snapshot beyond its log); the entries before it are older
 // than the snapshot, and raftlog drops them at a gap anyway, so only the
 // run of consecutive entries that ends at last is copied.
 func migrate(dir string, db *raftboltdb.BoltStore, first, last uint64, opts raftlog.Options) error {
-	var l raft.Log
 	start := last
 	for start > first {
-		err := db.GetLog(start-1, &l)
-		if errors.Is(err, raft.ErrLogNotFound) {
+		_, err := boltLog(db, start-1)
+		if errors.Is(err, boltraft.ErrLogNotFound) {
 			opts.Logger.Info("raft.db's log has a gap: copying only the entries after it", "gap-before", start, "first", first)
 			break
 		}
@@ -297,8 +316,8 @@ func migrate(dir string, db *raftboltdb.BoltStore, first, last uint64, opts raft
 	for i := first; i <= last; {
 		var batch []*raft.Log
 		for ; i <= last && len(batch) < migrateBatch; i++ {
-			l := new(raft.Log)
-			if err := db.GetLog(i, l); err != nil {
+			l, err := boltLog(db, i)
+			if err != nil {
 				log.Close()
 				return fmt.Errorf("raftstore: migration: raft.db entry %d: %w", i, err)
 			}

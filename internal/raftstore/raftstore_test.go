@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/ticketing-dev/ticketing/internal/raft"
 	"github.com/ticketing-dev/ticketing/internal/raftlog"
 )
 
@@ -125,7 +125,7 @@ func boltWithLogs(t *testing.T, dir string, ranges ...[2]uint64) {
 	}
 	for _, r := range ranges {
 		for i := r[0]; i <= r[1]; i += 1000 {
-			if err := db.StoreLogs(makeLogs(i, int(min(r[1]-i+1, 1000)))); err != nil {
+			if err := db.StoreLogs(makeBoltLogs(i, int(min(r[1]-i+1, 1000)))); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -68,7 +68,9 @@ type hashiGroup struct {
 // variant: node i keeps its stores in dirs[i] and listens on addrs[i].
 // The stores, transport and raft.Config are those of server/log_cluster.go
 // (raftstore.Open, raftnet.New without TLS, its timeouts and batching).
-func startHashi(dirs, addrs []string) (group, error) {
+// serial sets raft.Config.SerialLeaderAppend (the leader stores a batch
+// before it sends it, as upstream hashicorp/raft does).
+func startHashi(dirs, addrs []string, serial bool) (group, error) {
 	g := &hashiGroup{}
 	var conf raft.Configuration
 	for i := range dirs {
@@ -102,6 +104,7 @@ func startHashi(dirs, addrs []string) (group, error) {
 		rc.BatchApplyCh = true
 		rc.MaxAppendEntries = 256
 		rc.NoLegacyTelemetry = true
+		rc.SerialLeaderAppend = serial
 		rc.LogLevel = "error"
 		has, err := raft.HasExistingState(st.Log, st.Stable, st.Snapshots)
 		if err != nil {

@@ -16,9 +16,10 @@ import (
 )
 
 var starters = map[string]func(dirs, addrs []string) (group, error){
-	"hashicorp": startHashi,
-	"etcd":      startEtcd,
-	"etcdasync": startEtcdAsync,
+	"hashicorp":        func(dirs, addrs []string) (group, error) { return startHashi(dirs, addrs, false) },
+	"hashicorp-serial": func(dirs, addrs []string) (group, error) { return startHashi(dirs, addrs, true) },
+	"etcd":             startEtcd,
+	"etcdasync":        startEtcdAsync,
 }
 
 func main() {

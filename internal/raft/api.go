@@ -117,6 +117,11 @@ type Raft struct {
 	// fsmSnapshotCh is used to trigger a new snapshot being taken
 	fsmSnapshotCh chan *reqSnapshotFuture
 
+	// staged is the leader's batch between its dispatch and the return of
+	// its StoreLogs (nil otherwise): the replicators send it from here
+	// while the leader's own append is in flight (see dispatchLogs).
+	staged atomic.Pointer[stagedLogs]
+
 	// lastContact is the last time we had contact from the
 	// leader node. This can be used to gauge staleness.
 	lastContact     time.Time

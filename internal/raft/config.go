@@ -166,6 +166,15 @@ type Config struct {
 	// an inconsistent log.
 	MaxAppendEntries int
 
+	// SerialLeaderAppend makes the leader store a batch before it lets the
+	// replicators send it, as the upstream hashicorp/raft does: a commit
+	// then costs the leader's fsync and a follower's in series. By default
+	// (false) the leader sends the batch while its own append is in flight
+	// and counts itself toward the commit index only once that append is
+	// durable, so a commit costs the slower of the two. It exists to measure
+	// the difference in one binary; the product leaves it false.
+	SerialLeaderAppend bool
+
 	// BatchApplyCh indicates whether we should buffer applyCh
 	// to size MaxAppendEntries. This enables batch log commitment,
 	// but breaks the timeout guarantee on Apply. Specifically,

@@ -1266,8 +1266,48 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	commitIndex := r.getCommitIndex()
 	r.tryStageCommitIndex(commitIndex)
 
-	// Write the log entry locally
-	if err := r.logs.StoreLogs(logs); err != nil {
+	if r.config().SerialLeaderAppend {
+		// Write the log entry locally
+		if err := r.logs.StoreLogs(logs); err != nil {
+			r.logger.Error("failed to commit logs", "error", err)
+			for _, applyLog := range applyLogs {
+				applyLog.respond(err)
+			}
+			r.setState(Follower)
+			return
+		}
+		r.leaderState.commitment.match(r.localID, lastIndex)
+
+		// Update the last log since it's on disk now
+		r.setLastLog(lastIndex, term)
+
+		// Notify the replicators of the new log
+		for _, f := range r.leaderState.replState {
+			asyncNotifyCh(f.triggerCh)
+		}
+		return
+	}
+
+	// One fsync per commit (Raft thesis 10.2.1): the replicators send the
+	// batch while the leader appends it. Until StoreLogs returns they read
+	// it from r.staged, since the log store may not hold it yet. The leader
+	// counts itself toward the commit index only once its append is
+	// durable; followers count once theirs is, as before. Committed entries
+	// are applied by this goroutine, which is here until StoreLogs returns,
+	// so the leader applies nothing it has not stored.
+	prevIndex, prevTerm := r.getLastLog()
+	r.staged.Store(&stagedLogs{first: logs[0].Index, logs: logs})
+	r.setLastLog(lastIndex, term)
+	for _, f := range r.leaderState.replState {
+		asyncNotifyCh(f.triggerCh)
+	}
+	err := r.logs.StoreLogs(logs)
+	r.staged.Store(nil)
+	if err != nil {
+		// The batch may have reached followers; this node steps down with
+		// its last log back where its store ends, like a follower that
+		// never received it.
+		r.setLastLog(prevIndex, prevTerm)
 		r.logger.Error("failed to commit logs", "error", err)
 		for _, applyLog := range applyLogs {
 			applyLog.respond(err)
@@ -1276,14 +1316,26 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		return
 	}
 	r.leaderState.commitment.match(r.localID, lastIndex)
+}
 
-	// Update the last log since it's on disk now
-	r.setLastLog(lastIndex, term)
+// stagedLogs is a leader's batch whose append is in flight: logs hold
+// indexes first, first+1, ...
+type stagedLogs struct {
+	first uint64
+	logs  []*Log
+}
 
-	// Notify the replicators of the new log
-	for _, f := range r.leaderState.replState {
-		asyncNotifyCh(f.triggerCh)
+// getLog reads entry index for replication: from the batch the leader is
+// appending, else from the log store. A replicator only asks for indexes
+// up to getLastLog(), which dispatchLogs moves after staging a batch and
+// before unstaging it, and the batch is unstaged only once the store
+// returned: an index is in one or the other.
+func (r *Raft) getLog(index uint64, out *Log) error {
+	if s := r.staged.Load(); s != nil && index >= s.first && index-s.first < uint64(len(s.logs)) {
+		*out = *s.logs[index-s.first]
+		return nil
 	}
+	return r.logs.GetLog(index, out)
 }
 
 // processLogs is used to apply all the committed entries that haven't been

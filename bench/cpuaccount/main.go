@@ -11,8 +11,8 @@
 // (TCP, sockets, softirq receive), scheduling (context switches, futex,
 // nanosleep, epoll) or other kernel. A user sample is Go runtime
 // (scheduler, sysmon, ...), alloc+GC, or the owner of the nearest frame
-// that is not the standard library: raft (hashicorp/raft and its codec,
-// and this module's Raft log store and transport), server (the server
+// that is not the standard library: raft (this module's Raft, a copy of
+// hashicorp/raft, with its log store and transport; hashicorp's codec), server (the server
 // package and the lock core), wire codec (internal/wire, in the server
 // or the client) or client (the broker, the load tool). Idle (the swapper's halt) is counted apart.
 package main
@@ -210,7 +210,7 @@ func owner(stack []string) string {
 		s := sym(fr)
 		switch {
 		case strings.Contains(s, "hashicorp/") || strings.Contains(s, "armon/go-metrics") ||
-			strings.Contains(s, "ticketing/internal/raftlog") || strings.Contains(s, "ticketing/internal/raftnet") || strings.Contains(s, "ticketing/internal/raftstore"):
+			strings.Contains(s, "ticketing/internal/raft"): // raft, raftlog, raftnet, raftstore
 			return "raft"
 		case strings.Contains(s, "ticketing/internal/wire"):
 			return "wire codec"

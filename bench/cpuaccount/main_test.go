@@ -49,3 +49,19 @@ func TestAccount(t *testing.T) {
 		t.Error("no samples: no error")
 	}
 }
+
+// TestOwnerRaft: the product's Raft (internal/raft, hashicorp/raft's
+// copy), its log store and its transport are raft's; upstream's module
+// still is.
+func TestOwnerRaft(t *testing.T) {
+	for _, fr := range []string{
+		"5a07a5 github.com/ticketing-dev/ticketing/internal/raft.(*Raft).dispatchLogs (/bin/ticketingd)",
+		"5a07a5 github.com/ticketing-dev/ticketing/internal/raftlog.datasync (/bin/ticketingd)",
+		"5a07a5 github.com/ticketing-dev/ticketing/internal/raftnet.(*Transport).AppendEntries (/bin/ticketingd)",
+		"5a07a5 github.com/hashicorp/raft.(*Raft).dispatchLogs (/bin/ticketingd)",
+	} {
+		if got := owner([]string{"5a07a0 runtime.chansend (/bin/ticketingd)", fr}); got != "raft" {
+			t.Errorf("owner(%s) = %q, want raft", fr, got)
+		}
+	}
+}

@@ -12,5 +12,5 @@ func TestMain(m *testing.M) {
 	// which raft never answers (hashicorp/raft#498). Close does not wait
 	// for it (await returns at the node's stop); it holds the future and
 	// nothing else.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/raft.(*deferError).Error"))
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/ticketing-dev/ticketing/internal/raft.(*deferError).Error"))
 }

@@ -483,9 +483,10 @@ func (cl *cluster) shutdown() {
 	cl.closeResources()
 }
 
-// await waits for a raft future, or for ctx, or for the node to stop: a
-// future still queued when raft shuts down is never answered
-// (hashicorp/raft#498), and must not hang Close.
+// await waits for a raft future, or for ctx, or for the node to stop. A
+// future still queued when raft shuts down is answered with
+// ErrRaftShutdown (internal/raft; upstream never answers it,
+// hashicorp/raft#498); the stop case returns without waiting for that.
 func (cl *cluster) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()

@@ -822,6 +822,7 @@ func (r *Raft) ReloadableConfig() ReloadableConfig {
 func (r *Raft) BootstrapCluster(configuration Configuration) Future {
 	bootstrapReq := &bootstrapFuture{}
 	bootstrapReq.init()
+	bootstrapReq.ShutdownCh = r.shutdownCh
 	bootstrapReq.configuration = configuration
 	select {
 	case <-r.shutdownCh:
@@ -893,6 +894,7 @@ func (r *Raft) ApplyLog(log Log, timeout time.Duration) ApplyFuture {
 		},
 	}
 	logFuture.init()
+	logFuture.ShutdownCh = r.shutdownCh
 
 	select {
 	case <-timer:
@@ -919,6 +921,7 @@ func (r *Raft) Barrier(timeout time.Duration) Future {
 	// Create a log future, no index or term yet
 	logFuture := &logFuture{log: Log{Type: LogBarrier}}
 	logFuture.init()
+	logFuture.ShutdownCh = r.shutdownCh
 
 	select {
 	case <-timer:
@@ -937,6 +940,7 @@ func (r *Raft) VerifyLeader() Future {
 	metrics.IncrCounter([]string{"raft", "verify_leader"}, 1)
 	verifyFuture := &verifyFuture{}
 	verifyFuture.init()
+	verifyFuture.ShutdownCh = r.shutdownCh
 	select {
 	case <-r.shutdownCh:
 		return errorFuture{ErrRaftShutdown}
@@ -1083,6 +1087,7 @@ func (r *Raft) Shutdown() Future {
 func (r *Raft) Snapshot() SnapshotFuture {
 	future := &userSnapshotFuture{}
 	future.init()
+	future.ShutdownCh = r.shutdownCh
 	select {
 	case r.userSnapshotCh <- future:
 		return future
@@ -1119,6 +1124,7 @@ func (r *Raft) Restore(meta *SnapshotMeta, reader io.Reader, timeout time.Durati
 		reader: reader,
 	}
 	restore.init()
+	restore.ShutdownCh = r.shutdownCh
 	select {
 	case <-timer:
 		return ErrEnqueueTimeout
@@ -1141,6 +1147,7 @@ func (r *Raft) Restore(meta *SnapshotMeta, reader io.Reader, timeout time.Durati
 		},
 	}
 	noop.init()
+	noop.ShutdownCh = r.shutdownCh
 	select {
 	case <-timer:
 		return ErrEnqueueTimeout

@@ -102,6 +102,7 @@ func gatedCluster(t *testing.T, serial bool) []*gatedNode {
 		conf.LeaderLeaseTimeout = 500 * time.Millisecond
 		conf.CommitTimeout = 5 * time.Millisecond
 		conf.SerialLeaderAppend = serial
+		conf.BatchApplyCh = true // as the product sets it: applyCh is buffered
 		conf.Logger = hclog.NewNullLogger()
 		store := newGatedStore()
 		snaps := NewInmemSnapshotStore()

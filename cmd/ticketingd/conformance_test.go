@@ -59,10 +59,14 @@ func startConf(t *testing.T, args ...string) *conf {
 	return c
 }
 
+// statusClient bounds a /status read, so that a server that accepts the
+// connection and never answers fails the test instead of hanging it.
+var statusClient = &http.Client{Timeout: 10 * time.Second}
+
 // status reads /status (needs withAdmin).
 func (c *conf) status(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(c.admin + "/status")
+	resp, err := statusClient.Get(c.admin + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}

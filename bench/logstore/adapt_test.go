@@ -1,15 +1,19 @@
 package logstore
 
 import (
+	"errors"
+
 	"github.com/hashicorp/raft"
+
 	productraft "github.com/ticketing-dev/ticketing/internal/raft"
+	"github.com/ticketing-dev/ticketing/internal/raftstore"
 )
 
 // The product keeps its own copy of hashicorp/raft (package internal/raft,
 // the same types), and its log store speaks that copy's types, while
 // raft-boltdb and raft-wal speak the upstream module's. The benchmarks run
 // on the upstream raft.LogStore, so the product's log store is wrapped in
-// productLog: the conversions are a cost on the product's store only, which
+// productLog: the conversions (raftstore.FromUpstream, ToUpstream) are a cost on the product's store only, which
 // keeps the comparison fair or conservative for it. internal/crashtest wants
 // the product's LogStore, so the upstream stores are wrapped in upstreamLog
 // there. Both StableStore interfaces have only primitive-typed methods:
@@ -25,17 +29,17 @@ func (p productLog) LastIndex() (uint64, error)  { return p.s.LastIndex() }
 func (p productLog) GetLog(index uint64, log *raft.Log) error {
 	var l productraft.Log
 	if err := p.s.GetLog(index, &l); err != nil {
-		if err == productraft.ErrLogNotFound {
+		if errors.Is(err, productraft.ErrLogNotFound) {
 			return raft.ErrLogNotFound
 		}
 		return err
 	}
-	*log = upstreamEntry(&l)
+	*log = raftstore.ToUpstream(&l)
 	return nil
 }
 
 func (p productLog) StoreLog(log *raft.Log) error {
-	l := productEntry(log)
+	l := raftstore.FromUpstream(log)
 	return p.s.StoreLog(&l)
 }
 
@@ -43,7 +47,7 @@ func (p productLog) StoreLogs(logs []*raft.Log) error {
 	ls := make([]productraft.Log, len(logs))
 	ptrs := make([]*productraft.Log, len(logs))
 	for i, l := range logs {
-		ls[i] = productEntry(l)
+		ls[i] = raftstore.FromUpstream(l)
 		ptrs[i] = &ls[i]
 	}
 	return p.s.StoreLogs(ptrs)
@@ -61,17 +65,17 @@ func (u upstreamLog) LastIndex() (uint64, error)  { return u.s.LastIndex() }
 func (u upstreamLog) GetLog(index uint64, log *productraft.Log) error {
 	var l raft.Log
 	if err := u.s.GetLog(index, &l); err != nil {
-		if err == raft.ErrLogNotFound {
+		if errors.Is(err, raft.ErrLogNotFound) {
 			return productraft.ErrLogNotFound
 		}
 		return err
 	}
-	*log = productEntry(&l)
+	*log = raftstore.FromUpstream(&l)
 	return nil
 }
 
 func (u upstreamLog) StoreLog(log *productraft.Log) error {
-	l := upstreamEntry(log)
+	l := raftstore.ToUpstream(log)
 	return u.s.StoreLog(&l)
 }
 
@@ -79,7 +83,7 @@ func (u upstreamLog) StoreLogs(logs []*productraft.Log) error {
 	ls := make([]raft.Log, len(logs))
 	ptrs := make([]*raft.Log, len(logs))
 	for i, l := range logs {
-		ls[i] = upstreamEntry(l)
+		ls[i] = raftstore.ToUpstream(l)
 		ptrs[i] = &ls[i]
 	}
 	return u.s.StoreLogs(ptrs)
@@ -94,14 +98,4 @@ func asProductLog(l raft.LogStore) productraft.LogStore {
 		return p.s
 	}
 	return upstreamLog{l}
-}
-
-// upstreamEntry is l as an upstream raft.Log (the data is shared).
-func upstreamEntry(l *productraft.Log) raft.Log {
-	return raft.Log{Index: l.Index, Term: l.Term, Type: raft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt}
-}
-
-// productEntry is l as the product's raft.Log (the data is shared).
-func productEntry(l *raft.Log) productraft.Log {
-	return productraft.Log{Index: l.Index, Term: l.Term, Type: productraft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt}
 }

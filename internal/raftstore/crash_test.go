@@ -33,7 +33,8 @@ func makeLogs(first uint64, n int) []*raft.Log { return crashtest.Entries(first,
 func makeBoltLogs(first uint64, n int) []*boltraft.Log {
 	var out []*boltraft.Log
 	for _, l := range makeLogs(first, n) {
-		out = append(out, &boltraft.Log{Index: l.Index, Term: l.Term, Type: boltraft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt})
+		bl := ToUpstream(l)
+		out = append(out, &bl)
 	}
 	return out
 }

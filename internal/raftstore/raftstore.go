@@ -272,22 +272,27 @@ func checkLeftover(logDir string, db *raftboltdb.BoltStore, first, last uint64, 
 		ErrLogConflict, filepath.Join(filepath.Dir(logDir), "raft.db"), first, last, bl.Term, last, logDir, logLast, filepath.Dir(logDir))
 }
 
-// boltLog reads entry i of raft.db's log. raft-boltdb speaks the types of
-// the upstream hashicorp/raft module; the entry is returned as the
-// product's raft.Log (package internal/raft, the same fields).
+// boltLog reads entry i of raft.db's log, as the product's raft.Log.
 func boltLog(db *raftboltdb.BoltStore, i uint64) (*raft.Log, error) {
 	var bl boltraft.Log
 	if err := db.GetLog(i, &bl); err != nil {
 		return nil, err
 	}
-	return &raft.Log{
-		Index:      bl.Index,
-		Term:       bl.Term,
-		Type:       raft.LogType(bl.Type),
-		Data:       bl.Data,
-		Extensions: bl.Extensions,
-		AppendedAt: bl.AppendedAt,
-	}, nil
+	l := FromUpstream(&bl)
+	return &l, nil
+}
+
+// FromUpstream returns l, an entry in the types of the upstream
+// hashicorp/raft module (which raft-boltdb speaks), as the product's
+// raft.Log (package internal/raft, a copy of that module: the same
+// fields). Data and Extensions are shared, not copied.
+func FromUpstream(l *boltraft.Log) raft.Log {
+	return raft.Log{Index: l.Index, Term: l.Term, Type: raft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt}
+}
+
+// ToUpstream is FromUpstream's reverse.
+func ToUpstream(l *raft.Log) boltraft.Log {
+	return boltraft.Log{Index: l.Index, Term: l.Term, Type: boltraft.LogType(l.Type), Data: l.Data, Extensions: l.Extensions, AppendedAt: l.AppendedAt}
 }
 
 // migrate copies entries first..last from db into a new log in dir. A

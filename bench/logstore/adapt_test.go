@@ -13,11 +13,12 @@ import (
 // the same types), and its log store speaks that copy's types, while
 // raft-boltdb and raft-wal speak the upstream module's. The benchmarks run
 // on the upstream raft.LogStore, so the product's log store is wrapped in
-// productLog: the conversions (raftstore.FromUpstream, ToUpstream) are a cost on the product's store only, which
-// keeps the comparison fair or conservative for it. internal/crashtest wants
-// the product's LogStore, so the upstream stores are wrapped in upstreamLog
-// there. Both StableStore interfaces have only primitive-typed methods:
-// their stores satisfy both as they are.
+// productLog: the conversions (raftstore.FromUpstream, ToUpstream) are a
+// cost on the product's store only, which keeps the comparison fair or
+// conservative for it. internal/crashtest wants the product's LogStore, so
+// the upstream stores are wrapped in upstreamLog there. Both StableStore
+// interfaces have only primitive-typed methods: their stores satisfy both
+// as they are.
 
 // productLog is a log store of the product's raft copy as an upstream
 // raft.LogStore.

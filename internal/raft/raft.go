@@ -1267,40 +1267,20 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	commitIndex := r.getCommitIndex()
 	r.tryStageCommitIndex(commitIndex)
 
-	if r.config().SerialLeaderAppend {
-		// Write the log entry locally
-		if err := r.logs.StoreLogs(logs); err != nil {
-			r.logger.Error("failed to commit logs", "error", err)
-			for _, applyLog := range applyLogs {
-				applyLog.respond(err)
-			}
-			r.setState(Follower)
-			return
-		}
-		r.leaderState.commitment.match(r.localID, lastIndex)
-
-		// Update the last log since it's on disk now
-		r.setLastLog(lastIndex, term)
-
-		// Notify the replicators of the new log
-		for _, f := range r.leaderState.replState {
-			asyncNotifyCh(f.triggerCh)
-		}
-		return
-	}
-
 	// One fsync per commit (Raft thesis 10.2.1): the replicators send the
 	// batch while the leader appends it. Until StoreLogs returns they read
 	// it from r.staged, since the log store may not hold it yet. The leader
 	// counts itself toward the commit index only once its append is
 	// durable; followers count once theirs is, as before. Committed entries
 	// are applied by this goroutine, which is here until StoreLogs returns,
-	// so the leader applies nothing it has not stored.
+	// so the leader applies nothing it has not stored. SerialLeaderAppend
+	// keeps upstream's order: store, then update the last log and send.
+	parallel := !r.config().SerialLeaderAppend
 	prevIndex, prevTerm := r.getLastLog()
-	r.staged.Store(&stagedLogs{first: logs[0].Index, logs: logs})
-	r.setLastLog(lastIndex, term)
-	for _, f := range r.leaderState.replState {
-		asyncNotifyCh(f.triggerCh)
+	if parallel {
+		r.staged.Store(&stagedLogs{first: logs[0].Index, logs: logs})
+		r.setLastLog(lastIndex, term)
+		r.notifyReplicators()
 	}
 	err := r.logs.StoreLogs(logs)
 	r.staged.Store(nil)
@@ -1317,6 +1297,18 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 		return
 	}
 	r.leaderState.commitment.match(r.localID, lastIndex)
+	if !parallel {
+		r.setLastLog(lastIndex, term)
+		r.notifyReplicators()
+	}
+}
+
+// notifyReplicators wakes every replicator to send what the last log now
+// holds.
+func (r *Raft) notifyReplicators() {
+	for _, f := range r.leaderState.replState {
+		asyncNotifyCh(f.triggerCh)
+	}
 }
 
 // stagedLogs is a leader's batch whose append is in flight: logs hold
